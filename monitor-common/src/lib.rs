@@ -1,0 +1,181 @@
+//! Event layouts and map constants shared by the eBPF programs (`monitor-ebpf`) and the agent
+//! (`monitor`). This crate is the one source of truth for the bytes that cross the ring buffer:
+//! every struct is `#[repr(C)]`, starts with an [`EventHeader`], and holds no pointers.
+#![no_std]
+
+/// Bytes of the exec'd filename kept per exec event (NUL-terminated inside the buffer).
+pub const FILENAME_LEN: usize = 256;
+/// Bytes of argv kept per exec event: the NUL-separated strings as they sit on the new stack.
+pub const ARGV_LEN: usize = 512;
+/// Length of the kernel's `task_struct::comm`.
+pub const COMM_LEN: usize = 16;
+
+/// Default ring buffer size; the agent may override it at load time (`--ring-buffer`).
+pub const RING_BUFFER_BYTES: u32 = 8 << 20;
+/// Most processes tracked at once (live processes only: an exit removes its entry).
+pub const MAX_TRACKED: u32 = 65_536;
+
+/// `EventHeader::kind` values.
+pub mod kind {
+    pub const FORK: u32 = 1;
+    pub const EXEC: u32 = 2;
+    /// The last thread of a process exited (`group_dead`): figures cover every thread.
+    pub const EXIT: u32 = 3;
+    /// One thread of a multi-threaded process exited; the process lives on.
+    pub const THREAD_EXIT: u32 = 4;
+}
+
+/// Indexes of the per-CPU `STATS` array of counters kept in the kernel.
+pub mod stat {
+    /// An event could not be reserved in the ring buffer (it was full): that event is lost.
+    pub const RINGBUF_FULL: u32 = 0;
+    /// A new process could not be added to the tracked map (it was full): it and its
+    /// descendants are not followed.
+    pub const TRACK_MAP_FULL: u32 = 1;
+    /// A kernel read failed (`bpf_probe_read_*`), so some field of an event is zero.
+    pub const READ_ERRORS: u32 = 2;
+    pub const COUNT: u32 = 3;
+}
+
+/// Common start of every event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    /// One of [`kind`].
+    pub kind: u32,
+    /// Process id (the kernel's tgid) the event is about.
+    pub pid: u32,
+    /// When it happened: `bpf_ktime_get_boot_ns()`, nanoseconds since boot (suspend included).
+    pub time_ns: u64,
+    /// The process's `task_struct::start_boottime` (ns since boot). With `pid` it names a
+    /// process uniquely; 0 when the kernel side could not read it (classic-tracepoint fork).
+    pub start_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ForkEvent {
+    pub header: EventHeader,
+    pub parent_pid: u32,
+    pub _pad: u32,
+    pub parent_start_ns: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExecEvent {
+    pub header: EventHeader,
+    /// The thread id that called execve (differs from `pid` when a non-leader thread exec'd).
+    pub old_tid: u32,
+    /// Bytes of `argv` that are valid.
+    pub argv_len: u32,
+    /// Total length of the argument area (`mm->arg_end - mm->arg_start`); greater than
+    /// `argv_len` when argv was cut.
+    pub argv_total_len: u64,
+    pub comm: [u8; COMM_LEN],
+    pub filename: [u8; FILENAME_LEN],
+    pub argv: [u8; ARGV_LEN],
+}
+
+/// Final figures of a process (kind `EXIT`, all threads together) or of one thread
+/// (kind `THREAD_EXIT`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExitEvent {
+    pub header: EventHeader,
+    /// Thread id of the exiting task.
+    pub tid: u32,
+    /// `task_struct::exit_code`, encoded like a wait status: `(status << 8) | signal | 0x80 core`.
+    pub exit_code: i32,
+    /// Exact CPU time (`se.sum_exec_runtime`), ns.
+    pub runtime_ns: u64,
+    /// Tick-sampled user and system time, ns; only their ratio is used, to split `runtime_ns`
+    /// the way the kernel's `cputime_adjust()` does for getrusage.
+    pub utime_ns: u64,
+    pub stime_ns: u64,
+    /// Peak resident set of this process's own address space, in pages:
+    /// `max(mm->hiwater_rss, current rss counters)`. 0 for kernel threads / no mm.
+    pub peak_rss_pages: u64,
+    pub min_flt: u64,
+    pub maj_flt: u64,
+    pub nvcsw: u64,
+    pub nivcsw: u64,
+    /// Storage I/O accounting (`task_io_accounting`), bytes.
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Bytes passed to read/write-like syscalls (`rchar`, `wchar`).
+    pub rchar: u64,
+    pub wchar: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// Kernel struct field offsets, computed in userspace from `/sys/kernel/btf/vmlinux` and written
+/// into the eBPF object's read-only global `OFFSETS` before load (aya-ebpf has no CO-RE).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offsets {
+    /// Non-zero once filled in; programs do nothing while it is 0.
+    pub ready: u32,
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_start_boottime: u32,
+    pub task_comm: u32,
+    pub task_exit_code: u32,
+    pub task_utime: u32,
+    pub task_stime: u32,
+    pub task_sum_exec_runtime: u32,
+    pub task_min_flt: u32,
+    pub task_maj_flt: u32,
+    pub task_nvcsw: u32,
+    pub task_nivcsw: u32,
+    pub task_ioac: u32,
+    pub task_signal: u32,
+    pub task_mm: u32,
+    pub task_real_parent: u32,
+    pub signal_utime: u32,
+    pub signal_stime: u32,
+    pub signal_sum_sched_runtime: u32,
+    pub signal_min_flt: u32,
+    pub signal_maj_flt: u32,
+    pub signal_nvcsw: u32,
+    pub signal_nivcsw: u32,
+    pub signal_ioac: u32,
+    pub ioac_rchar: u32,
+    pub ioac_wchar: u32,
+    pub ioac_read_bytes: u32,
+    pub ioac_write_bytes: u32,
+    pub mm_hiwater_rss: u32,
+    pub mm_rss_stat: u32,
+    /// Size of one `struct percpu_counter` (stride of `mm->rss_stat[]`).
+    pub percpu_counter_size: u32,
+    pub percpu_counter_count: u32,
+    pub mm_arg_start: u32,
+    pub mm_arg_end: u32,
+    pub bprm_filename: u32,
+    /// `signal_struct::live` (an atomic_t): 0 at exit means the whole thread group is gone. Used
+    /// by the classic exit tracepoint, whose record has no `group_dead` on older kernels.
+    pub signal_live: u32,
+    /// `task_struct::children` / `sibling` list heads: the classic fork tracepoint gives only the
+    /// child's pid, so the child task is found at the tail of the parent's children list.
+    pub task_children: u32,
+    pub task_sibling: u32,
+    /// Offsets inside the classic tracepoint records (`trace_event_raw_sched_process_*`).
+    pub tp_fork_child_pid: u32,
+    pub tp_exec_filename_loc: u32,
+    pub tp_exec_old_pid: u32,
+    /// Indexes into `mm->rss_stat[]` (enum `MM_*PAGES`); file, anon and shmem pages make up RSS.
+    pub mm_filepages: u32,
+    pub mm_anonpages: u32,
+    pub mm_shmempages: u32,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain #[repr(C)] structs of integers and byte arrays, any bit pattern valid.
+    unsafe impl aya::Pod for super::Offsets {}
+    unsafe impl aya::Pod for super::EventHeader {}
+    unsafe impl aya::Pod for super::ForkEvent {}
+    unsafe impl aya::Pod for super::ExecEvent {}
+    unsafe impl aya::Pod for super::ExitEvent {}
+}

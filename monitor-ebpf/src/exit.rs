@@ -1,0 +1,101 @@
+//! `sched_process_exit`: a thread of a tracked process exited. When it was the last one
+//! (`group_dead`) the event carries the whole process's final figures and the process leaves
+//! `TRACKED`. Since Linux 6.16 this tracepoint fires before `exit_mm()`, so the address space,
+//! and with it the process's own peak RSS, is still readable.
+use aya_ebpf::{
+    helpers::{bpf_get_current_task, bpf_ktime_get_boot_ns},
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
+};
+use monitor_common::{kind, stat, EventHeader, ExitEvent};
+
+use crate::{count, off, ready, task, EVENTS, TRACKED};
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn exit_btf(ctx: BtfTracePointContext) -> i32 {
+    let current: usize = ctx.arg(0);
+    let group_dead: u64 = ctx.arg(1);
+    // The bool argument occupies a whole register slot; only its low byte is defined.
+    handle(current, group_dead & 0xff != 0);
+    0
+}
+
+#[tracepoint]
+pub fn exit_tp(_ctx: TracePointContext) -> u32 {
+    if !ready() {
+        return 0;
+    }
+    // SAFETY: the helper returns the running task, the one exiting.
+    let current = unsafe { bpf_get_current_task() } as usize;
+    // do_exit() decrements signal->live before this tracepoint: 0 means the last thread.
+    let signal: usize = task::read(current, off!(task_signal));
+    let live: i32 = task::read(signal, off!(signal_live));
+    handle(current, live == 0);
+    0
+}
+
+fn handle(task: usize, group_dead: bool) {
+    if !ready() {
+        return;
+    }
+    let tgid = task::tgid(task);
+    // SAFETY: value copied out at once.
+    let start_ns = match unsafe { TRACKED.get(&tgid) } {
+        Some(start) => *start,
+        None => return,
+    };
+    if group_dead {
+        let _ = TRACKED.remove(&tgid);
+    }
+    let Some(mut entry) = EVENTS.reserve::<ExitEvent>(0) else {
+        count(stat::RINGBUF_FULL);
+        return;
+    };
+    let e = entry.as_mut_ptr();
+    let ioac = off!(task_ioac);
+    // SAFETY: `e` points at a reserved, exclusively owned ExitEvent; all fields written below.
+    unsafe {
+        (*e).header = EventHeader {
+            kind: if group_dead {
+                kind::EXIT
+            } else {
+                kind::THREAD_EXIT
+            },
+            pid: tgid,
+            time_ns: bpf_ktime_get_boot_ns(),
+            start_ns,
+        };
+        (*e).tid = task::pid(task);
+        (*e).exit_code = task::read(task, off!(task_exit_code));
+        (*e).runtime_ns = task::read(task, off!(task_sum_exec_runtime));
+        (*e).utime_ns = task::read(task, off!(task_utime));
+        (*e).stime_ns = task::read(task, off!(task_stime));
+        (*e).min_flt = task::read(task, off!(task_min_flt));
+        (*e).maj_flt = task::read(task, off!(task_maj_flt));
+        (*e).nvcsw = task::read(task, off!(task_nvcsw));
+        (*e).nivcsw = task::read(task, off!(task_nivcsw));
+        (*e).rchar = task::read(task, ioac + off!(ioac_rchar));
+        (*e).wchar = task::read(task, ioac + off!(ioac_wchar));
+        (*e).read_bytes = task::read(task, ioac + off!(ioac_read_bytes));
+        (*e).write_bytes = task::read(task, ioac + off!(ioac_write_bytes));
+        if group_dead {
+            // Threads that exited earlier were folded into signal_struct (__exit_signal()).
+            let sig: usize = task::read(task, off!(task_signal));
+            let sioac = off!(signal_ioac);
+            (*e).runtime_ns += task::read::<u64>(sig, off!(signal_sum_sched_runtime));
+            (*e).utime_ns += task::read::<u64>(sig, off!(signal_utime));
+            (*e).stime_ns += task::read::<u64>(sig, off!(signal_stime));
+            (*e).min_flt += task::read::<u64>(sig, off!(signal_min_flt));
+            (*e).maj_flt += task::read::<u64>(sig, off!(signal_maj_flt));
+            (*e).nvcsw += task::read::<u64>(sig, off!(signal_nvcsw));
+            (*e).nivcsw += task::read::<u64>(sig, off!(signal_nivcsw));
+            (*e).rchar += task::read::<u64>(sig, sioac + off!(ioac_rchar));
+            (*e).wchar += task::read::<u64>(sig, sioac + off!(ioac_wchar));
+            (*e).read_bytes += task::read::<u64>(sig, sioac + off!(ioac_read_bytes));
+            (*e).write_bytes += task::read::<u64>(sig, sioac + off!(ioac_write_bytes));
+        }
+        (*e).peak_rss_pages = task::peak_rss_pages(task);
+        (*e).comm = task::comm(task);
+    }
+    entry.submit(0);
+}

@@ -1,0 +1,72 @@
+//! montrace's kernel side: follows a process tree through `sched_process_fork`, `_exec` and
+//! `_exit`, and reports each process's final figures at exit.
+//!
+//! Filtering happens here: `TRACKED` holds the live processes of the tree (tgid -> start time),
+//! a child inherits tracking at fork, and an exit removes it. Nothing outside the tree reaches
+//! the ring buffer.
+//!
+//! Each tracepoint has two entry points: a BTF tracepoint (`tp_btf`, typed task pointers, no
+//! tracefs) and a classic tracepoint fallback. Both call the same handler in that event's file.
+#![no_std]
+#![no_main]
+
+mod exec;
+mod exit;
+mod fork;
+mod task;
+
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, PerCpuArray, RingBuf},
+};
+use monitor_common::{Offsets, MAX_TRACKED, RING_BUFFER_BYTES};
+
+/// Kernel field offsets, written by the agent before load (see `monitor::btf`).
+#[no_mangle]
+static OFFSETS: Offsets = unsafe { core::mem::zeroed() };
+
+/// Lifecycle events for the agent.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+
+/// Live processes of the tree: tgid -> `start_boottime` (ns). The agent inserts the command's pid
+/// before letting it exec; forks add children; group exits remove them.
+#[map]
+static TRACKED: HashMap<u32, u64> = HashMap::with_max_entries(MAX_TRACKED, 0);
+
+/// Counters of what could not be delivered (see `monitor_common::stat`).
+#[map]
+static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(monitor_common::stat::COUNT, 0);
+
+/// Reads one field of `OFFSETS`. Volatile so the compiler cannot fold the zero initial value.
+macro_rules! off {
+    ($field:ident) => {{
+        // SAFETY: reading a field of a static through a raw pointer; the loader has patched the
+        // value into the object's .rodata before load.
+        #[allow(unused_unsafe)]
+        let value = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(crate::OFFSETS.$field)) };
+        value as usize
+    }};
+}
+pub(crate) use off;
+
+pub(crate) fn ready() -> bool {
+    off!(ready) != 0
+}
+
+pub(crate) fn count(stat: u32) {
+    if let Some(slot) = STATS.get_ptr_mut(stat) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[link_section = "license"]
+#[no_mangle]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

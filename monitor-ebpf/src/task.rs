@@ -1,0 +1,66 @@
+//! Reads of kernel structs at the offsets the agent computed from BTF.
+use aya_ebpf::helpers::bpf_probe_read_kernel;
+use monitor_common::{stat, COMM_LEN};
+
+use crate::{count, off};
+
+/// Reads a `T` at `base + offset`; a failed read counts in `STATS` and yields the default.
+#[inline(always)]
+pub fn read<T: Default + Copy>(base: usize, offset: usize) -> T {
+    if base == 0 {
+        return T::default();
+    }
+    // SAFETY: bpf_probe_read_kernel validates the address; a fault returns an error, not a crash.
+    match unsafe { bpf_probe_read_kernel((base + offset) as *const T) } {
+        Ok(v) => v,
+        Err(_) => {
+            count(stat::READ_ERRORS);
+            T::default()
+        }
+    }
+}
+
+#[inline(always)]
+pub fn tgid(task: usize) -> u32 {
+    read::<i32>(task, off!(task_tgid)) as u32
+}
+
+#[inline(always)]
+pub fn pid(task: usize) -> u32 {
+    read::<i32>(task, off!(task_pid)) as u32
+}
+
+#[inline(always)]
+pub fn start_ns(task: usize) -> u64 {
+    read::<u64>(task, off!(task_start_boottime))
+}
+
+#[inline(always)]
+pub fn comm(task: usize) -> [u8; COMM_LEN] {
+    read::<[u8; COMM_LEN]>(task, off!(task_comm))
+}
+
+/// Peak resident pages of the task's address space: what the kernel reports as VmHWM,
+/// `max(mm->hiwater_rss, file + anon + shmem counters)`. The high-water mark alone lags: the
+/// kernel only raises it just before RSS shrinks (`update_hiwater_rss`).
+#[inline(always)]
+pub fn peak_rss_pages(task: usize) -> u64 {
+    let mm: usize = read(task, off!(task_mm));
+    if mm == 0 {
+        return 0;
+    }
+    let hiwater: u64 = read(mm, off!(mm_hiwater_rss));
+    let stride = off!(percpu_counter_size);
+    let base = off!(mm_rss_stat) + off!(percpu_counter_count);
+    let mut rss: i64 = 0;
+    rss += read::<i64>(mm, base + off!(mm_filepages) * stride);
+    rss += read::<i64>(mm, base + off!(mm_anonpages) * stride);
+    rss += read::<i64>(mm, base + off!(mm_shmempages) * stride);
+    // The per-CPU counter's central value can lag below zero while deltas sit on other CPUs.
+    let rss = if rss < 0 { 0 } else { rss as u64 };
+    if hiwater > rss {
+        hiwater
+    } else {
+        rss
+    }
+}

@@ -1,0 +1,114 @@
+//! The command line, in one place.
+use std::{ffi::OsString, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::ebpf::TracepointChoice;
+use crate::units;
+
+/// Exit status of montrace when it fails itself (before or instead of the command's own).
+pub const EXIT_MONTRACE_FAILED: i32 = 125;
+/// The command exists but could not be executed (as in POSIX shells).
+pub const EXIT_CANNOT_EXECUTE: i32 = 126;
+/// The command was not found (as in POSIX shells).
+pub const EXIT_NOT_FOUND: i32 = 127;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "montrace",
+    version,
+    about = "Records the exact process tree of a command and what every process in it used",
+    after_help = "Exit status: the command's own (128+N when a signal N killed it); 127 when the \
+                  command is not found, 126 when it cannot be executed, 125 when montrace itself \
+                  fails, 2 for usage errors."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command and follow every process it creates (needs root: use sudo)
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Run directory to write (default: ./montrace-runs/<UTC time>-<command name>)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// After the command exits, wait at most this long for its remaining descendants
+    /// (e.g. 10s, 2m); those still running are recorded as alive at the end.
+    /// Default: wait for all of them.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    pub linger: Option<Duration>,
+
+    /// Run the command as root even when montrace was started through sudo
+    /// (by default it runs as the invoking user: SUDO_UID/SUDO_GID)
+    #[arg(long)]
+    pub as_root: bool,
+
+    /// Size of the kernel-to-montrace ring buffer: a power of two, at least 4KiB (e.g. 16MiB)
+    #[arg(long, value_name = "BYTES", default_value = "8MiB", value_parser = parse_ring_size)]
+    pub ring_buffer_size: u32,
+
+    /// Which kernel tracepoints to attach: BTF ones (falling back to classic), or force one kind
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tracepoints: TracepointChoice,
+
+    /// Do not print the summary at the end
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// The command to run, and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+fn parse_ring_size(text: &str) -> Result<u32, String> {
+    let bytes = units::parse_bytes(text)?;
+    if bytes < 4096 || !bytes.is_power_of_two() || bytes > (1 << 30) {
+        return Err(format!(
+            "{text} is not a valid ring buffer size: use a power of two between 4KiB and 1GiB"
+        ));
+    }
+    Ok(bytes as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_command_with_hyphen_args() {
+        let cli =
+            Cli::try_parse_from(["montrace", "run", "--linger", "2s", "--", "ls", "-l"]).unwrap();
+        let Command::Run(run) = cli.command;
+        assert_eq!(run.command, ["ls", "-l"]);
+        assert_eq!(run.linger, Some(Duration::from_secs(2)));
+        assert_eq!(run.ring_buffer_size, 8 << 20);
+    }
+
+    #[test]
+    fn rejects_bad_flags() {
+        assert!(Cli::try_parse_from(["montrace", "run", "--linger", "soon", "--", "ls"]).is_err());
+        assert!(
+            Cli::try_parse_from(["montrace", "run", "--ring-buffer-size", "3000", "--", "ls"])
+                .is_err()
+        );
+        assert!(Cli::try_parse_from(["montrace", "run"]).is_err());
+    }
+}

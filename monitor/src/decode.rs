@@ -1,0 +1,429 @@
+//! Turns ring-buffer records into typed events. Pure: bytes in, values out; no clock, no kernel.
+use monitor_common::{kind, EventHeader, ExecEvent, ExitEvent, ForkEvent, COMM_LEN};
+
+/// A lifecycle event as the kernel reported it. Times are ns since boot.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelEvent {
+    Fork {
+        time_ns: u64,
+        pid: u32,
+        start_ns: u64,
+        parent_pid: u32,
+        comm: String,
+    },
+    Exec {
+        time_ns: u64,
+        pid: u32,
+        start_ns: u64,
+        old_tid: u32,
+        comm: String,
+        filename: String,
+        argv: Vec<String>,
+        argv_truncated: bool,
+    },
+    Exit {
+        time_ns: u64,
+        pid: u32,
+        start_ns: u64,
+        /// False for one thread of a process that lives on.
+        whole_process: bool,
+        comm: String,
+        stats: ExitStats,
+    },
+}
+
+impl KernelEvent {
+    pub fn pid(&self) -> u32 {
+        match self {
+            KernelEvent::Fork { pid, .. }
+            | KernelEvent::Exec { pid, .. }
+            | KernelEvent::Exit { pid, .. } => *pid,
+        }
+    }
+}
+
+/// How a process ended, from the kernel's wait-status-like `exit_code`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Termination {
+    Exited(i32),
+    Signaled { signal: i32, core_dumped: bool },
+}
+
+impl Termination {
+    pub fn from_exit_code(code: i32) -> Termination {
+        let signal = code & 0x7f;
+        if signal == 0 {
+            Termination::Exited((code >> 8) & 0xff)
+        } else {
+            Termination::Signaled {
+                signal,
+                core_dumped: code & 0x80 != 0,
+            }
+        }
+    }
+
+    /// The shell convention montrace exits with: the status, or 128 + the signal.
+    pub fn shell_status(self) -> i32 {
+        match self {
+            Termination::Exited(status) => status,
+            Termination::Signaled { signal, .. } => 128 + signal,
+        }
+    }
+}
+
+/// Final figures of a process (or thread) at exit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExitStats {
+    pub tid: u32,
+    pub exit_code: i32,
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    pub peak_rss_bytes: u64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub voluntary_ctxt_switches: u64,
+    pub involuntary_ctxt_switches: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_chars: u64,
+    pub write_chars: u64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("ring buffer record of {len} bytes is too short for event kind {kind}")]
+    Short { kind: u32, len: usize },
+    #[error("ring buffer record has unknown event kind {0}")]
+    UnknownKind(u32),
+}
+
+fn read_pod<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
+    if bytes.len() < size_of::<T>() {
+        return Err(DecodeError::Short {
+            kind,
+            len: bytes.len(),
+        });
+    }
+    // SAFETY: length checked above; T is one of the #[repr(C)] integer/byte-array event structs,
+    // valid for any bit pattern; read_unaligned because ring records are only 8-byte aligned.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// Decodes one ring-buffer record. `page_size` converts the kernel's page counts to bytes.
+pub fn decode(bytes: &[u8], page_size: u64) -> Result<KernelEvent, DecodeError> {
+    let header: EventHeader = read_pod(bytes, 0)?;
+    match header.kind {
+        kind::FORK => {
+            let e: ForkEvent = read_pod(bytes, header.kind)?;
+            Ok(KernelEvent::Fork {
+                time_ns: header.time_ns,
+                pid: header.pid,
+                start_ns: header.start_ns,
+                parent_pid: e.parent_pid,
+                comm: c_string(&e.comm),
+            })
+        }
+        kind::EXEC => {
+            let e: ExecEvent = read_pod(bytes, header.kind)?;
+            let len = (e.argv_len as usize).min(e.argv.len());
+            Ok(KernelEvent::Exec {
+                time_ns: header.time_ns,
+                pid: header.pid,
+                start_ns: header.start_ns,
+                old_tid: e.old_tid,
+                comm: c_string(&e.comm),
+                filename: c_string(&e.filename),
+                argv: split_argv(&e.argv[..len]),
+                argv_truncated: e.argv_total_len > len as u64,
+            })
+        }
+        kind::EXIT | kind::THREAD_EXIT => {
+            let e: ExitEvent = read_pod(bytes, header.kind)?;
+            let (cpu_user_ns, cpu_system_ns) = split_cputime(e.runtime_ns, e.utime_ns, e.stime_ns);
+            Ok(KernelEvent::Exit {
+                time_ns: header.time_ns,
+                pid: header.pid,
+                start_ns: header.start_ns,
+                whole_process: header.kind == kind::EXIT,
+                comm: c_string(&e.comm),
+                stats: ExitStats {
+                    tid: e.tid,
+                    exit_code: e.exit_code,
+                    cpu_user_ns,
+                    cpu_system_ns,
+                    peak_rss_bytes: e.peak_rss_pages * page_size,
+                    minor_faults: e.min_flt,
+                    major_faults: e.maj_flt,
+                    voluntary_ctxt_switches: e.nvcsw,
+                    involuntary_ctxt_switches: e.nivcsw,
+                    read_bytes: e.read_bytes,
+                    write_bytes: e.write_bytes,
+                    read_chars: e.rchar,
+                    write_chars: e.wchar,
+                },
+            })
+        }
+        other => Err(DecodeError::UnknownKind(other)),
+    }
+}
+
+/// Splits the exact runtime into user and system time in the ratio of the tick-sampled
+/// utime/stime, as the kernel's `cputime_adjust()` does for getrusage and /proc, so that
+/// user + system equals the exact total.
+pub fn split_cputime(runtime_ns: u64, utime_ns: u64, stime_ns: u64) -> (u64, u64) {
+    if stime_ns == 0 {
+        return (runtime_ns, 0);
+    }
+    if utime_ns == 0 {
+        return (0, runtime_ns);
+    }
+    let stime =
+        (runtime_ns as u128 * stime_ns as u128 / (stime_ns as u128 + utime_ns as u128)) as u64;
+    (runtime_ns - stime, stime)
+}
+
+fn c_string(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// argv as it sits on the stack: NUL-terminated strings back to back. A cut-off last string is
+/// kept as far as it goes.
+fn split_argv(bytes: &[u8]) -> Vec<String> {
+    let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+    if bytes.is_empty() {
+        return Vec::new();
+    }
+    bytes
+        .split(|&b| b == 0)
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// The comm field as a string (used by tests and the tracker).
+pub fn comm_from(bytes: &[u8; COMM_LEN]) -> String {
+    c_string(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use monitor_common::{ARGV_LEN, FILENAME_LEN};
+
+    fn bytes_of<T>(value: &T) -> Vec<u8> {
+        // SAFETY: reading the bytes of a plain #[repr(C)] value for a test.
+        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    fn comm(s: &str) -> [u8; COMM_LEN] {
+        let mut c = [0u8; COMM_LEN];
+        c[..s.len()].copy_from_slice(s.as_bytes());
+        c
+    }
+
+    fn header(kind: u32) -> EventHeader {
+        EventHeader {
+            kind,
+            pid: 42,
+            time_ns: 1_000,
+            start_ns: 500,
+        }
+    }
+
+    #[test]
+    fn decodes_fork() {
+        let e = ForkEvent {
+            header: header(kind::FORK),
+            parent_pid: 7,
+            _pad: 0,
+            parent_start_ns: 9,
+            comm: comm("make"),
+        };
+        assert_eq!(
+            decode(&bytes_of(&e), 4096).unwrap(),
+            KernelEvent::Fork {
+                time_ns: 1_000,
+                pid: 42,
+                start_ns: 500,
+                parent_pid: 7,
+                comm: "make".into()
+            }
+        );
+    }
+
+    fn exec_event(args: &[u8], total: u64) -> ExecEvent {
+        let mut e = ExecEvent {
+            header: header(kind::EXEC),
+            old_tid: 43,
+            argv_len: args.len() as u32,
+            argv_total_len: total,
+            comm: comm("true"),
+            filename: [0xAA; FILENAME_LEN],
+            argv: [0xBB; ARGV_LEN],
+        };
+        e.filename[..10].copy_from_slice(b"/bin/true\0");
+        e.argv[..args.len()].copy_from_slice(args);
+        e
+    }
+
+    #[test]
+    fn decodes_exec_argv() {
+        let e = exec_event(b"/bin/echo\0hello world\0\0x\0", 26);
+        match decode(&bytes_of(&e), 4096).unwrap() {
+            KernelEvent::Exec {
+                filename,
+                argv,
+                argv_truncated,
+                old_tid,
+                ..
+            } => {
+                assert_eq!(filename, "/bin/true");
+                assert_eq!(argv, ["/bin/echo", "hello world", "", "x"]);
+                assert!(!argv_truncated);
+                assert_eq!(old_tid, 43);
+            }
+            other => panic!("not an exec: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn exec_argv_cut_by_kernel_is_flagged_and_kept() {
+        let e = exec_event(b"a\0bcd", 900);
+        match decode(&bytes_of(&e), 4096).unwrap() {
+            KernelEvent::Exec {
+                argv,
+                argv_truncated,
+                ..
+            } => {
+                assert_eq!(argv, ["a", "bcd"]);
+                assert!(argv_truncated);
+            }
+            other => panic!("not an exec: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn exec_with_empty_argv() {
+        let e = exec_event(b"", 0);
+        match decode(&bytes_of(&e), 4096).unwrap() {
+            KernelEvent::Exec { argv, .. } => assert!(argv.is_empty()),
+            other => panic!("not an exec: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn decodes_exit_with_page_size_and_cpu_split() {
+        let e = ExitEvent {
+            header: header(kind::EXIT),
+            tid: 42,
+            exit_code: 7 << 8,
+            runtime_ns: 1_000_000,
+            utime_ns: 3,
+            stime_ns: 1,
+            peak_rss_pages: 10,
+            min_flt: 1,
+            maj_flt: 2,
+            nvcsw: 3,
+            nivcsw: 4,
+            read_bytes: 5,
+            write_bytes: 6,
+            rchar: 7,
+            wchar: 8,
+            comm: comm("sh"),
+        };
+        match decode(&bytes_of(&e), 4096).unwrap() {
+            KernelEvent::Exit {
+                whole_process,
+                stats,
+                comm,
+                ..
+            } => {
+                assert!(whole_process);
+                assert_eq!(comm, "sh");
+                assert_eq!(stats.cpu_user_ns, 750_000);
+                assert_eq!(stats.cpu_system_ns, 250_000);
+                assert_eq!(stats.peak_rss_bytes, 40_960);
+                assert_eq!(
+                    Termination::from_exit_code(stats.exit_code),
+                    Termination::Exited(7)
+                );
+                assert_eq!(
+                    (
+                        stats.read_bytes,
+                        stats.write_bytes,
+                        stats.read_chars,
+                        stats.write_chars
+                    ),
+                    (5, 6, 7, 8)
+                );
+            }
+            other => panic!("not an exit: {other:?}"),
+        }
+        let thread = ExitEvent {
+            header: header(kind::THREAD_EXIT),
+            ..e
+        };
+        assert!(matches!(
+            decode(&bytes_of(&thread), 4096).unwrap(),
+            KernelEvent::Exit {
+                whole_process: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn rejects_short_and_unknown_records() {
+        assert_eq!(
+            decode(&[1, 0, 0], 4096),
+            Err(DecodeError::Short { kind: 0, len: 3 })
+        );
+        let fork_header = bytes_of(&header(kind::FORK));
+        assert_eq!(
+            decode(&fork_header, 4096),
+            Err(DecodeError::Short {
+                kind: kind::FORK,
+                len: fork_header.len()
+            })
+        );
+        assert_eq!(
+            decode(&bytes_of(&header(99)), 4096),
+            Err(DecodeError::UnknownKind(99))
+        );
+    }
+
+    #[test]
+    fn termination_follows_wait_status_encoding() {
+        assert_eq!(Termination::from_exit_code(0), Termination::Exited(0));
+        assert_eq!(
+            Termination::from_exit_code(9),
+            Termination::Signaled {
+                signal: 9,
+                core_dumped: false
+            }
+        );
+        assert_eq!(
+            Termination::from_exit_code(0x80 | 11),
+            Termination::Signaled {
+                signal: 11,
+                core_dumped: true
+            }
+        );
+        assert_eq!(Termination::from_exit_code(9).shell_status(), 137);
+        assert_eq!(Termination::from_exit_code(3 << 8).shell_status(), 3);
+    }
+
+    #[test]
+    fn cputime_split_keeps_the_exact_total() {
+        assert_eq!(split_cputime(100, 0, 0), (100, 0));
+        assert_eq!(split_cputime(100, 0, 5), (0, 100));
+        assert_eq!(split_cputime(100, 5, 0), (100, 0));
+        let (u, s) = split_cputime(1_000_000_007, 2, 1);
+        assert_eq!(u + s, 1_000_000_007);
+        assert_eq!(s, 333_333_335);
+        // No overflow with large values.
+        let (u, s) = split_cputime(u64::MAX / 2, u64::MAX / 4, u64::MAX / 4);
+        assert_eq!(u + s, u64::MAX / 2);
+    }
+}

@@ -1,0 +1,206 @@
+//! The edge to the kernel: loads montrace's eBPF programs, attaches them, and hands out the ring
+//! buffer and the tracked-process map. Decoding what comes out of the ring is in `decode`.
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use aya::{
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, TracePoint},
+    Btf, Ebpf, EbpfLoader,
+};
+use monitor_common::{stat, Offsets};
+use serde::Serialize;
+
+/// How montrace's programs are attached to the scheduler's process tracepoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TrackingMode {
+    /// BTF-enabled tracepoints (`tp_btf`): typed arguments, no tracefs needed.
+    TpBtf,
+    /// Classic tracepoints through tracefs (mounted when missing).
+    Tracepoint,
+}
+
+/// `--tracepoints`: which attachment to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TracepointChoice {
+    /// BTF tracepoints, falling back to classic ones when they cannot be attached.
+    Auto,
+    Btf,
+    Classic,
+}
+
+/// Kernel-side counters of what could not be delivered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LostEvents {
+    /// Events dropped because the ring buffer was full.
+    pub ringbuf_full: u64,
+    /// New processes that could not be tracked because the tracked map was full.
+    pub track_map_full: u64,
+    /// Kernel reads that failed (some field of an event is zero).
+    pub read_errors: u64,
+}
+
+impl LostEvents {
+    /// Events that never reached montrace (read errors lose a field, not an event).
+    pub fn total(&self) -> u64 {
+        self.ringbuf_full + self.track_map_full
+    }
+}
+
+const PROGRAMS: [(&str, &str, &str); 3] = [
+    ("fork", "sched_process_fork", "sched"),
+    ("exec", "sched_process_exec", "sched"),
+    ("exit", "sched_process_exit", "sched"),
+];
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+pub struct Probes {
+    // Keeps the programs attached: dropping `Ebpf` detaches them.
+    ebpf: Ebpf,
+    pub mode: TrackingMode,
+    tracked: HashMap<MapData, u32, u64>,
+    stats: PerCpuArray<MapData, u64>,
+    /// Time spent loading and attaching.
+    pub load_ms: f64,
+}
+
+impl Probes {
+    /// Loads the programs with the kernel's field offsets and attaches them.
+    pub fn load(
+        offsets: &Offsets,
+        ring_buffer_bytes: u32,
+        choice: TracepointChoice,
+    ) -> anyhow::Result<(Probes, RingBuf<MapData>)> {
+        let started = std::time::Instant::now();
+        let mut ebpf = EbpfLoader::new()
+            .override_global("OFFSETS", offsets, true)
+            .map_max_entries("EVENTS", ring_buffer_bytes)
+            .load(aya::include_bytes_aligned!(concat!(
+                env!("OUT_DIR"),
+                "/monitor"
+            )))
+            .context("loading montrace's eBPF programs into the kernel failed")?;
+
+        let mode = match choice {
+            TracepointChoice::Btf => {
+                attach_btf(&mut ebpf)?;
+                TrackingMode::TpBtf
+            }
+            TracepointChoice::Classic => {
+                attach_classic(&mut ebpf)?;
+                TrackingMode::Tracepoint
+            }
+            TracepointChoice::Auto => match attach_btf(&mut ebpf) {
+                Ok(()) => TrackingMode::TpBtf,
+                Err(btf_err) => {
+                    attach_classic(&mut ebpf)
+                        .with_context(|| format!("BTF tracepoints failed too ({btf_err:#})"))?;
+                    TrackingMode::Tracepoint
+                }
+            },
+        };
+
+        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
+        let tracked = HashMap::try_from(ebpf.take_map("TRACKED").context("no TRACKED map")?)?;
+        let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("no STATS map")?)?;
+        let probes = Probes {
+            ebpf,
+            mode,
+            tracked,
+            stats,
+            load_ms: started.elapsed().as_secs_f64() * 1e3,
+        };
+        Ok((probes, ring))
+    }
+
+    /// Starts following `pid`: its forks, execs and exit from now on.
+    pub fn track(&mut self, pid: u32) -> anyhow::Result<()> {
+        self.tracked
+            .insert(pid, 0, 0)
+            .with_context(|| format!("cannot add pid {pid} to the tracked map"))
+    }
+
+    pub fn lost(&self) -> anyhow::Result<LostEvents> {
+        let sum =
+            |index: u32| -> anyhow::Result<u64> { Ok(self.stats.get(&index, 0)?.iter().sum()) };
+        Ok(LostEvents {
+            ringbuf_full: sum(stat::RINGBUF_FULL)?,
+            track_map_full: sum(stat::TRACK_MAP_FULL)?,
+            read_errors: sum(stat::READ_ERRORS)?,
+        })
+    }
+
+    /// Names of the attached programs (for run.json).
+    pub fn program_names(&self) -> Vec<String> {
+        self.ebpf
+            .programs()
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+}
+
+fn attach_btf(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    let btf = Btf::from_sys_fs().context("reading kernel BTF for tp_btf programs")?;
+    for (short, tracepoint, _) in PROGRAMS {
+        let name = format!("{short}_btf");
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(&name)
+            .with_context(|| format!("no program {name}"))?
+            .try_into()?;
+        program
+            .load(tracepoint, &btf)
+            .with_context(|| format!("loading tp_btf/{tracepoint}"))?;
+        program
+            .attach()
+            .with_context(|| format!("attaching tp_btf/{tracepoint}"))?;
+    }
+    Ok(())
+}
+
+fn attach_classic(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    ensure_tracefs()?;
+    for (short, tracepoint, category) in PROGRAMS {
+        let name = format!("{short}_tp");
+        let program: &mut TracePoint = ebpf
+            .program_mut(&name)
+            .with_context(|| format!("no program {name}"))?
+            .try_into()?;
+        program
+            .load()
+            .with_context(|| format!("loading tracepoint/{category}/{tracepoint}"))?;
+        program
+            .attach(category, tracepoint)
+            .with_context(|| format!("attaching tracepoint/{category}/{tracepoint}"))?;
+    }
+    Ok(())
+}
+
+/// Classic tracepoints are found through tracefs, which a fresh machine may not have mounted.
+fn ensure_tracefs() -> anyhow::Result<()> {
+    if Path::new(TRACEFS).join("events").exists()
+        || Path::new("/sys/kernel/debug/tracing/events").exists()
+    {
+        return Ok(());
+    }
+    let target = std::ffi::CString::new(TRACEFS)?;
+    let fstype = std::ffi::CString::new("tracefs")?;
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "tracefs is not mounted and mounting it at {TRACEFS} failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! Small reads of the host: clocks, uname, page size, capabilities, /proc start times, and
+//! handing files back to the invoking user.
+use std::{io, os::unix::ffi::OsStrExt, path::Path};
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    // SAFETY: zeroed timespec is a valid out-parameter.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer; these clocks always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// ns since boot, suspend included: the clock of `bpf_ktime_get_boot_ns()`.
+pub fn boottime_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME)
+}
+
+pub fn realtime_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME) as i64
+}
+
+/// CLOCK_REALTIME - CLOCK_BOOTTIME, read back to back (the smaller gap of three tries).
+pub fn boot_to_wall_ns() -> i64 {
+    (0..3)
+        .map(|_| {
+            let b1 = boottime_ns();
+            let r = realtime_ns();
+            let b2 = boottime_ns();
+            (b2 - b1, r - ((b1 + b2) / 2) as i64)
+        })
+        .min_by_key(|(gap, _)| *gap)
+        .map(|(_, offset)| offset)
+        .unwrap_or(0)
+}
+
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u64
+    } else {
+        4096
+    }
+}
+
+fn ticks_per_second() -> u64 {
+    // SAFETY: as above.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        hz as u64
+    } else {
+        100
+    }
+}
+
+/// (host name, kernel release) from uname(2).
+pub fn uname() -> (String, String) {
+    // SAFETY: zeroed utsname is a valid out-parameter.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    unsafe { libc::uname(&mut u) };
+    let field = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    (field(&u.nodename), field(&u.release))
+}
+
+/// Start time of a process, ns since boot, from /proc/PID/stat (clock-tick resolution).
+pub fn proc_start_boot_ns(pid: u32) -> io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat_start_ticks(&stat)
+        .map(|ticks| ticks * 1_000_000_000 / ticks_per_second())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("malformed /proc/{pid}/stat"),
+            )
+        })
+}
+
+/// Field 22 (starttime) of /proc/PID/stat; comm (field 2) may hold spaces and parentheses,
+/// so fields are counted after its last ')'.
+pub fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether this process may load tracing eBPF programs: root, or CAP_BPF + CAP_PERFMON, or
+/// CAP_SYS_ADMIN in its effective set.
+pub fn can_load_ebpf() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    let Some(caps) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+    else {
+        return false;
+    };
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    const CAP_PERFMON: u64 = 1 << 38;
+    const CAP_BPF: u64 = 1 << 39;
+    caps & CAP_SYS_ADMIN != 0 || (caps & CAP_BPF != 0 && caps & CAP_PERFMON != 0)
+}
+
+/// Gives `path` (and, for a directory, everything under it) to uid:gid.
+pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: valid C string.
+    if unsafe { libc::lchown(c.as_ptr(), uid, gid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if path.is_dir() && !path.is_symlink() {
+        for entry in std::fs::read_dir(path)? {
+            chown_tree(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_start_time_survives_odd_comm() {
+        let stat = "1234 (we ird) (x)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10";
+        assert_eq!(parse_stat_start_ticks(stat), Some(98765));
+        assert_eq!(parse_stat_start_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn own_start_time_is_in_the_past() {
+        let start = proc_start_boot_ns(std::process::id()).unwrap();
+        assert!(start > 0 && start <= boottime_ns());
+    }
+
+    #[test]
+    fn wall_offset_maps_now_to_now() {
+        let offset = boot_to_wall_ns();
+        let mapped = boottime_ns() as i64 + offset;
+        assert!((mapped - realtime_ns()).abs() < 50_000_000);
+    }
+}

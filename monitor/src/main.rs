@@ -1,0 +1,16 @@
+use clap::Parser as _;
+use monitor::cli::{Cli, Command, EXIT_MONTRACE_FAILED};
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => monitor::run::run(args),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(err) => {
+            eprintln!("montrace: error: {err:#}");
+            std::process::exit(EXIT_MONTRACE_FAILED);
+        }
+    }
+}

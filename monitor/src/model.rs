@@ -1,0 +1,90 @@
+//! The records montrace writes: one per process and one per lifecycle event. Pure data: the
+//! tracker fills them from kernel events, the writer turns them into Parquet rows, the summary
+//! reads them. Times are wall-clock nanoseconds since the Unix epoch (UTC).
+
+/// A process for its whole life, keyed by (`pid`, `start_time_ns`) so a reused pid is a new row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcessRecord {
+    pub pid: u32,
+    /// When the kernel created the process (`task_struct::start_boottime`, as wall time).
+    pub start_time_ns: i64,
+    /// The process that forked it; kept after reparenting. None for the command montrace started
+    /// (its parent is montrace itself) and for processes found already running.
+    pub parent_pid: Option<u32>,
+    pub parent_start_time_ns: Option<i64>,
+    /// When its last thread exited; None while alive.
+    pub end_time_ns: Option<i64>,
+    /// Path given to the last execve (as the kernel saw it); None if it never exec'd while tracked.
+    pub filename: Option<String>,
+    /// argv of the last execve, read in the kernel at exec (cut at 512 bytes).
+    pub argv: Option<Vec<String>>,
+    /// True when argv was longer than what the kernel side kept.
+    pub argv_truncated: bool,
+    /// The kernel's short command name (`comm`), as of the last event seen.
+    pub comm: String,
+    /// How many times it called execve while tracked.
+    pub exec_count: u32,
+    /// Exit status when it exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when a signal killed it.
+    pub exit_signal: Option<i32>,
+    pub core_dumped: bool,
+    pub cpu_user_ns: Option<u64>,
+    pub cpu_system_ns: Option<u64>,
+    /// Peak resident memory of its own address space (VmHWM at exit), bytes.
+    pub peak_rss_bytes: Option<u64>,
+    pub minor_faults: Option<u64>,
+    pub major_faults: Option<u64>,
+    pub voluntary_ctxt_switches: Option<u64>,
+    pub involuntary_ctxt_switches: Option<u64>,
+    /// Storage I/O (`/proc/PID/io` read_bytes/write_bytes), bytes.
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    /// Bytes through read/write-like syscalls (`rchar`/`wchar`).
+    pub read_chars: Option<u64>,
+    pub write_chars: Option<u64>,
+    /// Still running when montrace stopped (its figures are then null).
+    pub alive_at_end: bool,
+}
+
+/// `EventRecord::kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Fork,
+    Exec,
+    Exit,
+    ThreadExit,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Fork => "fork",
+            EventKind::Exec => "exec",
+            EventKind::Exit => "exit",
+            EventKind::ThreadExit => "thread_exit",
+        }
+    }
+}
+
+/// One row of the lifecycle stream. Fields that do not apply to the kind are None.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventRecord {
+    pub time_ns: i64,
+    pub kind: EventKind,
+    pub pid: u32,
+    pub start_time_ns: i64,
+    /// fork: the parent.
+    pub parent_pid: Option<u32>,
+    pub parent_start_time_ns: Option<i64>,
+    /// exec: what was exec'd.
+    pub filename: Option<String>,
+    pub argv: Option<Vec<String>>,
+    /// exit / thread_exit: the exiting thread.
+    pub tid: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub cpu_user_ns: Option<u64>,
+    pub cpu_system_ns: Option<u64>,
+    pub peak_rss_bytes: Option<u64>,
+}

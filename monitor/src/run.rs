@@ -1,0 +1,426 @@
+//! `montrace run`: the orchestration. Checks everything that can fail before the command starts,
+//! then loads the probes, starts the command held at a barrier, tracks it, and follows the tree
+//! until the command and every descendant are gone; finally writes the run directory.
+use std::{
+    ffi::OsString,
+    os::fd::OwnedFd,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{bail, Context as _};
+use aya::maps::{MapData, RingBuf};
+use tokio::io::{unix::AsyncFd, Interest};
+
+use crate::{
+    btf,
+    cli::{RunArgs, EXIT_NOT_FOUND},
+    decode::{self, KernelEvent},
+    ebpf::Probes,
+    host,
+    launch::{self, Identity},
+    schema,
+    summary::{self, RunInfo},
+    tracker::{Clock, Tracker},
+    units, writer,
+};
+
+/// What the event loop learnt.
+struct Outcome {
+    wait_status: i32,
+    linger_expired: bool,
+    signals_forwarded: Vec<i32>,
+    exec_time_boot_ns: Option<u64>,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let started_boot_ns = host::boottime_ns();
+    let started_wall_ns = host::realtime_ns();
+    let program = args.command[0].clone();
+    let Some(executable) = launch::resolve_command(&program, std::env::var_os("PATH").as_deref())
+    else {
+        eprintln!("montrace: {}: command not found", program.to_string_lossy());
+        return Ok(EXIT_NOT_FOUND);
+    };
+
+    if !host::can_load_ebpf() {
+        bail!(
+            "montrace needs root to load its eBPF programs (CAP_BPF and CAP_PERFMON): run it with sudo, \
+             e.g. `sudo montrace run -- {}`",
+            program.to_string_lossy()
+        );
+    }
+    let identity = if args.as_root {
+        None
+    } else {
+        launch::sudo_identity()?
+    };
+    let kernel_btf = btf::Btf::from_file(Path::new(btf::VMLINUX_BTF))?;
+    let offsets = btf::kernel_offsets(&kernel_btf).context(
+        "this kernel's BTF lacks a field montrace reads; please report it with `uname -r`",
+    )?;
+
+    let out_dir = create_out_dir(
+        args.out.as_deref(),
+        &program,
+        started_wall_ns,
+        identity.as_ref(),
+    )?;
+    let result = record(
+        &args,
+        &executable,
+        &offsets,
+        &out_dir,
+        identity.as_ref(),
+        started_boot_ns,
+        started_wall_ns,
+    );
+    if result.is_err() && dir_is_empty(&out_dir) {
+        // Nothing was recorded: leave no litter behind.
+        let _ = std::fs::remove_dir(&out_dir);
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    args: &RunArgs,
+    executable: &Path,
+    offsets: &monitor_common::Offsets,
+    out_dir: &Path,
+    identity: Option<&Identity>,
+    started_boot_ns: u64,
+    started_wall_ns: i64,
+) -> anyhow::Result<i32> {
+    // Before any thread exists, so every thread (and the command, until it restores the mask)
+    // has the forwarded signals blocked and montrace receives them through a signalfd.
+    let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the event loop")?;
+
+    let (mut probes, ring) = Probes::load(offsets, args.ring_buffer_size, args.tracepoints)?;
+    let mut events = writer::EventSink::create(&out_dir.join(schema::EVENTS_FILE))?;
+    let clock = Clock {
+        boot_to_wall_ns: host::boot_to_wall_ns(),
+    };
+    let mut tracker = Tracker::new(clock);
+
+    let held = launch::spawn_held(executable, &args.command, identity, &child_sigmask)?;
+    let root_pid = held.pid;
+    probes.track(root_pid)?;
+    let approx_start = host::proc_start_boot_ns(root_pid).unwrap_or_else(|_| host::boottime_ns());
+    tracker.add_root(root_pid, approx_start, &args.command[0].to_string_lossy());
+    if let Err(err) = held.release(executable, identity) {
+        // The child exits with 126/127; its exit is still recorded like any other.
+        eprintln!("montrace: {err}");
+    }
+
+    let signals = launch::signal_fd().context("creating the signal fd")?;
+    let outcome = runtime.block_on(follow(
+        ring,
+        signals,
+        &mut tracker,
+        &mut events,
+        root_pid,
+        args.linger,
+    ))?;
+    let end_wall_ns = host::realtime_ns();
+    let lost = probes.lost()?;
+    let tracking_mode = probes.mode;
+    let ebpf_load_ms = probes.load_ms;
+    drop(probes);
+
+    let max_concurrent = tracker.max_concurrent();
+    let vanished = tracker.vanished_count();
+    let processes = tracker.finish();
+    let batch = schema::processes_batch(&processes)?;
+    writer::write_table(
+        &out_dir.join(schema::PROCESSES_FILE),
+        schema::processes_schema(),
+        &batch,
+    )?;
+    events.finish()?;
+
+    let status = outcome.wait_status;
+    let (exit_code, exit_signal) = if libc::WIFSIGNALED(status) {
+        (None, Some(libc::WTERMSIG(status)))
+    } else {
+        (Some(libc::WEXITSTATUS(status)), None)
+    };
+    let exit_status = exit_code.unwrap_or_else(|| 128 + exit_signal.unwrap_or(0));
+    let (host_name, kernel) = host::uname();
+    let (start_time, end_time, duration_s) = RunInfo::new_times(started_wall_ns, end_wall_ns);
+    let argv: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let info = RunInfo {
+        schema_version: summary::RUN_JSON_VERSION,
+        montrace_version: env!("CARGO_PKG_VERSION").to_string(),
+        command: shell_words(&argv),
+        argv,
+        executable: executable.display().to_string(),
+        start_time,
+        end_time,
+        duration_s,
+        host: host_name,
+        kernel,
+        tracking_mode,
+        exit_code,
+        exit_signal,
+        exit_status,
+        lost_events: lost,
+        vanished_processes: vanished,
+        processes_started: processes.len(),
+        max_concurrent,
+        totals: summary::tree_totals(&processes),
+        startup_ms: outcome
+            .exec_time_boot_ns
+            .map(|t| t.saturating_sub(started_boot_ns) as f64 / 1e6),
+        ebpf_load_ms,
+        uid: identity.map_or(0, |id| id.uid),
+        gid: identity.map_or(0, |id| id.gid),
+        linger_expired: outcome.linger_expired,
+        signals_forwarded: outcome.signals_forwarded,
+        out_dir: out_dir.display().to_string(),
+    };
+    let json = serde_json::to_string_pretty(&info)? + "\n";
+    let run_json = out_dir.join("run.json");
+    std::fs::write(&run_json, json)
+        .with_context(|| format!("cannot write {}", run_json.display()))?;
+    if let Some(id) = identity {
+        host::chown_tree(out_dir, id.uid, id.gid)
+            .with_context(|| format!("cannot hand {} to uid {}", out_dir.display(), id.uid))?;
+    }
+    if !args.quiet {
+        eprint!("{}", summary::format_summary(&info));
+    }
+    Ok(exit_status)
+}
+
+/// Follows the tree until the command has exited and every tracked process is gone (or the
+/// linger time after the command's exit has passed).
+async fn follow(
+    ring: RingBuf<MapData>,
+    signals: OwnedFd,
+    tracker: &mut Tracker,
+    events: &mut writer::EventSink,
+    root_pid: u32,
+    linger: Option<Duration>,
+) -> anyhow::Result<Outcome> {
+    // SAFETY: both values own their descriptor (the ring buffer's map fd, the signalfd) and keep
+    // it open and unchanged until the AsyncFd drops them.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+        .context("watching the ring buffer")?;
+    // SAFETY: as above.
+    let signals = unsafe { AsyncFd::register_with_interest(signals, Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+        .context("watching signals")?;
+    let page_size = host::page_size();
+    let (status_tx, mut status_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = status_tx.send(launch::wait_status(root_pid));
+    });
+
+    let mut outcome = Outcome {
+        wait_status: 0,
+        linger_expired: false,
+        signals_forwarded: Vec::new(),
+        exec_time_boot_ns: None,
+    };
+    let mut root_done = false;
+    let mut deadline: Option<tokio::time::Instant> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    let mut drain = |ring: &mut RingBuf<MapData>,
+                     tracker: &mut Tracker,
+                     outcome: &mut Outcome|
+     -> anyhow::Result<()> {
+        while let Some(item) = ring.next() {
+            let event = decode::decode(&item, page_size)?;
+            if let KernelEvent::Exec { pid, time_ns, .. } = &event {
+                if *pid == root_pid && outcome.exec_time_boot_ns.is_none() {
+                    outcome.exec_time_boot_ns = Some(*time_ns);
+                }
+            }
+            events.push(tracker.apply(&event))?;
+        }
+        Ok(())
+    };
+
+    loop {
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), tracker, &mut outcome)?;
+                guard.clear_ready();
+            }
+            guard = signals.readable() => {
+                let mut guard = guard?;
+                for received in launch::read_signals(guard.get_inner()) {
+                    // A terminal's Ctrl-C already reached the command's process group; a signal
+                    // sent to montrace itself (kill, a CI runner's timeout) is passed on.
+                    if !received.from_terminal {
+                        launch::kill_all(&tracker.live_pids(), received.signal);
+                        outcome.signals_forwarded.push(received.signal);
+                    }
+                }
+                guard.clear_ready();
+            }
+            status = &mut status_rx, if !root_done => {
+                outcome.wait_status = status.context("waiter thread ended")?.context("waiting for the command")?;
+                root_done = true;
+                deadline = linger.map(|d| tokio::time::Instant::now() + d);
+            }
+            _ = tick.tick() => {
+                drain(ring.get_mut(), tracker, &mut outcome)?;
+                if root_done {
+                    // An exit event is queued before the process can disappear from /proc, so a
+                    // tracked pid gone from /proc after a drain lost its exit event.
+                    for pid in tracker.live_pids() {
+                        if !Path::new(&format!("/proc/{pid}")).exists() {
+                            tracker.vanished(pid, host::boottime_ns());
+                        }
+                    }
+                }
+            }
+            _ = sleep_until(deadline) => {
+                drain(ring.get_mut(), tracker, &mut outcome)?;
+                outcome.linger_expired = tracker.live_count() > 0;
+                break;
+            }
+        }
+        if root_done && tracker.live_count() == 0 {
+            break;
+        }
+    }
+    drain(ring.get_mut(), tracker, &mut outcome)?;
+    Ok(outcome)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The default run directory, or the one asked for; created (and handed to the invoking user)
+/// before the command starts, so an unwritable place fails early.
+fn create_out_dir(
+    requested: Option<&Path>,
+    program: &OsString,
+    now_wall_ns: i64,
+    identity: Option<&Identity>,
+) -> anyhow::Result<PathBuf> {
+    let dir = match requested {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            let name = Path::new(program)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "command".into());
+            let name: String = name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let parent = PathBuf::from("montrace-runs");
+            let created_parent = !parent.exists();
+            std::fs::create_dir_all(&parent).with_context(|| {
+                format!(
+                    "cannot create {}: choose another place with --out",
+                    parent.display()
+                )
+            })?;
+            if let (true, Some(id)) = (created_parent, identity) {
+                host::chown_tree(&parent, id.uid, id.gid)?;
+            }
+            unique_dir(
+                &parent,
+                &format!("{}-{name}", units::compact_utc(now_wall_ns)),
+            )
+        }
+    };
+    std::fs::create_dir_all(&dir).with_context(|| {
+        format!(
+            "cannot create the run directory {}: choose a writable place with --out",
+            dir.display()
+        )
+    })?;
+    let probe = dir.join(".montrace-write-test");
+    std::fs::write(&probe, b"").with_context(|| {
+        format!(
+            "the run directory {} is not writable: choose another with --out",
+            dir.display()
+        )
+    })?;
+    std::fs::remove_file(&probe)?;
+    if let Some(id) = identity {
+        host::chown_tree(&dir, id.uid, id.gid)?;
+    }
+    Ok(dir)
+}
+
+/// `parent/name`, or `parent/name-2`, ... when runs start within the same second.
+fn unique_dir(parent: &Path, name: &str) -> PathBuf {
+    let mut candidate = parent.join(name);
+    let mut n = 2;
+    while candidate.exists() {
+        candidate = parent.join(format!("{name}-{n}"));
+        n += 1;
+    }
+    candidate
+}
+
+fn dir_is_empty(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
+}
+
+/// Joins argv for display, quoting words a shell would split.
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_quotes_what_needs_it() {
+        let argv = ["sh", "-c", "exit 7", "it's"].map(String::from);
+        assert_eq!(shell_words(&argv), r"sh -c 'exit 7' 'it'\''s'");
+    }
+
+    #[test]
+    fn unique_dir_never_reuses_a_run_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = unique_dir(tmp.path(), "x");
+        std::fs::create_dir(&first).unwrap();
+        let second = unique_dir(tmp.path(), "x");
+        assert_eq!(second, tmp.path().join("x-2"));
+    }
+}

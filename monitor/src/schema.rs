@@ -1,0 +1,446 @@
+//! The Arrow schemas of montrace's tables, and the conversion of records into Arrow batches.
+//!
+//! This is the one place the column lists live: each table is a list of `Column`s, and a
+//! column's name, type, nullability and builder come from the same line, so the schema and the
+//! batches cannot drift apart. `docs/schema.md` documents the columns; keep it in step.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use arrow_array::builder::{BooleanBuilder, ListBuilder, PrimitiveBuilder, StringBuilder};
+use arrow_array::types::{
+    ArrowPrimitiveType, Int32Type, TimestampNanosecondType, UInt32Type, UInt64Type,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use crate::model::{EventRecord, ProcessRecord};
+use Values::{Bool, Str, StrList, Time, I32, U32, U64};
+
+/// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Schema metadata key holding [`SCHEMA_VERSION`]; it also lands in each Parquet file's
+/// key-value metadata.
+pub const SCHEMA_VERSION_KEY: &str = "montrace.schema_version";
+
+/// File names of the tables inside a run directory.
+pub const PROCESSES_FILE: &str = "processes.parquet";
+pub const EVENTS_FILE: &str = "events.parquet";
+
+/// One row per process: see [`ProcessRecord`].
+static PROCESS_COLUMNS: &[Column<ProcessRecord>] = &[
+    required("pid", U32(|r| Some(r.pid))),
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    nullable("parent_pid", U32(|r| r.parent_pid)),
+    nullable("parent_start_time", Time(|r| r.parent_start_time_ns)),
+    nullable("end_time", Time(|r| r.end_time_ns)),
+    nullable("filename", Str(|r| r.filename.as_deref())),
+    nullable("argv", StrList(|r| r.argv.as_deref())),
+    required("argv_truncated", Bool(|r| Some(r.argv_truncated))),
+    required("comm", Str(|r| Some(&r.comm))),
+    required("exec_count", U32(|r| Some(r.exec_count))),
+    nullable("exit_code", I32(|r| r.exit_code)),
+    nullable("exit_signal", I32(|r| r.exit_signal)),
+    required("core_dumped", Bool(|r| Some(r.core_dumped))),
+    nullable("cpu_user_ns", U64(|r| r.cpu_user_ns)),
+    nullable("cpu_system_ns", U64(|r| r.cpu_system_ns)),
+    nullable("peak_rss_bytes", U64(|r| r.peak_rss_bytes)),
+    nullable("minor_faults", U64(|r| r.minor_faults)),
+    nullable("major_faults", U64(|r| r.major_faults)),
+    nullable(
+        "voluntary_ctxt_switches",
+        U64(|r| r.voluntary_ctxt_switches),
+    ),
+    nullable(
+        "involuntary_ctxt_switches",
+        U64(|r| r.involuntary_ctxt_switches),
+    ),
+    nullable("read_bytes", U64(|r| r.read_bytes)),
+    nullable("write_bytes", U64(|r| r.write_bytes)),
+    nullable("read_chars", U64(|r| r.read_chars)),
+    nullable("write_chars", U64(|r| r.write_chars)),
+    required("alive_at_end", Bool(|r| Some(r.alive_at_end))),
+];
+
+/// One row per lifecycle event: see [`EventRecord`].
+static EVENT_COLUMNS: &[Column<EventRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("kind", Str(|r| Some(r.kind.as_str()))),
+    required("pid", U32(|r| Some(r.pid))),
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    nullable("parent_pid", U32(|r| r.parent_pid)),
+    nullable("parent_start_time", Time(|r| r.parent_start_time_ns)),
+    nullable("filename", Str(|r| r.filename.as_deref())),
+    nullable("argv", StrList(|r| r.argv.as_deref())),
+    nullable("tid", U32(|r| r.tid)),
+    nullable("exit_code", I32(|r| r.exit_code)),
+    nullable("exit_signal", I32(|r| r.exit_signal)),
+    nullable("cpu_user_ns", U64(|r| r.cpu_user_ns)),
+    nullable("cpu_system_ns", U64(|r| r.cpu_system_ns)),
+    nullable("peak_rss_bytes", U64(|r| r.peak_rss_bytes)),
+];
+
+static PROCESSES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(PROCESS_COLUMNS));
+static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(EVENT_COLUMNS));
+
+/// Schema of `processes.parquet`.
+pub fn processes_schema() -> SchemaRef {
+    Arc::clone(&PROCESSES_SCHEMA)
+}
+
+/// Schema of `events.parquet`.
+pub fn events_schema() -> SchemaRef {
+    Arc::clone(&EVENTS_SCHEMA)
+}
+
+/// The rows of `processes.parquet`, in the given order.
+pub fn processes_batch(rows: &[ProcessRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(processes_schema(), PROCESS_COLUMNS, rows)
+}
+
+/// The rows of `events.parquet`, in the given order.
+pub fn events_batch(rows: &[EventRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(events_schema(), EVENT_COLUMNS, rows)
+}
+
+/// A column of a table whose rows are `R`.
+struct Column<R> {
+    name: &'static str,
+    nullable: bool,
+    values: Values<R>,
+}
+
+const fn required<R>(name: &'static str, values: Values<R>) -> Column<R> {
+    Column {
+        name,
+        nullable: false,
+        values,
+    }
+}
+
+const fn nullable<R>(name: &'static str, values: Values<R>) -> Column<R> {
+    Column {
+        name,
+        nullable: true,
+        values,
+    }
+}
+
+/// How a column's values are read from a row (None is null). The variant fixes the Arrow type.
+enum Values<R> {
+    U32(fn(&R) -> Option<u32>),
+    I32(fn(&R) -> Option<i32>),
+    U64(fn(&R) -> Option<u64>),
+    Bool(fn(&R) -> Option<bool>),
+    /// Nanoseconds since the Unix epoch, stored as a UTC timestamp.
+    Time(fn(&R) -> Option<i64>),
+    Str(fn(&R) -> Option<&str>),
+    StrList(fn(&R) -> Option<&[String]>),
+}
+
+impl<R> Values<R> {
+    fn data_type(&self) -> DataType {
+        match self {
+            Values::U32(_) => DataType::UInt32,
+            Values::I32(_) => DataType::Int32,
+            Values::U64(_) => DataType::UInt64,
+            Values::Bool(_) => DataType::Boolean,
+            Values::Time(_) => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            Values::Str(_) => DataType::Utf8,
+            Values::StrList(_) => DataType::List(Arc::new(list_item())),
+        }
+    }
+
+    fn build(&self, rows: &[R]) -> ArrayRef {
+        match self {
+            Values::U32(get) => self.primitive::<UInt32Type>(rows, *get),
+            Values::I32(get) => self.primitive::<Int32Type>(rows, *get),
+            Values::U64(get) => self.primitive::<UInt64Type>(rows, *get),
+            Values::Time(get) => self.primitive::<TimestampNanosecondType>(rows, *get),
+            Values::Bool(get) => {
+                let mut b = BooleanBuilder::with_capacity(rows.len());
+                b.extend(rows.iter().map(get));
+                Arc::new(b.finish())
+            }
+            Values::Str(get) => {
+                let mut b = StringBuilder::with_capacity(rows.len(), 0);
+                b.extend(rows.iter().map(get));
+                Arc::new(b.finish())
+            }
+            Values::StrList(get) => {
+                let mut b = ListBuilder::with_capacity(StringBuilder::new(), rows.len())
+                    .with_field(list_item());
+                for row in rows {
+                    match get(row) {
+                        Some(items) => {
+                            items.iter().for_each(|s| b.values().append_value(s));
+                            b.append(true);
+                        }
+                        None => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+        }
+    }
+
+    fn primitive<T: ArrowPrimitiveType>(
+        &self,
+        rows: &[R],
+        get: fn(&R) -> Option<T::Native>,
+    ) -> ArrayRef {
+        let mut b =
+            PrimitiveBuilder::<T>::with_capacity(rows.len()).with_data_type(self.data_type());
+        b.extend(rows.iter().map(get));
+        Arc::new(b.finish())
+    }
+}
+
+/// The element of `List<Utf8>` columns: argv entries are never null.
+fn list_item() -> Field {
+    Field::new_list_field(DataType::Utf8, false)
+}
+
+fn schema_of<R>(columns: &[Column<R>]) -> SchemaRef {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|c| Field::new(c.name, c.values.data_type(), c.nullable))
+        .collect();
+    let metadata = HashMap::from([(SCHEMA_VERSION_KEY.to_owned(), SCHEMA_VERSION.to_string())]);
+    Arc::new(Schema::new(fields).with_metadata(metadata))
+}
+
+fn batch_of<R>(
+    schema: SchemaRef,
+    columns: &[Column<R>],
+    rows: &[R],
+) -> Result<RecordBatch, ArrowError> {
+    let arrays = columns.iter().map(|c| c.values.build(rows)).collect();
+    // try_new checks every array against its field, nullability included.
+    RecordBatch::try_new(schema, arrays)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::EventKind;
+    use arrow_array::cast::AsArray;
+    use arrow_array::Array;
+
+    fn full_process() -> ProcessRecord {
+        ProcessRecord {
+            pid: 42,
+            start_time_ns: 1_700_000_000_123_456_789,
+            parent_pid: Some(41),
+            parent_start_time_ns: Some(1_700_000_000_000_000_001),
+            end_time_ns: Some(1_700_000_001_000_000_000),
+            filename: Some("/usr/bin/cc".into()),
+            argv: Some(vec!["cc".into(), "-c".into(), "a b.c".into()]),
+            argv_truncated: true,
+            comm: "cc".into(),
+            exec_count: 2,
+            exit_code: Some(1),
+            exit_signal: None,
+            core_dumped: false,
+            cpu_user_ns: Some(u64::MAX),
+            cpu_system_ns: Some(2),
+            peak_rss_bytes: Some(3 << 30),
+            minor_faults: Some(4),
+            major_faults: Some(5),
+            voluntary_ctxt_switches: Some(6),
+            involuntary_ctxt_switches: Some(7),
+            read_bytes: Some(8),
+            write_bytes: Some(9),
+            read_chars: Some(10),
+            write_chars: Some(11),
+            alive_at_end: false,
+        }
+    }
+
+    #[test]
+    fn processes_columns_in_order() {
+        let schema = processes_schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "pid",
+                "start_time",
+                "parent_pid",
+                "parent_start_time",
+                "end_time",
+                "filename",
+                "argv",
+                "argv_truncated",
+                "comm",
+                "exec_count",
+                "exit_code",
+                "exit_signal",
+                "core_dumped",
+                "cpu_user_ns",
+                "cpu_system_ns",
+                "peak_rss_bytes",
+                "minor_faults",
+                "major_faults",
+                "voluntary_ctxt_switches",
+                "involuntary_ctxt_switches",
+                "read_bytes",
+                "write_bytes",
+                "read_chars",
+                "write_chars",
+                "alive_at_end",
+            ]
+        );
+        let required: Vec<&str> = schema
+            .fields()
+            .iter()
+            .filter(|f| !f.is_nullable())
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(
+            required,
+            [
+                "pid",
+                "start_time",
+                "argv_truncated",
+                "comm",
+                "exec_count",
+                "core_dumped",
+                "alive_at_end"
+            ]
+        );
+        let utc = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
+        assert_eq!(
+            schema.field_with_name("start_time").unwrap().data_type(),
+            &utc
+        );
+        assert_eq!(
+            schema.field_with_name("argv").unwrap().data_type(),
+            &DataType::List(Arc::new(Field::new("item", DataType::Utf8, false)))
+        );
+        assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "1");
+    }
+
+    #[test]
+    fn events_columns_in_order() {
+        let schema = events_schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "time",
+                "kind",
+                "pid",
+                "start_time",
+                "parent_pid",
+                "parent_start_time",
+                "filename",
+                "argv",
+                "tid",
+                "exit_code",
+                "exit_signal",
+                "cpu_user_ns",
+                "cpu_system_ns",
+                "peak_rss_bytes",
+            ]
+        );
+        // Shared columns have the same type and nullability in both tables.
+        let processes = processes_schema();
+        for field in schema
+            .fields()
+            .iter()
+            .filter(|f| !["time", "kind", "tid"].contains(&f.name().as_str()))
+        {
+            assert_eq!(
+                processes.field_with_name(field.name()).unwrap(),
+                field.as_ref()
+            );
+        }
+        assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "1");
+    }
+
+    #[test]
+    fn processes_batch_values() {
+        let empty = ProcessRecord {
+            pid: 7,
+            comm: "sh".into(),
+            alive_at_end: true,
+            ..Default::default()
+        };
+        let batch = processes_batch(&[full_process(), empty]).unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(batch.schema(), processes_schema());
+
+        let start = batch.column_by_name("start_time").unwrap();
+        let start = start.as_primitive::<TimestampNanosecondType>();
+        assert_eq!(start.values(), &[1_700_000_000_123_456_789, 0]);
+        let argv = batch.column_by_name("argv").unwrap().as_list::<i32>();
+        assert_eq!(
+            argv.value(0)
+                .as_string::<i32>()
+                .iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+            ["cc", "-c", "a b.c"]
+        );
+        assert!(argv.is_null(1));
+        let cpu = batch
+            .column_by_name("cpu_user_ns")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        assert_eq!(cpu.value(0), u64::MAX);
+        assert!(cpu.is_null(1));
+        let exit_signal = batch.column_by_name("exit_signal").unwrap();
+        assert_eq!(exit_signal.null_count(), 2);
+        let alive = batch.column_by_name("alive_at_end").unwrap().as_boolean();
+        assert!(!alive.value(0) && alive.value(1));
+        // Every nullable column is null for the record with nothing set.
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
+        }
+    }
+
+    #[test]
+    fn events_batch_values() {
+        let fork = EventRecord {
+            time_ns: 5,
+            kind: EventKind::Fork,
+            pid: 2,
+            start_time_ns: 4,
+            parent_pid: Some(1),
+            parent_start_time_ns: Some(3),
+            filename: None,
+            argv: None,
+            tid: None,
+            exit_code: None,
+            exit_signal: None,
+            cpu_user_ns: None,
+            cpu_system_ns: None,
+            peak_rss_bytes: None,
+        };
+        let exit = EventRecord {
+            kind: EventKind::ThreadExit,
+            tid: Some(3),
+            exit_signal: Some(9),
+            ..fork.clone()
+        };
+        let batch = events_batch(&[fork, exit]).unwrap();
+        let kind = batch.column_by_name("kind").unwrap().as_string::<i32>();
+        assert_eq!(
+            kind.iter().flatten().collect::<Vec<_>>(),
+            ["fork", "thread_exit"]
+        );
+        let tid = batch
+            .column_by_name("tid")
+            .unwrap()
+            .as_primitive::<UInt32Type>();
+        assert!(tid.is_null(0));
+        assert_eq!(tid.value(1), 3);
+    }
+
+    #[test]
+    fn no_rows_is_an_empty_batch() {
+        assert_eq!(processes_batch(&[]).unwrap().num_rows(), 0);
+        assert_eq!(events_batch(&[]).unwrap().num_columns(), 14);
+    }
+}

@@ -1,0 +1,228 @@
+//! run.json and the end-of-run summary: pure functions over the run's records.
+use serde::Serialize;
+
+use crate::ebpf::{LostEvents, TrackingMode};
+use crate::model::ProcessRecord;
+use crate::units::{format_bytes, format_seconds_ns, rfc3339};
+
+/// Version of run.json's layout (shared with the Parquet schema version).
+pub const RUN_JSON_VERSION: u32 = crate::schema::SCHEMA_VERSION;
+
+/// Totals over the whole tree, from the kernel's exit figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TreeTotals {
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    /// The process with the largest peak RSS of its own.
+    pub peak_rss_bytes: Option<u64>,
+    pub peak_rss_pid: Option<u32>,
+    pub peak_rss_comm: Option<String>,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub alive_at_end: usize,
+}
+
+pub fn tree_totals(processes: &[ProcessRecord]) -> TreeTotals {
+    let mut t = TreeTotals::default();
+    for p in processes {
+        t.cpu_user_ns += p.cpu_user_ns.unwrap_or(0);
+        t.cpu_system_ns += p.cpu_system_ns.unwrap_or(0);
+        t.read_bytes += p.read_bytes.unwrap_or(0);
+        t.write_bytes += p.write_bytes.unwrap_or(0);
+        t.alive_at_end += usize::from(p.alive_at_end);
+        if let Some(peak) = p.peak_rss_bytes {
+            if t.peak_rss_bytes.is_none_or(|best| peak > best) {
+                t.peak_rss_bytes = Some(peak);
+                t.peak_rss_pid = Some(p.pid);
+                t.peak_rss_comm = Some(p.comm.clone());
+            }
+        }
+    }
+    t
+}
+
+/// Everything run.json says about a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunInfo {
+    pub schema_version: u32,
+    pub montrace_version: String,
+    /// The command as one shell-like string, for people.
+    pub command: String,
+    pub argv: Vec<String>,
+    /// The program that was executed (after PATH search).
+    pub executable: String,
+    pub start_time: String,
+    pub end_time: String,
+    pub duration_s: f64,
+    pub host: String,
+    pub kernel: String,
+    pub tracking_mode: TrackingMode,
+    /// The command's status: exit code, or None when a signal killed it.
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    /// What montrace itself exits with (exit code, or 128 + signal).
+    pub exit_status: i32,
+    pub lost_events: LostEvents,
+    /// Processes whose exit event never arrived (found gone from /proc).
+    pub vanished_processes: u64,
+    pub processes_started: usize,
+    pub max_concurrent: usize,
+    pub totals: TreeTotals,
+    /// Time from montrace's start to the command's exec, ms.
+    pub startup_ms: Option<f64>,
+    /// Time to load and attach the eBPF programs, ms.
+    pub ebpf_load_ms: f64,
+    pub uid: u32,
+    pub gid: u32,
+    /// Set when --linger ended the wait with descendants still running.
+    pub linger_expired: bool,
+    /// Signals montrace forwarded to the tree.
+    pub signals_forwarded: Vec<i32>,
+    pub out_dir: String,
+}
+
+impl RunInfo {
+    pub fn new_times(start_ns: i64, end_ns: i64) -> (String, String, f64) {
+        (
+            rfc3339(start_ns),
+            rfc3339(end_ns),
+            (end_ns - start_ns) as f64 / 1e9,
+        )
+    }
+}
+
+/// The summary printed to stderr at the end, like `/usr/bin/time -v` for the whole tree.
+pub fn format_summary(info: &RunInfo) -> String {
+    let t = &info.totals;
+    let status = match (info.exit_code, info.exit_signal) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "unknown".to_string(),
+    };
+    let peak = match (t.peak_rss_bytes, t.peak_rss_pid, &t.peak_rss_comm) {
+        (Some(bytes), Some(pid), Some(comm)) => {
+            format!("{} (pid {pid}, {comm})", format_bytes(bytes))
+        }
+        _ => "n/a".to_string(),
+    };
+    let lost = info.lost_events.total();
+    let mut lines = vec![
+        format!("montrace: {}", info.command),
+        format!("  exit status          {status}"),
+        format!("  wall time            {:.3}s", info.duration_s),
+        format!(
+            "  processes started    {} (at most {} at once)",
+            info.processes_started, info.max_concurrent
+        ),
+        format!(
+            "  CPU user / system    {} / {} (whole tree)",
+            format_seconds_ns(t.cpu_user_ns),
+            format_seconds_ns(t.cpu_system_ns)
+        ),
+        format!("  peak RSS, largest    {peak}"),
+        format!(
+            "  I/O read / written   {} / {}",
+            format_bytes(t.read_bytes),
+            format_bytes(t.write_bytes)
+        ),
+        format!(
+            "  lost events          {lost}{}",
+            if lost > 0 {
+                format!(
+                    " (ring buffer full: {}, tracked map full: {}) - figures are incomplete; try --ring-buffer-size",
+                    info.lost_events.ringbuf_full, info.lost_events.track_map_full
+                )
+            } else {
+                String::new()
+            }
+        ),
+    ];
+    if t.alive_at_end > 0 {
+        lines.push(format!(
+            "  still running        {} (recorded as alive_at_end)",
+            t.alive_at_end
+        ));
+    }
+    lines.push(format!("  run directory        {}", info.out_dir));
+    lines.join("\n") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc(pid: u32, user: u64, sys: u64, peak: Option<u64>, alive: bool) -> ProcessRecord {
+        ProcessRecord {
+            pid,
+            comm: format!("p{pid}"),
+            cpu_user_ns: (!alive).then_some(user),
+            cpu_system_ns: (!alive).then_some(sys),
+            peak_rss_bytes: peak,
+            read_bytes: Some(10),
+            alive_at_end: alive,
+            ..ProcessRecord::default()
+        }
+    }
+
+    #[test]
+    fn totals_sum_the_tree_and_find_the_largest_process() {
+        let t = tree_totals(&[
+            proc(1, 100, 50, Some(1000), false),
+            proc(2, 200, 25, Some(5000), false),
+            proc(3, 7, 7, None, true),
+        ]);
+        assert_eq!((t.cpu_user_ns, t.cpu_system_ns), (300, 75));
+        assert_eq!((t.peak_rss_bytes, t.peak_rss_pid), (Some(5000), Some(2)));
+        assert_eq!(t.peak_rss_comm.as_deref(), Some("p2"));
+        assert_eq!((t.read_bytes, t.alive_at_end), (30, 1));
+    }
+
+    #[test]
+    fn summary_mentions_every_headline_figure() {
+        let info = RunInfo {
+            schema_version: 1,
+            montrace_version: "0.1.0".into(),
+            command: "make -j8".into(),
+            argv: vec!["make".into(), "-j8".into()],
+            executable: "/usr/bin/make".into(),
+            start_time: rfc3339(0),
+            end_time: rfc3339(2_500_000_000),
+            duration_s: 2.5,
+            host: "h".into(),
+            kernel: "6.18".into(),
+            tracking_mode: TrackingMode::TpBtf,
+            exit_code: None,
+            exit_signal: Some(9),
+            exit_status: 137,
+            lost_events: LostEvents {
+                ringbuf_full: 3,
+                track_map_full: 0,
+                read_errors: 0,
+            },
+            vanished_processes: 0,
+            processes_started: 12,
+            max_concurrent: 4,
+            totals: tree_totals(&[proc(1, 1_500_000_000, 250_000_000, Some(200 << 20), false)]),
+            startup_ms: Some(120.0),
+            ebpf_load_ms: 100.0,
+            uid: 1000,
+            gid: 1000,
+            linger_expired: false,
+            signals_forwarded: vec![],
+            out_dir: "runs/x".into(),
+        };
+        let text = format_summary(&info);
+        for needle in [
+            "make -j8",
+            "killed by signal 9",
+            "2.500s",
+            "12 (at most 4 at once)",
+            "1.500s / 0.250s",
+            "200.0 MiB (pid 1, p1)",
+            "lost events          3 (ring buffer full: 3",
+            "runs/x",
+        ] {
+            assert!(text.contains(needle), "summary lacks {needle:?}:\n{text}");
+        }
+    }
+}

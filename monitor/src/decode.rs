@@ -269,7 +269,8 @@ mod tests {
 
     #[test]
     fn decodes_exec_argv() {
-        let e = exec_event(b"/bin/echo\0hello world\0\0x\0", 26);
+        let args = b"/bin/echo\0hello world\0\0x\0";
+        let e = exec_event(args, args.len() as u64);
         match decode(&bytes_of(&e), 4096).unwrap() {
             KernelEvent::Exec {
                 filename,

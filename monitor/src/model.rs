@@ -9,12 +9,13 @@ pub struct ProcessRecord {
     /// When the kernel created the process (`task_struct::start_boottime`, as wall time).
     pub start_time_ns: i64,
     /// The process that forked it; kept after reparenting. None for the command montrace started
-    /// (its parent is montrace itself) and for processes found already running.
+    /// (its parent is montrace itself) and for a process whose fork event was lost.
     pub parent_pid: Option<u32>,
     pub parent_start_time_ns: Option<i64>,
     /// When its last thread exited; None while alive.
     pub end_time_ns: Option<i64>,
-    /// Path given to the last execve (as the kernel saw it); None if it never exec'd while tracked.
+    /// The program it ran: the path of its last execve (as the kernel saw it), or, for a child
+    /// that never exec'd, its parent's program (a forked child runs its parent's code).
     pub filename: Option<String>,
     /// argv of the last execve, read in the kernel at exec (cut at 512 bytes).
     pub argv: Option<Vec<String>>,
@@ -31,7 +32,8 @@ pub struct ProcessRecord {
     pub core_dumped: bool,
     pub cpu_user_ns: Option<u64>,
     pub cpu_system_ns: Option<u64>,
-    /// Peak resident memory of its own address space (VmHWM at exit), bytes.
+    /// Peak resident memory of its own address space (VmHWM at exit), bytes; None when it had no
+    /// address space at exit.
     pub peak_rss_bytes: Option<u64>,
     pub minor_faults: Option<u64>,
     pub major_faults: Option<u64>,

@@ -196,7 +196,7 @@ impl Tracker {
                     );
                     r.cpu_user_ns = Some(stats.cpu_user_ns);
                     r.cpu_system_ns = Some(stats.cpu_system_ns);
-                    r.peak_rss_bytes = Some(stats.peak_rss_bytes);
+                    r.peak_rss_bytes = (stats.peak_rss_bytes > 0).then_some(stats.peak_rss_bytes);
                     r.minor_faults = Some(stats.minor_faults);
                     r.major_faults = Some(stats.major_faults);
                     r.voluntary_ctxt_switches = Some(stats.voluntary_ctxt_switches);

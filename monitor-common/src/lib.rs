@@ -19,7 +19,7 @@ pub const MAX_TRACKED: u32 = 65_536;
 pub mod kind {
     pub const FORK: u32 = 1;
     pub const EXEC: u32 = 2;
-    /// The last thread of a process exited (`group_dead`): figures cover every thread.
+    /// The last thread of a process exited (`group_dead`).
     pub const EXIT: u32 = 3;
     /// One thread of a multi-threaded process exited; the process lives on.
     pub const THREAD_EXIT: u32 = 4;
@@ -78,8 +78,9 @@ pub struct ExecEvent {
     pub argv: [u8; ARGV_LEN],
 }
 
-/// Final figures of a process (kind `EXIT`, all threads together) or of one thread
-/// (kind `THREAD_EXIT`).
+/// Final figures of one exiting thread: kind `THREAD_EXIT`, or `EXIT` when it was the last
+/// thread of its process. A process's figures are the sum over its threads' exit events; memory
+/// figures describe the address space all its threads share.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExitEvent {
@@ -97,6 +98,8 @@ pub struct ExitEvent {
     /// Peak resident set of this process's own address space, in pages:
     /// `max(mm->hiwater_rss, current rss counters)`. 0 for kernel threads / no mm.
     pub peak_rss_pages: u64,
+    /// Resident pages at exit (file + anon + shmem counters); becomes the process's last sample.
+    pub rss_pages: u64,
     pub min_flt: u64,
     pub maj_flt: u64,
     pub nvcsw: u64,

@@ -1,6 +1,9 @@
-//! `sched_process_exit`: a thread of a tracked process exited. When it was the last one
-//! (`group_dead`) the event carries the whole process's final figures and the process leaves
-//! `TRACKED`. Since Linux 6.16 this tracepoint fires before `exit_mm()`, so the address space,
+//! `sched_process_exit`: a thread of a tracked process exited. Every event carries that
+//! thread's own figures; the agent sums a process's thread exits. Reading `signal_struct`'s
+//! totals instead would be wrong twice: a leader that exited first (pthread_exit) stays a zombie
+//! whose figures are folded in only at reaping, and `wait_task_zombie()` adds reaped children's
+//! I/O into the parent's `signal->ioac`. When the last thread exits (`group_dead`) the process
+//! leaves `TRACKED`. Since Linux 6.16 this tracepoint fires before `exit_mm()`, so the address space,
 //! and with it the process's own peak RSS, is still readable.
 use aya_ebpf::{
     helpers::{bpf_get_current_task, bpf_ktime_get_boot_ns},
@@ -78,23 +81,9 @@ fn handle(task: usize, group_dead: bool) {
         (*e).wchar = task::read(task, ioac + off!(ioac_wchar));
         (*e).read_bytes = task::read(task, ioac + off!(ioac_read_bytes));
         (*e).write_bytes = task::read(task, ioac + off!(ioac_write_bytes));
-        if group_dead {
-            // Threads that exited earlier were folded into signal_struct (__exit_signal()).
-            let sig: usize = task::read(task, off!(task_signal));
-            let sioac = off!(signal_ioac);
-            (*e).runtime_ns += task::read::<u64>(sig, off!(signal_sum_sched_runtime));
-            (*e).utime_ns += task::read::<u64>(sig, off!(signal_utime));
-            (*e).stime_ns += task::read::<u64>(sig, off!(signal_stime));
-            (*e).min_flt += task::read::<u64>(sig, off!(signal_min_flt));
-            (*e).maj_flt += task::read::<u64>(sig, off!(signal_maj_flt));
-            (*e).nvcsw += task::read::<u64>(sig, off!(signal_nvcsw));
-            (*e).nivcsw += task::read::<u64>(sig, off!(signal_nivcsw));
-            (*e).rchar += task::read::<u64>(sig, sioac + off!(ioac_rchar));
-            (*e).wchar += task::read::<u64>(sig, sioac + off!(ioac_wchar));
-            (*e).read_bytes += task::read::<u64>(sig, sioac + off!(ioac_read_bytes));
-            (*e).write_bytes += task::read::<u64>(sig, sioac + off!(ioac_write_bytes));
-        }
-        (*e).peak_rss_pages = task::peak_rss_pages(task);
+        let (peak, current) = task::rss_pages(task);
+        (*e).peak_rss_pages = peak;
+        (*e).rss_pages = current;
         (*e).comm = task::comm(task);
     }
     entry.submit(0);

@@ -40,14 +40,14 @@ pub fn comm(task: usize) -> [u8; COMM_LEN] {
     read::<[u8; COMM_LEN]>(task, off!(task_comm))
 }
 
-/// Peak resident pages of the task's address space: what the kernel reports as VmHWM,
-/// `max(mm->hiwater_rss, file + anon + shmem counters)`. The high-water mark alone lags: the
-/// kernel only raises it just before RSS shrinks (`update_hiwater_rss`).
+/// (peak, current) resident pages of the task's address space. The peak is what the kernel
+/// reports as VmHWM, `max(mm->hiwater_rss, file + anon + shmem counters)`: the high-water mark
+/// alone lags, as the kernel only raises it just before RSS shrinks (`update_hiwater_rss`).
 #[inline(always)]
-pub fn peak_rss_pages(task: usize) -> u64 {
+pub fn rss_pages(task: usize) -> (u64, u64) {
     let mm: usize = read(task, off!(task_mm));
     if mm == 0 {
-        return 0;
+        return (0, 0);
     }
     let hiwater: u64 = read(mm, off!(mm_hiwater_rss));
     let stride = off!(percpu_counter_size);
@@ -58,9 +58,6 @@ pub fn peak_rss_pages(task: usize) -> u64 {
     rss += read::<i64>(mm, base + off!(mm_shmempages) * stride);
     // The per-CPU counter's central value can lag below zero while deltas sit on other CPUs.
     let rss = if rss < 0 { 0 } else { rss as u64 };
-    if hiwater > rss {
-        hiwater
-    } else {
-        rss
-    }
+    let peak = if hiwater > rss { hiwater } else { rss };
+    (peak, rss)
 }

@@ -4,6 +4,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use crate::ebpf::TracepointChoice;
+use crate::sampler::MemoryDetail;
 use crate::units;
 
 /// Exit status of montrace when it fails itself (before or instead of the command's own).
@@ -58,6 +59,20 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub tracepoints: TracepointChoice,
 
+    /// How often to sample every live process and the system from /proc (at least 10ms)
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_interval)]
+    pub interval: Duration,
+
+    /// `full` reads smaps_rollup for USS/PSS/swap (about 30 µs per process, more for large
+    /// address spaces); `basic` skips it (about 12 µs per process)
+    #[arg(long, value_enum, default_value = "full")]
+    pub memory_detail: MemoryDetail,
+
+    /// Longest time recorded rows stay in memory before they are written to closed Parquet parts
+    /// (a crash or kill -9 of montrace loses at most this much)
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_flush_interval)]
+    pub flush_interval: Duration,
+
     /// Do not print the summary at the end
     #[arg(long, short)]
     pub quiet: bool,
@@ -70,6 +85,24 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<OsString>,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = units::parse_duration(text)?;
+    if interval < Duration::from_millis(10) {
+        return Err(format!("--interval {text} is too short: use at least 10ms"));
+    }
+    Ok(interval)
+}
+
+fn parse_flush_interval(text: &str) -> Result<Duration, String> {
+    let interval = units::parse_duration(text)?;
+    if interval < Duration::from_millis(100) {
+        return Err(format!(
+            "--flush-interval {text} is too short: use at least 100ms"
+        ));
+    }
+    Ok(interval)
 }
 
 fn parse_ring_size(text: &str) -> Result<u32, String> {
@@ -98,8 +131,15 @@ mod tests {
             Cli::try_parse_from(["montrace", "run", "--linger", "2s", "--", "ls", "-l"]).unwrap();
         let Command::Run(run) = cli.command;
         assert_eq!(run.command, ["ls", "-l"]);
+        let cli = Cli::try_parse_from(["montrace", "run", "ls", "-l", "--out", "x"]).unwrap();
+        let Command::Run(run) = cli.command;
+        assert_eq!(run.command, ["ls", "-l", "--out", "x"]);
+        assert_eq!(run.out, None);
         assert_eq!(run.linger, Some(Duration::from_secs(2)));
         assert_eq!(run.ring_buffer_size, 8 << 20);
+        assert_eq!(run.interval, Duration::from_millis(200));
+        assert_eq!(run.flush_interval, Duration::from_secs(5));
+        assert_eq!(run.memory_detail, MemoryDetail::Full);
     }
 
     #[test]
@@ -110,5 +150,11 @@ mod tests {
                 .is_err()
         );
         assert!(Cli::try_parse_from(["montrace", "run"]).is_err());
+        assert!(Cli::try_parse_from(["montrace", "run", "--quite", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["montrace", "run", "--interval", "5ms", "--", "ls"]).is_err());
+        assert!(
+            Cli::try_parse_from(["montrace", "run", "--memory-detail", "some", "--", "ls"])
+                .is_err()
+        );
     }
 }

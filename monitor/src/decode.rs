@@ -71,7 +71,7 @@ impl Termination {
     }
 }
 
-/// Final figures of a process (or thread) at exit.
+/// Final figures of a thread at exit, or, summed over its threads, of a process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExitStats {
     pub tid: u32,
@@ -79,6 +79,8 @@ pub struct ExitStats {
     pub cpu_user_ns: u64,
     pub cpu_system_ns: u64,
     pub peak_rss_bytes: u64,
+    /// Resident memory at exit.
+    pub rss_bytes: u64,
     pub minor_faults: u64,
     pub major_faults: u64,
     pub voluntary_ctxt_switches: u64,
@@ -95,6 +97,23 @@ pub enum DecodeError {
     Short { kind: u32, len: usize },
     #[error("ring buffer record has unknown event kind {0}")]
     UnknownKind(u32),
+}
+
+impl ExitStats {
+    /// Adds another thread's counters (CPU, faults, context switches, I/O). Memory and identity
+    /// fields are left alone: they describe the shared address space and the last thread.
+    pub fn add_thread(&mut self, other: &ExitStats) {
+        self.cpu_user_ns += other.cpu_user_ns;
+        self.cpu_system_ns += other.cpu_system_ns;
+        self.minor_faults += other.minor_faults;
+        self.major_faults += other.major_faults;
+        self.voluntary_ctxt_switches += other.voluntary_ctxt_switches;
+        self.involuntary_ctxt_switches += other.involuntary_ctxt_switches;
+        self.read_bytes += other.read_bytes;
+        self.write_bytes += other.write_bytes;
+        self.read_chars += other.read_chars;
+        self.write_chars += other.write_chars;
+    }
 }
 
 fn read_pod<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
@@ -152,6 +171,7 @@ pub fn decode(bytes: &[u8], page_size: u64) -> Result<KernelEvent, DecodeError> 
                     cpu_user_ns,
                     cpu_system_ns,
                     peak_rss_bytes: e.peak_rss_pages * page_size,
+                    rss_bytes: e.rss_pages * page_size,
                     minor_faults: e.min_flt,
                     major_faults: e.maj_flt,
                     voluntary_ctxt_switches: e.nvcsw,
@@ -323,6 +343,7 @@ mod tests {
             utime_ns: 3,
             stime_ns: 1,
             peak_rss_pages: 10,
+            rss_pages: 8,
             min_flt: 1,
             maj_flt: 2,
             nvcsw: 3,
@@ -345,6 +366,7 @@ mod tests {
                 assert_eq!(stats.cpu_user_ns, 750_000);
                 assert_eq!(stats.cpu_system_ns, 250_000);
                 assert_eq!(stats.peak_rss_bytes, 40_960);
+                assert_eq!(stats.rss_bytes, 32_768);
                 assert_eq!(
                     Termination::from_exit_code(stats.exit_code),
                     Termination::Exited(7)

@@ -70,6 +70,14 @@ pub fn uname() -> (String, String) {
     (field(&u.nodename), field(&u.release))
 }
 
+/// Whether a start time read from /proc (clock ticks since boot) is the process whose exact start
+/// time montrace knows: they agree to within a tick (/proc truncates to ticks).
+pub fn same_start(start_ticks: u64, start_boot_ns: u64) -> bool {
+    let tick_ns = 1_000_000_000 / ticks_per_second();
+    let from_proc = start_ticks * tick_ns;
+    from_proc.abs_diff(start_boot_ns) <= 2 * tick_ns
+}
+
 /// Start time of a process, ns since boot, from /proc/PID/stat (clock-tick resolution).
 pub fn proc_start_boot_ns(pid: u32) -> io::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -133,6 +141,13 @@ mod tests {
         let stat = "1234 (we ird) (x)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10";
         assert_eq!(parse_stat_start_ticks(stat), Some(98765));
         assert_eq!(parse_stat_start_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn start_times_match_within_a_tick() {
+        let tick = 1_000_000_000 / ticks_per_second();
+        assert!(same_start(100, 100 * tick + tick / 2));
+        assert!(!same_start(100, 110 * tick));
     }
 
     #[test]

@@ -243,6 +243,9 @@ unsafe fn child_after_fork(
         libc::_exit(code)
     };
     libc::sigprocmask(libc::SIG_SETMASK, sigmask, std::ptr::null_mut());
+    // Rust's runtime ignores SIGPIPE, and an ignored signal stays ignored across exec: give the
+    // command the default, or `yes | head -n1` would end with an error instead of SIGPIPE.
+    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     let mut byte = 0u8;
     loop {
         let n = libc::read(barrier, (&mut byte as *mut u8).cast(), 1);
@@ -405,7 +408,9 @@ pub fn read_signals(fd: &OwnedFd) -> Vec<Received> {
     }
 }
 
-/// Sends `signal` to each pid; ones already gone are ignored.
+/// Sends `signal` to each pid, in the order given (callers pass parents before children, so a
+/// parent cannot see a child die and carry on before its own signal arrives); ones already gone
+/// are ignored.
 pub fn kill_all(pids: &[u32], signal: i32) {
     for &pid in pids {
         // SAFETY: plain syscall; ESRCH for a process that just exited is fine.

@@ -1,16 +1,21 @@
 //! montrace: follows a command's exact process tree with eBPF and records what every process used.
 //!
 //! Data flow: `ebpf` (load, attach; the kernel edge) -> `decode` (ring bytes -> events) ->
-//! `tracker` (process tree state machine) -> `schema` + `writer` (Arrow/Parquet) and `summary`
-//! (run.json, the printed summary). `launch` starts the command; `run` ties it together.
+//! `tracker` (process tree state machine) -> `schema` + `writer` (Arrow/Parquet, crash-safe parts)
+//! and `summary` (run.json, the printed summary). `sampler` reads /proc and `rates` derives
+//! per-interval figures from two readings; `cgroup` gives the kernel's totals for the tree.
+//! `launch` starts the command; `run` ties it together.
 pub mod btf;
+pub mod cgroup;
 pub mod cli;
 pub mod decode;
 pub mod ebpf;
 pub mod host;
 pub mod launch;
 pub mod model;
+pub mod rates;
 pub mod run;
+pub mod sampler;
 pub mod schema;
 pub mod summary;
 pub mod tracker;

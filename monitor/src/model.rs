@@ -90,3 +90,87 @@ pub struct EventRecord {
     pub cpu_system_ns: Option<u64>,
     pub peak_rss_bytes: Option<u64>,
 }
+
+/// Where a row of samples.parquet came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleSource {
+    /// A periodic read of /proc.
+    Procfs,
+    /// The process's exit event (its last figures, from the kernel at exit).
+    Exit,
+}
+
+impl SampleSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SampleSource::Procfs => "procfs",
+            SampleSource::Exit => "exit",
+        }
+    }
+}
+
+/// One row of samples.parquet: a live process at one moment. Counters are cumulative since the
+/// process started; `cpu_percent` is derived from the previous row of the same process.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SampleRecord {
+    pub time_ns: i64,
+    pub pid: u32,
+    /// Joins with processes.parquet.
+    pub start_time_ns: i64,
+    pub source: Option<SampleSource>,
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    /// Share of one CPU since the previous sample of this process (or since it started, for
+    /// its first sample): 100 = one core busy. Above 100 for a multi-threaded process.
+    pub cpu_percent: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    /// Private memory (smaps_rollup Private_Clean + Private_Dirty); None with --memory-detail basic.
+    pub uss_bytes: Option<u64>,
+    /// Proportional set size (shared pages divided among their users).
+    pub pss_bytes: Option<u64>,
+    pub swap_bytes: Option<u64>,
+    pub vms_bytes: Option<u64>,
+    pub threads: Option<u32>,
+    pub fds: Option<u32>,
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    pub read_chars: Option<u64>,
+    pub write_chars: Option<u64>,
+    pub minor_faults: Option<u64>,
+    pub major_faults: Option<u64>,
+    /// One-letter state from /proc/PID/stat (R, S, D, Z, ...); "X" for the exit row.
+    pub state: Option<String>,
+}
+
+/// One row of system.parquet: the whole machine at one moment. Percentages cover all CPUs
+/// (100 = every CPU busy) over the interval since the previous row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SystemRecord {
+    pub time_ns: i64,
+    pub cpu_user_percent: Option<f64>,
+    pub cpu_nice_percent: Option<f64>,
+    pub cpu_system_percent: Option<f64>,
+    pub cpu_idle_percent: Option<f64>,
+    pub cpu_iowait_percent: Option<f64>,
+    /// Hard and soft interrupts.
+    pub cpu_irq_percent: Option<f64>,
+    pub cpu_steal_percent: Option<f64>,
+    pub mem_total_bytes: u64,
+    pub mem_available_bytes: u64,
+    /// total - available.
+    pub mem_used_bytes: u64,
+    /// Page cache + reclaimable slab (Cached + SReclaimable).
+    pub mem_cached_bytes: u64,
+    pub swap_total_bytes: u64,
+    pub swap_used_bytes: u64,
+    pub load_1: f64,
+    pub load_5: f64,
+    pub load_15: f64,
+    /// Pressure stall information, share of time stalled over the last 10 s (percent); None
+    /// where the kernel has no PSI.
+    pub psi_cpu_some_avg10: Option<f64>,
+    pub psi_memory_some_avg10: Option<f64>,
+    pub psi_memory_full_avg10: Option<f64>,
+    pub psi_io_some_avg10: Option<f64>,
+    pub psi_io_full_avg10: Option<f64>,
+}

@@ -2,6 +2,7 @@
 //! then loads the probes, starts the command held at a barrier, tracks it, and follows the tree
 //! until the command and every descendant are gone; finally writes the run directory.
 use std::{
+    collections::HashMap,
     ffi::OsString,
     os::fd::OwnedFd,
     path::{Path, PathBuf},
@@ -14,11 +15,15 @@ use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
     btf,
+    cgroup::RunCgroup,
     cli::{RunArgs, EXIT_NOT_FOUND},
     decode::{self, KernelEvent},
     ebpf::Probes,
     host,
     launch::{self, Identity},
+    model::ProcessRecord,
+    rates,
+    sampler::{MemoryDetail, ProcReader, ReadError, SystemReading},
     schema,
     summary::{self, RunInfo},
     tracker::{Clock, Tracker},
@@ -30,6 +35,179 @@ struct Outcome {
     wait_status: i32,
     linger_expired: bool,
     signals_forwarded: Vec<i32>,
+}
+
+/// Everything recorded during a run: the tree, the tables on disk, and the state rates need.
+/// Kernel events and /proc sweeps go in; rows go out to crash-safe tables as they are made.
+struct Recorder {
+    tracker: Tracker,
+    events: writer::EventTable,
+    processes: writer::PartedTable<ProcessRecord>,
+    samples: writer::SampleTable,
+    system: writer::SystemTable,
+    reader: ProcReader,
+    detail: MemoryDetail,
+    /// Last sample of each live process, keyed by (pid, start time).
+    previous: HashMap<(u32, i64), rates::Previous>,
+    previous_system: Option<SystemReading>,
+    totals: summary::TreeTotals,
+    memory_peaks: summary::TreeMemoryPeaks,
+    sample_rows: u64,
+    page_size: u64,
+    root_pid: u32,
+    exec_time_boot_ns: Option<u64>,
+}
+
+impl Recorder {
+    fn create(
+        out_dir: &Path,
+        tracker: Tracker,
+        root_pid: u32,
+        detail: MemoryDetail,
+    ) -> anyhow::Result<Recorder> {
+        Ok(Recorder {
+            tracker,
+            events: writer::PartedTable::events(out_dir)?,
+            processes: writer::PartedTable::create(
+                out_dir,
+                schema::PROCESSES_FILE.trim_end_matches(".parquet"),
+                schema::processes_schema(),
+                schema::processes_batch,
+            )?,
+            samples: writer::PartedTable::samples(out_dir)?,
+            system: writer::PartedTable::system(out_dir)?,
+            reader: ProcReader::new(),
+            detail,
+            previous: HashMap::new(),
+            previous_system: None,
+            totals: summary::TreeTotals::default(),
+            memory_peaks: summary::TreeMemoryPeaks::default(),
+            sample_rows: 0,
+            page_size: host::page_size(),
+            root_pid,
+            exec_time_boot_ns: None,
+        })
+    }
+
+    /// One ring-buffer record: the tree changes, an event row is written, and a process that
+    /// ended leaves its exit figures as its last sample.
+    fn on_record(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        let event = decode::decode(bytes, self.page_size)?;
+        if let KernelEvent::Exec { pid, time_ns, .. } = &event {
+            if *pid == self.root_pid && self.exec_time_boot_ns.is_none() {
+                self.exec_time_boot_ns = Some(*time_ns);
+            }
+        }
+        let row = self.tracker.apply(&event);
+        if let Some(figures) = self.tracker.take_last_exit() {
+            let previous = self.previous.remove(&(row.pid, row.start_time_ns));
+            self.samples.push(rates::exit_sample(
+                row.pid,
+                &figures,
+                row.time_ns,
+                row.start_time_ns,
+                previous.as_ref(),
+            ))?;
+            self.sample_rows += 1;
+        }
+        self.events.push(row)?;
+        self.store_finished()
+    }
+
+    fn store_finished(&mut self) -> anyhow::Result<()> {
+        for record in self.tracker.take_finished() {
+            self.previous.remove(&(record.pid, record.start_time_ns));
+            self.totals.add(&record);
+            self.processes.push(record)?;
+        }
+        Ok(())
+    }
+
+    /// One sweep: every live process of the tree and the system, stamped with one time.
+    fn sample(&mut self) -> anyhow::Result<()> {
+        let clock = self.tracker.clock();
+        let now = host::realtime_ns();
+        let mut sweep = Vec::new();
+        for (pid, start_time_ns) in self.tracker.live_processes() {
+            let reading = match self.reader.read_process(pid, self.detail) {
+                Ok(reading) => reading,
+                // It exited since the last drain; its exit event brings its last figures.
+                Err(ReadError::Gone(_)) => continue,
+                Err(err) => {
+                    eprintln!("montrace: warning: {err}");
+                    continue;
+                }
+            };
+            // A pid reused by a process outside the tree since the exit was queued is not ours.
+            let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
+            if !host::same_start(reading.start_ticks, start_boot_ns) {
+                continue;
+            }
+            let key = (pid, start_time_ns);
+            let sample =
+                rates::process_sample(&reading, now, start_time_ns, self.previous.get(&key));
+            self.previous.insert(key, rates::Previous::from(&sample));
+            sweep.push(sample);
+        }
+        self.memory_peaks.add_sweep(&sweep);
+        self.sample_rows += sweep.len() as u64;
+        for sample in sweep {
+            self.samples.push(sample)?;
+        }
+        match self.reader.read_system() {
+            Ok(reading) => {
+                self.system.push(rates::system_sample(
+                    &reading,
+                    now,
+                    self.previous_system.as_ref(),
+                ))?;
+                self.previous_system = Some(reading);
+            }
+            Err(err) => eprintln!("montrace: warning: {err}"),
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.events.flush()?;
+        self.processes.flush()?;
+        self.samples.flush()?;
+        self.system.flush()?;
+        Ok(())
+    }
+
+    /// Writes the processes still alive and closes every table into its final file.
+    fn finish(mut self) -> anyhow::Result<Finished> {
+        let max_concurrent = self.tracker.max_concurrent();
+        let vanished = self.tracker.vanished_count();
+        let started = self.tracker.processes_started();
+        for record in self.tracker.finish() {
+            self.totals.add(&record);
+            self.processes.push(record)?;
+        }
+        self.events.finish()?;
+        self.processes.finish()?;
+        self.samples.finish()?;
+        self.system.finish()?;
+        Ok(Finished {
+            max_concurrent,
+            vanished,
+            started,
+            totals: self.totals,
+            memory_peaks: self.memory_peaks,
+            sample_rows: self.sample_rows,
+            exec_time_boot_ns: self.exec_time_boot_ns,
+        })
+    }
+}
+
+struct Finished {
+    max_concurrent: usize,
+    vanished: u64,
+    started: usize,
+    totals: summary::TreeTotals,
+    memory_peaks: summary::TreeMemoryPeaks,
+    sample_rows: u64,
     exec_time_boot_ns: Option<u64>,
 }
 
@@ -102,47 +280,67 @@ fn record(
         .context("starting the event loop")?;
 
     let (mut probes, ring) = Probes::load(offsets, args.ring_buffer_size, args.tracepoints)?;
-    let mut events = writer::EventSink::create(&out_dir.join(schema::EVENTS_FILE))?;
     let clock = Clock {
         boot_to_wall_ns: host::boot_to_wall_ns(),
     };
-    let mut tracker = Tracker::new(clock);
+    let mut cgroup_report = summary::CgroupReport::default();
+    let cgroup = match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
+        Ok(cgroup) => Some(cgroup),
+        Err(err) => {
+            eprintln!(
+                "montrace: no cgroup for the run, so no kernel totals to compare with: {err}"
+            );
+            cgroup_report.error = Some(err.to_string());
+            None
+        }
+    };
 
     let held = launch::spawn_held(executable, &args.command, identity, &child_sigmask)?;
     let root_pid = held.pid;
     probes.track(root_pid)?;
+    if let Some(cgroup) = &cgroup {
+        // Before exec, so the cgroup's totals include everything the command does.
+        if let Err(err) = cgroup.add(root_pid) {
+            cgroup_report.error = Some(err.to_string());
+        }
+    }
+    let mut tracker = Tracker::new(clock);
     let approx_start = host::proc_start_boot_ns(root_pid).unwrap_or_else(|_| host::boottime_ns());
     tracker.add_root(root_pid, approx_start, &args.command[0].to_string_lossy());
+    let mut recorder = Recorder::create(out_dir, tracker, root_pid, args.memory_detail)?;
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         eprintln!("montrace: {err}");
     }
 
     let signals = launch::signal_fd().context("creating the signal fd")?;
-    let outcome = runtime.block_on(follow(
-        ring,
-        signals,
-        &mut tracker,
-        &mut events,
-        root_pid,
-        args.linger,
-    ))?;
+    let outcome = runtime.block_on(follow(ring, signals, &mut recorder, root_pid, args))?;
     let end_wall_ns = host::realtime_ns();
     let lost = probes.lost()?;
     let tracking_mode = probes.mode;
     let ebpf_load_ms = probes.load_ms;
     drop(probes);
+    let finished = recorder.finish()?;
 
-    let max_concurrent = tracker.max_concurrent();
-    let vanished = tracker.vanished_count();
-    let processes = tracker.finish();
-    let batch = schema::processes_batch(&processes)?;
-    writer::write_table(
-        &out_dir.join(schema::PROCESSES_FILE),
-        schema::processes_schema(),
-        &batch,
-    )?;
-    events.finish()?;
+    if let Some(cgroup) = cgroup {
+        cgroup_report.version = Some(cgroup.version());
+        cgroup_report.path = Some(cgroup.path());
+        match cgroup.totals() {
+            Ok(totals) => {
+                let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
+                cgroup_report.cpu_coverage = totals
+                    .cpu_usage_ns
+                    .filter(|&ns| ns > 0)
+                    .map(|ns| tree_cpu as f64 / ns as f64);
+                cgroup_report.totals = Some(totals);
+            }
+            Err(err) => cgroup_report.error = Some(err.to_string()),
+        }
+        match cgroup.remove() {
+            Ok(()) => cgroup_report.removed = true,
+            Err(err) => cgroup_report.error = Some(err.to_string()),
+        }
+    }
 
     let status = outcome.wait_status;
     let (exit_code, exit_signal) = if libc::WIFSIGNALED(status) {
@@ -174,11 +372,15 @@ fn record(
         exit_signal,
         exit_status,
         lost_events: lost,
-        vanished_processes: vanished,
-        processes_started: processes.len(),
-        max_concurrent,
-        totals: summary::tree_totals(&processes),
-        startup_ms: outcome
+        vanished_processes: finished.vanished,
+        processes_started: finished.started,
+        max_concurrent: finished.max_concurrent,
+        totals: finished.totals,
+        tree_memory_peaks: finished.memory_peaks,
+        samples: finished.sample_rows,
+        sample_interval_ms: args.interval.as_secs_f64() * 1e3,
+        cgroup: cgroup_report,
+        startup_ms: finished
             .exec_time_boot_ns
             .map(|t| t.saturating_sub(started_boot_ns) as f64 / 1e6),
         ebpf_load_ms,
@@ -203,14 +405,13 @@ fn record(
 }
 
 /// Follows the tree until the command has exited and every tracked process is gone (or the
-/// linger time after the command's exit has passed).
+/// linger time after the command's exit has passed), sampling and flushing on the way.
 async fn follow(
     ring: RingBuf<MapData>,
     signals: OwnedFd,
-    tracker: &mut Tracker,
-    events: &mut writer::EventSink,
+    recorder: &mut Recorder,
     root_pid: u32,
-    linger: Option<Duration>,
+    args: &RunArgs,
 ) -> anyhow::Result<Outcome> {
     // SAFETY: both values own their descriptor (the ring buffer's map fd, the signalfd) and keep
     // it open and unchanged until the AsyncFd drops them.
@@ -221,7 +422,6 @@ async fn follow(
     let signals = unsafe { AsyncFd::register_with_interest(signals, Interest::READABLE) }
         .map_err(|e| e.into_parts().1)
         .context("watching signals")?;
-    let page_size = host::page_size();
     let (status_tx, mut status_rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let _ = status_tx.send(launch::wait_status(root_pid));
@@ -231,34 +431,28 @@ async fn follow(
         wait_status: 0,
         linger_expired: false,
         signals_forwarded: Vec::new(),
-        exec_time_boot_ns: None,
     };
     let mut root_done = false;
     let mut deadline: Option<tokio::time::Instant> = None;
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sample_tick = tokio::time::interval(args.interval);
+    sample_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut flush_tick = tokio::time::interval(args.flush_interval);
+    flush_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut liveness_tick = tokio::time::interval(Duration::from_millis(500));
+    liveness_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
-    let mut drain = |ring: &mut RingBuf<MapData>,
-                     tracker: &mut Tracker,
-                     outcome: &mut Outcome|
-     -> anyhow::Result<()> {
+    fn drain(ring: &mut RingBuf<MapData>, recorder: &mut Recorder) -> anyhow::Result<()> {
         while let Some(item) = ring.next() {
-            let event = decode::decode(&item, page_size)?;
-            if let KernelEvent::Exec { pid, time_ns, .. } = &event {
-                if *pid == root_pid && outcome.exec_time_boot_ns.is_none() {
-                    outcome.exec_time_boot_ns = Some(*time_ns);
-                }
-            }
-            events.push(tracker.apply(&event))?;
+            recorder.on_record(&item)?;
         }
         Ok(())
-    };
+    }
 
     loop {
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), tracker, &mut outcome)?;
+                drain(guard.get_inner_mut(), recorder)?;
                 guard.clear_ready();
             }
             guard = signals.readable() => {
@@ -267,7 +461,7 @@ async fn follow(
                     // A terminal's Ctrl-C already reached the command's process group; a signal
                     // sent to montrace itself (kill, a CI runner's timeout) is passed on.
                     if !received.from_terminal {
-                        launch::kill_all(&tracker.live_pids(), received.signal);
+                        launch::kill_all(&recorder.tracker.live_pids(), received.signal);
                         outcome.signals_forwarded.push(received.signal);
                     }
                 }
@@ -276,31 +470,39 @@ async fn follow(
             status = &mut status_rx, if !root_done => {
                 outcome.wait_status = status.context("waiter thread ended")?.context("waiting for the command")?;
                 root_done = true;
-                deadline = linger.map(|d| tokio::time::Instant::now() + d);
+                deadline = args.linger.map(|d| tokio::time::Instant::now() + d);
             }
-            _ = tick.tick() => {
-                drain(ring.get_mut(), tracker, &mut outcome)?;
-                if root_done {
-                    // An exit event is queued before the process can disappear from /proc, so a
-                    // tracked pid gone from /proc after a drain lost its exit event.
-                    for pid in tracker.live_pids() {
-                        if !Path::new(&format!("/proc/{pid}")).exists() {
-                            tracker.vanished(pid, host::boottime_ns());
-                        }
+            _ = sample_tick.tick() => {
+                // Exits first, so a process that just ended is not sampled as gone.
+                drain(ring.get_mut(), recorder)?;
+                recorder.sample()?;
+            }
+            _ = flush_tick.tick() => {
+                drain(ring.get_mut(), recorder)?;
+                recorder.flush()?;
+            }
+            _ = liveness_tick.tick(), if root_done => {
+                drain(ring.get_mut(), recorder)?;
+                // An exit event is queued before the process can disappear from /proc, so a
+                // tracked pid gone from /proc after a drain lost its exit event.
+                for pid in recorder.tracker.live_pids() {
+                    if !Path::new(&format!("/proc/{pid}")).exists() {
+                        recorder.tracker.vanished(pid, host::boottime_ns());
                     }
                 }
+                recorder.store_finished()?;
             }
             _ = sleep_until(deadline) => {
-                drain(ring.get_mut(), tracker, &mut outcome)?;
-                outcome.linger_expired = tracker.live_count() > 0;
+                drain(ring.get_mut(), recorder)?;
+                outcome.linger_expired = recorder.tracker.live_count() > 0;
                 break;
             }
         }
-        if root_done && tracker.live_count() == 0 {
+        if root_done && recorder.tracker.live_count() == 0 {
             break;
         }
     }
-    drain(ring.get_mut(), tracker, &mut outcome)?;
+    drain(ring.get_mut(), recorder)?;
     Ok(outcome)
 }
 

@@ -9,13 +9,13 @@ use std::sync::{Arc, LazyLock};
 
 use arrow_array::builder::{BooleanBuilder, ListBuilder, PrimitiveBuilder, StringBuilder};
 use arrow_array::types::{
-    ArrowPrimitiveType, Int32Type, TimestampNanosecondType, UInt32Type, UInt64Type,
+    ArrowPrimitiveType, Float64Type, Int32Type, TimestampNanosecondType, UInt32Type, UInt64Type,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::model::{EventRecord, ProcessRecord};
-use Values::{Bool, Str, StrList, Time, I32, U32, U64};
+use crate::model::{EventRecord, ProcessRecord, SampleRecord, SampleSource, SystemRecord};
+use Values::{Bool, Str, StrList, Time, F64, I32, U32, U64};
 
 /// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -26,6 +26,8 @@ pub const SCHEMA_VERSION_KEY: &str = "montrace.schema_version";
 /// File names of the tables inside a run directory.
 pub const PROCESSES_FILE: &str = "processes.parquet";
 pub const EVENTS_FILE: &str = "events.parquet";
+pub const SAMPLES_FILE: &str = "samples.parquet";
+pub const SYSTEM_FILE: &str = "system.parquet";
 
 /// One row per process: see [`ProcessRecord`].
 static PROCESS_COLUMNS: &[Column<ProcessRecord>] = &[
@@ -80,8 +82,61 @@ static EVENT_COLUMNS: &[Column<EventRecord>] = &[
     nullable("peak_rss_bytes", U64(|r| r.peak_rss_bytes)),
 ];
 
+/// One row per process per sample: see [`SampleRecord`].
+static SAMPLE_COLUMNS: &[Column<SampleRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("pid", U32(|r| Some(r.pid))),
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    required("source", Str(|r| r.source.map(SampleSource::as_str))),
+    required("cpu_user_ns", U64(|r| Some(r.cpu_user_ns))),
+    required("cpu_system_ns", U64(|r| Some(r.cpu_system_ns))),
+    nullable("cpu_percent", F64(|r| r.cpu_percent)),
+    nullable("rss_bytes", U64(|r| r.rss_bytes)),
+    nullable("uss_bytes", U64(|r| r.uss_bytes)),
+    nullable("pss_bytes", U64(|r| r.pss_bytes)),
+    nullable("swap_bytes", U64(|r| r.swap_bytes)),
+    nullable("vms_bytes", U64(|r| r.vms_bytes)),
+    nullable("threads", U32(|r| r.threads)),
+    nullable("fds", U32(|r| r.fds)),
+    nullable("read_bytes", U64(|r| r.read_bytes)),
+    nullable("write_bytes", U64(|r| r.write_bytes)),
+    nullable("read_chars", U64(|r| r.read_chars)),
+    nullable("write_chars", U64(|r| r.write_chars)),
+    nullable("minor_faults", U64(|r| r.minor_faults)),
+    nullable("major_faults", U64(|r| r.major_faults)),
+    nullable("state", Str(|r| r.state.as_deref())),
+];
+
+/// One row per system sample: see [`SystemRecord`].
+static SYSTEM_COLUMNS: &[Column<SystemRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    nullable("cpu_user_percent", F64(|r| r.cpu_user_percent)),
+    nullable("cpu_nice_percent", F64(|r| r.cpu_nice_percent)),
+    nullable("cpu_system_percent", F64(|r| r.cpu_system_percent)),
+    nullable("cpu_idle_percent", F64(|r| r.cpu_idle_percent)),
+    nullable("cpu_iowait_percent", F64(|r| r.cpu_iowait_percent)),
+    nullable("cpu_irq_percent", F64(|r| r.cpu_irq_percent)),
+    nullable("cpu_steal_percent", F64(|r| r.cpu_steal_percent)),
+    required("mem_total_bytes", U64(|r| Some(r.mem_total_bytes))),
+    required("mem_available_bytes", U64(|r| Some(r.mem_available_bytes))),
+    required("mem_used_bytes", U64(|r| Some(r.mem_used_bytes))),
+    required("mem_cached_bytes", U64(|r| Some(r.mem_cached_bytes))),
+    required("swap_total_bytes", U64(|r| Some(r.swap_total_bytes))),
+    required("swap_used_bytes", U64(|r| Some(r.swap_used_bytes))),
+    required("load_1", F64(|r| Some(r.load_1))),
+    required("load_5", F64(|r| Some(r.load_5))),
+    required("load_15", F64(|r| Some(r.load_15))),
+    nullable("psi_cpu_some_avg10", F64(|r| r.psi_cpu_some_avg10)),
+    nullable("psi_memory_some_avg10", F64(|r| r.psi_memory_some_avg10)),
+    nullable("psi_memory_full_avg10", F64(|r| r.psi_memory_full_avg10)),
+    nullable("psi_io_some_avg10", F64(|r| r.psi_io_some_avg10)),
+    nullable("psi_io_full_avg10", F64(|r| r.psi_io_full_avg10)),
+];
+
 static PROCESSES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(PROCESS_COLUMNS));
 static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(EVENT_COLUMNS));
+static SAMPLES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(SAMPLE_COLUMNS));
+static SYSTEM_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(SYSTEM_COLUMNS));
 
 /// Schema of `processes.parquet`.
 pub fn processes_schema() -> SchemaRef {
@@ -93,6 +148,16 @@ pub fn events_schema() -> SchemaRef {
     Arc::clone(&EVENTS_SCHEMA)
 }
 
+/// Schema of `samples.parquet`.
+pub fn samples_schema() -> SchemaRef {
+    Arc::clone(&SAMPLES_SCHEMA)
+}
+
+/// Schema of `system.parquet`.
+pub fn system_schema() -> SchemaRef {
+    Arc::clone(&SYSTEM_SCHEMA)
+}
+
 /// The rows of `processes.parquet`, in the given order.
 pub fn processes_batch(rows: &[ProcessRecord]) -> Result<RecordBatch, ArrowError> {
     batch_of(processes_schema(), PROCESS_COLUMNS, rows)
@@ -101,6 +166,16 @@ pub fn processes_batch(rows: &[ProcessRecord]) -> Result<RecordBatch, ArrowError
 /// The rows of `events.parquet`, in the given order.
 pub fn events_batch(rows: &[EventRecord]) -> Result<RecordBatch, ArrowError> {
     batch_of(events_schema(), EVENT_COLUMNS, rows)
+}
+
+/// The rows of `samples.parquet`, in the given order. Fails if a row has no `source`.
+pub fn samples_batch(rows: &[SampleRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(samples_schema(), SAMPLE_COLUMNS, rows)
+}
+
+/// The rows of `system.parquet`, in the given order.
+pub fn system_batch(rows: &[SystemRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(system_schema(), SYSTEM_COLUMNS, rows)
 }
 
 /// A column of a table whose rows are `R`.
@@ -131,6 +206,7 @@ enum Values<R> {
     U32(fn(&R) -> Option<u32>),
     I32(fn(&R) -> Option<i32>),
     U64(fn(&R) -> Option<u64>),
+    F64(fn(&R) -> Option<f64>),
     Bool(fn(&R) -> Option<bool>),
     /// Nanoseconds since the Unix epoch, stored as a UTC timestamp.
     Time(fn(&R) -> Option<i64>),
@@ -144,6 +220,7 @@ impl<R> Values<R> {
             Values::U32(_) => DataType::UInt32,
             Values::I32(_) => DataType::Int32,
             Values::U64(_) => DataType::UInt64,
+            Values::F64(_) => DataType::Float64,
             Values::Bool(_) => DataType::Boolean,
             Values::Time(_) => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
             Values::Str(_) => DataType::Utf8,
@@ -156,6 +233,7 @@ impl<R> Values<R> {
             Values::U32(get) => self.primitive::<UInt32Type>(rows, *get),
             Values::I32(get) => self.primitive::<Int32Type>(rows, *get),
             Values::U64(get) => self.primitive::<UInt64Type>(rows, *get),
+            Values::F64(get) => self.primitive::<Float64Type>(rows, *get),
             Values::Time(get) => self.primitive::<TimestampNanosecondType>(rows, *get),
             Values::Bool(get) => {
                 let mut b = BooleanBuilder::with_capacity(rows.len());
@@ -221,7 +299,7 @@ fn batch_of<R>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::EventKind;
     use arrow_array::cast::AsArray;
@@ -442,5 +520,224 @@ mod tests {
     fn no_rows_is_an_empty_batch() {
         assert_eq!(processes_batch(&[]).unwrap().num_rows(), 0);
         assert_eq!(events_batch(&[]).unwrap().num_columns(), 14);
+        assert_eq!(samples_batch(&[]).unwrap().num_columns(), 21);
+        assert_eq!(system_batch(&[]).unwrap().num_columns(), 22);
+    }
+
+    /// The field names of a record, in declaration order, read from its `Debug` output (the
+    /// values of a default record contain no commas).
+    fn record_fields(debug: &str) -> Vec<String> {
+        let inner = &debug[debug.find('{').unwrap() + 1..debug.rfind('}').unwrap()];
+        inner
+            .split(", ")
+            .map(|f| f.split(':').next().unwrap().trim().to_owned())
+            .collect()
+    }
+
+    /// Column names are the record's field names, `_ns` dropped from the times.
+    fn assert_columns_are_fields(schema: &SchemaRef, debug: &str) {
+        let expected: Vec<String> = record_fields(debug)
+            .into_iter()
+            .map(|f| match f.as_str() {
+                "time_ns" | "start_time_ns" => f.trim_end_matches("_ns").to_owned(),
+                _ => f,
+            })
+            .collect();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, expected);
+        assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "1");
+    }
+
+    fn utc() -> DataType {
+        DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()))
+    }
+
+    /// A sample with every field set (also used by the writer's tests).
+    pub(crate) fn full_sample() -> SampleRecord {
+        SampleRecord {
+            time_ns: 1_700_000_001_000_000_000,
+            pid: 42,
+            start_time_ns: 1_700_000_000_123_456_789,
+            source: Some(SampleSource::Procfs),
+            cpu_user_ns: 1,
+            cpu_system_ns: 2,
+            cpu_percent: Some(150.5),
+            rss_bytes: Some(3),
+            uss_bytes: Some(4),
+            pss_bytes: Some(5),
+            swap_bytes: Some(6),
+            vms_bytes: Some(7),
+            threads: Some(8),
+            fds: Some(9),
+            read_bytes: Some(10),
+            write_bytes: Some(11),
+            read_chars: Some(12),
+            write_chars: Some(13),
+            minor_faults: Some(14),
+            major_faults: Some(u64::MAX),
+            state: Some("R".into()),
+        }
+    }
+
+    /// A system row with every field set (also used by the writer's tests).
+    pub(crate) fn full_system() -> SystemRecord {
+        SystemRecord {
+            time_ns: 1_700_000_001_000_000_000,
+            cpu_user_percent: Some(1.0),
+            cpu_nice_percent: Some(2.0),
+            cpu_system_percent: Some(3.0),
+            cpu_idle_percent: Some(4.0),
+            cpu_iowait_percent: Some(5.0),
+            cpu_irq_percent: Some(6.0),
+            cpu_steal_percent: Some(7.0),
+            mem_total_bytes: 8,
+            mem_available_bytes: 9,
+            mem_used_bytes: 10,
+            mem_cached_bytes: 11,
+            swap_total_bytes: 12,
+            swap_used_bytes: 13,
+            load_1: 14.0,
+            load_5: 15.0,
+            load_15: 16.0,
+            psi_cpu_some_avg10: Some(17.0),
+            psi_memory_some_avg10: Some(18.0),
+            psi_memory_full_avg10: Some(19.0),
+            psi_io_some_avg10: Some(20.0),
+            psi_io_full_avg10: Some(21.5),
+        }
+    }
+
+    #[test]
+    fn samples_columns_are_the_record_fields() {
+        let schema = samples_schema();
+        assert_columns_are_fields(&schema, &format!("{:?}", SampleRecord::default()));
+        let required: Vec<&str> = schema
+            .fields()
+            .iter()
+            .filter(|f| !f.is_nullable())
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(
+            required,
+            [
+                "time",
+                "pid",
+                "start_time",
+                "source",
+                "cpu_user_ns",
+                "cpu_system_ns"
+            ]
+        );
+        assert_eq!(schema.field_with_name("time").unwrap().data_type(), &utc());
+        assert_eq!(
+            schema.field_with_name("cpu_percent").unwrap().data_type(),
+            &DataType::Float64
+        );
+        assert_eq!(
+            schema.field_with_name("threads").unwrap().data_type(),
+            &DataType::UInt32
+        );
+        // The join key has the same type as in processes.parquet.
+        let processes = processes_schema();
+        for name in ["pid", "start_time"] {
+            assert_eq!(
+                processes.field_with_name(name).unwrap(),
+                schema.field_with_name(name).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn system_columns_are_the_record_fields() {
+        let schema = system_schema();
+        assert_columns_are_fields(&schema, &format!("{:?}", SystemRecord::default()));
+        let required: Vec<&str> = schema
+            .fields()
+            .iter()
+            .filter(|f| !f.is_nullable())
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(
+            required,
+            [
+                "time",
+                "mem_total_bytes",
+                "mem_available_bytes",
+                "mem_used_bytes",
+                "mem_cached_bytes",
+                "swap_total_bytes",
+                "swap_used_bytes",
+                "load_1",
+                "load_5",
+                "load_15"
+            ]
+        );
+        assert_eq!(schema.field_with_name("time").unwrap().data_type(), &utc());
+        assert_eq!(
+            schema.field_with_name("load_1").unwrap().data_type(),
+            &DataType::Float64
+        );
+    }
+
+    #[test]
+    fn samples_batch_values() {
+        let exit = SampleRecord {
+            pid: 43,
+            source: Some(SampleSource::Exit),
+            ..Default::default()
+        };
+        let batch = samples_batch(&[full_sample(), exit]).unwrap();
+        assert_eq!(batch.schema(), samples_schema());
+        let source = batch.column_by_name("source").unwrap().as_string::<i32>();
+        assert_eq!(
+            source.iter().flatten().collect::<Vec<_>>(),
+            ["procfs", "exit"]
+        );
+        let cpu = batch
+            .column_by_name("cpu_percent")
+            .unwrap()
+            .as_primitive::<Float64Type>();
+        assert_eq!(cpu.value(0), 150.5);
+        let faults = batch
+            .column_by_name("major_faults")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        assert_eq!(faults.value(0), u64::MAX);
+        let state = batch.column_by_name("state").unwrap().as_string::<i32>();
+        assert_eq!(state.value(0), "R");
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            assert!(!column.is_null(0), "{}", field.name());
+            assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
+        }
+    }
+
+    #[test]
+    fn a_sample_without_source_is_an_error() {
+        let err = samples_batch(&[SampleRecord::default()]).unwrap_err();
+        assert!(err.to_string().contains("source"), "{err}");
+    }
+
+    #[test]
+    fn system_batch_values() {
+        let sparse = SystemRecord {
+            time_ns: 5,
+            ..Default::default()
+        };
+        let batch = system_batch(&[full_system(), sparse]).unwrap();
+        assert_eq!(batch.schema(), system_schema());
+        let psi = batch
+            .column_by_name("psi_io_full_avg10")
+            .unwrap()
+            .as_primitive::<Float64Type>();
+        assert_eq!(psi.value(0), 21.5);
+        let total = batch
+            .column_by_name("mem_total_bytes")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        assert_eq!(total.values(), &[8, 0]);
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            assert!(!column.is_null(0), "{}", field.name());
+            assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
+        }
     }
 }

@@ -22,23 +22,72 @@ pub struct TreeTotals {
     pub alive_at_end: usize,
 }
 
-pub fn tree_totals(processes: &[ProcessRecord]) -> TreeTotals {
-    let mut t = TreeTotals::default();
-    for p in processes {
-        t.cpu_user_ns += p.cpu_user_ns.unwrap_or(0);
-        t.cpu_system_ns += p.cpu_system_ns.unwrap_or(0);
-        t.read_bytes += p.read_bytes.unwrap_or(0);
-        t.write_bytes += p.write_bytes.unwrap_or(0);
-        t.alive_at_end += usize::from(p.alive_at_end);
+impl TreeTotals {
+    /// Adds one process (records are added as processes end, so the totals never need them all
+    /// in memory at once).
+    pub fn add(&mut self, p: &ProcessRecord) {
+        self.cpu_user_ns += p.cpu_user_ns.unwrap_or(0);
+        self.cpu_system_ns += p.cpu_system_ns.unwrap_or(0);
+        self.read_bytes += p.read_bytes.unwrap_or(0);
+        self.write_bytes += p.write_bytes.unwrap_or(0);
+        self.alive_at_end += usize::from(p.alive_at_end);
         if let Some(peak) = p.peak_rss_bytes {
-            if t.peak_rss_bytes.is_none_or(|best| peak > best) {
-                t.peak_rss_bytes = Some(peak);
-                t.peak_rss_pid = Some(p.pid);
-                t.peak_rss_comm = Some(p.comm.clone());
+            if self.peak_rss_bytes.is_none_or(|best| peak > best) {
+                self.peak_rss_bytes = Some(peak);
+                self.peak_rss_pid = Some(p.pid);
+                self.peak_rss_comm = Some(p.comm.clone());
             }
         }
     }
+}
+
+pub fn tree_totals(processes: &[ProcessRecord]) -> TreeTotals {
+    let mut t = TreeTotals::default();
+    for p in processes {
+        t.add(p);
+    }
     t
+}
+
+/// Peaks of the whole tree's memory over time: the largest per-sweep sum over live processes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TreeMemoryPeaks {
+    pub rss_bytes: Option<u64>,
+    pub uss_bytes: Option<u64>,
+    pub pss_bytes: Option<u64>,
+}
+
+impl TreeMemoryPeaks {
+    /// Folds in one sweep's samples (all taken at the same moment).
+    pub fn add_sweep(&mut self, samples: &[crate::model::SampleRecord]) {
+        fn fold(best: &mut Option<u64>, values: impl Iterator<Item = Option<u64>>) {
+            let mut sum = None;
+            for v in values.flatten() {
+                sum = Some(sum.unwrap_or(0) + v);
+            }
+            if let Some(sum) = sum {
+                *best = Some(best.map_or(sum, |b: u64| b.max(sum)));
+            }
+        }
+        fold(&mut self.rss_bytes, samples.iter().map(|s| s.rss_bytes));
+        fold(&mut self.uss_bytes, samples.iter().map(|s| s.uss_bytes));
+        fold(&mut self.pss_bytes, samples.iter().map(|s| s.pss_bytes));
+    }
+}
+
+/// The run's own cgroup: the kernel's totals for the whole tree, and how much of them the
+/// per-process figures account for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CgroupReport {
+    /// "v1" or "v2"; None when no cgroup could be made.
+    pub version: Option<crate::cgroup::CgroupVersion>,
+    pub path: Option<String>,
+    pub totals: Option<crate::cgroup::CgroupTotals>,
+    /// Per-process CPU (exit figures) summed over the tree / the cgroup's CPU usage.
+    pub cpu_coverage: Option<f64>,
+    /// Why there is no cgroup, or what went wrong reading or removing it.
+    pub error: Option<String>,
+    pub removed: bool,
 }
 
 /// Everything run.json says about a run.
@@ -68,6 +117,12 @@ pub struct RunInfo {
     pub processes_started: usize,
     pub max_concurrent: usize,
     pub totals: TreeTotals,
+    /// Largest sums of the tree's memory over its samples.
+    pub tree_memory_peaks: TreeMemoryPeaks,
+    /// Samples of live processes taken, and the interval, ms.
+    pub samples: u64,
+    pub sample_interval_ms: f64,
+    pub cgroup: CgroupReport,
     /// Time from montrace's start to the command's exec, ms.
     pub startup_ms: Option<f64>,
     /// Time to load and attach the eBPF programs, ms.
@@ -121,6 +176,12 @@ pub fn format_summary(info: &RunInfo) -> String {
         ),
         format!("  peak RSS, largest    {peak}"),
         format!(
+            "  peak RSS, whole tree {}",
+            info.tree_memory_peaks
+                .rss_bytes
+                .map_or("n/a (no samples)".to_string(), format_bytes)
+        ),
+        format!(
             "  I/O read / written   {} / {}",
             format_bytes(t.read_bytes),
             format_bytes(t.write_bytes)
@@ -141,6 +202,12 @@ pub fn format_summary(info: &RunInfo) -> String {
         lines.push(format!(
             "  still running        {} (recorded as alive_at_end)",
             t.alive_at_end
+        ));
+    }
+    if let Some(coverage) = info.cgroup.cpu_coverage {
+        lines.push(format!(
+            "  CPU coverage         {:.1}% of the cgroup's total",
+            coverage * 100.0
         ));
     }
     lines.push(format!("  run directory        {}", info.out_dir));
@@ -178,6 +245,22 @@ mod tests {
     }
 
     #[test]
+    fn tree_memory_peak_is_the_largest_sweep_sum() {
+        let s = |rss: u64, uss: Option<u64>| crate::model::SampleRecord {
+            rss_bytes: Some(rss),
+            uss_bytes: uss,
+            ..Default::default()
+        };
+        let mut peaks = TreeMemoryPeaks::default();
+        peaks.add_sweep(&[s(10, Some(5)), s(20, None)]);
+        peaks.add_sweep(&[s(25, Some(1))]);
+        peaks.add_sweep(&[]);
+        assert_eq!(peaks.rss_bytes, Some(30));
+        assert_eq!(peaks.uss_bytes, Some(5));
+        assert_eq!(peaks.pss_bytes, None);
+    }
+
+    #[test]
     fn summary_mentions_every_headline_figure() {
         let info = RunInfo {
             schema_version: 1,
@@ -203,6 +286,17 @@ mod tests {
             processes_started: 12,
             max_concurrent: 4,
             totals: tree_totals(&[proc(1, 1_500_000_000, 250_000_000, Some(200 << 20), false)]),
+            tree_memory_peaks: TreeMemoryPeaks {
+                rss_bytes: Some(300 << 20),
+                uss_bytes: None,
+                pss_bytes: None,
+            },
+            samples: 10,
+            sample_interval_ms: 200.0,
+            cgroup: CgroupReport {
+                cpu_coverage: Some(0.995),
+                ..CgroupReport::default()
+            },
             startup_ms: Some(120.0),
             ebpf_load_ms: 100.0,
             uid: 1000,
@@ -221,6 +315,8 @@ mod tests {
             "200.0 MiB (pid 1, p1)",
             "lost events          3 (ring buffer full: 3",
             "runs/x",
+            "peak RSS, whole tree 300.0 MiB",
+            "CPU coverage         99.5%",
         ] {
             assert!(text.contains(needle), "summary lacks {needle:?}:\n{text}");
         }

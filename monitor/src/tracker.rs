@@ -6,7 +6,7 @@
 //! fork onto a pid that is still "live" closes the stale record first (its exit was lost).
 use std::collections::HashMap;
 
-use crate::decode::{KernelEvent, Termination};
+use crate::decode::{ExitStats, KernelEvent, Termination};
 use crate::model::{EventKind, EventRecord, ProcessRecord};
 
 /// Converts the kernel's boot-time stamps to wall-clock time.
@@ -26,30 +26,49 @@ struct Entry {
     record: ProcessRecord,
     /// False while the start time is an estimate (the root, before its exec event).
     start_exact: bool,
+    /// Sum of the figures of its threads that already exited.
+    exited_threads: ExitStats,
 }
 
+/// Holds only live processes: a process that exits moves to `finished`, which the caller drains
+/// (`take_finished`) to disk, so memory stays bounded by what runs at once, not by run length.
 pub struct Tracker {
     clock: Clock,
-    entries: Vec<Entry>,
-    live: HashMap<u32, usize>,
+    live: HashMap<u32, Entry>,
+    finished: Vec<ProcessRecord>,
+    started: usize,
     max_concurrent: usize,
     root_pid: Option<u32>,
     root_exit_code: Option<i32>,
     /// Processes whose exit event never came (found gone by `vanished`).
     vanished: u64,
+    /// Whole-process figures of the last process that exited (see `take_last_exit`).
+    last_exit: Option<ExitStats>,
 }
 
 impl Tracker {
     pub fn new(clock: Clock) -> Tracker {
         Tracker {
             clock,
-            entries: Vec::new(),
             live: HashMap::new(),
+            finished: Vec::new(),
+            started: 0,
             max_concurrent: 0,
             root_pid: None,
             root_exit_code: None,
             vanished: 0,
+            last_exit: None,
         }
+    }
+
+    /// The whole-process figures (summed over its threads) of the process whose exit the last
+    /// `apply` recorded, if it recorded one: its final sample is built from them.
+    pub fn take_last_exit(&mut self) -> Option<ExitStats> {
+        self.last_exit.take()
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.clock
     }
 
     /// The command montrace started. `start_boot_ns` is an estimate (from /proc's clock ticks)
@@ -67,37 +86,42 @@ impl Tracker {
         );
     }
 
-    fn insert(&mut self, record: ProcessRecord, start_exact: bool) -> usize {
-        if let Some(stale) = self.live.remove(&record.pid) {
+    fn insert(&mut self, record: ProcessRecord, start_exact: bool) -> &mut Entry {
+        let pid = record.pid;
+        if let Some(stale) = self.live.remove(&pid) {
             // Its exit event was lost: it cannot still be running under a pid now reused.
-            self.entries[stale].record.alive_at_end = false;
+            self.finished.push(stale.record);
             self.vanished += 1;
         }
-        let index = self.entries.len();
-        self.live.insert(record.pid, index);
-        self.entries.push(Entry {
+        self.started += 1;
+        let entry = self.live.entry(pid).or_insert(Entry {
             record,
             start_exact,
+            exited_threads: ExitStats::default(),
         });
+        entry
+    }
+
+    fn note_concurrency(&mut self) {
         self.max_concurrent = self.max_concurrent.max(self.live.len());
-        index
     }
 
     /// The live record of `pid`, created from what the event says when it was never seen.
-    fn live_entry(&mut self, pid: u32, start_ns: u64, time_ns: u64, comm: &str) -> usize {
-        if let Some(&index) = self.live.get(&pid) {
-            let entry = &mut self.entries[index];
+    fn live_entry(&mut self, pid: u32, start_ns: u64, time_ns: u64, comm: &str) -> &mut Entry {
+        let clock = self.clock;
+        if self.live.contains_key(&pid) {
+            let entry = self.live.get_mut(&pid).expect("checked above");
             if !entry.start_exact && start_ns != 0 {
-                entry.record.start_time_ns = self.clock.wall(start_ns);
+                entry.record.start_time_ns = clock.wall(start_ns);
                 entry.start_exact = true;
             }
-            return index;
+            return entry;
         }
         let start = if start_ns != 0 { start_ns } else { time_ns };
         self.insert(
             ProcessRecord {
                 pid,
-                start_time_ns: self.clock.wall(start),
+                start_time_ns: clock.wall(start),
                 comm: comm.to_string(),
                 ..ProcessRecord::default()
             },
@@ -107,7 +131,8 @@ impl Tracker {
 
     /// Applies one kernel event and returns the row for the lifecycle stream.
     pub fn apply(&mut self, event: &KernelEvent) -> EventRecord {
-        match event {
+        let clock = self.clock;
+        let row = match event {
             KernelEvent::Fork {
                 time_ns,
                 pid,
@@ -115,14 +140,10 @@ impl Tracker {
                 parent_pid,
                 comm,
             } => {
-                let parent = self.live.get(parent_pid).map(|&i| &self.entries[i].record);
+                let parent = self.live.get(parent_pid).map(|e| &e.record);
                 let record = ProcessRecord {
                     pid: *pid,
-                    start_time_ns: self.clock.wall(if *start_ns != 0 {
-                        *start_ns
-                    } else {
-                        *time_ns
-                    }),
+                    start_time_ns: clock.wall(if *start_ns != 0 { *start_ns } else { *time_ns }),
                     parent_pid: Some(*parent_pid),
                     parent_start_time_ns: parent.map(|p| p.start_time_ns),
                     // Until it execs, a forked child runs its parent's program.
@@ -132,12 +153,11 @@ impl Tracker {
                     comm: comm.clone(),
                     ..ProcessRecord::default()
                 };
-                let index = self.insert(record, *start_ns != 0);
-                let r = &self.entries[index].record;
+                let r = &self.insert(record, *start_ns != 0).record;
                 EventRecord {
                     parent_pid: r.parent_pid,
                     parent_start_time_ns: r.parent_start_time_ns,
-                    ..self.event(EventKind::Fork, *time_ns, index)
+                    ..event_row(clock, EventKind::Fork, *time_ns, r)
                 }
             }
             KernelEvent::Exec {
@@ -150,8 +170,7 @@ impl Tracker {
                 argv_truncated,
                 ..
             } => {
-                let index = self.live_entry(*pid, *start_ns, *time_ns, comm);
-                let r = &mut self.entries[index].record;
+                let r = &mut self.live_entry(*pid, *start_ns, *time_ns, comm).record;
                 r.filename = Some(filename.clone());
                 r.argv = Some(argv.clone());
                 r.argv_truncated = *argv_truncated;
@@ -160,7 +179,7 @@ impl Tracker {
                 EventRecord {
                     filename: Some(filename.clone()),
                     argv: Some(argv.clone()),
-                    ..self.event(EventKind::Exec, *time_ns, index)
+                    ..event_row(clock, EventKind::Exec, *time_ns, r)
                 }
             }
             KernelEvent::Exit {
@@ -171,19 +190,22 @@ impl Tracker {
                 comm,
                 stats,
             } => {
-                let index = self.live_entry(*pid, *start_ns, *time_ns, comm);
                 let termination = Termination::from_exit_code(stats.exit_code);
                 let (exit_code, exit_signal) = match termination {
                     Termination::Exited(code) => (Some(code), None),
                     Termination::Signaled { signal, .. } => (None, Some(signal)),
                 };
-                let kind = if *whole_process {
-                    self.live.remove(pid);
-                    if Some(*pid) == self.root_pid {
-                        self.root_exit_code = Some(stats.exit_code);
-                    }
-                    let r = &mut self.entries[index].record;
-                    r.end_time_ns = Some(self.clock.wall(*time_ns));
+                let entry = self.live_entry(*pid, *start_ns, *time_ns, comm);
+                // A process's figures are the sum over its threads' exits.
+                let mut figures = entry.exited_threads;
+                figures.add_thread(stats);
+                figures.tid = stats.tid;
+                figures.exit_code = stats.exit_code;
+                figures.peak_rss_bytes = stats.peak_rss_bytes;
+                figures.rss_bytes = stats.rss_bytes;
+                let r = &mut entry.record;
+                let (kind, row_figures) = if *whole_process {
+                    r.end_time_ns = Some(clock.wall(*time_ns));
                     r.comm = comm.clone();
                     r.exit_code = exit_code;
                     r.exit_signal = exit_signal;
@@ -194,59 +216,55 @@ impl Tracker {
                             ..
                         }
                     );
-                    r.cpu_user_ns = Some(stats.cpu_user_ns);
-                    r.cpu_system_ns = Some(stats.cpu_system_ns);
-                    r.peak_rss_bytes = (stats.peak_rss_bytes > 0).then_some(stats.peak_rss_bytes);
-                    r.minor_faults = Some(stats.minor_faults);
-                    r.major_faults = Some(stats.major_faults);
-                    r.voluntary_ctxt_switches = Some(stats.voluntary_ctxt_switches);
-                    r.involuntary_ctxt_switches = Some(stats.involuntary_ctxt_switches);
-                    r.read_bytes = Some(stats.read_bytes);
-                    r.write_bytes = Some(stats.write_bytes);
-                    r.read_chars = Some(stats.read_chars);
-                    r.write_chars = Some(stats.write_chars);
-                    EventKind::Exit
+                    r.cpu_user_ns = Some(figures.cpu_user_ns);
+                    r.cpu_system_ns = Some(figures.cpu_system_ns);
+                    r.peak_rss_bytes =
+                        (figures.peak_rss_bytes > 0).then_some(figures.peak_rss_bytes);
+                    r.minor_faults = Some(figures.minor_faults);
+                    r.major_faults = Some(figures.major_faults);
+                    r.voluntary_ctxt_switches = Some(figures.voluntary_ctxt_switches);
+                    r.involuntary_ctxt_switches = Some(figures.involuntary_ctxt_switches);
+                    r.read_bytes = Some(figures.read_bytes);
+                    r.write_bytes = Some(figures.write_bytes);
+                    r.read_chars = Some(figures.read_chars);
+                    r.write_chars = Some(figures.write_chars);
+                    (EventKind::Exit, figures)
                 } else {
-                    EventKind::ThreadExit
+                    entry.exited_threads.add_thread(stats);
+                    (EventKind::ThreadExit, *stats)
                 };
-                EventRecord {
+                let r = &self.live[pid].record;
+                let row = EventRecord {
                     tid: Some(stats.tid),
                     exit_code,
                     exit_signal,
-                    cpu_user_ns: Some(stats.cpu_user_ns),
-                    cpu_system_ns: Some(stats.cpu_system_ns),
-                    peak_rss_bytes: Some(stats.peak_rss_bytes),
-                    ..self.event(kind, *time_ns, index)
+                    cpu_user_ns: Some(row_figures.cpu_user_ns),
+                    cpu_system_ns: Some(row_figures.cpu_system_ns),
+                    peak_rss_bytes: Some(row_figures.peak_rss_bytes),
+                    ..event_row(clock, kind, *time_ns, r)
+                };
+                if *whole_process {
+                    self.last_exit = Some(figures);
+                    if Some(*pid) == self.root_pid {
+                        self.root_exit_code = Some(stats.exit_code);
+                    }
+                    if let Some(entry) = self.live.remove(pid) {
+                        self.finished.push(entry.record);
+                    }
                 }
+                row
             }
-        }
-    }
-
-    fn event(&self, kind: EventKind, time_ns: u64, index: usize) -> EventRecord {
-        let r = &self.entries[index].record;
-        EventRecord {
-            time_ns: self.clock.wall(time_ns),
-            kind,
-            pid: r.pid,
-            start_time_ns: r.start_time_ns,
-            parent_pid: None,
-            parent_start_time_ns: None,
-            filename: None,
-            argv: None,
-            tid: None,
-            exit_code: None,
-            exit_signal: None,
-            cpu_user_ns: None,
-            cpu_system_ns: None,
-            peak_rss_bytes: None,
-        }
+        };
+        self.note_concurrency();
+        row
     }
 
     /// A live process that is gone from the system although no exit event came (the event was
     /// lost): it ends now, with unknown figures.
     pub fn vanished(&mut self, pid: u32, now_boot_ns: u64) {
-        if let Some(index) = self.live.remove(&pid) {
-            self.entries[index].record.end_time_ns = Some(self.clock.wall(now_boot_ns));
+        if let Some(mut entry) = self.live.remove(&pid) {
+            entry.record.end_time_ns = Some(self.clock.wall(now_boot_ns));
+            self.finished.push(entry.record);
             self.vanished += 1;
         }
     }
@@ -255,8 +273,28 @@ impl Tracker {
         self.live.len()
     }
 
+    /// Live pids, oldest process first (so parents come before their children).
     pub fn live_pids(&self) -> Vec<u32> {
-        self.live.keys().copied().collect()
+        let mut live: Vec<(i64, u32)> = self
+            .live
+            .values()
+            .map(|e| (e.record.start_time_ns, e.record.pid))
+            .collect();
+        live.sort_unstable();
+        live.into_iter().map(|(_, pid)| pid).collect()
+    }
+
+    /// (pid, start time) of every live process, for the sampler.
+    pub fn live_processes(&self) -> Vec<(u32, i64)> {
+        self.live
+            .values()
+            .map(|e| (e.record.pid, e.record.start_time_ns))
+            .collect()
+    }
+
+    /// Start time of a live process.
+    pub fn start_time_of(&self, pid: u32) -> Option<i64> {
+        self.live.get(&pid).map(|e| e.record.start_time_ns)
     }
 
     pub fn max_concurrent(&self) -> usize {
@@ -264,7 +302,7 @@ impl Tracker {
     }
 
     pub fn processes_started(&self) -> usize {
-        self.entries.len()
+        self.started
     }
 
     pub fn vanished_count(&self) -> u64 {
@@ -276,12 +314,44 @@ impl Tracker {
         self.root_exit_code
     }
 
-    /// All records; processes still live are marked `alive_at_end`.
+    /// Records of processes that ended since the last call.
+    pub fn take_finished(&mut self) -> Vec<ProcessRecord> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Every record not yet taken; processes still live are marked `alive_at_end`.
     pub fn finish(mut self) -> Vec<ProcessRecord> {
-        for &index in self.live.values() {
-            self.entries[index].record.alive_at_end = true;
-        }
-        self.entries.into_iter().map(|e| e.record).collect()
+        let mut out = std::mem::take(&mut self.finished);
+        let mut live: Vec<ProcessRecord> = self
+            .live
+            .into_values()
+            .map(|mut e| {
+                e.record.alive_at_end = true;
+                e.record
+            })
+            .collect();
+        live.sort_by_key(|r| r.start_time_ns);
+        out.extend(live);
+        out
+    }
+}
+
+fn event_row(clock: Clock, kind: EventKind, time_ns: u64, r: &ProcessRecord) -> EventRecord {
+    EventRecord {
+        time_ns: clock.wall(time_ns),
+        kind,
+        pid: r.pid,
+        start_time_ns: r.start_time_ns,
+        parent_pid: None,
+        parent_start_time_ns: None,
+        filename: None,
+        argv: None,
+        tid: None,
+        exit_code: None,
+        exit_signal: None,
+        cpu_user_ns: None,
+        cpu_system_ns: None,
+        peak_rss_bytes: None,
     }
 }
 
@@ -348,11 +418,15 @@ mod tests {
         assert_eq!(t.live_count(), 0);
         assert_eq!(t.max_concurrent(), 2);
         assert_eq!(t.root_exit_code(), Some(3 << 8));
-        let p = t.finish();
+        // Exited processes come out in exit order, as they can be written to disk.
+        let p = t.take_finished();
         assert_eq!(p.len(), 2);
+        assert!(t.finish().is_empty());
+        let (child, root) = (&p[0], &p[1]);
         // The root's estimated start was replaced by the exact one from its exec.
-        assert_eq!(p[0].start_time_ns, CLOCK.wall(91));
-        assert_eq!(p[0].exit_code, Some(3));
+        assert_eq!(root.start_time_ns, CLOCK.wall(91));
+        assert_eq!(root.exit_code, Some(3));
+        let p = [root.clone(), child.clone()];
         assert_eq!(p[1].parent_pid, Some(100));
         assert_eq!(p[1].parent_start_time_ns, Some(CLOCK.wall(91)));
         assert_eq!(p[1].filename.as_deref(), Some("/bin/true"));
@@ -392,6 +466,46 @@ mod tests {
     }
 
     #[test]
+    fn process_figures_sum_its_threads_including_a_leader_that_exited_first() {
+        let mut t = Tracker::new(CLOCK);
+        t.add_root(1, 1, "x");
+        // The leader (tid 1) exits first with pthread_exit; then thread 3; the last is thread 2.
+        let thread = |tid: u32, cpu: u64, io: u64, whole: bool| KernelEvent::Exit {
+            time_ns: 10,
+            pid: 1,
+            start_ns: 0,
+            whole_process: whole,
+            comm: "x".into(),
+            stats: ExitStats {
+                tid,
+                cpu_user_ns: cpu,
+                cpu_system_ns: 1,
+                read_bytes: io,
+                peak_rss_bytes: 8192,
+                ..ExitStats::default()
+            },
+        };
+        assert_eq!(t.apply(&thread(1, 100, 5, false)).cpu_user_ns, Some(100));
+        t.apply(&thread(3, 20, 0, false));
+        let row = t.apply(&thread(2, 3, 7, true));
+        assert_eq!(
+            (row.kind, row.cpu_user_ns, row.cpu_system_ns),
+            (EventKind::Exit, Some(123), Some(3))
+        );
+        let totals = t.take_last_exit().unwrap();
+        assert_eq!(
+            (totals.cpu_user_ns, totals.read_bytes, totals.tid),
+            (123, 12, 2)
+        );
+        assert!(t.take_last_exit().is_none());
+        let p = t.take_finished();
+        assert_eq!(
+            (p[0].cpu_user_ns, p[0].read_bytes, p[0].peak_rss_bytes),
+            (Some(123), Some(12), Some(8192))
+        );
+    }
+
+    #[test]
     fn thread_exit_keeps_process_alive() {
         let mut t = Tracker::new(CLOCK);
         t.add_root(1, 1, "x");
@@ -412,11 +526,13 @@ mod tests {
         assert_eq!(t.vanished_count(), 1);
         t.vanished(1, 70);
         assert_eq!(t.live_count(), 1);
+        assert_eq!(t.processes_started(), 3);
         let p = t.finish();
         assert_eq!(p.len(), 3);
-        assert_eq!(p[0].end_time_ns, Some(CLOCK.wall(70)));
-        assert!(!p[1].alive_at_end);
-        assert!(p[2].alive_at_end);
+        // First the stale pid 9 (closed by the reuse), then the root (vanished), then the live 9.
+        assert_eq!((p[0].pid, p[0].alive_at_end), (9, false));
+        assert_eq!((p[1].pid, p[1].end_time_ns), (1, Some(CLOCK.wall(70))));
+        assert_eq!((p[2].pid, p[2].alive_at_end), (9, true));
     }
 
     #[test]

@@ -1,41 +1,73 @@
 //! Parquet output: zstd-compressed files whose key-value metadata carries the schema's metadata
 //! (the schema version among it). Every error names the file it concerns.
+//!
+//! A Parquet file can be read only once its footer is written. So a table that grows while the
+//! run goes ([`PartedTable`]) is written as a sequence of closed part files,
+//! `<name>.parts/<name>-NNNNNN.parquet`, each one complete, and merged into `<name>.parquet`
+//! when the run ends cleanly. Every file is written under a temporary name that does not end in
+//! `.parquet` (`.<file>.tmp`) and renamed once its footer is written, so neither a reader nor a
+//! `*.parquet` glob ever sees a half-written file, even after montrace is killed.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use crate::model::EventRecord;
+use crate::model::{EventRecord, SampleRecord, SystemRecord};
 use crate::schema;
 
-/// Events buffered by [`EventSink`] before they are written out as one row group.
-pub const EVENT_BATCH_ROWS: usize = 8192;
+/// Rows a [`PartedTable`] holds in memory at most: when this many are buffered,
+/// [`PartedTable::push`] writes them out as a part by itself.
+pub const MAX_BUFFERED_ROWS: usize = 65_536;
+/// Most rows in one row group of a file; bounds the memory the Parquet encoder holds, in
+/// particular while [`PartedTable::finish`] merges the parts.
+pub const ROW_GROUP_ROWS: usize = 2 * MAX_BUFFERED_ROWS;
+/// Most encoded bytes in one row group (whichever limit comes first), for wide rows.
+pub const ROW_GROUP_BYTES: usize = 64 << 20;
+/// Rows read from a part at a time while merging.
+const MERGE_BATCH_ROWS: usize = 8192;
 
 const ZSTD_LEVEL: i32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    #[error("cannot create {}: {source}", .path.display())]
-    Create {
+    #[error("cannot {op} {}: {source}", .path.display())]
+    Io {
+        /// What failed: "create", "open", "sync", "remove".
+        op: &'static str,
         path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot rename {} to {}: {source}", .from.display(), .to.display())]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
         source: std::io::Error,
     },
     #[error("cannot write {}: {source}", .path.display())]
     Parquet { path: PathBuf, source: ParquetError },
     #[error("cannot write {}: {source}", .path.display())]
     Arrow { path: PathBuf, source: ArrowError },
+    #[error("cannot read {}: {source}", .path.display())]
+    Read { path: PathBuf, source: ParquetError },
 }
 
-/// One Parquet file being written. Rows are buffered in memory until [`TableWriter::flush`]
-/// closes the row group; [`TableWriter::finish`] writes the footer, without which the file is
-/// unreadable.
+fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WriteError {
+    let path = path.to_path_buf();
+    move |source| WriteError::Io { op, path, source }
+}
+
+/// One Parquet file being written. Rows are encoded in memory and written out a row group at a
+/// time ([`ROW_GROUP_ROWS`]); [`TableWriter::finish`] writes the footer, without which the file
+/// is unreadable. It writes `path` itself: [`write_table`] and [`PartedTable`] add the temporary
+/// name.
 pub struct TableWriter {
     path: PathBuf,
     schema: SchemaRef,
@@ -55,11 +87,10 @@ impl TableWriter {
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(level))
             .set_key_value_metadata(Some(metadata))
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
             .build();
-        let file = match File::create(&path) {
-            Ok(file) => file,
-            Err(source) => return Err(WriteError::Create { path, source }),
-        };
+        let file = File::create(&path).map_err(io_error("create", &path))?;
         match ArrowWriter::try_new(file, schema.clone(), Some(props)) {
             Ok(inner) => Ok(TableWriter {
                 path,
@@ -74,7 +105,7 @@ impl TableWriter {
         &self.path
     }
 
-    /// Adds rows to the current row group. The batch must have the writer's schema.
+    /// Adds rows. The batch must have the writer's columns.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<(), WriteError> {
         // ArrowWriter does not check this itself: a mismatched batch would corrupt the file.
         if batch.schema().fields() != self.schema.fields() {
@@ -88,33 +119,32 @@ impl TableWriter {
                 source,
             });
         }
-        let result = self.inner.write(batch);
-        self.check(result)
-    }
-
-    /// Closes the current row group and hands its bytes to the OS, so that buffered rows do not
-    /// pile up in memory.
-    pub fn flush(&mut self) -> Result<(), WriteError> {
-        let result = self.inner.flush();
-        self.check(result)?;
-        let result = self.inner.sync().map_err(ParquetError::from);
-        self.check(result)
+        self.inner
+            .write(batch)
+            .map_err(|source| WriteError::Parquet {
+                path: self.path.clone(),
+                source,
+            })
     }
 
     /// Writes the footer and closes the file; returns how many rows it holds.
     pub fn finish(self) -> Result<u64, WriteError> {
-        let TableWriter { path, inner, .. } = self;
-        match inner.close() {
-            Ok(metadata) => Ok(metadata.file_metadata().num_rows() as u64),
-            Err(source) => Err(WriteError::Parquet { path, source }),
-        }
+        self.close(false)
     }
 
-    fn check<T>(&self, result: Result<T, ParquetError>) -> Result<T, WriteError> {
-        result.map_err(|source| WriteError::Parquet {
-            path: self.path.clone(),
-            source,
-        })
+    /// [`TableWriter::finish`], and with `sync` waits until the file is on the disk.
+    fn close(self, sync: bool) -> Result<u64, WriteError> {
+        let TableWriter {
+            path, mut inner, ..
+        } = self;
+        let metadata = match inner.finish() {
+            Ok(metadata) => metadata,
+            Err(source) => return Err(WriteError::Parquet { path, source }),
+        };
+        if sync {
+            inner.inner().sync_all().map_err(io_error("sync", &path))?;
+        }
+        Ok(metadata.file_metadata().num_rows() as u64)
     }
 }
 
@@ -122,78 +152,252 @@ fn field_names(schema: &SchemaRef) -> Vec<&str> {
     schema.fields().iter().map(|f| f.name().as_str()).collect()
 }
 
-/// Writes a whole table at once (e.g. `processes.parquet` at the end of a run); returns its rows.
-pub fn write_table(path: &Path, schema: SchemaRef, batch: &RecordBatch) -> Result<u64, WriteError> {
-    let mut writer = TableWriter::create(path, schema)?;
-    writer.write(batch)?;
-    writer.finish()
+/// `dir/.name.tmp` for `dir/name`: where a file is written before it is renamed to its name.
+/// It does not match `*.parquet`.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.tmp"))
 }
 
-/// `events.parquet`, written as the events come: every `batch_rows` events (or on
-/// [`EventSink::flush`]) the buffer becomes one row group, so memory stays bounded on long runs.
-pub struct EventSink {
-    writer: TableWriter,
-    buffer: Vec<EventRecord>,
-    batch_rows: usize,
-}
-
-impl EventSink {
-    pub fn create(path: &Path) -> Result<Self, WriteError> {
-        Self::with_batch_rows(path, EVENT_BATCH_ROWS)
+/// Writes `path` through [`TableWriter`] under its temporary name, then renames it: `path` is
+/// either absent or complete. With `sync`, the data is on the disk before the rename. On error
+/// the temporary file is removed. Returns the rows written.
+fn write_file(
+    path: &Path,
+    schema: SchemaRef,
+    sync: bool,
+    fill: impl FnOnce(&mut TableWriter) -> Result<(), WriteError>,
+) -> Result<u64, WriteError> {
+    let temp = temp_path(path);
+    let result = TableWriter::create(&temp, schema).and_then(|mut writer| {
+        fill(&mut writer)?;
+        writer.close(sync)
+    });
+    let result = result.and_then(|rows| match std::fs::rename(&temp, path) {
+        Ok(()) => Ok(rows),
+        Err(source) => Err(WriteError::Rename {
+            from: temp.clone(),
+            to: path.to_path_buf(),
+            source,
+        }),
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
     }
+    result
+}
 
-    /// Like [`EventSink::create`], writing a row group every `batch_rows` events (at least 1).
-    pub fn with_batch_rows(path: &Path, batch_rows: usize) -> Result<Self, WriteError> {
-        let batch_rows = batch_rows.max(1);
-        Ok(EventSink {
-            writer: TableWriter::create(path, schema::events_schema())?,
-            buffer: Vec::with_capacity(batch_rows),
-            batch_rows,
+/// Writes a whole table at once (e.g. `processes.parquet` at the end of a run); returns its rows.
+/// The file appears complete or not at all.
+pub fn write_table(path: &Path, schema: SchemaRef, batch: &RecordBatch) -> Result<u64, WriteError> {
+    write_file(path, schema, true, |writer| writer.write(batch))
+}
+
+/// A table written while the run goes, readable at any moment up to its last flush.
+///
+/// Rows are buffered in memory; [`PartedTable::flush`] (called by the run every flush interval)
+/// writes them as one new closed part, `<dir>/<name>.parts/<name>-NNNNNN.parquet`, numbered from
+/// 000000 in write order. At most [`MAX_BUFFERED_ROWS`] rows are buffered: the push that reaches
+/// it writes a part by itself. [`PartedTable::finish`] merges the parts, in order, into
+/// `<dir>/<name>.parquet` and removes the parts directory.
+///
+/// If montrace dies before `finish`, the parts stay: each is a complete Parquet file, and
+/// `<dir>/<name>.parts/*.parquet` reads every flushed row. (Parts are not synced to the disk,
+/// the merged file is: after an OS crash or a power cut the newest parts may be missing or
+/// damaged.) Dropping the table without `finish` flushes what is buffered (errors ignored) and
+/// leaves the parts.
+pub struct PartedTable<R> {
+    /// `<dir>/<name>.parquet`.
+    path: PathBuf,
+    /// `<dir>/<name>.parts`.
+    parts_dir: PathBuf,
+    name: String,
+    schema: SchemaRef,
+    to_batch: fn(&[R]) -> Result<RecordBatch, ArrowError>,
+    buffer: Vec<R>,
+    /// Parts written so far; the next one is numbered `parts`.
+    parts: usize,
+    /// Rows in the parts written so far.
+    written: u64,
+}
+
+/// `events.parquet`, see [`PartedTable::events`].
+pub type EventTable = PartedTable<EventRecord>;
+/// `samples.parquet`, see [`PartedTable::samples`].
+pub type SampleTable = PartedTable<SampleRecord>;
+/// `system.parquet`, see [`PartedTable::system`].
+pub type SystemTable = PartedTable<SystemRecord>;
+
+/// `events` for `events.parquet`.
+fn table_name(file: &str) -> &str {
+    file.strip_suffix(".parquet").unwrap_or(file)
+}
+
+impl PartedTable<EventRecord> {
+    /// `<dir>/events.parquet`.
+    pub fn events(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::EVENTS_FILE),
+            schema::events_schema(),
+            schema::events_batch,
+        )
+    }
+}
+
+impl PartedTable<SampleRecord> {
+    /// `<dir>/samples.parquet`.
+    pub fn samples(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::SAMPLES_FILE),
+            schema::samples_schema(),
+            schema::samples_batch,
+        )
+    }
+}
+
+impl PartedTable<SystemRecord> {
+    /// `<dir>/system.parquet`.
+    pub fn system(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::SYSTEM_FILE),
+            schema::system_schema(),
+            schema::system_batch,
+        )
+    }
+}
+
+impl<R> PartedTable<R> {
+    /// A table whose parts go to `<dir>/<name>.parts/` (created now; it must not exist yet) and
+    /// whose final file is `<dir>/<name>.parquet`. `to_batch` turns rows into a batch of
+    /// `schema`.
+    pub fn create(
+        dir: &Path,
+        name: &str,
+        schema: SchemaRef,
+        to_batch: fn(&[R]) -> Result<RecordBatch, ArrowError>,
+    ) -> Result<Self, WriteError> {
+        let parts_dir = dir.join(format!("{name}.parts"));
+        std::fs::create_dir(&parts_dir).map_err(io_error("create", &parts_dir))?;
+        Ok(PartedTable {
+            path: dir.join(format!("{name}.parquet")),
+            parts_dir,
+            name: name.to_owned(),
+            schema,
+            to_batch,
+            buffer: Vec::new(),
+            parts: 0,
+            written: 0,
         })
     }
 
+    /// The final file, `<dir>/<name>.parquet`, written by [`PartedTable::finish`].
     pub fn path(&self) -> &Path {
-        self.writer.path()
+        &self.path
     }
 
-    pub fn push(&mut self, event: EventRecord) -> Result<(), WriteError> {
-        self.buffer.push(event);
-        if self.buffer.len() >= self.batch_rows {
+    /// Where the parts are while the run goes.
+    pub fn parts_dir(&self) -> &Path {
+        &self.parts_dir
+    }
+
+    /// Rows pushed so far, buffered ones included.
+    pub fn rows(&self) -> u64 {
+        self.written + self.buffer.len() as u64
+    }
+
+    /// Adds a row; when [`MAX_BUFFERED_ROWS`] are buffered, writes them as a part. On error the
+    /// rows stay buffered (the next flush tries again).
+    pub fn push(&mut self, row: R) -> Result<(), WriteError> {
+        self.buffer.push(row);
+        if self.buffer.len() >= MAX_BUFFERED_ROWS {
             self.flush()?;
         }
         Ok(())
     }
 
-    /// Writes the buffered events as a row group (nothing when none are buffered).
+    /// Writes the buffered rows as one new closed part (footer written, then renamed into
+    /// place); does nothing when none are buffered. On error the rows stay buffered and no part
+    /// appears.
     pub fn flush(&mut self) -> Result<(), WriteError> {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        let batch = schema::events_batch(&self.buffer).map_err(|source| WriteError::Arrow {
-            path: self.writer.path.clone(),
+        let path = self.part_path(self.parts);
+        let batch = (self.to_batch)(&self.buffer).map_err(|source| WriteError::Arrow {
+            path: path.clone(),
             source,
         })?;
+        write_file(&path, self.schema.clone(), false, |writer| {
+            writer.write(&batch)
+        })?;
+        self.parts += 1;
+        self.written += self.buffer.len() as u64;
         self.buffer.clear();
-        self.writer.write(&batch)?;
-        self.writer.flush()
+        Ok(())
     }
 
-    /// Writes what is buffered and the footer; returns how many events the file holds.
+    /// Writes the remaining rows, merges every part in order into `<dir>/<name>.parquet` and
+    /// removes the parts directory; returns the rows of the final file. The merge streams part
+    /// by part, so it holds at most a row group in memory. With no rows at all, the file still
+    /// has the schema (and 0 rows). On error the parts stay in place.
     pub fn finish(mut self) -> Result<u64, WriteError> {
         self.flush()?;
-        self.writer.finish()
+        let rows = write_file(&self.path, self.schema.clone(), true, |writer| {
+            (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))
+        })?;
+        std::fs::remove_dir_all(&self.parts_dir).map_err(io_error("remove", &self.parts_dir))?;
+        Ok(rows)
     }
+
+    /// `<name>.parts/<name>-NNNNNN.parquet`.
+    fn part_path(&self, index: usize) -> PathBuf {
+        self.parts_dir
+            .join(format!("{}-{index:06}.parquet", self.name))
+    }
+}
+
+impl<R> Drop for PartedTable<R> {
+    /// Keeps what is buffered when the run ends without `finish` (an error unwinding): the parts
+    /// are then the table.
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+/// Appends the rows of the Parquet file `part` to `writer`, a batch at a time.
+fn copy_rows(part: &Path, writer: &mut TableWriter) -> Result<(), WriteError> {
+    let read_error = |source| WriteError::Read {
+        path: part.to_path_buf(),
+        source,
+    };
+    let file = File::open(part).map_err(io_error("open", part))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(read_error)?
+        .with_batch_size(MERGE_BATCH_ROWS)
+        .build()
+        .map_err(read_error)?;
+    for batch in reader {
+        let batch = batch.map_err(|e| read_error(ParquetError::External(Box::new(e))))?;
+        writer.write(&batch)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{EventKind, ProcessRecord};
-    use crate::schema::{events_batch, processes_batch, processes_schema, SCHEMA_VERSION_KEY};
+    use crate::model::{EventKind, ProcessRecord, SampleSource};
+    use crate::schema::tests::{full_sample, full_system};
+    use crate::schema::{
+        events_batch, processes_batch, processes_schema, samples_batch, system_batch,
+        SCHEMA_VERSION_KEY,
+    };
     use arrow_array::cast::AsArray;
     use arrow_array::types::{TimestampNanosecondType, UInt32Type, UInt64Type};
     use arrow_array::Array;
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::file::metadata::ParquetMetaData;
 
     /// Reads a whole file back: its Parquet metadata and its rows. Checks that the Arrow schema
@@ -222,7 +426,6 @@ mod tests {
         let kv = metadata.file_metadata().key_value_metadata().unwrap();
         let version = kv.iter().find(|kv| kv.key == SCHEMA_VERSION_KEY).unwrap();
         assert_eq!(version.value.as_deref(), Some("1"));
-        assert!(metadata.num_row_groups() > 0);
         for row_group in metadata.row_groups() {
             for column in row_group.columns() {
                 assert!(
@@ -231,6 +434,39 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The names in `dir`, sorted.
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The `pid` column of batches, in order.
+    fn pids(batches: &[RecordBatch]) -> Vec<u32> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                b.column_by_name("pid")
+                    .unwrap()
+                    .as_primitive::<UInt32Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    /// What a reader of the parts directory sees (as `read_parquet('<name>.parts/*.parquet')`).
+    fn read_parts(dir: &Path, schema: SchemaRef) -> Vec<RecordBatch> {
+        names_in(dir)
+            .iter()
+            .filter(|n| n.ends_with(".parquet"))
+            .flat_map(|n| read(&dir.join(n), schema.clone()).1)
+            .collect()
     }
 
     fn full_process() -> ProcessRecord {
@@ -282,6 +518,17 @@ mod tests {
         }
     }
 
+    fn sample(i: u32) -> SampleRecord {
+        SampleRecord {
+            time_ns: 1_700_000_000_000_000_000 + i64::from(i),
+            pid: i,
+            start_time_ns: 1_600_000_000_000_000_000,
+            source: Some(SampleSource::Procfs),
+            rss_bytes: Some(u64::from(i) * 4096),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn processes_round_trip() {
         let dir = tempfile::tempdir().unwrap();
@@ -295,6 +542,8 @@ mod tests {
         };
         let batch = processes_batch(&[full_process(), sparse]).unwrap();
         assert_eq!(write_table(&path, processes_schema(), &batch).unwrap(), 2);
+        // Written under a temporary name and renamed: nothing else is left.
+        assert_eq!(names_in(dir.path()), ["processes.parquet"]);
 
         let (metadata, batches) = read(&path, processes_schema());
         assert_file_format(&metadata);
@@ -329,14 +578,8 @@ mod tests {
             .unwrap()
             .as_primitive::<UInt64Type>();
         assert_eq!(rss.value(0), 5 << 30);
-        let comm = back.column_by_name("comm").unwrap().as_string::<i32>();
-        assert_eq!(comm.value(1), "sh");
         for (field, column) in back.schema().fields().iter().zip(back.columns()) {
-            assert!(
-                !column.is_null(0),
-                "{} is null for the full record",
-                field.name()
-            );
+            assert!(!column.is_null(0), "{}", field.name());
             assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
         }
     }
@@ -344,7 +587,6 @@ mod tests {
     #[test]
     fn events_round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("events.parquet");
         let exit = EventRecord {
             time_ns: 1_700_000_003_000_000_000,
             kind: EventKind::Exit,
@@ -376,129 +618,264 @@ mod tests {
             ..exit.clone()
         };
         let events = vec![exit, fork];
-        let mut sink = EventSink::create(&path).unwrap();
+        let mut table = EventTable::events(dir.path()).unwrap();
         for event in &events {
-            sink.push(event.clone()).unwrap();
+            table.push(event.clone()).unwrap();
         }
-        assert_eq!(sink.finish().unwrap(), 2);
+        assert_eq!(table.path(), dir.path().join(schema::EVENTS_FILE));
+        assert_eq!(table.finish().unwrap(), 2);
 
-        let (metadata, batches) = read(&path, schema::events_schema());
+        let (metadata, batches) = read(&dir.path().join("events.parquet"), schema::events_schema());
         assert_file_format(&metadata);
         assert_eq!(batches.len(), 1);
         let back = &batches[0];
         assert_same_rows(back, &events_batch(&events).unwrap());
-        let time = back
-            .column_by_name("time")
-            .unwrap()
-            .as_primitive::<TimestampNanosecondType>();
-        assert_eq!(time.timezone(), Some("UTC"));
-        assert_eq!(time.value(0), 1_700_000_003_000_000_000);
         let kind = back.column_by_name("kind").unwrap().as_string::<i32>();
         assert_eq!(kind.iter().flatten().collect::<Vec<_>>(), ["exit", "fork"]);
-        let tid = back
-            .column_by_name("tid")
-            .unwrap()
-            .as_primitive::<UInt32Type>();
-        assert_eq!(tid.value(0), 1235);
         for (field, column) in back.schema().fields().iter().zip(back.columns()) {
-            assert!(
-                !column.is_null(0),
-                "{} is null for the full event",
-                field.name()
-            );
+            assert!(!column.is_null(0), "{}", field.name());
             assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
         }
     }
 
     #[test]
-    fn event_sink_writes_bounded_row_groups_in_order() {
+    fn samples_round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("events.parquet");
-        let mut sink = EventSink::with_batch_rows(&path, 100).unwrap();
-        for i in 0..250 {
-            sink.push(event(i)).unwrap();
-        }
-        assert_eq!(sink.finish().unwrap(), 250);
+        let sparse = SampleRecord {
+            pid: 9,
+            source: Some(SampleSource::Exit),
+            ..Default::default()
+        };
+        let rows = vec![full_sample(), sparse];
+        let mut table = SampleTable::samples(dir.path()).unwrap();
+        table.push(rows[0].clone()).unwrap();
+        table.flush().unwrap();
+        table.push(rows[1].clone()).unwrap();
+        assert_eq!(table.finish().unwrap(), 2);
+        assert_eq!(names_in(dir.path()), [schema::SAMPLES_FILE]);
 
-        let (metadata, batches) = read(&path, schema::events_schema());
+        let (metadata, batches) = read(
+            &dir.path().join(schema::SAMPLES_FILE),
+            schema::samples_schema(),
+        );
+        assert_file_format(&metadata);
+        assert_eq!(batches.len(), 1);
+        let back = &batches[0];
+        assert_same_rows(back, &samples_batch(&rows).unwrap());
+        for (field, column) in back.schema().fields().iter().zip(back.columns()) {
+            assert!(!column.is_null(0), "{}", field.name());
+            assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
+        }
+    }
+
+    #[test]
+    fn system_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let sparse = SystemRecord {
+            time_ns: 1,
+            ..Default::default()
+        };
+        let rows = vec![full_system(), sparse];
+        let mut table = SystemTable::system(dir.path()).unwrap();
+        for row in &rows {
+            table.push(row.clone()).unwrap();
+        }
+        assert_eq!(table.finish().unwrap(), 2);
+        assert_eq!(names_in(dir.path()), [schema::SYSTEM_FILE]);
+
+        let (metadata, batches) = read(
+            &dir.path().join(schema::SYSTEM_FILE),
+            schema::system_schema(),
+        );
+        assert_file_format(&metadata);
+        let back = &batches[0];
+        assert_same_rows(back, &system_batch(&rows).unwrap());
+        for (field, column) in back.schema().fields().iter().zip(back.columns()) {
+            assert!(!column.is_null(0), "{}", field.name());
+            assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
+        }
+    }
+
+    /// A kill -9 after two flushes: the parts hold every flushed row and nothing else, each part
+    /// is a complete file. Then the clean end merges them.
+    #[test]
+    fn flushed_rows_survive_a_kill_and_finish_merges_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut table = SampleTable::samples(dir.path()).unwrap();
+        let parts_dir = dir.path().join("samples.parts");
+        assert_eq!(table.parts_dir(), parts_dir);
+        assert_eq!(names_in(&parts_dir), Vec::<String>::new());
+        for i in 0..3 {
+            table.push(sample(i)).unwrap();
+        }
+        table.flush().unwrap();
+        table.flush().unwrap(); // nothing buffered: no part
+        for i in 3..5 {
+            table.push(sample(i)).unwrap();
+        }
+        table.flush().unwrap();
+        table.push(sample(5)).unwrap(); // not flushed
+        assert_eq!(table.rows(), 6);
+
+        // What a reader sees while montrace runs, or after it is killed.
+        assert_eq!(
+            names_in(&parts_dir),
+            ["samples-000000.parquet", "samples-000001.parquet"]
+        );
+        assert!(!dir.path().join("samples.parquet").exists());
+        for name in names_in(&parts_dir) {
+            let (metadata, _) = read(&parts_dir.join(name), schema::samples_schema());
+            assert_file_format(&metadata);
+        }
+        let flushed = read_parts(&parts_dir, schema::samples_schema());
+        assert_eq!(pids(&flushed), [0, 1, 2, 3, 4]);
+        let expected: Vec<SampleRecord> = (0..6).map(sample).collect();
+        assert_same_rows(&flushed[0], &samples_batch(&expected[..3]).unwrap());
+        assert_same_rows(&flushed[1], &samples_batch(&expected[3..5]).unwrap());
+
+        assert_eq!(table.finish().unwrap(), 6);
+        assert_eq!(names_in(dir.path()), ["samples.parquet"]);
+        let (metadata, batches) = read(
+            &dir.path().join("samples.parquet"),
+            schema::samples_schema(),
+        );
+        assert_file_format(&metadata);
+        assert_eq!(metadata.num_row_groups(), 1);
+        assert_eq!(batches.len(), 1);
+        assert_same_rows(&batches[0], &samples_batch(&expected).unwrap());
+    }
+
+    #[test]
+    fn dropping_without_finish_flushes_and_keeps_the_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut table = EventTable::events(dir.path()).unwrap();
+        table.push(event(1)).unwrap();
+        table.push(event(2)).unwrap();
+        drop(table);
+        let parts_dir = dir.path().join("events.parts");
+        assert_eq!(names_in(&parts_dir), ["events-000000.parquet"]);
+        assert_eq!(
+            pids(&read_parts(&parts_dir, schema::events_schema())),
+            [1, 2]
+        );
+    }
+
+    #[test]
+    fn an_empty_table_finishes_as_a_valid_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = SystemTable::system(dir.path()).unwrap();
+        assert_eq!(table.rows(), 0);
+        assert_eq!(table.finish().unwrap(), 0);
+        assert_eq!(names_in(dir.path()), ["system.parquet"]);
+        let (metadata, batches) = read(&dir.path().join("system.parquet"), schema::system_schema());
+        assert_eq!(metadata.file_metadata().num_rows(), 0);
+        assert!(batches.is_empty());
+        assert_file_format(&metadata);
+    }
+
+    /// Memory is bounded without any flush: the push that fills the buffer writes a part. The
+    /// merge keeps row groups at most ROW_GROUP_ROWS long, and the order of the rows.
+    #[test]
+    fn a_full_buffer_writes_a_part_by_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let parts_dir = dir.path().join("events.parts");
+        let mut table = EventTable::events(dir.path()).unwrap();
+        let total = 2 * MAX_BUFFERED_ROWS + 10;
+        for i in 0..=MAX_BUFFERED_ROWS {
+            table.push(event(i as u32)).unwrap();
+        }
+        assert_eq!(names_in(&parts_dir), ["events-000000.parquet"]);
+        let (metadata, _) = read(
+            &parts_dir.join("events-000000.parquet"),
+            schema::events_schema(),
+        );
+        assert_eq!(
+            metadata.file_metadata().num_rows(),
+            MAX_BUFFERED_ROWS as i64
+        );
+        for i in MAX_BUFFERED_ROWS + 1..total {
+            table.push(event(i as u32)).unwrap();
+        }
+        assert_eq!(names_in(&parts_dir).len(), 2);
+        assert_eq!(table.rows(), total as u64);
+
+        assert_eq!(table.finish().unwrap(), total as u64);
+        let (metadata, batches) = read(&dir.path().join("events.parquet"), schema::events_schema());
         assert_file_format(&metadata);
         let sizes: Vec<i64> = metadata
             .row_groups()
             .iter()
             .map(|rg| rg.num_rows())
             .collect();
-        assert_eq!(sizes, [100, 100, 50]);
-        let expected: Vec<EventRecord> = (0..250).map(event).collect();
-        let pids: Vec<u32> = batches
-            .iter()
-            .flat_map(|b| {
-                b.column_by_name("pid")
-                    .unwrap()
-                    .as_primitive::<UInt32Type>()
-                    .values()
-                    .to_vec()
-            })
-            .collect();
-        assert_eq!(pids, (0..250).collect::<Vec<_>>());
-        // Row by row the same as converting all events at once.
-        let all = events_batch(&expected).unwrap();
-        let mut offset = 0;
-        for batch in &batches {
-            assert_same_rows(batch, &all.slice(offset, batch.num_rows()));
-            offset += batch.num_rows();
-        }
-        assert_eq!(offset, 250);
+        assert_eq!(sizes, [ROW_GROUP_ROWS as i64, 10]);
+        assert_eq!(pids(&batches), (0..total as u32).collect::<Vec<_>>());
     }
 
     #[test]
-    fn event_sink_flush_closes_a_row_group() {
+    fn a_failed_flush_keeps_the_rows_and_leaves_no_file() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("events.parquet");
-        let mut sink = EventSink::create(&path).unwrap();
-        sink.push(event(1)).unwrap();
-        sink.flush().unwrap();
-        sink.flush().unwrap(); // nothing buffered: no empty row group
-        sink.push(event(2)).unwrap();
-        assert_eq!(sink.finish().unwrap(), 2);
-        let (metadata, _) = read(&path, schema::events_schema());
-        assert_eq!(metadata.num_row_groups(), 2);
+        let parts_dir = dir.path().join("samples.parts");
+        let mut table = SampleTable::samples(dir.path()).unwrap();
+        table.push(SampleRecord::default()).unwrap(); // no source: the batch fails
+        let err = table.flush().unwrap_err();
+        assert!(matches!(err, WriteError::Arrow { .. }), "{err}");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "cannot write {}: ",
+                parts_dir.join("samples-000000.parquet").display()
+            )),
+            "{err}"
+        );
+        assert_eq!(table.rows(), 1);
+        assert_eq!(names_in(&parts_dir), Vec::<String>::new());
+        std::mem::forget(table); // its Drop would try again
     }
 
     #[test]
-    fn empty_sink_is_a_valid_file() {
+    fn a_table_needs_a_fresh_parts_dir() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("events.parquet");
-        assert_eq!(EventSink::create(&path).unwrap().finish().unwrap(), 0);
-        let (metadata, batches) = read(&path, schema::events_schema());
-        assert_eq!(metadata.file_metadata().num_rows(), 0);
-        assert!(batches.is_empty());
-        let kv = metadata.file_metadata().key_value_metadata().unwrap();
-        assert!(kv.iter().any(|kv| kv.key == SCHEMA_VERSION_KEY));
+        let _first = EventTable::events(dir.path()).unwrap();
+        let err = EventTable::events(dir.path()).err().unwrap();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "cannot create {}: ",
+                dir.path().join("events.parts").display()
+            )),
+            "{err}"
+        );
+        let missing = dir.path().join("missing");
+        assert!(EventTable::events(&missing).is_err());
     }
 
     #[test]
     fn errors_name_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("missing").join("processes.parquet");
-        let err = TableWriter::create(&path, processes_schema())
-            .err()
-            .unwrap();
-        assert!(matches!(err, WriteError::Create { .. }));
+        let batch = processes_batch(&[full_process()]).unwrap();
+        let err = write_table(&path, processes_schema(), &batch).unwrap_err();
+        assert!(matches!(err, WriteError::Io { op: "create", .. }));
         assert!(
-            err.to_string()
-                .starts_with(&format!("cannot create {}: ", path.display())),
+            err.to_string().starts_with(&format!(
+                "cannot create {}: ",
+                dir.path().join("missing/.processes.parquet.tmp").display()
+            )),
             "{err}"
         );
 
         let path = dir.path().join("processes.parquet");
-        let mut writer = TableWriter::create(&path, processes_schema()).unwrap();
-        let err = writer
-            .write(&events_batch(&[event(1)]).unwrap())
-            .unwrap_err();
+        let err = write_table(
+            &path,
+            processes_schema(),
+            &events_batch(&[event(1)]).unwrap(),
+        )
+        .unwrap_err();
+        let temp = dir.path().join(".processes.parquet.tmp");
         assert!(
             err.to_string()
-                .starts_with(&format!("cannot write {}: ", path.display())),
+                .starts_with(&format!("cannot write {}: ", temp.display())),
             "{err}"
         );
+        // The failed file is gone, and no processes.parquet appeared.
+        assert_eq!(names_in(dir.path()), Vec::<String>::new());
     }
 }

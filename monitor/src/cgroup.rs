@@ -1,0 +1,1182 @@
+//! The run's own cgroup: the command is placed in `montrace/<name>` before its exec, so the
+//! kernel's totals for the whole tree (CPU, peak memory, block I/O, peak pids) can be set beside
+//! montrace's per-process sums ("coverage"). At the end the totals are read and the cgroup removed.
+//!
+//! Both layouts are supported, chosen from `/proc/self/mountinfo`:
+//! - **v2**: a `cgroup2` mount whose `cgroup.controllers` offers `cpu` and `memory`. montrace
+//!   enables `+cpu +memory +io +pids` (those offered) in the `cgroup.subtree_control` of the mount
+//!   root and of `montrace/`, then creates `montrace/<name>`.
+//! - **v1**: separate hierarchies; `memory` and `cpuacct` are required, `blkio` and `pids` are
+//!   used when mounted. `montrace/<name>` is created in each (once per hierarchy where several
+//!   controllers share one mount, e.g. `cpu,cpuacct`).
+//!
+//! A hybrid host (v1 controllers plus a `cgroup2` mount at `/sys/fs/cgroup/unified` that offers
+//! no memory controller) therefore uses v1. Nothing here panics: every failure is a
+//! [`CgroupError`] saying what was found and what to do, so the caller can record it and go on.
+//!
+//! The shared `montrace/` parent is left in place on removal: other runs may be using it, and
+//! removing it would race their `mkdir montrace/<name>`.
+use std::{
+    collections::BTreeSet,
+    ffi::CString,
+    fs,
+    io::{self, Write as _},
+    os::unix::ffi::OsStrExt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+/// The directory under each cgroup root that holds the runs' cgroups.
+const PARENT: &str = "montrace";
+/// v2 controllers montrace enables where offered. Only `memory` must succeed: `cpu.stat`'s
+/// `usage_usec`/`user_usec`/`system_usec` are kept by the cgroup core even without `cpu`.
+const V2_WANTED: [&str; 4] = ["cpu", "memory", "io", "pids"];
+const V2_MUST_ENABLE: [&str; 1] = ["memory"];
+/// v1 controllers montrace uses: the first two are required.
+const V1_WANTED: [&str; 4] = ["memory", "cpuacct", "blkio", "pids"];
+const V1_REQUIRED: [&str; 2] = ["memory", "cpuacct"];
+/// v1 controller names, to tell them from other super options (`rw`, `name=systemd`, ...).
+const V1_CONTROLLERS: [&str; 14] = [
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "memory",
+    "devices",
+    "freezer",
+    "net_cls",
+    "net_prio",
+    "blkio",
+    "perf_event",
+    "hugetlb",
+    "pids",
+    "rdma",
+    "misc",
+];
+/// `statfs` magic numbers of cgroup filesystems (linux/magic.h).
+const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
+/// An emptied cgroup can answer `rmdir` with EBUSY for a moment after its last process was
+/// reaped; retry this many times, 10 ms apart, before reporting it busy.
+const BUSY_RETRIES: u32 = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// The kernel's totals for the run's cgroup. None: the kernel does not provide that figure here
+/// (e.g. `memory.peak` before Linux 5.19, v1 `pids` without `pids.peak`, no io/blkio controller).
+/// Memory figures include the page cache charged to the cgroup.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct CgroupTotals {
+    pub cpu_usage_ns: Option<u64>,
+    pub cpu_user_ns: Option<u64>,
+    pub cpu_system_ns: Option<u64>,
+    pub memory_peak_bytes: Option<u64>,
+    pub io_read_bytes: Option<u64>,
+    pub io_write_bytes: Option<u64>,
+    pub pids_peak: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// What was found, e.g. which controllers the cgroup2 mount offers.
+    #[error(
+        "no usable cgroup: {0}; kernel totals need cgroup v2 with the cpu and memory controllers \
+         or cgroup v1 memory and cpuacct hierarchies (mount them, or run on a host that has them)"
+    )]
+    NoControllers(String),
+    #[error(
+        "cgroup file {}: {source} (a run cgroup needs root and a writable cgroup filesystem)",
+        path.display()
+    )]
+    Io { path: PathBuf, source: io::Error },
+    #[error(
+        "cgroup {} still holds {processes} process(es) or child cgroups (a survivor, e.g. after \
+         --linger); left in place: `rmdir {}` once they have exited",
+        path.display(),
+        path.display()
+    )]
+    Busy { path: PathBuf, processes: usize },
+    #[error("cannot parse {}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+}
+
+/// One cgroup mount from mountinfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupMount {
+    /// Where it is mounted (octal escapes such as `\040` decoded).
+    pub mount_point: PathBuf,
+    pub version: CgroupVersion,
+    /// v1: the controllers of the hierarchy (from the super options). v2: empty; the offered
+    /// controllers are in the mount's `cgroup.controllers`.
+    pub controllers: Vec<String>,
+}
+
+/// The `cpu.stat` (v2) fields montrace uses, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuStat {
+    pub usage_usec: Option<u64>,
+    pub user_usec: Option<u64>,
+    pub system_usec: Option<u64>,
+}
+
+/// Bytes read and written, summed over devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoBytes {
+    pub read: u64,
+    pub write: u64,
+}
+
+/// One directory of the run's cgroup: v2 has one, v1 one per hierarchy used.
+#[derive(Debug)]
+struct Hierarchy {
+    /// The montrace controllers served by this directory (v1), or all enabled ones (v2).
+    controllers: Vec<&'static str>,
+    mount: PathBuf,
+    dir: PathBuf,
+}
+
+/// The run's cgroup, created by [`RunCgroup::create`] and removed by [`RunCgroup::remove`].
+#[derive(Debug)]
+pub struct RunCgroup {
+    version: CgroupVersion,
+    name: String,
+    hierarchies: Vec<Hierarchy>,
+}
+
+impl RunCgroup {
+    /// Creates `montrace/<name>` (name: unique per run, e.g. `run-<pid>-<ns>`) on this host.
+    pub fn create(name: &str) -> Result<RunCgroup, CgroupError> {
+        let path = Path::new("/proc/self/mountinfo");
+        let mountinfo = fs::read_to_string(path).map_err(|e| io_err(path, e))?;
+        Self::create_in(Path::new("/"), &mountinfo, name)
+    }
+
+    /// As [`RunCgroup::create`], with mount points taken from `mountinfo` and resolved under
+    /// `fs_root` instead of `/` (tests build a fake tree in a tempdir).
+    pub fn create_in(
+        fs_root: &Path,
+        mountinfo: &str,
+        name: &str,
+    ) -> Result<RunCgroup, CgroupError> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(CgroupError::Parse {
+                path: PathBuf::from(name),
+                message: "a run cgroup name must be one non-empty path component".into(),
+            });
+        }
+        let mounts = parse_mountinfo_cgroups(mountinfo);
+        match choose(fs_root, &mounts)? {
+            Layout::V2 { root, offered } => create_v2(root, &offered, name),
+            Layout::V1(hierarchies) => create_v1(hierarchies, name),
+        }
+    }
+
+    pub fn version(&self) -> CgroupVersion {
+        self.version
+    }
+
+    /// Human-readable location, for run.json: the directory (v2), or the v1 directories, as
+    /// `/sys/fs/cgroup/{memory,cpuacct,blkio,pids}/montrace/<name>` when they share a parent.
+    pub fn path(&self) -> String {
+        let mounts: Vec<&Path> = self.hierarchies.iter().map(|h| h.mount.as_path()).collect();
+        let parent = mounts[0].parent();
+        let names: Option<Vec<String>> = mounts
+            .iter()
+            .map(|m| {
+                (m.parent() == parent)
+                    .then(|| m.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .flatten()
+            })
+            .collect();
+        match (parent, names) {
+            (Some(parent), Some(names)) if names.len() > 1 => format!(
+                "{}/{{{}}}/{PARENT}/{}",
+                parent.display(),
+                names.join(","),
+                self.name
+            ),
+            _ => self
+                .hierarchies
+                .iter()
+                .map(|h| h.dir.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
+    /// Moves process `pid` (all its threads) into the run's cgroup, in every hierarchy.
+    pub fn add(&self, pid: u32) -> Result<(), CgroupError> {
+        for h in &self.hierarchies {
+            write_file(&h.dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Reads the kernel's totals. A file the kernel does not provide gives None; a file that
+    /// cannot be read or parsed is an error.
+    pub fn totals(&self) -> Result<CgroupTotals, CgroupError> {
+        let mut t = CgroupTotals::default();
+        match self.version {
+            CgroupVersion::V2 => {
+                let dir = &self.hierarchies[0].dir;
+                let path = dir.join("cpu.stat");
+                if let Some(text) = read_optional(&path)? {
+                    let cpu = parse_cpu_stat(&text).map_err(|m| parse_err(&path, m))?;
+                    let ns = |us: Option<u64>| us.map(|v| v.saturating_mul(1000));
+                    t.cpu_usage_ns = ns(cpu.usage_usec);
+                    t.cpu_user_ns = ns(cpu.user_usec);
+                    t.cpu_system_ns = ns(cpu.system_usec);
+                }
+                t.memory_peak_bytes = read_u64(&dir.join("memory.peak"))?;
+                let path = dir.join("io.stat");
+                if let Some(text) = read_optional(&path)? {
+                    let io = parse_io_stat(&text).map_err(|m| parse_err(&path, m))?;
+                    t.io_read_bytes = Some(io.read);
+                    t.io_write_bytes = Some(io.write);
+                }
+                t.pids_peak = read_u64(&dir.join("pids.peak"))?;
+            }
+            CgroupVersion::V1 => {
+                if let Some(dir) = self.dir_of("cpuacct") {
+                    t.cpu_usage_ns = read_u64(&dir.join("cpuacct.usage"))?;
+                    t.cpu_user_ns = read_u64(&dir.join("cpuacct.usage_user"))?;
+                    t.cpu_system_ns = read_u64(&dir.join("cpuacct.usage_sys"))?;
+                }
+                if let Some(dir) = self.dir_of("memory") {
+                    t.memory_peak_bytes = read_u64(&dir.join("memory.max_usage_in_bytes"))?;
+                }
+                if let Some(dir) = self.dir_of("blkio") {
+                    // The throttle file counts every bio of the cgroup; the plain one only
+                    // exists with CFQ (before Linux 5.0). v1 charges buffered writes to the
+                    // writeback thread, so writes here are mostly direct and sync ones.
+                    for file in [
+                        "blkio.throttle.io_service_bytes_recursive",
+                        "blkio.io_service_bytes_recursive",
+                    ] {
+                        let path = dir.join(file);
+                        if let Some(text) = read_optional(&path)? {
+                            let io = parse_blkio_service_bytes(&text)
+                                .map_err(|m| parse_err(&path, m))?;
+                            t.io_read_bytes = Some(io.read);
+                            t.io_write_bytes = Some(io.write);
+                            break;
+                        }
+                    }
+                }
+                if let Some(dir) = self.dir_of("pids") {
+                    t.pids_peak = read_u64(&dir.join("pids.peak"))?;
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// Removes the run's directories (rmdir, leaf first). If any still holds processes (a
+    /// survivor after --linger), nothing is removed and [`CgroupError::Busy`] says how many.
+    pub fn remove(self) -> Result<(), CgroupError> {
+        // Check every hierarchy before removing any, so a v1 run is never left half-removed.
+        for h in &self.hierarchies {
+            let processes = count_procs(&h.dir)?;
+            if processes > 0 {
+                return Err(CgroupError::Busy {
+                    path: h.dir.clone(),
+                    processes,
+                });
+            }
+        }
+        for h in self.hierarchies.iter().rev() {
+            remove_cgroup_dir(&h.dir)?;
+        }
+        Ok(())
+    }
+
+    fn dir_of(&self, controller: &str) -> Option<&Path> {
+        self.hierarchies
+            .iter()
+            .find(|h| h.controllers.contains(&controller))
+            .map(|h| h.dir.as_path())
+    }
+}
+
+/// Which layout to use, and where.
+enum Layout {
+    V2 {
+        root: PathBuf,
+        offered: Vec<String>,
+    },
+    /// (mount point under fs_root, montrace controllers it serves), one per hierarchy.
+    V1(Vec<(PathBuf, Vec<&'static str>)>),
+}
+
+fn choose(fs_root: &Path, mounts: &[CgroupMount]) -> Result<Layout, CgroupError> {
+    let mut found = Vec::new();
+    for m in mounts.iter().filter(|m| m.version == CgroupVersion::V2) {
+        let root = under(fs_root, &m.mount_point);
+        match fs::read_to_string(root.join("cgroup.controllers")) {
+            Ok(text) => {
+                let offered: Vec<String> = text.split_whitespace().map(String::from).collect();
+                if ["cpu", "memory"]
+                    .iter()
+                    .all(|c| offered.iter().any(|o| o == c))
+                {
+                    return Ok(Layout::V2 { root, offered });
+                }
+                found.push(format!(
+                    "cgroup2 at {} offers [{}] (needs cpu and memory)",
+                    m.mount_point.display(),
+                    offered.join(" ")
+                ));
+            }
+            Err(e) => found.push(format!(
+                "cgroup2 at {} is unreadable ({e})",
+                m.mount_point.display()
+            )),
+        }
+    }
+    if found.is_empty() {
+        found.push("no cgroup2 mount".into());
+    }
+
+    let mut hierarchies: Vec<(PathBuf, Vec<&'static str>)> = Vec::new();
+    let mut missing = Vec::new();
+    for controller in V1_WANTED {
+        let mount = mounts.iter().find(|m| {
+            m.version == CgroupVersion::V1 && m.controllers.iter().any(|c| c == controller)
+        });
+        match mount {
+            Some(m) => {
+                let dir = under(fs_root, &m.mount_point);
+                match hierarchies.iter_mut().find(|(d, _)| *d == dir) {
+                    Some((_, served)) => served.push(controller),
+                    None => hierarchies.push((dir, vec![controller])),
+                }
+            }
+            None if V1_REQUIRED.contains(&controller) => missing.push(controller),
+            None => {}
+        }
+    }
+    if missing.is_empty() {
+        return Ok(Layout::V1(hierarchies));
+    }
+    let v1: BTreeSet<&str> = mounts
+        .iter()
+        .filter(|m| m.version == CgroupVersion::V1)
+        .flat_map(|m| m.controllers.iter().map(String::as_str))
+        .collect();
+    found.push(if v1.is_empty() {
+        "no cgroup v1 hierarchies".into()
+    } else {
+        format!(
+            "cgroup v1 has [{}] but not [{}]",
+            v1.into_iter().collect::<Vec<_>>().join(" "),
+            missing.join(" ")
+        )
+    });
+    Err(CgroupError::NoControllers(found.join("; ")))
+}
+
+fn create_v2(root: PathBuf, offered: &[String], name: &str) -> Result<RunCgroup, CgroupError> {
+    let wanted: Vec<&'static str> = V2_WANTED
+        .into_iter()
+        .filter(|c| offered.iter().any(|o| o == c))
+        .collect();
+    let parent = root.join(PARENT);
+    enable_controllers(&root, &wanted)?;
+    make_dir(&parent, true)?;
+    enable_controllers(&parent, &wanted)?;
+    let dir = parent.join(name);
+    make_dir(&dir, false)?;
+    Ok(RunCgroup {
+        version: CgroupVersion::V2,
+        name: name.to_string(),
+        hierarchies: vec![Hierarchy {
+            controllers: wanted,
+            mount: root,
+            dir,
+        }],
+    })
+}
+
+fn create_v1(
+    hierarchies: Vec<(PathBuf, Vec<&'static str>)>,
+    name: &str,
+) -> Result<RunCgroup, CgroupError> {
+    let mut made: Vec<Hierarchy> = Vec::new();
+    for (mount, controllers) in hierarchies {
+        let parent = mount.join(PARENT);
+        let dir = parent.join(name);
+        let result = make_dir(&parent, true).and_then(|()| make_dir(&dir, false));
+        if let Err(e) = result {
+            // Undo the hierarchies already made; the error that stopped us is the one to report.
+            for h in made.iter().rev() {
+                let _ = fs::remove_dir(&h.dir);
+            }
+            return Err(e);
+        }
+        made.push(Hierarchy {
+            controllers,
+            mount,
+            dir,
+        });
+    }
+    Ok(RunCgroup {
+        version: CgroupVersion::V1,
+        name: name.to_string(),
+        hierarchies: made,
+    })
+}
+
+/// Enables `wanted` in `dir/cgroup.subtree_control` (those not already on). All in one write
+/// first; if the kernel refuses it, one at a time, so an optional controller that cannot be
+/// enabled (io, pids, even cpu) costs only its own figures.
+fn enable_controllers(dir: &Path, wanted: &[&'static str]) -> Result<(), CgroupError> {
+    let path = dir.join("cgroup.subtree_control");
+    let current = fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|c| !current.split_whitespace().any(|t| t == *c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let all: Vec<String> = missing.iter().map(|c| format!("+{c}")).collect();
+    if write_file(&path, &all.join(" ")).is_ok() {
+        return Ok(());
+    }
+    for c in missing {
+        match write_file(&path, &format!("+{c}")) {
+            Err(e) if V2_MUST_ENABLE.contains(&c) => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `mkdir`; `existing_ok` for the shared `montrace/` parent, not for a run's own directory.
+fn make_dir(path: &Path, existing_ok: bool) -> Result<(), CgroupError> {
+    match fs::create_dir(path) {
+        Err(e) if existing_ok && e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        r => r.map_err(|e| io_err(path, e)),
+    }
+}
+
+/// Removes one run directory. On cgroupfs a plain `rmdir` does it (the kernel's files go with
+/// it). A fake tree on an ordinary filesystem (tests) holds real files, so there, and only
+/// there, the directory's plain files are deleted first. Never recursive.
+fn remove_cgroup_dir(dir: &Path) -> Result<(), CgroupError> {
+    let mut attempt = 0;
+    loop {
+        let e = match fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => e,
+        };
+        match e.raw_os_error() {
+            Some(libc::EBUSY) => {
+                let processes = count_procs(dir)?;
+                if processes > 0 || attempt >= BUSY_RETRIES {
+                    return Err(CgroupError::Busy {
+                        path: dir.to_path_buf(),
+                        processes,
+                    });
+                }
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Some(libc::ENOTEMPTY) if is_plain_fs(dir) => {
+                for entry in fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
+                    let entry = entry.map_err(|e| io_err(dir, e))?;
+                    if entry.file_type().is_ok_and(|t| t.is_file()) {
+                        fs::remove_file(entry.path()).map_err(|e| io_err(&entry.path(), e))?;
+                    }
+                }
+                return fs::remove_dir(dir).map_err(|e| io_err(dir, e));
+            }
+            _ => return Err(io_err(dir, e)),
+        }
+    }
+}
+
+/// True when `path` is on a filesystem that is certainly not cgroupfs (statfs succeeded and
+/// the magic is neither cgroup's nor cgroup2's).
+fn is_plain_fs(path: &Path) -> bool {
+    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: zeroed statfs is a valid out-parameter; c_path is a NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's type differs between targets
+    let magic = st.f_type as u64;
+    magic != CGROUP2_SUPER_MAGIC && magic != CGROUP_SUPER_MAGIC
+}
+
+/// Distinct pids in `dir/cgroup.procs` (v1 may list one twice); a missing file counts none.
+fn count_procs(dir: &Path) -> Result<usize, CgroupError> {
+    let text = read_optional(&dir.join("cgroup.procs"))?.unwrap_or_default();
+    Ok(text.split_whitespace().collect::<BTreeSet<_>>().len())
+}
+
+fn under(fs_root: &Path, mount_point: &Path) -> PathBuf {
+    fs_root.join(mount_point.strip_prefix("/").unwrap_or(mount_point))
+}
+
+fn io_err(path: &Path, source: io::Error) -> CgroupError {
+    CgroupError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn parse_err(path: &Path, message: String) -> CgroupError {
+    CgroupError::Parse {
+        path: path.to_path_buf(),
+        message,
+    }
+}
+
+/// Writes `text` in one `write` without creating the file (cgroup files exist or are wrong).
+fn write_file(path: &Path, text: &str) -> Result<(), CgroupError> {
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| io_err(path, e))
+}
+
+/// The file's text, or None when the kernel does not provide it.
+fn read_optional(path: &Path) -> Result<Option<String>, CgroupError> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(path, e)),
+    }
+}
+
+/// A file holding one number, or None when the kernel does not provide it.
+fn read_u64(path: &Path) -> Result<Option<u64>, CgroupError> {
+    read_optional(path)?
+        .map(|text| {
+            text.trim()
+                .parse()
+                .map_err(|e| parse_err(path, format!("{:?} is not a number: {e}", text.trim())))
+        })
+        .transpose()
+}
+
+fn number(key: &str, value: &str) -> Result<u64, String> {
+    value
+        .parse()
+        .map_err(|e| format!("{key} {value:?} is not a number: {e}"))
+}
+
+/// The cgroup mounts in `/proc/self/mountinfo` text. Lines that are not cgroup mounts, or
+/// not mountinfo-shaped, are skipped.
+pub fn parse_mountinfo_cgroups(text: &str) -> Vec<CgroupMount> {
+    let mut mounts = Vec::new();
+    for line in text.lines() {
+        // id parent maj:min root mount_point options [optional...] - fstype source super_options
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if sep < 6 || fields.len() < sep + 2 {
+            continue;
+        }
+        let mount_point = PathBuf::from(unescape_octal(fields[4]));
+        match fields[sep + 1] {
+            "cgroup2" => mounts.push(CgroupMount {
+                mount_point,
+                version: CgroupVersion::V2,
+                controllers: Vec::new(),
+            }),
+            "cgroup" => {
+                let super_options = fields.get(sep + 3).copied().unwrap_or("");
+                mounts.push(CgroupMount {
+                    mount_point,
+                    version: CgroupVersion::V1,
+                    controllers: super_options
+                        .split(',')
+                        .filter(|o| V1_CONTROLLERS.contains(o))
+                        .map(String::from)
+                        .collect(),
+                });
+            }
+            _ => {}
+        }
+    }
+    mounts
+}
+
+/// Decodes mountinfo's `\NNN` octal escapes (space, tab, newline, backslash).
+fn unescape_octal(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match escape {
+            Some(d) => {
+                let value = d.iter().fold(0u32, |v, b| v * 8 + u32::from(b - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// v2 `cpu.stat` ("key value" lines); keys other than the three used are ignored.
+pub fn parse_cpu_stat(text: &str) -> Result<CpuStat, String> {
+    let mut stat = CpuStat::default();
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(key), Some(value)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let slot = match key {
+            "usage_usec" => &mut stat.usage_usec,
+            "user_usec" => &mut stat.user_usec,
+            "system_usec" => &mut stat.system_usec,
+            _ => continue,
+        };
+        *slot = Some(number(key, value)?);
+    }
+    Ok(stat)
+}
+
+/// v2 `io.stat`: "MAJ:MIN rbytes=N wbytes=N rios=N ..." per device; rbytes and wbytes summed.
+pub fn parse_io_stat(text: &str) -> Result<IoBytes, String> {
+    let mut io = IoBytes::default();
+    for line in text.lines() {
+        for field in line.split_whitespace().skip(1) {
+            let Some((key, value)) = field.split_once('=') else {
+                return Err(format!("unexpected field {field:?} in line {line:?}"));
+            };
+            match key {
+                "rbytes" => io.read = io.read.saturating_add(number(key, value)?),
+                "wbytes" => io.write = io.write.saturating_add(number(key, value)?),
+                _ => {}
+            }
+        }
+    }
+    Ok(io)
+}
+
+/// v1 `blkio.*io_service_bytes_recursive`: "MAJ:MIN Read N" / "Write" / "Sync" / "Async" /
+/// "Discard" / "Total" per device and a final "Total N"; Read and Write summed over devices.
+pub fn parse_blkio_service_bytes(text: &str) -> Result<IoBytes, String> {
+    let mut io = IoBytes::default();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, "Read", n] => io.read = io.read.saturating_add(number("Read", n)?),
+            [_, "Write", n] => io.write = io.write.saturating_add(number("Write", n)?),
+            [_, _, _] | ["Total", _] | [] => {}
+            _ => return Err(format!("unexpected line {line:?}")),
+        }
+    }
+    Ok(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This machine's cgroup mounts (hybrid: v1 controllers plus an empty cgroup2), with a
+    /// non-cgroup line and an escaped mount point added.
+    const HYBRID_MOUNTINFO: &str = "\
+23 1 0:21 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+38 31 0:35 / /sys/fs/cgroup/blkio rw,relatime - cgroup cgroup rw,blkio
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    /// A systemd host with pure cgroup v2.
+    const V2_MOUNTINFO: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+";
+
+    fn write(path: &Path, text: &str) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+
+    fn read(path: &Path) -> String {
+        fs::read_to_string(path).unwrap()
+    }
+
+    #[test]
+    fn mountinfo_finds_v1_and_v2_mounts() {
+        let text = format!(
+            "{HYBRID_MOUNTINFO}50 31 0:40 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+             51 22 0:41 / /mnt/my\\040cg rw shared:9 master:2 - cgroup2 none rw\n\
+             not a mountinfo line\n"
+        );
+        let mounts = parse_mountinfo_cgroups(&text);
+        assert_eq!(mounts.len(), 12);
+        assert_eq!(
+            mounts[0],
+            CgroupMount {
+                mount_point: "/sys/fs/cgroup/cpu".into(),
+                version: CgroupVersion::V1,
+                controllers: vec!["cpu".into()],
+            }
+        );
+        let systemd = &mounts[8];
+        assert_eq!(systemd.mount_point, Path::new("/sys/fs/cgroup/systemd"));
+        assert!(
+            systemd.controllers.is_empty(),
+            "name=systemd is no controller"
+        );
+        assert_eq!(mounts[9].version, CgroupVersion::V2);
+        assert_eq!(mounts[9].mount_point, Path::new("/sys/fs/cgroup/unified"));
+        assert_eq!(mounts[10].controllers, ["cpu", "cpuacct"]);
+        assert_eq!(mounts[11].mount_point, Path::new("/mnt/my cg"));
+        assert_eq!(mounts[11].version, CgroupVersion::V2);
+
+        let v2 = parse_mountinfo_cgroups(V2_MOUNTINFO);
+        assert_eq!(v2.len(), 1);
+        assert_eq!(v2[0].mount_point, Path::new("/sys/fs/cgroup"));
+    }
+
+    #[test]
+    fn cpu_stat_reads_the_three_times() {
+        // Documentation/admin-guide/cgroup-v2.rst shape, with the cpu controller's extras.
+        let text = "usage_usec 2979790936\nuser_usec 2706898206\nsystem_usec 272892729\n\
+                    core_sched.force_idle_usec 0\nnr_periods 0\nnr_throttled 0\n\
+                    throttled_usec 0\nnr_bursts 0\nburst_usec 0\n";
+        assert_eq!(
+            parse_cpu_stat(text).unwrap(),
+            CpuStat {
+                usage_usec: Some(2_979_790_936),
+                user_usec: Some(2_706_898_206),
+                system_usec: Some(272_892_729),
+            }
+        );
+        assert_eq!(
+            parse_cpu_stat("usage_usec 5\n").unwrap().user_usec,
+            None,
+            "a missing key is None"
+        );
+        let err = parse_cpu_stat("usage_usec lots\n").unwrap_err();
+        assert!(err.contains("usage_usec"), "{err}");
+    }
+
+    #[test]
+    fn io_stat_sums_devices() {
+        let text = "8:16 rbytes=1459200 wbytes=314773504 rios=192 wios=353 dbytes=0 dios=0\n\
+                    8:0 rbytes=90430464 wbytes=299008000 rios=8950 wios=1252 dbytes=50331648 dios=3021\n";
+        assert_eq!(
+            parse_io_stat(text).unwrap(),
+            IoBytes {
+                read: 1_459_200 + 90_430_464,
+                write: 314_773_504 + 299_008_000,
+            }
+        );
+        assert_eq!(parse_io_stat("").unwrap(), IoBytes::default());
+        assert!(parse_io_stat("8:0 rbytes=x\n").is_err());
+        assert!(parse_io_stat("8:0 garbage\n").is_err());
+    }
+
+    #[test]
+    fn blkio_service_bytes_sums_read_and_write() {
+        // An empty cgroup, as this machine's root shows it.
+        assert_eq!(
+            parse_blkio_service_bytes("Total 0\n").unwrap(),
+            IoBytes::default()
+        );
+        let text = "8:16 Read 4096\n8:16 Write 0\n8:16 Sync 4096\n8:16 Async 0\n\
+                    8:16 Discard 0\n8:16 Total 4096\n\
+                    8:0 Read 4542464\n8:0 Write 1048576\n8:0 Sync 5591040\n8:0 Async 0\n\
+                    8:0 Discard 0\n8:0 Total 5591040\nTotal 5595136\n";
+        assert_eq!(
+            parse_blkio_service_bytes(text).unwrap(),
+            IoBytes {
+                read: 4096 + 4_542_464,
+                write: 1_048_576,
+            }
+        );
+        assert!(parse_blkio_service_bytes("8:0 Read many\n").is_err());
+        assert!(parse_blkio_service_bytes("what is this line\n").is_err());
+    }
+
+    /// A fake pure-v2 tree: the mount root offers the usual controllers, already has cpu and
+    /// memory on, and `montrace/` exists from an earlier run.
+    fn fake_v2() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("sys/fs/cgroup");
+        write(
+            &root.join("cgroup.controllers"),
+            "cpuset cpu io memory hugetlb pids rdma misc\n",
+        );
+        write(&root.join("cgroup.subtree_control"), "cpu memory\n");
+        write(&root.join("montrace/cgroup.subtree_control"), "");
+        (tmp, root)
+    }
+
+    #[test]
+    fn v2_fake_tree_create_add_totals_remove() {
+        let (tmp, root) = fake_v2();
+        let cg = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "run-1-2").unwrap();
+        assert_eq!(cg.version(), CgroupVersion::V2);
+        let leaf = root.join("montrace/run-1-2");
+        assert!(leaf.is_dir());
+        assert_eq!(cg.path(), leaf.display().to_string());
+        // Only what was missing is written to the root; everything to montrace/.
+        assert_eq!(read(&root.join("cgroup.subtree_control")), "+io +pids");
+        assert_eq!(
+            read(&root.join("montrace/cgroup.subtree_control")),
+            "+cpu +memory +io +pids"
+        );
+
+        // The files the kernel would create with the directory.
+        write(&leaf.join("cgroup.procs"), "");
+        write(
+            &leaf.join("cpu.stat"),
+            "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\n",
+        );
+        write(&leaf.join("memory.peak"), "8388608\n");
+        write(
+            &leaf.join("io.stat"),
+            "8:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0\n",
+        );
+        write(&leaf.join("pids.peak"), "3\n");
+
+        cg.add(4242).unwrap();
+        assert_eq!(read(&leaf.join("cgroup.procs")), "4242");
+        assert_eq!(
+            cg.totals().unwrap(),
+            CgroupTotals {
+                cpu_usage_ns: Some(1_500_000),
+                cpu_user_ns: Some(1_000_000),
+                cpu_system_ns: Some(500_000),
+                memory_peak_bytes: Some(8_388_608),
+                io_read_bytes: Some(4096),
+                io_write_bytes: Some(8192),
+                pids_peak: Some(3),
+            }
+        );
+
+        write(&leaf.join("cgroup.procs"), ""); // the process has exited
+        cg.remove().unwrap();
+        assert!(!leaf.exists());
+        assert!(root.join("montrace").is_dir(), "the shared parent stays");
+    }
+
+    #[test]
+    fn v2_old_kernel_lacks_memory_peak_and_a_bad_file_is_a_parse_error() {
+        let (tmp, root) = fake_v2();
+        let cg = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "run-old").unwrap();
+        let leaf = root.join("montrace/run-old");
+        write(
+            &leaf.join("cpu.stat"),
+            "usage_usec 7\nuser_usec 4\nsystem_usec 3\n",
+        );
+        let t = cg.totals().unwrap();
+        assert_eq!(t.cpu_usage_ns, Some(7000));
+        assert_eq!(t.memory_peak_bytes, None);
+        assert_eq!(t.io_read_bytes, None);
+        assert_eq!(t.pids_peak, None);
+
+        write(&leaf.join("memory.peak"), "max\n");
+        let err = cg.totals().unwrap_err();
+        assert!(
+            matches!(err, CgroupError::Parse { ref path, .. } if path.ends_with("memory.peak"))
+        );
+        assert!(err.to_string().contains("memory.peak"), "{err}");
+    }
+
+    #[test]
+    fn v2_run_name_clash_is_an_error() {
+        let (tmp, _root) = fake_v2();
+        let _first = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "same").unwrap();
+        let err = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "same").unwrap_err();
+        assert!(
+            matches!(err, CgroupError::Io { ref source, .. } if source.kind() == io::ErrorKind::AlreadyExists),
+            "{err:?}"
+        );
+        assert!(RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "a/b").is_err());
+        assert!(RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "..").is_err());
+    }
+
+    #[test]
+    fn remove_refuses_a_cgroup_with_survivors() {
+        let (tmp, root) = fake_v2();
+        let cg = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "linger").unwrap();
+        let leaf = root.join("montrace/linger");
+        write(&leaf.join("cgroup.procs"), "100\n101\n");
+        let err = cg.remove().unwrap_err();
+        assert!(
+            matches!(err, CgroupError::Busy { ref path, processes: 2 } if *path == leaf),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("2 process"), "{err}");
+        assert!(leaf.join("cgroup.procs").exists(), "left in place");
+    }
+
+    /// A fake tree shaped like this machine: v1 hierarchies plus a cgroup2 offering only hugetlb.
+    fn fake_hybrid() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("sys/fs/cgroup");
+        for c in [
+            "cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd",
+        ] {
+            fs::create_dir_all(base.join(c)).unwrap();
+        }
+        write(&base.join("unified/cgroup.controllers"), "hugetlb\n");
+        tmp
+    }
+
+    #[test]
+    fn v1_fake_tree_create_add_totals_remove() {
+        let tmp = fake_hybrid();
+        let base = tmp.path().join("sys/fs/cgroup");
+        let cg = RunCgroup::create_in(tmp.path(), HYBRID_MOUNTINFO, "run-9").unwrap();
+        assert_eq!(cg.version(), CgroupVersion::V1);
+        assert_eq!(
+            cg.path(),
+            format!(
+                "{}/{{memory,cpuacct,blkio,pids}}/montrace/run-9",
+                base.display()
+            )
+        );
+        let leaves: Vec<PathBuf> = ["memory", "cpuacct", "blkio", "pids"]
+            .iter()
+            .map(|c| base.join(c).join("montrace/run-9"))
+            .collect();
+        for leaf in &leaves {
+            assert!(leaf.is_dir(), "{}", leaf.display());
+            write(&leaf.join("cgroup.procs"), "");
+        }
+        assert!(!base.join("cpu/montrace").exists());
+        assert!(!base.join("unified/montrace").exists());
+
+        cg.add(77).unwrap();
+        for leaf in &leaves {
+            assert_eq!(read(&leaf.join("cgroup.procs")), "77");
+        }
+
+        write(&leaves[0].join("memory.max_usage_in_bytes"), "2101248\n");
+        write(&leaves[1].join("cpuacct.usage"), "123456789\n");
+        write(&leaves[1].join("cpuacct.usage_user"), "100000000\n");
+        write(&leaves[1].join("cpuacct.usage_sys"), "20000000\n");
+        write(
+            &leaves[2].join("blkio.throttle.io_service_bytes_recursive"),
+            "8:0 Read 4096\n8:0 Write 512\n8:0 Sync 4608\n8:0 Async 0\n8:0 Discard 0\n\
+             8:0 Total 4608\nTotal 4608\n",
+        );
+        write(&leaves[3].join("pids.peak"), "2\n");
+        assert_eq!(
+            cg.totals().unwrap(),
+            CgroupTotals {
+                cpu_usage_ns: Some(123_456_789),
+                cpu_user_ns: Some(100_000_000),
+                cpu_system_ns: Some(20_000_000),
+                memory_peak_bytes: Some(2_101_248),
+                io_read_bytes: Some(4096),
+                io_write_bytes: Some(512),
+                pids_peak: Some(2),
+            }
+        );
+
+        for leaf in &leaves {
+            write(&leaf.join("cgroup.procs"), "");
+        }
+        cg.remove().unwrap();
+        for leaf in &leaves {
+            assert!(!leaf.exists(), "{}", leaf.display());
+        }
+    }
+
+    #[test]
+    fn v1_co_mounted_cpu_cpuacct_without_blkio_or_pids() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("sys/fs/cgroup");
+        fs::create_dir_all(base.join("cpu,cpuacct")).unwrap();
+        fs::create_dir_all(base.join("memory")).unwrap();
+        let mountinfo = "\
+25 24 0:22 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct
+26 24 0:23 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+";
+        let cg = RunCgroup::create_in(tmp.path(), mountinfo, "r").unwrap();
+        assert_eq!(cg.version(), CgroupVersion::V1);
+        assert_eq!(cg.hierarchies.len(), 2);
+        let cpu = base.join("cpu,cpuacct/montrace/r");
+        write(&cpu.join("cpuacct.usage"), "5\n");
+        let t = cg.totals().unwrap();
+        assert_eq!(t.cpu_usage_ns, Some(5));
+        assert_eq!(t.cpu_user_ns, None);
+        assert_eq!(t.io_read_bytes, None);
+        assert_eq!(t.pids_peak, None);
+        cg.remove().unwrap();
+        assert!(!cpu.exists());
+        assert!(!base.join("memory/montrace/r").exists());
+    }
+
+    #[test]
+    fn v1_blkio_falls_back_to_the_cfq_file() {
+        let tmp = fake_hybrid();
+        let cg = RunCgroup::create_in(tmp.path(), HYBRID_MOUNTINFO, "cfq").unwrap();
+        let blkio = tmp.path().join("sys/fs/cgroup/blkio/montrace/cfq");
+        write(
+            &blkio.join("blkio.io_service_bytes_recursive"),
+            "8:0 Read 10\n8:0 Write 20\nTotal 30\n",
+        );
+        let t = cg.totals().unwrap();
+        assert_eq!((t.io_read_bytes, t.io_write_bytes), (Some(10), Some(20)));
+        cg.remove().unwrap();
+    }
+
+    #[test]
+    fn no_controllers_says_what_was_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(
+            &tmp.path().join("sys/fs/cgroup/unified/cgroup.controllers"),
+            "hugetlb\n",
+        );
+        let mountinfo = "\
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+        let err = RunCgroup::create_in(tmp.path(), mountinfo, "x").unwrap_err();
+        let CgroupError::NoControllers(found) = &err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            found.contains("/sys/fs/cgroup/unified offers [hugetlb]"),
+            "{found}"
+        );
+        assert!(
+            found.contains("has [cpu cpuacct] but not [memory]"),
+            "{found}"
+        );
+        assert!(
+            err.to_string().contains("cpu and memory controllers"),
+            "{err}"
+        );
+
+        let err = RunCgroup::create_in(tmp.path(), "", "x").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("no cgroup2 mount; no cgroup v1 hierarchies"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn v1_failure_midway_undoes_what_was_made() {
+        let tmp = fake_hybrid();
+        // pids has no mount point directory: mkdir fails there, after memory/cpuacct/blkio.
+        fs::remove_dir(tmp.path().join("sys/fs/cgroup/pids")).unwrap();
+        let err = RunCgroup::create_in(tmp.path(), HYBRID_MOUNTINFO, "half").unwrap_err();
+        assert!(matches!(err, CgroupError::Io { ref path, .. } if path.ends_with("pids/montrace")));
+        for c in ["memory", "cpuacct", "blkio"] {
+            let leaf = tmp
+                .path()
+                .join("sys/fs/cgroup")
+                .join(c)
+                .join("montrace/half");
+            assert!(!leaf.exists(), "{}", leaf.display());
+        }
+    }
+
+    /// Live, on this host (root): a busy shell, forked and held before its exec, is added to a
+    /// real run cgroup, released, reaped; the kernel's totals must cover its CPU and memory.
+    #[test]
+    fn live_cgroup_counts_a_busy_child() {
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "this test creates a real cgroup: run it as root"
+        );
+        let cg = RunCgroup::create(&format!("montrace-test-{}", std::process::id()))
+            .expect("creating a run cgroup on this host");
+        eprintln!("version {:?}, path {}", cg.version(), cg.path());
+        let dirs: Vec<PathBuf> = cg.hierarchies.iter().map(|h| h.dir.clone()).collect();
+
+        let sh = CString::new("/bin/sh").unwrap();
+        let dash_c = CString::new("-c").unwrap();
+        let script = CString::new("i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done").unwrap();
+        let argv = [
+            sh.as_ptr(),
+            dash_c.as_ptr(),
+            script.as_ptr(),
+            std::ptr::null(),
+        ];
+        let mut fds = [0; 2];
+        // SAFETY: fds is a valid two-int array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the child only calls async-signal-safe functions (close, read, execv, _exit)
+        // on data prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: see the fork above; `byte` outlives the read, argv is NULL-terminated.
+            unsafe {
+                libc::close(fds[1]);
+                let mut byte = 0u8;
+                libc::read(fds[0], (&raw mut byte).cast(), 1);
+                libc::execv(sh.as_ptr(), argv.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        // SAFETY: closing our copies of the pipe's ends, which we own.
+        unsafe { libc::close(fds[0]) };
+        let added = cg.add(pid as u32);
+        // SAFETY: one byte from a live buffer to our write end, then closing it (we own it).
+        unsafe {
+            libc::write(fds[1], b"g".as_ptr().cast(), 1);
+            libc::close(fds[1]);
+        }
+        let mut status = 0;
+        // SAFETY: zeroed rusage is a valid out-parameter.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: pid is our child; status and ru are valid out-parameters.
+        assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut ru) }, pid);
+        added.expect("adding the child");
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+
+        let tv_ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
+        let child_ns = tv_ns(ru.ru_utime) + tv_ns(ru.ru_stime);
+        let t = cg.totals().expect("reading the totals");
+        eprintln!("child rusage {child_ns} ns; cgroup totals {t:?}");
+        let usage = t.cpu_usage_ns.expect("cpu usage");
+        assert!(child_ns > 0);
+        assert!(
+            usage > child_ns / 2,
+            "cgroup cpu {usage} ns vs child rusage {child_ns} ns"
+        );
+        assert!(t.memory_peak_bytes.expect("memory peak") > 0);
+
+        cg.remove().expect("removing the run cgroup");
+        for dir in dirs {
+            assert!(!dir.exists(), "{} is still there", dir.display());
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! How montrace starts the command: as the invoking sudo user (SUDO_UID/SUDO_GID) unless
+//! `--as-root`, with the run directory handed to that user, and in the state a shell would give
+//! it.
+use std::os::unix::fs::MetadataExt as _;
+
+use tests::{run_montrace, run_montrace_env};
+
+const NOBODY: &str = "65534";
+const WHO: &str = "id -u; id -g; echo $USER";
+
+#[test]
+fn runs_as_the_invoking_sudo_user() {
+    let sudo = [
+        ("SUDO_UID", NOBODY),
+        ("SUDO_GID", NOBODY),
+        ("SUDO_USER", "nobody"),
+    ];
+    let run = run_montrace_env(&[], &["/bin/sh", "-c", WHO], &sudo);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "65534\n65534\nnobody\n", "{run:?}");
+    let json = run.run_json();
+    assert_eq!(
+        (&json["uid"], &json["gid"]),
+        (&65534.into(), &65534.into()),
+        "{json}"
+    );
+    for path in [
+        run.dir.clone(),
+        run.dir.join("processes.parquet"),
+        run.dir.join("events.parquet"),
+        run.dir.join("run.json"),
+    ] {
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (65534, 65534),
+            "{} belongs to the invoking user",
+            path.display()
+        );
+    }
+
+    let run = run_montrace_env(&["--as-root"], &["/bin/sh", "-c", WHO], &sudo);
+    run.assert_code(0);
+    let ids: Vec<&str> = run.stdout.lines().take(2).collect();
+    assert_eq!(ids, ["0", "0"], "--as-root keeps root: {run:?}");
+    let json = run.run_json();
+    assert_eq!(
+        (&json["uid"], &json["gid"]),
+        (&0.into(), &0.into()),
+        "{json}"
+    );
+    assert_eq!(std::fs::metadata(&run.dir).unwrap().uid(), 0);
+}
+
+#[test]
+fn pipelines_end_by_sigpipe_as_in_a_shell() {
+    // Outside montrace, `yes` dies of SIGPIPE (silently) once `head` has exited. montrace is a
+    // Rust program, whose runtime ignores SIGPIPE; the command must not inherit that.
+    let run = run_montrace(&[], &["sh", "-c", "yes | head -n1"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "y\n", "{run:?}");
+    let rows = run.processes();
+    let yes: Vec<_> = rows.iter().filter(|p| p.comm == "yes").collect();
+    assert_eq!(yes.len(), 1, "{rows:?}");
+    assert_eq!(
+        (yes[0].exit_code, yes[0].exit_signal),
+        (None, Some(libc::SIGPIPE)),
+        "`yes` should be killed by SIGPIPE as in a shell, not see EPIPE: {:?}\n{run:?}",
+        yes[0]
+    );
+    assert!(!run.stderr.contains("Broken pipe"), "{run:?}");
+}

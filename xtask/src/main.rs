@@ -1,0 +1,93 @@
+//! `cargo xtask`: the developer entry points of montrace.
+//!
+//! - `cargo xtask setup`: install what a fresh machine lacks (idempotent, quiet when done).
+//! - `cargo xtask run [-- CMD ARGS...]`: set-up, release build, then montrace on CMD (or a demo workload).
+//! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
+
+mod run;
+mod setup;
+mod suite;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "montrace developer tasks"
+)]
+struct Cli {
+    /// Show the output of installers (apt-get, rustup, cargo install, pip) as they run.
+    #[arg(long, short, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Install what this machine lacks to build and test montrace (rust-src,
+    /// llvm-22-dev, bpf-linker 0.13.0, python test packages).
+    Setup,
+    /// Set up, build montrace (release), then run `montrace run -- CMD ARGS...`
+    /// (a built-in demo workload when no CMD is given). Exits with montrace's exit code.
+    Run {
+        /// The command to monitor, after `--`.
+        #[arg(last = true, value_name = "CMD ARGS")]
+        cmd: Vec<String>,
+    },
+    /// Set up, then run the unit tests and the root end-to-end tests, stopping at the first failure.
+    Test {
+        /// Only the unit tests (`cargo test` of the workspace's default members).
+        #[arg(long, conflicts_with = "e2e")]
+        unit: bool,
+        /// Only the end-to-end tests (crate `tests`, run as root against target/debug/montrace).
+        #[arg(long)]
+        e2e: bool,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    util::ensure_cargo_bin_on_path();
+    let result = match cli.command {
+        Command::Setup => setup::setup(cli.verbose),
+        Command::Run { cmd } => run::run(cli.verbose, &cmd),
+        Command::Test { unit, e2e } => {
+            suite::test(cli.verbose, suite::Tiers::from_flags(unit, e2e))
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_double_dash() {
+        let cli = Cli::try_parse_from(["xtask", "run", "--", "make", "-j8"]).unwrap();
+        match cli.command {
+            Command::Run { cmd } => assert_eq!(cmd, ["make", "-j8"]),
+            other => panic!("unexpected {other:?}"),
+        }
+        let cli = Cli::try_parse_from(["xtask", "run"]).unwrap();
+        assert!(matches!(cli.command, Command::Run { cmd } if cmd.is_empty()));
+    }
+
+    #[test]
+    fn test_tiers_are_exclusive() {
+        assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--e2e"]).is_err());
+        assert!(Cli::try_parse_from(["xtask", "test", "--e2e"]).is_ok());
+    }
+}

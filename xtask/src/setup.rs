@@ -1,0 +1,355 @@
+//! `cargo xtask setup`: installs, idempotently, what a fresh Debian 12 machine lacks to build
+//! and test montrace. Every step has a cheap check; when all checks pass, setup prints one line.
+
+use crate::util::{self, check_quietly, stdout_of};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::process::Command;
+
+/// One thing the build or the tests need.
+struct Step {
+    /// What it installs, as printed to the user.
+    name: &'static str,
+    /// How it is installed, printed after the name (`(apt-get)`, `(cargo install, 1-2 minutes)`).
+    how: &'static str,
+    /// Cheap check: is it there already?
+    is_done: fn() -> bool,
+    install: fn(&mut Installer) -> Result<()>,
+}
+
+const STEPS: &[Step] = &[
+    Step {
+        name: "rust-src for the eBPF toolchain (1.95.0)",
+        how: "rustup; the eBPF crate is built with -Z build-std=core",
+        is_done: ebpf_toolchain_has_rust_src,
+        install: install_ebpf_toolchain_rust_src,
+    },
+    Step {
+        name: LLVM_DEV_PACKAGE,
+        how: "apt-get; bpf-linker links against it",
+        is_done: llvm_dev_installed,
+        install: install_llvm_dev,
+    },
+    Step {
+        name: "bpf-linker 0.13.0",
+        how: "cargo install, about 1-2 minutes",
+        is_done: bpf_linker_installed,
+        install: install_bpf_linker,
+    },
+    Step {
+        name: "python packages for the tests",
+        how: "pip",
+        is_done: pip_packages_installed,
+        install: install_pip_packages,
+    },
+];
+
+/// A Python package the tests use: its name on PyPI and the module it is imported as.
+struct PipPackage {
+    pip: &'static str,
+    module: &'static str,
+}
+
+/// Python packages the tests need; add new ones here.
+const PIP_PACKAGES: &[PipPackage] = &[PipPackage {
+    pip: "duckdb",
+    module: "duckdb",
+}];
+
+/// The toolchain that builds the eBPF crate: it must be the one `monitor/build.rs` hands to
+/// `aya_build::build_ebpf` (`Toolchain::Custom("1.95.0")`). It is the pinned stable toolchain
+/// (rust-toolchain.toml) with RUSTC_BOOTSTRAP=1 for `-Z build-std`, not `nightly`: a fresh
+/// nightly moves to a newer LLVM than bpf-linker's and the eBPF link then fails.
+const EBPF_TOOLCHAIN: &str = "1.95.0";
+/// bpf-linker reads the LLVM bitcode that toolchain writes, so its LLVM must be at least as new.
+const LLVM_MAJOR: u32 = 22;
+const LLVM_DEV_PACKAGE: &str = "llvm-22-dev";
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// Runs every step whose check fails. Prints `setup: ok` and nothing else when nothing was missing.
+pub fn setup(verbose: bool) -> Result<()> {
+    let mut installer = Installer {
+        verbose,
+        apt_updated: false,
+        told_about_sudo: false,
+    };
+    let mut installed = 0;
+    for step in STEPS {
+        if (step.is_done)() {
+            continue;
+        }
+        eprintln!("setup: installing {} ({})", step.name, step.how);
+        (step.install)(&mut installer)
+            .with_context(|| format!("setup step `{}` failed", step.name))?;
+        if !(step.is_done)() {
+            bail!(
+                "setup step `{}`: the install ran, but its check still fails",
+                step.name
+            );
+        }
+        installed += 1;
+    }
+    // A first `cargo install` may have created `$CARGO_HOME/bin`: the builds we start need it on PATH.
+    util::ensure_cargo_bin_on_path();
+    check_ebpf_toolchain_llvm()?;
+    match installed {
+        0 => eprintln!("setup: ok"),
+        n => eprintln!(
+            "setup: ok ({n} step{} installed)",
+            if n == 1 { "" } else { "s" }
+        ),
+    }
+    Ok(())
+}
+
+/// State shared by the install functions.
+struct Installer {
+    verbose: bool,
+    apt_updated: bool,
+    told_about_sudo: bool,
+}
+
+impl Installer {
+    fn run(&self, cmd: &mut Command) -> Result<()> {
+        check_quietly(cmd, self.verbose)
+    }
+
+    /// `apt-get install` (after one `apt-get update`), through sudo when not root.
+    fn apt_install(&mut self, packages: &[&str]) -> Result<()> {
+        if !util::is_root() && !self.told_about_sudo {
+            eprintln!("setup: not root: running apt-get through sudo");
+            self.told_about_sudo = true;
+        }
+        if !self.apt_updated {
+            self.run(apt_get().args(["-q", "update"]))?;
+            self.apt_updated = true;
+        }
+        self.run(
+            apt_get()
+                .args(["-q", "install", "-y", "--no-install-recommends"])
+                .args(packages),
+        )
+    }
+}
+
+fn apt_get() -> Command {
+    // `env` carries the variable through sudo, which resets the environment.
+    let mut cmd = util::as_root("env", &[]);
+    cmd.args(["DEBIAN_FRONTEND=noninteractive", "apt-get"]);
+    cmd
+}
+
+// ---- the eBPF toolchain (pinned stable) with rust-src ----
+
+fn ebpf_toolchain_components() -> Option<String> {
+    stdout_of(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        EBPF_TOOLCHAIN,
+    ]))
+}
+
+fn ebpf_toolchain_has_rust_src() -> bool {
+    ebpf_toolchain_components().is_some_and(|list| {
+        list.lines().any(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|c| c.starts_with("rust-src"))
+        })
+    })
+}
+
+fn install_ebpf_toolchain_rust_src(i: &mut Installer) -> Result<()> {
+    if ebpf_toolchain_components().is_some() {
+        i.run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            EBPF_TOOLCHAIN,
+        ]))
+    } else {
+        i.run(
+            Command::new("rustup")
+                .args(["toolchain", "install", EBPF_TOOLCHAIN])
+                .args([
+                    "--profile",
+                    "minimal",
+                    "--component",
+                    "rust-src",
+                    "--no-self-update",
+                ]),
+        )
+    }
+}
+
+/// Fails early, with the reason, when the eBPF toolchain's LLVM is newer than bpf-linker's:
+/// the eBPF link would fail later with a bare `ERROR llvm: Invalid record`.
+fn check_ebpf_toolchain_llvm() -> Result<()> {
+    let version = stdout_of(Command::new("rustup").args(["run", EBPF_TOOLCHAIN, "rustc", "-vV"]))
+        .with_context(|| format!("`rustup run {EBPF_TOOLCHAIN} rustc -vV` failed"))?;
+    let Some(major) = llvm_major(&version) else {
+        return Ok(());
+    };
+    if major > LLVM_MAJOR {
+        bail!(
+            "the `{EBPF_TOOLCHAIN}` toolchain uses LLVM {major}, but bpf-linker {BPF_LINKER_VERSION} is built \
+             against LLVM {LLVM_MAJOR} and cannot read its bitcode (the eBPF link fails with `Invalid record`). \
+             The eBPF crate needs a toolchain with LLVM <= {LLVM_MAJOR}, \
+             named in monitor/build.rs (`aya_build::Toolchain::Custom`) and in xtask's EBPF_TOOLCHAIN"
+        );
+    }
+    Ok(())
+}
+
+/// The major LLVM version in `rustc -vV` output (`LLVM version: 22.1.4`).
+fn llvm_major(rustc_vv: &str) -> Option<u32> {
+    let version = rustc_vv
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version:"))?;
+    version.trim().split('.').next()?.parse().ok()
+}
+
+// ---- llvm-22-dev ----
+
+fn llvm_dev_installed() -> bool {
+    stdout_of(Command::new("dpkg-query").args(["-W", "-f=${Status}", LLVM_DEV_PACKAGE]))
+        .is_some_and(|status| status.trim() == "install ok installed")
+}
+
+fn install_llvm_dev(i: &mut Installer) -> Result<()> {
+    i.apt_install(&[LLVM_DEV_PACKAGE]).with_context(|| {
+        format!(
+            "could not apt-get install {LLVM_DEV_PACKAGE} (Debian 12 has it in bookworm-security; \
+             elsewhere apt.llvm.org provides it)"
+        )
+    })
+}
+
+// ---- bpf-linker ----
+
+fn bpf_linker_installed() -> bool {
+    let is_pinned_version = |linker: &Path| {
+        stdout_of(Command::new(linker).arg("--version"))
+            .is_some_and(|v| v.split_whitespace().any(|word| word == BPF_LINKER_VERSION))
+    };
+    // On PATH, or where `cargo install` puts it (util::ensure_cargo_bin_on_path adds that to PATH).
+    is_pinned_version(Path::new("bpf-linker"))
+        || util::cargo_home().is_some_and(|home| is_pinned_version(&home.join("bin/bpf-linker")))
+}
+
+fn install_bpf_linker(i: &mut Installer) -> Result<()> {
+    // bpf-linker's LLVM must be at least rustc's: build it with the workspace's pinned toolchain.
+    // Its default feature wants LLVM 23, hence `--no-default-features --features llvm-22`.
+    let toolchain = pinned_toolchain()?;
+    i.run(
+        Command::new("rustup")
+            .args([
+                "run",
+                &toolchain,
+                "cargo",
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+            ])
+            .args(["--no-default-features", "--features", "llvm-22", "--locked"])
+            .env("LLVM_PREFIX", LLVM_PREFIX),
+    )
+}
+
+/// The `channel` of the workspace's rust-toolchain.toml.
+fn pinned_toolchain() -> Result<String> {
+    let path = util::workspace_root().join("rust-toolchain.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    parse_channel(&text).with_context(|| format!("no `channel = \"...\"` in {}", path.display()))
+}
+
+fn parse_channel(toml: &str) -> Option<String> {
+    toml.lines().find_map(|line| {
+        let value = line
+            .trim()
+            .strip_prefix("channel")?
+            .trim_start()
+            .strip_prefix('=')?
+            .trim();
+        let value = value.strip_prefix('"')?;
+        Some(value[..value.find('"')?].to_string())
+    })
+}
+
+// ---- python packages ----
+
+fn python_can_import(module: &str) -> bool {
+    stdout_of(Command::new("python3").args(["-c", &format!("import {module}")])).is_some()
+}
+
+fn pip_packages_installed() -> bool {
+    PIP_PACKAGES.iter().all(|p| python_can_import(p.module))
+}
+
+fn install_pip_packages(i: &mut Installer) -> Result<()> {
+    let missing: Vec<&str> = PIP_PACKAGES
+        .iter()
+        .filter(|p| !python_can_import(p.module))
+        .map(|p| p.pip)
+        .collect();
+    if stdout_of(Command::new("python3").args(["-m", "pip", "--version"])).is_none() {
+        eprintln!("setup: installing python3-pip (apt-get)");
+        i.apt_install(&["python3-pip"])?;
+    }
+    i.run(
+        Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet"])
+            .args(&missing)
+            // Test tools only: allow installing next to Debian's own Python packages (PEP 668),
+            // and keep pip from warning about root and its own version.
+            .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
+            .env("PIP_ROOT_USER_ACTION", "ignore")
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_pinned_channel() {
+        assert_eq!(
+            parse_channel("[toolchain]\nchannel = \"1.95.0\"\n").as_deref(),
+            Some("1.95.0")
+        );
+        assert_eq!(
+            parse_channel("# c\n[toolchain]\n  channel=\"nightly\" # x\n").as_deref(),
+            Some("nightly")
+        );
+        assert_eq!(
+            parse_channel("[toolchain]\ncomponents = [\"clippy\"]\n"),
+            None
+        );
+        let pinned = pinned_toolchain().unwrap();
+        assert!(!pinned.is_empty());
+    }
+
+    #[test]
+    fn reads_the_llvm_major_version() {
+        let vv = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nhost: x86_64-unknown-linux-gnu\nLLVM version: 22.1.4\n";
+        assert_eq!(llvm_major(vv), Some(22));
+        assert_eq!(llvm_major("rustc 1.0.0\n"), None);
+    }
+
+    #[test]
+    fn steps_have_distinct_names() {
+        let mut names: Vec<_> = STEPS.iter().map(|s| s.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), STEPS.len());
+        assert!(names.iter().any(|n| n.contains(BPF_LINKER_VERSION)));
+        assert!(names.iter().any(|n| n.contains(EBPF_TOOLCHAIN)));
+    }
+}

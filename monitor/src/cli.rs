@@ -78,12 +78,9 @@ pub struct RunArgs {
     pub quiet: bool,
 
     /// The command to run, and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    // No allow_hyphen_values: a misspelt flag before the command must be a usage error, not the
+    // command; once the command's name is seen, everything after it is its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
@@ -131,15 +128,16 @@ mod tests {
             Cli::try_parse_from(["montrace", "run", "--linger", "2s", "--", "ls", "-l"]).unwrap();
         let Command::Run(run) = cli.command;
         assert_eq!(run.command, ["ls", "-l"]);
-        let cli = Cli::try_parse_from(["montrace", "run", "ls", "-l", "--out", "x"]).unwrap();
-        let Command::Run(run) = cli.command;
-        assert_eq!(run.command, ["ls", "-l", "--out", "x"]);
-        assert_eq!(run.out, None);
         assert_eq!(run.linger, Some(Duration::from_secs(2)));
         assert_eq!(run.ring_buffer_size, 8 << 20);
         assert_eq!(run.interval, Duration::from_millis(200));
         assert_eq!(run.flush_interval, Duration::from_secs(5));
         assert_eq!(run.memory_detail, MemoryDetail::Full);
+        // Without `--`, everything after the command's name is its arguments.
+        let cli = Cli::try_parse_from(["montrace", "run", "ls", "-l", "--out", "x"]).unwrap();
+        let Command::Run(run) = cli.command;
+        assert_eq!(run.command, ["ls", "-l", "--out", "x"]);
+        assert_eq!(run.out, None);
     }
 
     #[test]

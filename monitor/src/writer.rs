@@ -20,7 +20,7 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use crate::model::{EventRecord, SampleRecord, SystemRecord};
+use crate::model::{EventRecord, ProcessRecord, SampleRecord, SystemRecord};
 use crate::schema;
 
 /// Rows a [`PartedTable`] holds in memory at most: when this many are buffered,
@@ -221,6 +221,8 @@ pub struct PartedTable<R> {
     written: u64,
 }
 
+/// `processes.parquet`, see [`PartedTable::processes`].
+pub type ProcessTable = PartedTable<ProcessRecord>;
 /// `events.parquet`, see [`PartedTable::events`].
 pub type EventTable = PartedTable<EventRecord>;
 /// `samples.parquet`, see [`PartedTable::samples`].
@@ -231,6 +233,18 @@ pub type SystemTable = PartedTable<SystemRecord>;
 /// `events` for `events.parquet`.
 fn table_name(file: &str) -> &str {
     file.strip_suffix(".parquet").unwrap_or(file)
+}
+
+impl PartedTable<ProcessRecord> {
+    /// `<dir>/processes.parquet`.
+    pub fn processes(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::PROCESSES_FILE),
+            schema::processes_schema(),
+            schema::processes_batch,
+        )
+    }
 }
 
 impl PartedTable<EventRecord> {
@@ -540,10 +554,21 @@ mod tests {
             alive_at_end: true,
             ..Default::default()
         };
-        let batch = processes_batch(&[full_process(), sparse]).unwrap();
+        let batch = processes_batch(&[full_process(), sparse.clone()]).unwrap();
         assert_eq!(write_table(&path, processes_schema(), &batch).unwrap(), 2);
         // Written under a temporary name and renamed: nothing else is left.
         assert_eq!(names_in(dir.path()), ["processes.parquet"]);
+        // The same rows through a parted table, flushed in between.
+        let parted = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::processes(parted.path()).unwrap();
+        table.push(full_process()).unwrap();
+        table.flush().unwrap();
+        table.push(sparse).unwrap();
+        assert_eq!(table.finish().unwrap(), 2);
+        assert_eq!(
+            std::fs::read(parted.path().join(schema::PROCESSES_FILE)).unwrap(),
+            std::fs::read(&path).unwrap()
+        );
 
         let (metadata, batches) = read(&path, processes_schema());
         assert_file_format(&metadata);

@@ -32,6 +32,58 @@ pub struct Cli {
 pub enum Command {
     /// Run a command and follow every process it creates (needs root: use sudo)
     Run(RunArgs),
+    /// Decide whether a candidate run used more than a baseline (exit 1 when it regressed)
+    Compare(CompareArgs),
+}
+
+/// `montrace compare` output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompareFormat {
+    /// A table for people.
+    Text,
+    /// Markdown, for a pull-request comment.
+    Md,
+    /// JSON, for machines.
+    Json,
+    /// Bencher Metric Format (JSON).
+    Bmf,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 when nothing regressed, 1 when a metric regressed, 2 for usage \
+                        errors (missing or unreadable files, different commands)."
+)]
+pub struct CompareArgs {
+    /// Baseline: a run directory, its summary.json, or a directory holding several run directories
+    pub baseline: PathBuf,
+    /// Candidate, like the baseline
+    pub candidate: PathBuf,
+    /// Largest allowed increase of a metric, e.g. `cpu=+5%`, `peak_rss=+10%`, `wall=+10%`
+    /// (repeatable; metrics not named keep their defaults)
+    #[arg(long = "max", value_name = "METRIC=+N%")]
+    pub max: Vec<String>,
+    /// Confidence of Welch's t-test when both sides have at least 2 samples
+    #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
+    pub confidence: f64,
+    /// Output format
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: CompareFormat,
+    /// Compare runs of different commands (an error otherwise)
+    #[arg(long)]
+    pub allow_different_commands: bool,
+}
+
+fn parse_confidence(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if !(0.5..1.0).contains(&value) {
+        return Err(format!(
+            "--confidence {text}: use a value between 0.5 and 1, e.g. 0.95"
+        ));
+    }
+    Ok(value)
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +124,25 @@ pub struct RunArgs {
     /// (a crash or kill -9 of montrace loses at most this much)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_flush_interval)]
     pub flush_interval: Duration,
+
+    /// Stop the whole tree when it crosses a limit: `rss=2GiB` (sum over live processes),
+    /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started).
+    /// Repeatable. montrace then exits with 124 and records the breach.
+    #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::limits::parse_limit)]
+    pub limits: Vec<crate::limits::Limit>,
+
+    /// After SIGTERM on a limit breach, how long to wait before SIGKILL
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = units::parse_duration)]
+    pub kill_grace: Duration,
+
+    /// Run the command N times into one run directory (rep-001, rep-002, ...); summary.json
+    /// holds each repetition's figures and their mean, median and spread
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+
+    /// Runs before the measured repetitions, recorded under warmup-NN and left out of the figures
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub warmup: u32,
 
     /// Do not print the summary at the end
     #[arg(long, short)]
@@ -126,7 +197,9 @@ mod tests {
     fn run_takes_command_with_hyphen_args() {
         let cli =
             Cli::try_parse_from(["montrace", "run", "--linger", "2s", "--", "ls", "-l"]).unwrap();
-        let Command::Run(run) = cli.command;
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
         assert_eq!(run.command, ["ls", "-l"]);
         assert_eq!(run.linger, Some(Duration::from_secs(2)));
         assert_eq!(run.ring_buffer_size, 8 << 20);
@@ -135,7 +208,9 @@ mod tests {
         assert_eq!(run.memory_detail, MemoryDetail::Full);
         // Without `--`, everything after the command's name is its arguments.
         let cli = Cli::try_parse_from(["montrace", "run", "ls", "-l", "--out", "x"]).unwrap();
-        let Command::Run(run) = cli.command;
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
         assert_eq!(run.command, ["ls", "-l", "--out", "x"]);
         assert_eq!(run.out, None);
     }

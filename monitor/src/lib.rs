@@ -8,10 +8,13 @@
 pub mod btf;
 pub mod cgroup;
 pub mod cli;
+pub mod compare;
 pub mod decode;
 pub mod ebpf;
 pub mod host;
 pub mod launch;
+pub mod limits;
+pub mod metrics;
 pub mod model;
 pub mod rates;
 pub mod run;

@@ -5,6 +5,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => monitor::run::run(args),
+        Command::Compare(args) => monitor::compare::compare_main(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -92,9 +92,10 @@ pub struct EventRecord {
 }
 
 /// Where a row of samples.parquet came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SampleSource {
     /// A periodic read of /proc.
+    #[default]
     Procfs,
     /// The process's exit event (its last figures, from the kernel at exit).
     Exit,
@@ -117,7 +118,7 @@ pub struct SampleRecord {
     pub pid: u32,
     /// Joins with processes.parquet.
     pub start_time_ns: i64,
-    pub source: Option<SampleSource>,
+    pub source: SampleSource,
     pub cpu_user_ns: u64,
     pub cpu_system_ns: u64,
     /// Share of one CPU since the previous sample of this process (or since it started, for

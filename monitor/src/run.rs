@@ -21,10 +21,8 @@ use crate::{
     ebpf::Probes,
     host,
     launch::{self, Identity},
-    model::ProcessRecord,
-    rates,
+    limits, metrics, rates,
     sampler::{MemoryDetail, ProcReader, ReadError, SystemReading},
-    schema,
     summary::{self, RunInfo},
     tracker::{Clock, Tracker},
     units, writer,
@@ -35,6 +33,7 @@ struct Outcome {
     wait_status: i32,
     linger_expired: bool,
     signals_forwarded: Vec<i32>,
+    breach: Option<metrics::LimitBreach>,
 }
 
 /// Everything recorded during a run: the tree, the tables on disk, and the state rates need.
@@ -42,7 +41,7 @@ struct Outcome {
 struct Recorder {
     tracker: Tracker,
     events: writer::EventTable,
-    processes: writer::PartedTable<ProcessRecord>,
+    processes: writer::ProcessTable,
     samples: writer::SampleTable,
     system: writer::SystemTable,
     reader: ProcReader,
@@ -53,12 +52,26 @@ struct Recorder {
     totals: summary::TreeTotals,
     memory_peaks: summary::TreeMemoryPeaks,
     sample_rows: u64,
+    /// Sum of RSS over the tree at the last sweep.
+    last_sweep_rss: Option<u64>,
     page_size: u64,
     root_pid: u32,
     exec_time_boot_ns: Option<u64>,
 }
 
 impl Recorder {
+    /// What the tree uses now, for `--limit`: CPU of exited processes (exact) plus the last
+    /// sample of each live one.
+    fn usage(&self, elapsed: Duration) -> limits::Usage {
+        let live_cpu: u64 = self.previous.values().map(|p| p.cpu_total_ns).sum();
+        limits::Usage {
+            tree_rss_bytes: self.last_sweep_rss,
+            tree_cpu_ns: self.totals.cpu_user_ns + self.totals.cpu_system_ns + live_cpu,
+            processes_started: self.tracker.processes_started() as u64,
+            elapsed,
+        }
+    }
+
     fn create(
         out_dir: &Path,
         tracker: Tracker,
@@ -68,12 +81,7 @@ impl Recorder {
         Ok(Recorder {
             tracker,
             events: writer::PartedTable::events(out_dir)?,
-            processes: writer::PartedTable::create(
-                out_dir,
-                schema::PROCESSES_FILE.trim_end_matches(".parquet"),
-                schema::processes_schema(),
-                schema::processes_batch,
-            )?,
+            processes: writer::ProcessTable::processes(out_dir)?,
             samples: writer::PartedTable::samples(out_dir)?,
             system: writer::PartedTable::system(out_dir)?,
             reader: ProcReader::new(),
@@ -83,6 +91,7 @@ impl Recorder {
             totals: summary::TreeTotals::default(),
             memory_peaks: summary::TreeMemoryPeaks::default(),
             sample_rows: 0,
+            last_sweep_rss: None,
             page_size: host::page_size(),
             root_pid,
             exec_time_boot_ns: None,
@@ -150,6 +159,7 @@ impl Recorder {
             sweep.push(sample);
         }
         self.memory_peaks.add_sweep(&sweep);
+        self.last_sweep_rss = Some(sweep.iter().filter_map(|s| s.rss_bytes).sum());
         self.sample_rows += sweep.len() as u64;
         for sample in sweep {
             self.samples.push(sample)?;
@@ -244,20 +254,129 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         started_wall_ns,
         identity.as_ref(),
     )?;
-    let result = record(
-        &args,
-        &executable,
-        &offsets,
-        &out_dir,
-        identity.as_ref(),
-        started_boot_ns,
-        started_wall_ns,
-    );
+    let result = if args.repeat == 1 && args.warmup == 0 {
+        record(
+            &args,
+            &executable,
+            &offsets,
+            &out_dir,
+            identity.as_ref(),
+            (started_boot_ns, started_wall_ns),
+            !args.quiet,
+        )
+        .and_then(|info| {
+            let breach = info.limit_breach.clone();
+            write_summary(
+                &out_dir,
+                &args,
+                vec![info.repetition(".")],
+                breach,
+                identity.as_ref(),
+            )?;
+            Ok(info.exit_status)
+        })
+    } else {
+        repeat(&args, &executable, &offsets, &out_dir, identity.as_ref())
+    };
     if result.is_err() && dir_is_empty(&out_dir) {
         // Nothing was recorded: leave no litter behind.
         let _ = std::fs::remove_dir(&out_dir);
     }
     result
+}
+
+/// `--repeat N --warmup K`: K warm-up runs, then N measured ones, each in its own sub-directory;
+/// summary.json at the top holds every measured repetition. A repetition that fails (non-zero
+/// exit, or a limit) ends the series: its figures would not be comparable.
+fn repeat(
+    args: &RunArgs,
+    executable: &Path,
+    offsets: &monitor_common::Offsets,
+    out_dir: &Path,
+    identity: Option<&Identity>,
+) -> anyhow::Result<i32> {
+    let mut repetitions = Vec::new();
+    let total = args.warmup + args.repeat;
+    for i in 0..total {
+        let warmup = i < args.warmup;
+        let name = if warmup {
+            format!("warmup-{:02}", i + 1)
+        } else {
+            format!("rep-{:03}", i - args.warmup + 1)
+        };
+        let dir = out_dir.join(&name);
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let info = record(
+            args,
+            executable,
+            offsets,
+            &dir,
+            identity,
+            (host::boottime_ns(), host::realtime_ns()),
+            false,
+        )?;
+        if !args.quiet {
+            eprintln!(
+                "montrace: {name}: exit {}, wall {:.3}s, CPU {:.3}s, peak RSS {}",
+                info.exit_status,
+                info.duration_s,
+                (info.totals.cpu_user_ns + info.totals.cpu_system_ns) as f64 / 1e9,
+                info.totals
+                    .peak_rss_bytes
+                    .map_or("n/a".into(), units::format_bytes),
+            );
+        }
+        let failed = info.exit_status != 0 || info.limit_breach.is_some();
+        if !warmup {
+            repetitions.push(info.repetition(&name));
+        }
+        if failed {
+            eprintln!(
+                "montrace: {name} failed (exit {}): no further repetitions",
+                info.exit_status
+            );
+            let breach = info.limit_breach.clone();
+            write_summary(out_dir, args, repetitions, breach, identity)?;
+            return Ok(info.exit_status);
+        }
+    }
+    let summary = write_summary(out_dir, args, repetitions, None, identity)?;
+    if !args.quiet {
+        eprint!(
+            "{}",
+            summary::format_repeat_stats(&summary, &out_dir.display().to_string())
+        );
+    }
+    Ok(summary.exit_status)
+}
+
+fn write_summary(
+    out_dir: &Path,
+    args: &RunArgs,
+    repetitions: Vec<metrics::Repetition>,
+    breach: Option<metrics::LimitBreach>,
+    identity: Option<&Identity>,
+) -> anyhow::Result<metrics::Summary> {
+    let argv: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let summary = metrics::Summary::new(
+        shell_words(&argv),
+        argv,
+        host::uname().0,
+        args.warmup as usize,
+        repetitions,
+        breach,
+    );
+    let path = out_dir.join(metrics::SUMMARY_FILE);
+    std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(id) = identity {
+        host::chown_tree(out_dir, id.uid, id.gid)?;
+    }
+    Ok(summary)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -267,9 +386,9 @@ fn record(
     offsets: &monitor_common::Offsets,
     out_dir: &Path,
     identity: Option<&Identity>,
-    started_boot_ns: u64,
-    started_wall_ns: i64,
-) -> anyhow::Result<i32> {
+    (started_boot_ns, started_wall_ns): (u64, i64),
+    print_summary: bool,
+) -> anyhow::Result<RunInfo> {
     // Before any thread exists, so every thread (and the command, until it restores the mask)
     // has the forwarded signals blocked and montrace receives them through a signalfd.
     let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
@@ -314,8 +433,16 @@ fn record(
     }
 
     let signals = launch::signal_fd().context("creating the signal fd")?;
-    let outcome = runtime.block_on(follow(ring, signals, &mut recorder, root_pid, args))?;
+    let outcome = runtime.block_on(follow(
+        ring,
+        signals,
+        &mut recorder,
+        root_pid,
+        args,
+        started_boot_ns,
+    ))?;
     let end_wall_ns = host::realtime_ns();
+    let end_boot_ns = host::boottime_ns();
     let lost = probes.lost()?;
     let tracking_mode = probes.mode;
     let ebpf_load_ms = probes.load_ms;
@@ -348,7 +475,11 @@ fn record(
     } else {
         (Some(libc::WEXITSTATUS(status)), None)
     };
-    let exit_status = exit_code.unwrap_or_else(|| 128 + exit_signal.unwrap_or(0));
+    let exit_status = if outcome.breach.is_some() {
+        crate::limits::EXIT_LIMIT_BREACHED
+    } else {
+        exit_code.unwrap_or_else(|| 128 + exit_signal.unwrap_or(0))
+    };
     let (host_name, kernel) = host::uname();
     let (start_time, end_time, duration_s) = RunInfo::new_times(started_wall_ns, end_wall_ns);
     let argv: Vec<String> = args
@@ -365,6 +496,9 @@ fn record(
         start_time,
         end_time,
         duration_s,
+        command_wall_s: finished
+            .exec_time_boot_ns
+            .map(|t| end_boot_ns.saturating_sub(t) as f64 / 1e9),
         host: host_name,
         kernel,
         tracking_mode,
@@ -388,6 +522,7 @@ fn record(
         gid: identity.map_or(0, |id| id.gid),
         linger_expired: outcome.linger_expired,
         signals_forwarded: outcome.signals_forwarded,
+        limit_breach: outcome.breach,
         out_dir: out_dir.display().to_string(),
     };
     let json = serde_json::to_string_pretty(&info)? + "\n";
@@ -398,10 +533,10 @@ fn record(
         host::chown_tree(out_dir, id.uid, id.gid)
             .with_context(|| format!("cannot hand {} to uid {}", out_dir.display(), id.uid))?;
     }
-    if !args.quiet {
+    if print_summary {
         eprint!("{}", summary::format_summary(&info));
     }
-    Ok(exit_status)
+    Ok(info)
 }
 
 /// Follows the tree until the command has exited and every tracked process is gone (or the
@@ -412,6 +547,7 @@ async fn follow(
     recorder: &mut Recorder,
     root_pid: u32,
     args: &RunArgs,
+    started_boot_ns: u64,
 ) -> anyhow::Result<Outcome> {
     // SAFETY: both values own their descriptor (the ring buffer's map fd, the signalfd) and keep
     // it open and unchanged until the AsyncFd drops them.
@@ -431,7 +567,16 @@ async fn follow(
         wait_status: 0,
         linger_expired: false,
         signals_forwarded: Vec::new(),
+        breach: None,
     };
+    // After a limit breach: when the stragglers get SIGKILL.
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let wall_limit = args.limits.iter().find_map(|l| match l {
+        limits::Limit::Wall(d) => Some(tokio::time::Instant::now() + *d),
+        _ => None,
+    });
+    let started = std::time::Instant::now()
+        - Duration::from_nanos(host::boottime_ns().saturating_sub(started_boot_ns));
     let mut root_done = false;
     let mut deadline: Option<tokio::time::Instant> = None;
     let mut sample_tick = tokio::time::interval(args.interval);
@@ -477,6 +622,11 @@ async fn follow(
                 drain(ring.get_mut(), recorder)?;
                 recorder.sample()?;
             }
+            _ = sleep_until(if outcome.breach.is_none() { wall_limit } else { None }) => {}
+            _ = sleep_until(kill_at) => {
+                launch::kill_all(&recorder.tracker.live_pids(), libc::SIGKILL);
+                kill_at = None;
+            }
             _ = flush_tick.tick() => {
                 drain(ring.get_mut(), recorder)?;
                 recorder.flush()?;
@@ -496,6 +646,21 @@ async fn follow(
                 drain(ring.get_mut(), recorder)?;
                 outcome.linger_expired = recorder.tracker.live_count() > 0;
                 break;
+            }
+        }
+        if outcome.breach.is_none() && !args.limits.is_empty() {
+            let usage = recorder.usage(started.elapsed());
+            if let Some((limit, value)) = limits::first_breach(&args.limits, &usage) {
+                outcome.breach = Some(metrics::LimitBreach {
+                    limit: limit.name().to_string(),
+                    threshold: limit.threshold(),
+                    value,
+                    time: units::rfc3339(host::realtime_ns()),
+                    elapsed_s: started.elapsed().as_secs_f64(),
+                });
+                // Parents first, so none carries on after a child it waits for is killed.
+                launch::kill_all(&recorder.tracker.live_pids(), libc::SIGTERM);
+                kill_at = Some(tokio::time::Instant::now() + args.kill_grace);
             }
         }
         if root_done && recorder.tracker.live_count() == 0 {

@@ -14,7 +14,7 @@ use arrow_array::types::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::model::{EventRecord, ProcessRecord, SampleRecord, SampleSource, SystemRecord};
+use crate::model::{EventRecord, ProcessRecord, SampleRecord, SystemRecord};
 use Values::{Bool, Str, StrList, Time, F64, I32, U32, U64};
 
 /// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
@@ -87,7 +87,7 @@ static SAMPLE_COLUMNS: &[Column<SampleRecord>] = &[
     required("time", Time(|r| Some(r.time_ns))),
     required("pid", U32(|r| Some(r.pid))),
     required("start_time", Time(|r| Some(r.start_time_ns))),
-    required("source", Str(|r| r.source.map(SampleSource::as_str))),
+    required("source", Str(|r| Some(r.source.as_str()))),
     required("cpu_user_ns", U64(|r| Some(r.cpu_user_ns))),
     required("cpu_system_ns", U64(|r| Some(r.cpu_system_ns))),
     nullable("cpu_percent", F64(|r| r.cpu_percent)),
@@ -168,7 +168,7 @@ pub fn events_batch(rows: &[EventRecord]) -> Result<RecordBatch, ArrowError> {
     batch_of(events_schema(), EVENT_COLUMNS, rows)
 }
 
-/// The rows of `samples.parquet`, in the given order. Fails if a row has no `source`.
+/// The rows of `samples.parquet`, in the given order.
 pub fn samples_batch(rows: &[SampleRecord]) -> Result<RecordBatch, ArrowError> {
     batch_of(samples_schema(), SAMPLE_COLUMNS, rows)
 }
@@ -302,6 +302,7 @@ fn batch_of<R>(
 pub(crate) mod tests {
     use super::*;
     use crate::model::EventKind;
+    use crate::model::SampleSource;
     use arrow_array::cast::AsArray;
     use arrow_array::Array;
 
@@ -558,7 +559,7 @@ pub(crate) mod tests {
             time_ns: 1_700_000_001_000_000_000,
             pid: 42,
             start_time_ns: 1_700_000_000_123_456_789,
-            source: Some(SampleSource::Procfs),
+            source: SampleSource::Procfs,
             cpu_user_ns: 1,
             cpu_system_ns: 2,
             cpu_percent: Some(150.5),
@@ -683,7 +684,7 @@ pub(crate) mod tests {
     fn samples_batch_values() {
         let exit = SampleRecord {
             pid: 43,
-            source: Some(SampleSource::Exit),
+            source: SampleSource::Exit,
             ..Default::default()
         };
         let batch = samples_batch(&[full_sample(), exit]).unwrap();
@@ -709,12 +710,6 @@ pub(crate) mod tests {
             assert!(!column.is_null(0), "{}", field.name());
             assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
         }
-    }
-
-    #[test]
-    fn a_sample_without_source_is_an_error() {
-        let err = samples_batch(&[SampleRecord::default()]).unwrap_err();
-        assert!(err.to_string().contains("source"), "{err}");
     }
 
     #[test]

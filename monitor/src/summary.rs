@@ -102,7 +102,11 @@ pub struct RunInfo {
     pub executable: String,
     pub start_time: String,
     pub end_time: String,
+    /// montrace's whole run, set-up included.
     pub duration_s: f64,
+    /// The command's own wall time: from its exec to the end of the tree (what `wall_s` in
+    /// summary.json compares). None if it never exec'd.
+    pub command_wall_s: Option<f64>,
     pub host: String,
     pub kernel: String,
     pub tracking_mode: TrackingMode,
@@ -133,10 +137,56 @@ pub struct RunInfo {
     pub linger_expired: bool,
     /// Signals montrace forwarded to the tree.
     pub signals_forwarded: Vec<i32>,
+    /// The `--limit` that stopped the run, if one did.
+    pub limit_breach: Option<crate::metrics::LimitBreach>,
     pub out_dir: String,
 }
 
 impl RunInfo {
+    /// The figures summary.json keeps for this run (see `metrics::METRICS`).
+    pub fn repetition(&self, run_dir: &str) -> crate::metrics::Repetition {
+        let t = &self.totals;
+        let mut metrics = std::collections::BTreeMap::new();
+        let mut put = |name: &str, value: Option<f64>| {
+            if let Some(value) = value {
+                metrics.insert(name.to_string(), value);
+            }
+        };
+        put(
+            "wall_s",
+            Some(self.command_wall_s.unwrap_or(self.duration_s)),
+        );
+        put(
+            "cpu_s",
+            Some((t.cpu_user_ns + t.cpu_system_ns) as f64 / 1e9),
+        );
+        put("cpu_user_s", Some(t.cpu_user_ns as f64 / 1e9));
+        put("cpu_system_s", Some(t.cpu_system_ns as f64 / 1e9));
+        put("peak_rss_bytes", t.peak_rss_bytes.map(|b| b as f64));
+        put(
+            "peak_tree_rss_bytes",
+            self.tree_memory_peaks.rss_bytes.map(|b| b as f64),
+        );
+        put(
+            "peak_tree_uss_bytes",
+            self.tree_memory_peaks.uss_bytes.map(|b| b as f64),
+        );
+        put(
+            "peak_tree_pss_bytes",
+            self.tree_memory_peaks.pss_bytes.map(|b| b as f64),
+        );
+        put("processes", Some(self.processes_started as f64));
+        put("max_concurrent", Some(self.max_concurrent as f64));
+        put("read_bytes", Some(t.read_bytes as f64));
+        put("write_bytes", Some(t.write_bytes as f64));
+        crate::metrics::Repetition {
+            run_dir: run_dir.to_string(),
+            exit_status: self.exit_status,
+            lost_events: self.lost_events.total(),
+            metrics,
+        }
+    }
+
     pub fn new_times(start_ns: i64, end_ns: i64) -> (String, String, f64) {
         (
             rfc3339(start_ns),
@@ -164,7 +214,13 @@ pub fn format_summary(info: &RunInfo) -> String {
     let mut lines = vec![
         format!("montrace: {}", info.command),
         format!("  exit status          {status}"),
-        format!("  wall time            {:.3}s", info.duration_s),
+        format!(
+            "  wall time            {:.3}s{}",
+            info.command_wall_s.unwrap_or(info.duration_s),
+            info.startup_ms.map_or(String::new(), |ms| format!(
+                " (+{ms:.0} ms montrace start-up)"
+            ))
+        ),
         format!(
             "  processes started    {} (at most {} at once)",
             info.processes_started, info.max_concurrent
@@ -204,6 +260,15 @@ pub fn format_summary(info: &RunInfo) -> String {
             t.alive_at_end
         ));
     }
+    if let Some(b) = &info.limit_breach {
+        lines.push(format!(
+            "  LIMIT BREACHED       {}: {} > {} after {:.3}s; the tree was stopped",
+            b.limit,
+            format_limit_value(&b.limit, b.value),
+            format_limit_value(&b.limit, b.threshold),
+            b.elapsed_s
+        ));
+    }
     if let Some(coverage) = info.cgroup.cpu_coverage {
         lines.push(format!(
             "  CPU coverage         {:.1}% of the cgroup's total",
@@ -212,6 +277,51 @@ pub fn format_summary(info: &RunInfo) -> String {
     }
     lines.push(format!("  run directory        {}", info.out_dir));
     lines.join("\n") + "\n"
+}
+
+/// The end of `--repeat`: each metric's median and spread over the repetitions.
+pub fn format_repeat_stats(summary: &crate::metrics::Summary, out_dir: &str) -> String {
+    let mut lines = vec![format!(
+        "montrace: {} ({} repetitions{})",
+        summary.command,
+        summary.repetitions.len(),
+        if summary.warmup > 0 {
+            format!(", {} warm-up", summary.warmup)
+        } else {
+            String::new()
+        }
+    )];
+    for def in crate::metrics::METRICS {
+        let Some(s) = summary.stats.get(def.name) else {
+            continue;
+        };
+        let show = |v: f64| match def.unit {
+            "B" => format_bytes(v as u64),
+            "s" => format!("{v:.3}s"),
+            "J" => format!("{v:.1} J"),
+            _ => format!("{v:.0}"),
+        };
+        lines.push(format!(
+            "  {:<22} median {:>12}  mean {:>12}  stddev {:>12}",
+            def.name,
+            show(s.median),
+            show(s.mean),
+            show(s.stddev)
+        ));
+    }
+    lines.push(format!(
+        "  summary              {out_dir}/{}",
+        crate::metrics::SUMMARY_FILE
+    ));
+    lines.join("\n") + "\n"
+}
+
+fn format_limit_value(limit: &str, value: f64) -> String {
+    match limit {
+        "rss" => format_bytes(value as u64),
+        "cpu" | "wall" => format!("{value:.3}s"),
+        _ => format!("{value}"),
+    }
 }
 
 #[cfg(test)]
@@ -270,7 +380,8 @@ mod tests {
             executable: "/usr/bin/make".into(),
             start_time: rfc3339(0),
             end_time: rfc3339(2_500_000_000),
-            duration_s: 2.5,
+            duration_s: 2.6,
+            command_wall_s: Some(2.5),
             host: "h".into(),
             kernel: "6.18".into(),
             tracking_mode: TrackingMode::TpBtf,
@@ -303,6 +414,13 @@ mod tests {
             gid: 1000,
             linger_expired: false,
             signals_forwarded: vec![],
+            limit_breach: Some(crate::metrics::LimitBreach {
+                limit: "rss".into(),
+                threshold: (100u64 << 20) as f64,
+                value: (150u64 << 20) as f64,
+                time: rfc3339(0),
+                elapsed_s: 1.25,
+            }),
             out_dir: "runs/x".into(),
         };
         let text = format_summary(&info);
@@ -317,6 +435,7 @@ mod tests {
             "runs/x",
             "peak RSS, whole tree 300.0 MiB",
             "CPU coverage         99.5%",
+            "LIMIT BREACHED       rss: 150.0 MiB > 100.0 MiB after 1.250s",
         ] {
             assert!(text.contains(needle), "summary lacks {needle:?}:\n{text}");
         }

@@ -30,10 +30,145 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command and follow every process it creates (needs root: use sudo)
+    /// Run a command and follow every process it creates (eBPF needs root: use sudo)
     Run(RunArgs),
+    /// Follow a running process and all its descendants until they are gone (needs root)
+    Attach(AttachArgs),
     /// Decide whether a candidate run used more than a baseline (exit 1 when it regressed)
     Compare(CompareArgs),
+    /// Write the HTML and Markdown report of a run directory
+    Report(ReportArgs),
+    /// Export a run directory to a Perfetto/Chrome trace or to CSV files
+    Export(ExportArgs),
+    /// Mark a phase of a monitored program (run it inside `montrace run`)
+    Mark(MarkArgs),
+}
+
+/// `--gpu`: NVIDIA GPU monitoring through NVML.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuMode {
+    /// Monitor GPUs when the NVIDIA driver and a device are there; say why not otherwise.
+    Auto,
+    Off,
+    /// Fail before starting the command when no GPU can be monitored.
+    Require,
+}
+
+/// How a run is recorded: shared by `run` and `attach`.
+#[derive(Debug, Args)]
+pub struct RecordOptions {
+    /// Run directory to write (default: ./montrace-runs/<UTC time>-<command name>)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// How often to sample every live process and the system from /proc (at least 10ms)
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_interval)]
+    pub interval: Duration,
+
+    /// `full` reads smaps_rollup for USS/PSS/swap (about 30 µs per process, about 6 ms more per
+    /// GiB resident); `basic` skips it (about 13 µs per process)
+    #[arg(long, value_enum, default_value = "full")]
+    pub memory_detail: MemoryDetail,
+
+    /// Longest time recorded rows stay in memory before they are written to closed Parquet parts
+    /// (a crash or kill -9 of montrace loses at most this much)
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_flush_interval)]
+    pub flush_interval: Duration,
+
+    /// Size of the kernel-to-montrace ring buffer: a power of two, at least 4KiB (e.g. 16MiB)
+    #[arg(long, value_name = "BYTES", default_value = "8MiB", value_parser = parse_ring_size)]
+    pub ring_buffer_size: u32,
+
+    /// Which kernel tracepoints to attach: BTF ones (falling back to classic), or force one kind
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tracepoints: TracepointChoice,
+
+    /// NVIDIA GPU monitoring through NVML
+    #[arg(long, value_enum, default_value = "auto")]
+    pub gpu: GpuMode,
+
+    /// Do not write report.html / report.md into the run directory at the end
+    #[arg(long)]
+    pub no_report: bool,
+
+    /// Stop the whole tree when it crosses a limit: `rss=2GiB` (sum over live processes),
+    /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started).
+    /// Repeatable. montrace then exits with 124 and records the breach.
+    #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::limits::parse_limit)]
+    pub limits: Vec<crate::limits::Limit>,
+
+    /// After SIGTERM on a limit breach, how long to wait before SIGKILL
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = units::parse_duration)]
+    pub kill_grace: Duration,
+
+    /// Do not print the live status line and the summary
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The process to follow, with every descendant it has now or creates later
+    pub pid: u32,
+
+    /// Stop after this long (e.g. 30s, 10m) even if the tree is still running
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    pub duration: Option<Duration>,
+
+    #[command(flatten)]
+    pub record: RecordOptions,
+}
+
+/// `montrace report` formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Html,
+    Md,
+    Both,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A run directory written by `montrace run`
+    pub run_dir: PathBuf,
+    #[arg(long, value_enum, default_value = "both")]
+    pub format: ReportFormat,
+    /// Group processes by executable (`exe`), by `comm`, or by a regular expression over the
+    /// command line whose first capture group (or whole match) names the group
+    #[arg(long, value_name = "exe|comm|REGEX", default_value = "exe")]
+    pub group_by: String,
+}
+
+/// `montrace export` formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// Chrome/Perfetto trace JSON (open in ui.perfetto.dev)
+    Perfetto,
+    /// One CSV file per table
+    Csv,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// A run directory written by `montrace run`
+    pub run_dir: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    /// Where to write (default: RUN_DIR/trace.json for perfetto, RUN_DIR/csv/ for csv)
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct MarkArgs {
+    /// The phase's name
+    pub label: String,
+    /// The phase begins here (pair it with `--end LABEL`)
+    #[arg(long, conflicts_with = "end")]
+    pub begin: bool,
+    /// The phase ends here
+    #[arg(long)]
+    pub end: bool,
 }
 
 /// `montrace compare` output formats.
@@ -88,9 +223,8 @@ fn parse_confidence(text: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Run directory to write (default: ./montrace-runs/<UTC time>-<command name>)
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub record: RecordOptions,
 
     /// After the command exits, wait at most this long for its remaining descendants
     /// (e.g. 10s, 2m); those still running are recorded as alive at the end.
@@ -103,37 +237,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub as_root: bool,
 
-    /// Size of the kernel-to-montrace ring buffer: a power of two, at least 4KiB (e.g. 16MiB)
-    #[arg(long, value_name = "BYTES", default_value = "8MiB", value_parser = parse_ring_size)]
-    pub ring_buffer_size: u32,
-
-    /// Which kernel tracepoints to attach: BTF ones (falling back to classic), or force one kind
-    #[arg(long, value_enum, default_value = "auto")]
-    pub tracepoints: TracepointChoice,
-
-    /// How often to sample every live process and the system from /proc (at least 10ms)
-    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_interval)]
-    pub interval: Duration,
-
-    /// `full` reads smaps_rollup for USS/PSS/swap (about 30 µs per process, more for large
-    /// address spaces); `basic` skips it (about 12 µs per process)
-    #[arg(long, value_enum, default_value = "full")]
-    pub memory_detail: MemoryDetail,
-
-    /// Longest time recorded rows stay in memory before they are written to closed Parquet parts
-    /// (a crash or kill -9 of montrace loses at most this much)
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_flush_interval)]
-    pub flush_interval: Duration,
-
-    /// Stop the whole tree when it crosses a limit: `rss=2GiB` (sum over live processes),
-    /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started).
-    /// Repeatable. montrace then exits with 124 and records the breach.
-    #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::limits::parse_limit)]
-    pub limits: Vec<crate::limits::Limit>,
-
-    /// After SIGTERM on a limit breach, how long to wait before SIGKILL
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = units::parse_duration)]
-    pub kill_grace: Duration,
+    /// Fail instead of falling back to polling /proc when eBPF cannot be used (not root, no BTF)
+    #[arg(long)]
+    pub require_ebpf: bool,
 
     /// Run the command N times into one run directory (rep-001, rep-002, ...); summary.json
     /// holds each repetition's figures and their mean, median and spread
@@ -143,10 +249,6 @@ pub struct RunArgs {
     /// Runs before the measured repetitions, recorded under warmup-NN and left out of the figures
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub warmup: u32,
-
-    /// Do not print the summary at the end
-    #[arg(long, short)]
-    pub quiet: bool,
 
     /// The command to run, and its arguments
     // No allow_hyphen_values: a misspelt flag before the command must be a usage error, not the
@@ -202,17 +304,17 @@ mod tests {
         };
         assert_eq!(run.command, ["ls", "-l"]);
         assert_eq!(run.linger, Some(Duration::from_secs(2)));
-        assert_eq!(run.ring_buffer_size, 8 << 20);
-        assert_eq!(run.interval, Duration::from_millis(200));
-        assert_eq!(run.flush_interval, Duration::from_secs(5));
-        assert_eq!(run.memory_detail, MemoryDetail::Full);
+        assert_eq!(run.record.ring_buffer_size, 8 << 20);
+        assert_eq!(run.record.interval, Duration::from_millis(200));
+        assert_eq!(run.record.flush_interval, Duration::from_secs(5));
+        assert_eq!(run.record.memory_detail, MemoryDetail::Full);
         // Without `--`, everything after the command's name is its arguments.
         let cli = Cli::try_parse_from(["montrace", "run", "ls", "-l", "--out", "x"]).unwrap();
         let Command::Run(run) = cli.command else {
             panic!("not run")
         };
         assert_eq!(run.command, ["ls", "-l", "--out", "x"]);
-        assert_eq!(run.out, None);
+        assert_eq!(run.record.out, None);
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub enum TrackingMode {
     TpBtf,
     /// Classic tracepoints through tracefs (mounted when missing).
     Tracepoint,
+    /// No eBPF: the tree is found by polling /proc (see `polling`).
+    Polling,
 }
 
 /// `--tracepoints`: which attachment to use.

@@ -161,6 +161,7 @@ fn cstring(bytes: &[u8]) -> anyhow::Result<CString> {
 pub fn spawn_held(
     path: &Path,
     argv: &[OsString],
+    extra_env: &[(OsString, OsString)],
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
 ) -> anyhow::Result<HeldChild> {
@@ -169,7 +170,10 @@ pub fn spawn_held(
         .iter()
         .map(|a| cstring(a.as_bytes()))
         .collect::<Result<_, _>>()?;
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !extra_env.iter().any(|(extra, _)| extra == k))
+        .collect();
+    env.extend(extra_env.iter().cloned());
     if let Some(id) = identity {
         env.retain(|(k, _)| !matches!(k.to_str(), Some("HOME" | "USER" | "LOGNAME")));
         env.push(("HOME".into(), id.home.clone().into_os_string()));

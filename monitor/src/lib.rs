@@ -5,18 +5,26 @@
 //! and `summary` (run.json, the printed summary). `sampler` reads /proc and `rates` derives
 //! per-interval figures from two readings; `cgroup` gives the kernel's totals for the tree.
 //! `launch` starts the command; `run` ties it together.
+pub mod attach;
 pub mod btf;
 pub mod cgroup;
 pub mod cli;
 pub mod compare;
 pub mod decode;
 pub mod ebpf;
+pub mod export;
+pub mod gpu;
 pub mod host;
 pub mod launch;
 pub mod limits;
+pub mod live;
+pub mod marks;
 pub mod metrics;
 pub mod model;
+pub mod polling;
 pub mod rates;
+pub mod recorder;
+pub mod report;
 pub mod run;
 pub mod sampler;
 pub mod schema;

@@ -175,3 +175,111 @@ pub struct SystemRecord {
     pub psi_io_some_avg10: Option<f64>,
     pub psi_io_full_avg10: Option<f64>,
 }
+
+/// `MarkRecord::kind`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MarkKind {
+    /// A moment.
+    #[default]
+    Point,
+    /// A phase starts (`montrace mark --begin LABEL`).
+    Begin,
+    /// The phase of the same label ends.
+    End,
+}
+
+impl MarkKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkKind::Point => "point",
+            MarkKind::Begin => "begin",
+            MarkKind::End => "end",
+        }
+    }
+}
+
+/// One row of marks.parquet: a phase mark a monitored program sent.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MarkRecord {
+    pub time_ns: i64,
+    /// The process that sent it (from the socket's peer credentials).
+    pub pid: u32,
+    /// Its start time when it belongs to the tree; None otherwise.
+    pub start_time_ns: Option<i64>,
+    pub label: String,
+    pub kind: MarkKind,
+}
+
+/// One row of gpu.parquet: one NVIDIA GPU at one sampling sweep. A figure the device does not
+/// report (NVML says "not supported", or the query failed) is None.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuRecord {
+    pub time_ns: i64,
+    /// NVML's index, as `nvidia-smi` numbers the GPUs (CUDA may number them otherwise, see
+    /// `CUDA_DEVICE_ORDER`); `uuid` names a GPU for good.
+    pub gpu_index: u32,
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    /// Share of the driver's last sample period (1/6 s to 1 s) in which a kernel ran.
+    pub utilization_gpu_percent: Option<f64>,
+    /// Share of that period in which device memory was read or written.
+    pub utilization_memory_percent: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub power_watts: Option<f64>,
+    /// Energy the GPU used since montrace first read it in this run (the driver's counter,
+    /// `nvmlDeviceGetTotalEnergyConsumption`, minus its first reading).
+    pub energy_joules: Option<f64>,
+    pub temperature_c: Option<u32>,
+    pub sm_clock_mhz: Option<u32>,
+    pub memory_clock_mhz: Option<u32>,
+    /// Why the clocks are held down now (`sw_power_cap`, `hw_thermal_slowdown`, ...); empty when
+    /// nothing holds them.
+    pub throttle_reasons: Option<Vec<String>>,
+}
+
+/// Where a row of gpu_processes.parquet came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuProcessSource {
+    /// The process held GPU memory at a sampling sweep.
+    #[default]
+    Sample,
+    /// The driver's accounting figures for the process's whole life, read after it exited.
+    Accounting,
+}
+
+impl GpuProcessSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuProcessSource::Sample => "sample",
+            GpuProcessSource::Accounting => "accounting",
+        }
+    }
+}
+
+/// One row of gpu_processes.parquet: a tracked process on one GPU. `sample` rows fill the
+/// sweep's columns, `accounting` rows the lifetime ones; the others are None.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuProcessRecord {
+    /// The sweep's time (`sample`), or the process's exit (`accounting`).
+    pub time_ns: i64,
+    pub gpu_index: u32,
+    pub pid: u32,
+    /// Joins with processes.parquet.
+    pub start_time_ns: i64,
+    pub source: GpuProcessSource,
+    /// GPU memory it holds now (`sample`).
+    pub gpu_memory_bytes: Option<u64>,
+    /// Its share of the SM / memory-controller time since the previous sweep, from the driver's
+    /// per-process utilization samples (`sample`).
+    pub sm_utilization_percent: Option<f64>,
+    pub memory_utilization_percent: Option<f64>,
+    /// The most GPU memory it ever held on this GPU (`accounting`).
+    pub max_gpu_memory_bytes: Option<u64>,
+    /// Share of its life in which a kernel ran on this GPU (`accounting`).
+    pub lifetime_gpu_utilization_percent: Option<f64>,
+    /// Share of its life in which this GPU's memory was read or written (`accounting`).
+    pub lifetime_memory_utilization_percent: Option<f64>,
+    /// How long its GPU context was alive (`accounting`; ms precision).
+    pub context_time_ns: Option<u64>,
+}

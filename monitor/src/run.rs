@@ -2,7 +2,6 @@
 //! then loads the probes, starts the command held at a barrier, tracks it, and follows the tree
 //! until the command and every descendant are gone; finally writes the run directory.
 use std::{
-    collections::HashMap,
     ffi::OsString,
     os::fd::OwnedFd,
     path::{Path, PathBuf},
@@ -16,209 +15,31 @@ use tokio::io::{unix::AsyncFd, Interest};
 use crate::{
     btf,
     cgroup::RunCgroup,
-    cli::{RunArgs, EXIT_NOT_FOUND},
-    decode::{self, KernelEvent},
-    ebpf::Probes,
+    cli::{RecordOptions, RunArgs, EXIT_NOT_FOUND},
+    ebpf::{Probes, TrackingMode},
     host,
     launch::{self, Identity},
-    limits, metrics, rates,
-    sampler::{MemoryDetail, ProcReader, ReadError, SystemReading},
+    limits,
+    gpu::{GpuMonitor, GpuStatus},
+    live::LiveLine,
+    marks::{self, MarkServer},
+    metrics,
+    polling::{self, Poller},
+    recorder::Recorder,
     summary::{self, RunInfo},
     tracker::{Clock, Tracker},
-    units, writer,
+    units,
 };
 
 /// What the event loop learnt.
-struct Outcome {
-    wait_status: i32,
-    linger_expired: bool,
-    signals_forwarded: Vec<i32>,
-    breach: Option<metrics::LimitBreach>,
-}
-
-/// Everything recorded during a run: the tree, the tables on disk, and the state rates need.
-/// Kernel events and /proc sweeps go in; rows go out to crash-safe tables as they are made.
-struct Recorder {
-    tracker: Tracker,
-    events: writer::EventTable,
-    processes: writer::ProcessTable,
-    samples: writer::SampleTable,
-    system: writer::SystemTable,
-    reader: ProcReader,
-    detail: MemoryDetail,
-    /// Last sample of each live process, keyed by (pid, start time).
-    previous: HashMap<(u32, i64), rates::Previous>,
-    previous_system: Option<SystemReading>,
-    totals: summary::TreeTotals,
-    memory_peaks: summary::TreeMemoryPeaks,
-    sample_rows: u64,
-    /// Sum of RSS over the tree at the last sweep.
-    last_sweep_rss: Option<u64>,
-    page_size: u64,
-    root_pid: u32,
-    exec_time_boot_ns: Option<u64>,
-}
-
-impl Recorder {
-    /// What the tree uses now, for `--limit`: CPU of exited processes (exact) plus the last
-    /// sample of each live one.
-    fn usage(&self, elapsed: Duration) -> limits::Usage {
-        let live_cpu: u64 = self.previous.values().map(|p| p.cpu_total_ns).sum();
-        limits::Usage {
-            tree_rss_bytes: self.last_sweep_rss,
-            tree_cpu_ns: self.totals.cpu_user_ns + self.totals.cpu_system_ns + live_cpu,
-            processes_started: self.tracker.processes_started() as u64,
-            elapsed,
-        }
-    }
-
-    fn create(
-        out_dir: &Path,
-        tracker: Tracker,
-        root_pid: u32,
-        detail: MemoryDetail,
-    ) -> anyhow::Result<Recorder> {
-        Ok(Recorder {
-            tracker,
-            events: writer::PartedTable::events(out_dir)?,
-            processes: writer::ProcessTable::processes(out_dir)?,
-            samples: writer::PartedTable::samples(out_dir)?,
-            system: writer::PartedTable::system(out_dir)?,
-            reader: ProcReader::new(),
-            detail,
-            previous: HashMap::new(),
-            previous_system: None,
-            totals: summary::TreeTotals::default(),
-            memory_peaks: summary::TreeMemoryPeaks::default(),
-            sample_rows: 0,
-            last_sweep_rss: None,
-            page_size: host::page_size(),
-            root_pid,
-            exec_time_boot_ns: None,
-        })
-    }
-
-    /// One ring-buffer record: the tree changes, an event row is written, and a process that
-    /// ended leaves its exit figures as its last sample.
-    fn on_record(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        let event = decode::decode(bytes, self.page_size)?;
-        if let KernelEvent::Exec { pid, time_ns, .. } = &event {
-            if *pid == self.root_pid && self.exec_time_boot_ns.is_none() {
-                self.exec_time_boot_ns = Some(*time_ns);
-            }
-        }
-        let row = self.tracker.apply(&event);
-        if let Some(figures) = self.tracker.take_last_exit() {
-            let previous = self.previous.remove(&(row.pid, row.start_time_ns));
-            self.samples.push(rates::exit_sample(
-                row.pid,
-                &figures,
-                row.time_ns,
-                row.start_time_ns,
-                previous.as_ref(),
-            ))?;
-            self.sample_rows += 1;
-        }
-        self.events.push(row)?;
-        self.store_finished()
-    }
-
-    fn store_finished(&mut self) -> anyhow::Result<()> {
-        for record in self.tracker.take_finished() {
-            self.previous.remove(&(record.pid, record.start_time_ns));
-            self.totals.add(&record);
-            self.processes.push(record)?;
-        }
-        Ok(())
-    }
-
-    /// One sweep: every live process of the tree and the system, stamped with one time.
-    fn sample(&mut self) -> anyhow::Result<()> {
-        let clock = self.tracker.clock();
-        let now = host::realtime_ns();
-        let mut sweep = Vec::new();
-        for (pid, start_time_ns) in self.tracker.live_processes() {
-            let reading = match self.reader.read_process(pid, self.detail) {
-                Ok(reading) => reading,
-                // It exited since the last drain; its exit event brings its last figures.
-                Err(ReadError::Gone(_)) => continue,
-                Err(err) => {
-                    eprintln!("montrace: warning: {err}");
-                    continue;
-                }
-            };
-            // A pid reused by a process outside the tree since the exit was queued is not ours.
-            let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
-            if !host::same_start(reading.start_ticks, start_boot_ns) {
-                continue;
-            }
-            let key = (pid, start_time_ns);
-            let sample =
-                rates::process_sample(&reading, now, start_time_ns, self.previous.get(&key));
-            self.previous.insert(key, rates::Previous::from(&sample));
-            sweep.push(sample);
-        }
-        self.memory_peaks.add_sweep(&sweep);
-        self.last_sweep_rss = Some(sweep.iter().filter_map(|s| s.rss_bytes).sum());
-        self.sample_rows += sweep.len() as u64;
-        for sample in sweep {
-            self.samples.push(sample)?;
-        }
-        match self.reader.read_system() {
-            Ok(reading) => {
-                self.system.push(rates::system_sample(
-                    &reading,
-                    now,
-                    self.previous_system.as_ref(),
-                ))?;
-                self.previous_system = Some(reading);
-            }
-            Err(err) => eprintln!("montrace: warning: {err}"),
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> anyhow::Result<()> {
-        self.events.flush()?;
-        self.processes.flush()?;
-        self.samples.flush()?;
-        self.system.flush()?;
-        Ok(())
-    }
-
-    /// Writes the processes still alive and closes every table into its final file.
-    fn finish(mut self) -> anyhow::Result<Finished> {
-        let max_concurrent = self.tracker.max_concurrent();
-        let vanished = self.tracker.vanished_count();
-        let started = self.tracker.processes_started();
-        for record in self.tracker.finish() {
-            self.totals.add(&record);
-            self.processes.push(record)?;
-        }
-        self.events.finish()?;
-        self.processes.finish()?;
-        self.samples.finish()?;
-        self.system.finish()?;
-        Ok(Finished {
-            max_concurrent,
-            vanished,
-            started,
-            totals: self.totals,
-            memory_peaks: self.memory_peaks,
-            sample_rows: self.sample_rows,
-            exec_time_boot_ns: self.exec_time_boot_ns,
-        })
-    }
-}
-
-struct Finished {
-    max_concurrent: usize,
-    vanished: u64,
-    started: usize,
-    totals: summary::TreeTotals,
-    memory_peaks: summary::TreeMemoryPeaks,
-    sample_rows: u64,
-    exec_time_boot_ns: Option<u64>,
+pub(crate) struct Outcome {
+    pub wait_status: i32,
+    /// The wait ended (--linger, attach's --duration or Ctrl-C) with processes still running.
+    pub linger_expired: bool,
+    pub signals_forwarded: Vec<i32>,
+    pub breach: Option<metrics::LimitBreach>,
+    /// attach: the signal that ended the monitoring.
+    pub stopped_by_signal: Option<i32>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
@@ -231,44 +52,49 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         return Ok(EXIT_NOT_FOUND);
     };
 
-    if !host::can_load_ebpf() {
-        bail!(
-            "montrace needs root to load its eBPF programs (CAP_BPF and CAP_PERFMON): run it with sudo, \
-             e.g. `sudo montrace run -- {}`",
-            program.to_string_lossy()
-        );
+    let offsets = ebpf_offsets(&args, &program)?;
+    // Before any thread exists (NVML may start some), so every thread has the forwarded
+    // signals blocked and montrace receives them through a signalfd; the command gets the
+    // original mask back before it execs.
+    let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
+    // `--gpu require` fails here, before anything is created or started.
+    let mut gpu = GpuMonitor::open(args.record.gpu)?;
+    if let (Some(notice), false) = (gpu.notice(), args.record.quiet) {
+        eprintln!("{notice}");
     }
-    let identity = if args.as_root {
+    // Only root can become another user; without root the command keeps montrace's identity.
+    // SAFETY: geteuid has no preconditions.
+    let identity = if args.as_root || unsafe { libc::geteuid() } != 0 {
         None
     } else {
         launch::sudo_identity()?
     };
-    let kernel_btf = btf::Btf::from_file(Path::new(btf::VMLINUX_BTF))?;
-    let offsets = btf::kernel_offsets(&kernel_btf).context(
-        "this kernel's BTF lacks a field montrace reads; please report it with `uname -r`",
-    )?;
 
     let out_dir = create_out_dir(
-        args.out.as_deref(),
+        args.record.out.as_deref(),
         &program,
         started_wall_ns,
         identity.as_ref(),
     )?;
+    let offsets = offsets.as_ref();
     let result = if args.repeat == 1 && args.warmup == 0 {
         record(
             &args,
             &executable,
-            &offsets,
+            offsets,
             &out_dir,
             identity.as_ref(),
+            &child_sigmask,
+            &mut gpu,
             (started_boot_ns, started_wall_ns),
-            !args.quiet,
+            !args.record.quiet,
         )
         .and_then(|info| {
             let breach = info.limit_breach.clone();
             write_summary(
                 &out_dir,
-                &args,
+                command_argv(&args),
+                0,
                 vec![info.repetition(".")],
                 breach,
                 identity.as_ref(),
@@ -276,7 +102,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             Ok(info.exit_status)
         })
     } else {
-        repeat(&args, &executable, &offsets, &out_dir, identity.as_ref())
+        repeat(&args, &executable, offsets, &out_dir, identity.as_ref(), &child_sigmask, &mut gpu)
     };
     if result.is_err() && dir_is_empty(&out_dir) {
         // Nothing was recorded: leave no litter behind.
@@ -291,9 +117,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 fn repeat(
     args: &RunArgs,
     executable: &Path,
-    offsets: &monitor_common::Offsets,
+    offsets: Option<&monitor_common::Offsets>,
     out_dir: &Path,
     identity: Option<&Identity>,
+    child_sigmask: &libc::sigset_t,
+    gpu: &mut GpuStatus,
 ) -> anyhow::Result<i32> {
     let mut repetitions = Vec::new();
     let total = args.warmup + args.repeat;
@@ -312,10 +140,12 @@ fn repeat(
             offsets,
             &dir,
             identity,
+            child_sigmask,
+            gpu,
             (host::boottime_ns(), host::realtime_ns()),
             false,
         )?;
-        if !args.quiet {
+        if !args.record.quiet {
             eprintln!(
                 "montrace: {name}: exit {}, wall {:.3}s, CPU {:.3}s, peak RSS {}",
                 info.exit_status,
@@ -336,12 +166,26 @@ fn repeat(
                 info.exit_status
             );
             let breach = info.limit_breach.clone();
-            write_summary(out_dir, args, repetitions, breach, identity)?;
+            write_summary(
+                out_dir,
+                command_argv(args),
+                args.warmup as usize,
+                repetitions,
+                breach,
+                identity,
+            )?;
             return Ok(info.exit_status);
         }
     }
-    let summary = write_summary(out_dir, args, repetitions, None, identity)?;
-    if !args.quiet {
+    let summary = write_summary(
+        out_dir,
+        command_argv(args),
+        args.warmup as usize,
+        repetitions,
+        None,
+        identity,
+    )?;
+    if !args.record.quiet {
         eprint!(
             "{}",
             summary::format_repeat_stats(&summary, &out_dir.display().to_string())
@@ -350,23 +194,19 @@ fn repeat(
     Ok(summary.exit_status)
 }
 
-fn write_summary(
+pub(crate) fn write_summary(
     out_dir: &Path,
-    args: &RunArgs,
+    argv: Vec<String>,
+    warmup: usize,
     repetitions: Vec<metrics::Repetition>,
     breach: Option<metrics::LimitBreach>,
     identity: Option<&Identity>,
 ) -> anyhow::Result<metrics::Summary> {
-    let argv: Vec<String> = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
     let summary = metrics::Summary::new(
         shell_words(&argv),
         argv,
         host::uname().0,
-        args.warmup as usize,
+        warmup,
         repetitions,
         breach,
     );
@@ -380,25 +220,80 @@ fn write_summary(
 }
 
 #[allow(clippy::too_many_arguments)]
+/// The kernel field offsets the eBPF programs need, or None when montrace must poll /proc
+/// instead (not root, no BTF), which `--require-ebpf` turns into an error.
+fn ebpf_offsets(
+    args: &RunArgs,
+    program: &OsString,
+) -> anyhow::Result<Option<monitor_common::Offsets>> {
+    let why_not = if !host::can_load_ebpf() {
+        format!(
+            "montrace needs root to load its eBPF programs (CAP_BPF and CAP_PERFMON): run it with sudo, \
+             e.g. `sudo montrace run -- {}`",
+            program.to_string_lossy()
+        )
+    } else {
+        match btf::Btf::from_file(Path::new(btf::VMLINUX_BTF)).and_then(|b| btf::kernel_offsets(&b))
+        {
+            Ok(offsets) => return Ok(Some(offsets)),
+            Err(err) => format!("{err}"),
+        }
+    };
+    if args.require_ebpf {
+        bail!("{why_not} (--require-ebpf is set, so montrace does not fall back to polling /proc)");
+    }
+    eprintln!("montrace: warning: no eBPF ({why_not}).");
+    eprintln!(
+        "montrace: warning: following the tree by polling /proc every {:?} instead: processes that \
+         live shorter than that may be missed (tracking_mode \"polling\" in run.json)",
+        args.record.interval
+    );
+    Ok(None)
+}
+
+#[allow(clippy::too_many_arguments)]
 fn record(
     args: &RunArgs,
     executable: &Path,
-    offsets: &monitor_common::Offsets,
+    offsets: Option<&monitor_common::Offsets>,
     out_dir: &Path,
     identity: Option<&Identity>,
+    child_sigmask: &libc::sigset_t,
+    gpu: &mut GpuStatus,
     (started_boot_ns, started_wall_ns): (u64, i64),
     print_summary: bool,
 ) -> anyhow::Result<RunInfo> {
-    // Before any thread exists, so every thread (and the command, until it restores the mask)
-    // has the forwarded signals blocked and montrace receives them through a signalfd.
-    let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
         .context("starting the event loop")?;
 
-    let (mut probes, ring) = Probes::load(offsets, args.ring_buffer_size, args.tracepoints)?;
+    let loaded = match offsets {
+        Some(offsets) => match Probes::load(
+            offsets,
+            args.record.ring_buffer_size,
+            args.record.tracepoints,
+        ) {
+            Ok(loaded) => Some(loaded),
+            Err(err) if !args.require_ebpf => {
+                eprintln!(
+                    "montrace: warning: {err:#}; following the tree by polling /proc instead"
+                );
+                None
+            }
+            Err(err) => return Err(err),
+        },
+        None => None,
+    };
+    let (mut probes, ring) = match loaded {
+        Some((probes, ring)) => (Some(probes), Some(ring)),
+        None => {
+            polling::become_subreaper()
+                .context("becoming the subreaper of the command's orphans")?;
+            (None, None)
+        }
+    };
     let clock = Clock {
         boot_to_wall_ns: host::boot_to_wall_ns(),
     };
@@ -414,9 +309,29 @@ fn record(
         }
     };
 
-    let held = launch::spawn_held(executable, &args.command, identity, &child_sigmask)?;
+    // Phase marks: the command finds the socket in its environment.
+    let marks = match MarkServer::bind(identity.map(|id| (id.uid, id.gid))) {
+        Ok(server) => Some(server),
+        Err(err) => {
+            eprintln!("montrace: warning: no phase marks for this run: {err:#}");
+            None
+        }
+    };
+    let extra_env: Vec<(OsString, OsString)> = marks
+        .iter()
+        .map(|m| (marks::SOCKET_ENV.into(), m.path().as_os_str().to_owned()))
+        .collect();
+    let held = launch::spawn_held(
+        executable,
+        &args.command,
+        &extra_env,
+        identity,
+        &child_sigmask,
+    )?;
     let root_pid = held.pid;
-    probes.track(root_pid)?;
+    if let Some(probes) = &mut probes {
+        probes.track(root_pid)?;
+    }
     if let Some(cgroup) = &cgroup {
         // Before exec, so the cgroup's totals include everything the command does.
         if let Err(err) = cgroup.add(root_pid) {
@@ -426,48 +341,46 @@ fn record(
     let mut tracker = Tracker::new(clock);
     let approx_start = host::proc_start_boot_ns(root_pid).unwrap_or_else(|_| host::boottime_ns());
     tracker.add_root(root_pid, approx_start, &args.command[0].to_string_lossy());
-    let mut recorder = Recorder::create(out_dir, tracker, root_pid, args.memory_detail)?;
+    let monitor = gpu.monitor_mut().map(|m| {
+        // A repetition starts from nothing: its peaks and energy are its own.
+        m.reset();
+        m
+    });
+    let mut recorder =
+        Recorder::create(out_dir, tracker, root_pid, args.record.memory_detail, monitor)?;
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         eprintln!("montrace: {err}");
     }
 
     let signals = launch::signal_fd().context("creating the signal fd")?;
-    let outcome = runtime.block_on(follow(
-        ring,
-        signals,
-        &mut recorder,
+    let source = match ring {
+        Some(ring) => Source::Ebpf(ring),
+        None => Source::Polling(Poller::new()),
+    };
+    let cfg = FollowConfig {
+        opts: &args.record,
         root_pid,
-        args,
+        root_is_child: true,
+        linger: args.linger,
+        stop_after: None,
         started_boot_ns,
-    ))?;
+    };
+    let outcome = runtime.block_on(follow(source, signals, marks, &mut recorder, &cfg))?;
     let end_wall_ns = host::realtime_ns();
     let end_boot_ns = host::boottime_ns();
-    let lost = probes.lost()?;
-    let tracking_mode = probes.mode;
-    let ebpf_load_ms = probes.load_ms;
+    let lost = probes
+        .as_ref()
+        .map(Probes::lost)
+        .transpose()?
+        .unwrap_or_default();
+    let tracking_mode = probes.as_ref().map_or(TrackingMode::Polling, |p| p.mode);
+    let ebpf_load_ms = probes.as_ref().map(|p| p.load_ms);
     drop(probes);
-    let finished = recorder.finish()?;
-
-    if let Some(cgroup) = cgroup {
-        cgroup_report.version = Some(cgroup.version());
-        cgroup_report.path = Some(cgroup.path());
-        match cgroup.totals() {
-            Ok(totals) => {
-                let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
-                cgroup_report.cpu_coverage = totals
-                    .cpu_usage_ns
-                    .filter(|&ns| ns > 0)
-                    .map(|ns| tree_cpu as f64 / ns as f64);
-                cgroup_report.totals = Some(totals);
-            }
-            Err(err) => cgroup_report.error = Some(err.to_string()),
-        }
-        match cgroup.remove() {
-            Ok(()) => cgroup_report.removed = true,
-            Err(err) => cgroup_report.error = Some(err.to_string()),
-        }
-    }
+    let mut finished = recorder.finish()?;
+    let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
+    let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
+    close_cgroup(cgroup, &mut cgroup_report, tree_cpu);
 
     let status = outcome.wait_status;
     let (exit_code, exit_signal) = if libc::WIFSIGNALED(status) {
@@ -480,129 +393,332 @@ fn record(
     } else {
         exit_code.unwrap_or_else(|| 128 + exit_signal.unwrap_or(0))
     };
+    let info = build_run_info(Ended {
+        argv: command_argv(args),
+        executable: executable.display().to_string(),
+        started: (started_boot_ns, started_wall_ns),
+        ended: (end_boot_ns, end_wall_ns),
+        gpu: gpu_summary,
+        tracking_mode,
+        lost,
+        ebpf_load_ms,
+        identity,
+        exit: (exit_code, exit_signal, exit_status),
+        outcome,
+        finished,
+        cgroup: cgroup_report,
+        interval: args.record.interval,
+        out_dir,
+    });
+    write_run_info(&info, out_dir, identity, print_summary, !args.record.no_report)?;
+    Ok(info)
+}
+
+/// Reads the run cgroup's totals (and the per-process coverage of its CPU), then removes it.
+pub(crate) fn close_cgroup(
+    cgroup: Option<RunCgroup>,
+    report: &mut summary::CgroupReport,
+    tree_cpu_ns: u64,
+) {
+    let Some(cgroup) = cgroup else { return };
+    report.version = Some(cgroup.version());
+    report.path = Some(cgroup.path());
+    match cgroup.totals() {
+        Ok(totals) => {
+            report.cpu_coverage = totals
+                .cpu_usage_ns
+                .filter(|&ns| ns > 0)
+                .map(|ns| tree_cpu_ns as f64 / ns as f64);
+            report.totals = Some(totals);
+        }
+        Err(err) => report.error = Some(err.to_string()),
+    }
+    match cgroup.remove() {
+        Ok(()) => report.removed = true,
+        Err(err) => report.error = Some(err.to_string()),
+    }
+}
+
+/// What `run` and `attach` know when the tree is done.
+pub(crate) struct Ended<'a> {
+    pub argv: Vec<String>,
+    pub executable: String,
+    /// (boot, wall) ns.
+    pub started: (u64, i64),
+    pub ended: (u64, i64),
+    pub gpu: crate::gpu::GpuSummary,
+    pub tracking_mode: TrackingMode,
+    pub lost: crate::ebpf::LostEvents,
+    pub ebpf_load_ms: Option<f64>,
+    pub identity: Option<&'a Identity>,
+    /// (exit code, signal, montrace's own exit status).
+    pub exit: (Option<i32>, Option<i32>, i32),
+    pub outcome: Outcome,
+    pub finished: crate::recorder::Finished,
+    pub cgroup: summary::CgroupReport,
+    pub interval: Duration,
+    pub out_dir: &'a Path,
+}
+
+pub(crate) fn build_run_info(e: Ended<'_>) -> RunInfo {
     let (host_name, kernel) = host::uname();
-    let (start_time, end_time, duration_s) = RunInfo::new_times(started_wall_ns, end_wall_ns);
-    let argv: Vec<String> = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let info = RunInfo {
+    let (start_time, end_time, duration_s) = RunInfo::new_times(e.started.1, e.ended.1);
+    let finished = e.finished;
+    RunInfo {
         schema_version: summary::RUN_JSON_VERSION,
         montrace_version: env!("CARGO_PKG_VERSION").to_string(),
-        command: shell_words(&argv),
-        argv,
-        executable: executable.display().to_string(),
+        command: shell_words(&e.argv),
+        argv: e.argv,
+        executable: e.executable,
         start_time,
         end_time,
         duration_s,
         command_wall_s: finished
             .exec_time_boot_ns
-            .map(|t| end_boot_ns.saturating_sub(t) as f64 / 1e9),
+            .map(|t| e.ended.0.saturating_sub(t) as f64 / 1e9),
         host: host_name,
         kernel,
-        tracking_mode,
-        exit_code,
-        exit_signal,
-        exit_status,
-        lost_events: lost,
+        tracking_mode: e.tracking_mode,
+        exit_code: e.exit.0,
+        exit_signal: e.exit.1,
+        exit_status: e.exit.2,
+        lost_events: e.lost,
         vanished_processes: finished.vanished,
         processes_started: finished.started,
         max_concurrent: finished.max_concurrent,
         totals: finished.totals,
         tree_memory_peaks: finished.memory_peaks,
         samples: finished.sample_rows,
-        sample_interval_ms: args.interval.as_secs_f64() * 1e3,
-        cgroup: cgroup_report,
+        sample_interval_ms: e.interval.as_secs_f64() * 1e3,
+        cgroup: e.cgroup,
+        gpu: e.gpu,
         startup_ms: finished
             .exec_time_boot_ns
-            .map(|t| t.saturating_sub(started_boot_ns) as f64 / 1e6),
-        ebpf_load_ms,
-        uid: identity.map_or(0, |id| id.uid),
-        gid: identity.map_or(0, |id| id.gid),
-        linger_expired: outcome.linger_expired,
-        signals_forwarded: outcome.signals_forwarded,
-        limit_breach: outcome.breach,
-        out_dir: out_dir.display().to_string(),
-    };
-    let json = serde_json::to_string_pretty(&info)? + "\n";
+            .map(|t| t.saturating_sub(e.started.0) as f64 / 1e6),
+        ebpf_load_ms: e.ebpf_load_ms,
+        uid: e.identity.map_or(0, |id| id.uid),
+        gid: e.identity.map_or(0, |id| id.gid),
+        linger_expired: e.outcome.linger_expired,
+        signals_forwarded: e.outcome.signals_forwarded,
+        limit_breach: e.outcome.breach,
+        out_dir: e.out_dir.display().to_string(),
+    }
+}
+
+/// Writes run.json, hands the run directory to the invoking user, prints the summary.
+pub(crate) fn write_run_info(
+    info: &RunInfo,
+    out_dir: &Path,
+    identity: Option<&Identity>,
+    print_summary: bool,
+    report: bool,
+) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(info)? + "\n";
     let run_json = out_dir.join("run.json");
     std::fs::write(&run_json, json)
         .with_context(|| format!("cannot write {}", run_json.display()))?;
+    if report {
+        // The data is on disk already: a report that fails is a warning, not a failed run.
+        if let Err(err) = crate::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe") {
+            eprintln!("montrace: warning: no report for {}: {err:#}", out_dir.display());
+        }
+    }
     if let Some(id) = identity {
         host::chown_tree(out_dir, id.uid, id.gid)
             .with_context(|| format!("cannot hand {} to uid {}", out_dir.display(), id.uid))?;
     }
     if print_summary {
-        eprint!("{}", summary::format_summary(&info));
+        eprint!("{}", summary::format_summary(info));
     }
-    Ok(info)
+    Ok(())
 }
 
 /// Follows the tree until the command has exited and every tracked process is gone (or the
 /// linger time after the command's exit has passed), sampling and flushing on the way.
-async fn follow(
-    ring: RingBuf<MapData>,
+/// Where lifecycle events come from.
+pub(crate) enum Source {
+    Ebpf(RingBuf<MapData>),
+    Polling(Poller),
+}
+
+/// The ring buffer once it has records; never, when polling.
+async fn readable(
+    ring: Option<&mut AsyncFd<RingBuf<MapData>>>,
+) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, RingBuf<MapData>>> {
+    match ring {
+        Some(ring) => ring.readable_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How `follow` runs: `run` follows the command it started; `attach` a process it did not.
+pub(crate) struct FollowConfig<'a> {
+    pub opts: &'a RecordOptions,
+    pub root_pid: u32,
+    /// False for `attach`: nothing waits for the root (it is not montrace's child), and a
+    /// SIGINT/SIGTERM/SIGHUP to montrace ends the monitoring instead of being forwarded.
+    pub root_is_child: bool,
+    /// `run --linger`: how long to wait for descendants once the root exited.
+    pub linger: Option<Duration>,
+    /// `attach --duration`: stop after this long.
+    pub stop_after: Option<Duration>,
+    pub started_boot_ns: u64,
+}
+
+pub(crate) async fn follow(
+    source: Source,
     signals: OwnedFd,
-    recorder: &mut Recorder,
-    root_pid: u32,
-    args: &RunArgs,
-    started_boot_ns: u64,
+    marks: Option<MarkServer>,
+    recorder: &mut Recorder<'_>,
+    cfg: &FollowConfig<'_>,
 ) -> anyhow::Result<Outcome> {
-    // SAFETY: both values own their descriptor (the ring buffer's map fd, the signalfd) and keep
-    // it open and unchanged until the AsyncFd drops them.
-    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
-        .context("watching the ring buffer")?;
-    // SAFETY: as above.
+    let root_pid = cfg.root_pid;
+    let opts = cfg.opts;
+    let (mut ring, mut poller) = match source {
+        Source::Ebpf(ring) => {
+            // SAFETY: the ring buffer owns its map fd and keeps it open and unchanged until the
+            // AsyncFd drops it.
+            let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+                .map_err(|e| e.into_parts().1)
+                .context("watching the ring buffer")?;
+            (Some(ring), None)
+        }
+        Source::Polling(poller) => (None, Some(poller)),
+    };
+    let mut marks = match marks {
+        // SAFETY: the server owns its socket and keeps it open until the AsyncFd drops it.
+        Some(server) => Some(
+            unsafe { AsyncFd::register_with_interest(server, Interest::READABLE) }
+                .map_err(|e| e.into_parts().1)
+                .context("watching the mark socket")?,
+        ),
+        None => None,
+    };
+    // SAFETY: the signalfd is owned and stays open until the AsyncFd drops it.
     let signals = unsafe { AsyncFd::register_with_interest(signals, Interest::READABLE) }
         .map_err(|e| e.into_parts().1)
         .context("watching signals")?;
+    // With eBPF a thread waits for the command; polling reaps every child of montrace itself.
     let (status_tx, mut status_rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = status_tx.send(launch::wait_status(root_pid));
-    });
+    if cfg.root_is_child && poller.is_none() {
+        std::thread::spawn(move || {
+            let _ = status_tx.send(launch::wait_status(root_pid));
+        });
+    }
 
     let mut outcome = Outcome {
         wait_status: 0,
         linger_expired: false,
         signals_forwarded: Vec::new(),
         breach: None,
+        stopped_by_signal: None,
     };
     // After a limit breach: when the stragglers get SIGKILL.
     let mut kill_at: Option<tokio::time::Instant> = None;
-    let wall_limit = args.limits.iter().find_map(|l| match l {
+    let wall_limit = opts.limits.iter().find_map(|l| match l {
         limits::Limit::Wall(d) => Some(tokio::time::Instant::now() + *d),
         _ => None,
     });
     let started = std::time::Instant::now()
-        - Duration::from_nanos(host::boottime_ns().saturating_sub(started_boot_ns));
-    let mut root_done = false;
-    let mut deadline: Option<tokio::time::Instant> = None;
-    let mut sample_tick = tokio::time::interval(args.interval);
+        - Duration::from_nanos(host::boottime_ns().saturating_sub(cfg.started_boot_ns));
+    let mut root_done = !cfg.root_is_child;
+    let mut deadline: Option<tokio::time::Instant> =
+        cfg.stop_after.map(|d| tokio::time::Instant::now() + d);
+    let live = LiveLine::new(opts.quiet);
+    let mut live_tick = tokio::time::interval(Duration::from_millis(500));
+    live_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sample_tick = tokio::time::interval(opts.interval);
     sample_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut flush_tick = tokio::time::interval(args.flush_interval);
+    let mut flush_tick = tokio::time::interval(opts.flush_interval);
     flush_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut liveness_tick = tokio::time::interval(Duration::from_millis(500));
     liveness_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
-    fn drain(ring: &mut RingBuf<MapData>, recorder: &mut Recorder) -> anyhow::Result<()> {
-        while let Some(item) = ring.next() {
-            recorder.on_record(&item)?;
+    /// Takes in every lifecycle event available now. Polling may also find the command
+    /// reaped, and returns its wait status then.
+    fn drain(
+        ring: &mut Option<AsyncFd<RingBuf<MapData>>>,
+        poller: &mut Option<Poller>,
+        recorder: &mut Recorder<'_>,
+        root_pid: u32,
+    ) -> anyhow::Result<Option<i32>> {
+        if let Some(ring) = ring {
+            let ring = ring.get_mut();
+            while let Some(item) = ring.next() {
+                recorder.on_record(&item)?;
+            }
+            return Ok(None);
         }
-        Ok(())
+        let Some(poller) = poller else {
+            return Ok(None);
+        };
+        let now = host::boottime_ns();
+        let mut root_status = None;
+        // Scan, reap, and scan again after a reap: a process reaped now may have forked a child
+        // since the scan, and that child is still in /proc: the second scan finds it before the tree
+        // could look empty.
+        loop {
+            let (events, vanished) = poller.scan(now);
+            for event in &events {
+                recorder.on_event(event)?;
+            }
+            for gone in vanished {
+                recorder
+                    .tracker
+                    .ended_unobserved(gone.pid, now, &gone.figures, gone.exit_code);
+            }
+            let (exits, status) = poller.reap(root_pid, now);
+            for event in &exits {
+                recorder.on_event(event)?;
+            }
+            root_status = root_status.or(status);
+            if exits.is_empty() {
+                break;
+            }
+        }
+        recorder.store_finished()?;
+        Ok(root_status)
+    }
+
+    // The command was reaped: from now on only its descendants keep the run going.
+    macro_rules! root_exited {
+        ($status:expr) => {{
+            outcome.wait_status = $status;
+            root_done = true;
+            deadline = cfg.linger.map(|d| tokio::time::Instant::now() + d);
+        }};
+    }
+    // Takes in the events available now (polling may reap the command on the way).
+    macro_rules! take_in {
+        () => {
+            if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid)? {
+                root_exited!(status);
+            }
+        };
     }
 
     loop {
         tokio::select! {
-            guard = ring.readable_mut() => {
+            guard = readable(ring.as_mut()) => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), recorder)?;
+                let ring = guard.get_inner_mut();
+                while let Some(item) = ring.next() {
+                    recorder.on_record(&item)?;
+                }
                 guard.clear_ready();
             }
             guard = signals.readable() => {
                 let mut guard = guard?;
-                for received in launch::read_signals(guard.get_inner()) {
+                let received = launch::read_signals(guard.get_inner());
+                guard.clear_ready();
+                if !cfg.root_is_child && !received.is_empty() {
+                    // Attached to someone else's processes: Ctrl-C stops watching them.
+                    outcome.stopped_by_signal = received.first().map(|r| r.signal);
+                    drain(&mut ring, &mut poller, recorder, root_pid)?;
+                    outcome.linger_expired = recorder.tracker.live_count() > 0;
+                    break;
+                }
+                for received in received {
                     // A terminal's Ctrl-C already reached the command's process group; a signal
                     // sent to montrace itself (kill, a CI runner's timeout) is passed on.
                     if !received.from_terminal {
@@ -610,29 +726,35 @@ async fn follow(
                         outcome.signals_forwarded.push(received.signal);
                     }
                 }
-                guard.clear_ready();
             }
-            status = &mut status_rx, if !root_done => {
-                outcome.wait_status = status.context("waiter thread ended")?.context("waiting for the command")?;
-                root_done = true;
-                deadline = args.linger.map(|d| tokio::time::Instant::now() + d);
+            status = &mut status_rx, if !root_done && poller.is_none() => {
+                root_exited!(status.context("waiter thread ended")?.context("waiting for the command")?);
             }
             _ = sample_tick.tick() => {
                 // Exits first, so a process that just ended is not sampled as gone.
-                drain(ring.get_mut(), recorder)?;
+                take_in!();
                 recorder.sample()?;
             }
             _ = sleep_until(if outcome.breach.is_none() { wall_limit } else { None }) => {}
+            guard = marks_readable(marks.as_mut()) => {
+                let mut guard = guard?;
+                let received = guard.get_inner_mut().receive(host::realtime_ns);
+                guard.clear_ready();
+                recorder.on_marks(received)?;
+            }
+            _ = live_tick.tick(), if live.enabled() => {
+                live.show(&recorder.live_status(started.elapsed()));
+            }
             _ = sleep_until(kill_at) => {
                 launch::kill_all(&recorder.tracker.live_pids(), libc::SIGKILL);
                 kill_at = None;
             }
             _ = flush_tick.tick() => {
-                drain(ring.get_mut(), recorder)?;
+                take_in!();
                 recorder.flush()?;
             }
-            _ = liveness_tick.tick(), if root_done => {
-                drain(ring.get_mut(), recorder)?;
+            _ = liveness_tick.tick(), if root_done && ring.is_some() => {
+                take_in!();
                 // An exit event is queued before the process can disappear from /proc, so a
                 // tracked pid gone from /proc after a drain lost its exit event.
                 for pid in recorder.tracker.live_pids() {
@@ -643,14 +765,15 @@ async fn follow(
                 recorder.store_finished()?;
             }
             _ = sleep_until(deadline) => {
-                drain(ring.get_mut(), recorder)?;
+                // The command is reaped already (the deadline starts then).
+                drain(&mut ring, &mut poller, recorder, root_pid)?;
                 outcome.linger_expired = recorder.tracker.live_count() > 0;
                 break;
             }
         }
-        if outcome.breach.is_none() && !args.limits.is_empty() {
+        if outcome.breach.is_none() && !opts.limits.is_empty() {
             let usage = recorder.usage(started.elapsed());
-            if let Some((limit, value)) = limits::first_breach(&args.limits, &usage) {
+            if let Some((limit, value)) = limits::first_breach(&opts.limits, &usage) {
                 outcome.breach = Some(metrics::LimitBreach {
                     limit: limit.name().to_string(),
                     threshold: limit.threshold(),
@@ -660,15 +783,28 @@ async fn follow(
                 });
                 // Parents first, so none carries on after a child it waits for is killed.
                 launch::kill_all(&recorder.tracker.live_pids(), libc::SIGTERM);
-                kill_at = Some(tokio::time::Instant::now() + args.kill_grace);
+                kill_at = Some(tokio::time::Instant::now() + opts.kill_grace);
             }
         }
         if root_done && recorder.tracker.live_count() == 0 {
             break;
         }
     }
-    drain(ring.get_mut(), recorder)?;
+    if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid)? {
+        outcome.wait_status = status;
+    }
+    live.clear();
     Ok(outcome)
+}
+
+/// The mark socket once it has datagrams; never, without one.
+async fn marks_readable(
+    marks: Option<&mut AsyncFd<MarkServer>>,
+) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, MarkServer>> {
+    match marks {
+        Some(marks) => marks.readable_mut().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
@@ -680,7 +816,7 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 /// The default run directory, or the one asked for; created (and handed to the invoking user)
 /// before the command starts, so an unwritable place fails early.
-fn create_out_dir(
+pub(crate) fn create_out_dir(
     requested: Option<&Path>,
     program: &OsString,
     now_wall_ns: i64,
@@ -751,8 +887,15 @@ fn unique_dir(parent: &Path, name: &str) -> PathBuf {
     candidate
 }
 
-fn dir_is_empty(dir: &Path) -> bool {
+pub(crate) fn dir_is_empty(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
+}
+
+fn command_argv(args: &RunArgs) -> Vec<String> {
+    args.command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
 }
 
 /// Joins argv for display, quoting words a shell would split.

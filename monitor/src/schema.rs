@@ -14,7 +14,9 @@ use arrow_array::types::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::model::{EventRecord, ProcessRecord, SampleRecord, SystemRecord};
+use crate::model::{
+    EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
+};
 use Values::{Bool, Str, StrList, Time, F64, I32, U32, U64};
 
 /// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
@@ -27,7 +29,10 @@ pub const SCHEMA_VERSION_KEY: &str = "montrace.schema_version";
 pub const PROCESSES_FILE: &str = "processes.parquet";
 pub const EVENTS_FILE: &str = "events.parquet";
 pub const SAMPLES_FILE: &str = "samples.parquet";
+pub const MARKS_FILE: &str = "marks.parquet";
 pub const SYSTEM_FILE: &str = "system.parquet";
+pub const GPU_FILE: &str = "gpu.parquet";
+pub const GPU_PROCESSES_FILE: &str = "gpu_processes.parquet";
 
 /// One row per process: see [`ProcessRecord`].
 static PROCESS_COLUMNS: &[Column<ProcessRecord>] = &[
@@ -132,6 +137,103 @@ static SYSTEM_COLUMNS: &[Column<SystemRecord>] = &[
     nullable("psi_io_some_avg10", F64(|r| r.psi_io_some_avg10)),
     nullable("psi_io_full_avg10", F64(|r| r.psi_io_full_avg10)),
 ];
+
+/// One row per phase mark: see [`MarkRecord`].
+static MARK_COLUMNS: &[Column<MarkRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("pid", U32(|r| Some(r.pid))),
+    nullable("start_time", Time(|r| r.start_time_ns)),
+    required("label", Str(|r| Some(r.label.as_str()))),
+    required("kind", Str(|r| Some(r.kind.as_str()))),
+];
+
+static MARKS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(MARK_COLUMNS));
+
+/// Schema of `marks.parquet`.
+pub fn marks_schema() -> SchemaRef {
+    Arc::clone(&MARKS_SCHEMA)
+}
+
+/// The rows of `marks.parquet`, in the given order.
+pub fn marks_batch(rows: &[MarkRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(marks_schema(), MARK_COLUMNS, rows)
+}
+
+/// One row per GPU per sample: see [`GpuRecord`].
+static GPU_COLUMNS: &[Column<GpuRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("gpu_index", U32(|r| Some(r.gpu_index))),
+    nullable("uuid", Str(|r| r.uuid.as_deref())),
+    nullable("name", Str(|r| r.name.as_deref())),
+    nullable(
+        "utilization_gpu_percent",
+        F64(|r| r.utilization_gpu_percent),
+    ),
+    nullable(
+        "utilization_memory_percent",
+        F64(|r| r.utilization_memory_percent),
+    ),
+    nullable("memory_used_bytes", U64(|r| r.memory_used_bytes)),
+    nullable("memory_total_bytes", U64(|r| r.memory_total_bytes)),
+    nullable("power_watts", F64(|r| r.power_watts)),
+    nullable("energy_joules", F64(|r| r.energy_joules)),
+    nullable("temperature_c", U32(|r| r.temperature_c)),
+    nullable("sm_clock_mhz", U32(|r| r.sm_clock_mhz)),
+    nullable("memory_clock_mhz", U32(|r| r.memory_clock_mhz)),
+    nullable(
+        "throttle_reasons",
+        StrList(|r| r.throttle_reasons.as_deref()),
+    ),
+];
+
+/// One row per tracked process per GPU per sample, and one per GPU it used at its exit: see
+/// [`GpuProcessRecord`].
+static GPU_PROCESS_COLUMNS: &[Column<GpuProcessRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("gpu_index", U32(|r| Some(r.gpu_index))),
+    required("pid", U32(|r| Some(r.pid))),
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    required("source", Str(|r| Some(r.source.as_str()))),
+    nullable("gpu_memory_bytes", U64(|r| r.gpu_memory_bytes)),
+    nullable("sm_utilization_percent", F64(|r| r.sm_utilization_percent)),
+    nullable(
+        "memory_utilization_percent",
+        F64(|r| r.memory_utilization_percent),
+    ),
+    nullable("max_gpu_memory_bytes", U64(|r| r.max_gpu_memory_bytes)),
+    nullable(
+        "lifetime_gpu_utilization_percent",
+        F64(|r| r.lifetime_gpu_utilization_percent),
+    ),
+    nullable(
+        "lifetime_memory_utilization_percent",
+        F64(|r| r.lifetime_memory_utilization_percent),
+    ),
+    nullable("context_time_ns", U64(|r| r.context_time_ns)),
+];
+
+static GPU_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(GPU_COLUMNS));
+static GPU_PROCESSES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(GPU_PROCESS_COLUMNS));
+
+/// Schema of `gpu.parquet`.
+pub fn gpu_schema() -> SchemaRef {
+    Arc::clone(&GPU_SCHEMA)
+}
+
+/// The rows of `gpu.parquet`, in the given order.
+pub fn gpu_batch(rows: &[GpuRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(gpu_schema(), GPU_COLUMNS, rows)
+}
+
+/// Schema of `gpu_processes.parquet`.
+pub fn gpu_processes_schema() -> SchemaRef {
+    Arc::clone(&GPU_PROCESSES_SCHEMA)
+}
+
+/// The rows of `gpu_processes.parquet`, in the given order.
+pub fn gpu_processes_batch(rows: &[GpuProcessRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(gpu_processes_schema(), GPU_PROCESS_COLUMNS, rows)
+}
 
 static PROCESSES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(PROCESS_COLUMNS));
 static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(EVENT_COLUMNS));
@@ -734,5 +836,184 @@ pub(crate) mod tests {
             assert!(!column.is_null(0), "{}", field.name());
             assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
         }
+    }
+
+    /// A GPU row with every field set (also used by the writer's tests).
+    pub(crate) fn full_gpu() -> GpuRecord {
+        GpuRecord {
+            time_ns: 1_700_000_001_000_000_000,
+            gpu_index: 1,
+            uuid: Some("GPU-12345678-aaaa-bbbb-cccc-dddddddddddd".into()),
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            utilization_gpu_percent: Some(97.0),
+            utilization_memory_percent: Some(41.0),
+            memory_used_bytes: Some(70 << 30),
+            memory_total_bytes: Some(80 << 30),
+            power_watts: Some(612.25),
+            energy_joules: Some(1234.5),
+            temperature_c: Some(67),
+            sm_clock_mhz: Some(1980),
+            memory_clock_mhz: Some(2619),
+            throttle_reasons: Some(vec!["sw_power_cap".into(), "0x1000".into()]),
+        }
+    }
+
+    /// A sample row and an accounting row of gpu_processes (also used by the writer's tests).
+    pub(crate) fn gpu_process_rows() -> Vec<GpuProcessRecord> {
+        vec![
+            GpuProcessRecord {
+                time_ns: 1_700_000_001_000_000_000,
+                gpu_index: 1,
+                pid: 42,
+                start_time_ns: 1_700_000_000_123_456_789,
+                source: crate::model::GpuProcessSource::Sample,
+                gpu_memory_bytes: Some(3 << 30),
+                sm_utilization_percent: Some(88.5),
+                memory_utilization_percent: Some(12.0),
+                ..Default::default()
+            },
+            GpuProcessRecord {
+                time_ns: 1_700_000_002_000_000_000,
+                gpu_index: 1,
+                pid: 42,
+                start_time_ns: 1_700_000_000_123_456_789,
+                source: crate::model::GpuProcessSource::Accounting,
+                max_gpu_memory_bytes: Some(5 << 30),
+                lifetime_gpu_utilization_percent: Some(75.0),
+                lifetime_memory_utilization_percent: Some(20.0),
+                context_time_ns: Some(1_500_000_000),
+                ..Default::default()
+            },
+        ]
+    }
+
+    fn required_columns(schema: &SchemaRef) -> Vec<&str> {
+        schema
+            .fields()
+            .iter()
+            .filter(|f| !f.is_nullable())
+            .map(|f| f.name().as_str())
+            .collect()
+    }
+
+    #[test]
+    fn gpu_columns_are_the_record_fields() {
+        let schema = gpu_schema();
+        assert_columns_are_fields(&schema, &format!("{:?}", GpuRecord::default()));
+        assert_eq!(required_columns(&schema), ["time", "gpu_index"]);
+        assert_eq!(schema.field_with_name("time").unwrap().data_type(), &utc());
+        for (name, data_type) in [
+            ("utilization_gpu_percent", DataType::Float64),
+            ("power_watts", DataType::Float64),
+            ("energy_joules", DataType::Float64),
+            ("memory_used_bytes", DataType::UInt64),
+            ("temperature_c", DataType::UInt32),
+            ("sm_clock_mhz", DataType::UInt32),
+        ] {
+            assert_eq!(
+                schema.field_with_name(name).unwrap().data_type(),
+                &data_type,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            schema
+                .field_with_name("throttle_reasons")
+                .unwrap()
+                .data_type(),
+            &DataType::List(Arc::new(Field::new("item", DataType::Utf8, false)))
+        );
+    }
+
+    #[test]
+    fn gpu_processes_columns_are_the_record_fields() {
+        let schema = gpu_processes_schema();
+        assert_columns_are_fields(&schema, &format!("{:?}", GpuProcessRecord::default()));
+        assert_eq!(
+            required_columns(&schema),
+            ["time", "gpu_index", "pid", "start_time", "source"]
+        );
+        // The join keys have the same types as in processes.parquet and gpu.parquet.
+        let processes = processes_schema();
+        for name in ["pid", "start_time"] {
+            assert_eq!(
+                processes.field_with_name(name).unwrap(),
+                schema.field_with_name(name).unwrap()
+            );
+        }
+        let gpu = gpu_schema();
+        for name in ["time", "gpu_index"] {
+            assert_eq!(
+                gpu.field_with_name(name).unwrap(),
+                schema.field_with_name(name).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn gpu_batch_values() {
+        let sparse = GpuRecord {
+            time_ns: 5,
+            ..Default::default()
+        };
+        let batch = gpu_batch(&[full_gpu(), sparse]).unwrap();
+        assert_eq!(batch.schema(), gpu_schema());
+        let reasons = batch
+            .column_by_name("throttle_reasons")
+            .unwrap()
+            .as_list::<i32>();
+        assert_eq!(
+            reasons
+                .value(0)
+                .as_string::<i32>()
+                .iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+            ["sw_power_cap", "0x1000"]
+        );
+        let power = batch
+            .column_by_name("power_watts")
+            .unwrap()
+            .as_primitive::<Float64Type>();
+        assert_eq!(power.value(0), 612.25);
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            assert!(!column.is_null(0), "{}", field.name());
+            assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
+        }
+    }
+
+    #[test]
+    fn gpu_processes_batch_values() {
+        let batch = gpu_processes_batch(&gpu_process_rows()).unwrap();
+        assert_eq!(batch.schema(), gpu_processes_schema());
+        let source = batch.column_by_name("source").unwrap().as_string::<i32>();
+        assert_eq!(
+            source.iter().flatten().collect::<Vec<_>>(),
+            ["sample", "accounting"]
+        );
+        // Each kind of row fills its own columns and leaves the other kind's null.
+        let sample_only = [
+            "gpu_memory_bytes",
+            "sm_utilization_percent",
+            "memory_utilization_percent",
+        ];
+        let accounting_only = [
+            "max_gpu_memory_bytes",
+            "lifetime_gpu_utilization_percent",
+            "lifetime_memory_utilization_percent",
+            "context_time_ns",
+        ];
+        for name in sample_only {
+            let column = batch.column_by_name(name).unwrap();
+            assert!(!column.is_null(0) && column.is_null(1), "{name}");
+        }
+        for name in accounting_only {
+            let column = batch.column_by_name(name).unwrap();
+            assert!(column.is_null(0) && !column.is_null(1), "{name}");
+        }
+        assert_eq!(
+            batch.num_columns(),
+            5 + sample_only.len() + accounting_only.len()
+        );
     }
 }

@@ -127,10 +127,12 @@ pub struct RunInfo {
     pub samples: u64,
     pub sample_interval_ms: f64,
     pub cgroup: CgroupReport,
+    /// GPUs: monitored (devices, the tree's peak GPU memory, utilization, energy), or why not.
+    pub gpu: crate::gpu::GpuSummary,
     /// Time from montrace's start to the command's exec, ms.
     pub startup_ms: Option<f64>,
-    /// Time to load and attach the eBPF programs, ms.
-    pub ebpf_load_ms: f64,
+    /// Time to load and attach the eBPF programs, ms; None when polling.
+    pub ebpf_load_ms: Option<f64>,
     pub uid: u32,
     pub gid: u32,
     /// Set when --linger ended the wait with descendants still running.
@@ -179,6 +181,9 @@ impl RunInfo {
         put("max_concurrent", Some(self.max_concurrent as f64));
         put("read_bytes", Some(t.read_bytes as f64));
         put("write_bytes", Some(t.write_bytes as f64));
+        for (name, value) in self.gpu.metrics() {
+            put(name, value);
+        }
         crate::metrics::Repetition {
             run_dir: run_dir.to_string(),
             exit_status: self.exit_status,
@@ -269,6 +274,7 @@ pub fn format_summary(info: &RunInfo) -> String {
             b.elapsed_s
         ));
     }
+    lines.extend(info.gpu.format_lines());
     if let Some(coverage) = info.cgroup.cpu_coverage {
         lines.push(format!(
             "  CPU coverage         {:.1}% of the cgroup's total",
@@ -408,8 +414,9 @@ mod tests {
                 cpu_coverage: Some(0.995),
                 ..CgroupReport::default()
             },
+            gpu: crate::gpu::GpuStatus::Off.summary(),
             startup_ms: Some(120.0),
-            ebpf_load_ms: 100.0,
+            ebpf_load_ms: Some(100.0),
             uid: 1000,
             gid: 1000,
             linger_expired: false,

@@ -269,6 +269,41 @@ impl Tracker {
         }
     }
 
+    /// A process that ended without an exit event, as polling mode finds them (its parent reaped
+    /// it between two scans): it ends now with the last figures /proc showed; its exit status is
+    /// known only when it was seen as a zombie.
+    pub fn ended_unobserved(
+        &mut self,
+        pid: u32,
+        now_boot_ns: u64,
+        figures: &ExitStats,
+        exit_code: Option<i32>,
+    ) {
+        let Some(mut entry) = self.live.remove(&pid) else {
+            return;
+        };
+        let r = &mut entry.record;
+        r.end_time_ns = Some(self.clock.wall(now_boot_ns));
+        if let Some(code) = exit_code {
+            match Termination::from_exit_code(code) {
+                Termination::Exited(status) => r.exit_code = Some(status),
+                Termination::Signaled {
+                    signal,
+                    core_dumped,
+                } => {
+                    r.exit_signal = Some(signal);
+                    r.core_dumped = core_dumped;
+                }
+            }
+        }
+        r.cpu_user_ns = Some(figures.cpu_user_ns);
+        r.cpu_system_ns = Some(figures.cpu_system_ns);
+        r.peak_rss_bytes = (figures.peak_rss_bytes > 0).then_some(figures.peak_rss_bytes);
+        r.minor_faults = Some(figures.minor_faults);
+        r.major_faults = Some(figures.major_faults);
+        self.finished.push(entry.record);
+    }
+
     pub fn live_count(&self) -> usize {
         self.live.len()
     }

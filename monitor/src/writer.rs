@@ -20,7 +20,9 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use crate::model::{EventRecord, ProcessRecord, SampleRecord, SystemRecord};
+use crate::model::{
+    EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
+};
 use crate::schema;
 
 /// Rows a [`PartedTable`] holds in memory at most: when this many are buffered,
@@ -271,6 +273,21 @@ impl PartedTable<SampleRecord> {
     }
 }
 
+impl PartedTable<MarkRecord> {
+    /// `<dir>/marks.parquet`.
+    pub fn marks(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::MARKS_FILE),
+            schema::marks_schema(),
+            schema::marks_batch,
+        )
+    }
+}
+
+/// `marks.parquet`, see [`PartedTable::marks`].
+pub type MarkTable = PartedTable<MarkRecord>;
+
 impl PartedTable<SystemRecord> {
     /// `<dir>/system.parquet`.
     pub fn system(dir: &Path) -> Result<Self, WriteError> {
@@ -279,6 +296,35 @@ impl PartedTable<SystemRecord> {
             table_name(schema::SYSTEM_FILE),
             schema::system_schema(),
             schema::system_batch,
+        )
+    }
+}
+
+/// `gpu.parquet`, see [`PartedTable::gpu`].
+pub type GpuTable = PartedTable<GpuRecord>;
+/// `gpu_processes.parquet`, see [`PartedTable::gpu_processes`].
+pub type GpuProcessTable = PartedTable<GpuProcessRecord>;
+
+impl PartedTable<GpuRecord> {
+    /// `<dir>/gpu.parquet`.
+    pub fn gpu(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::GPU_FILE),
+            schema::gpu_schema(),
+            schema::gpu_batch,
+        )
+    }
+}
+
+impl PartedTable<GpuProcessRecord> {
+    /// `<dir>/gpu_processes.parquet`.
+    pub fn gpu_processes(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::GPU_PROCESSES_FILE),
+            schema::gpu_processes_schema(),
+            schema::gpu_processes_batch,
         )
     }
 }
@@ -903,5 +949,53 @@ mod tests {
         );
         // The failed file is gone, and no processes.parquet appeared.
         assert_eq!(names_in(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn gpu_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let sparse = GpuRecord {
+            time_ns: 1,
+            gpu_index: 3,
+            ..Default::default()
+        };
+        let rows = vec![crate::schema::tests::full_gpu(), sparse];
+        let mut table = GpuTable::gpu(dir.path()).unwrap();
+        table.push(rows[0].clone()).unwrap();
+        table.flush().unwrap();
+        table.push(rows[1].clone()).unwrap();
+        assert_eq!(table.finish().unwrap(), 2);
+        assert_eq!(names_in(dir.path()), [schema::GPU_FILE]);
+
+        let (metadata, batches) = read(&dir.path().join(schema::GPU_FILE), schema::gpu_schema());
+        assert_file_format(&metadata);
+        assert_eq!(batches.len(), 1);
+        let back = &batches[0];
+        assert_same_rows(back, &schema::gpu_batch(&rows).unwrap());
+        for (field, column) in back.schema().fields().iter().zip(back.columns()) {
+            assert!(!column.is_null(0), "{}", field.name());
+            assert_eq!(column.is_null(1), field.is_nullable(), "{}", field.name());
+        }
+    }
+
+    #[test]
+    fn gpu_processes_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = crate::schema::tests::gpu_process_rows();
+        let mut table = GpuProcessTable::gpu_processes(dir.path()).unwrap();
+        assert_eq!(table.parts_dir(), dir.path().join("gpu_processes.parts"));
+        for row in &rows {
+            table.push(row.clone()).unwrap();
+        }
+        assert_eq!(table.finish().unwrap(), 2);
+        assert_eq!(names_in(dir.path()), [schema::GPU_PROCESSES_FILE]);
+
+        let (metadata, batches) = read(
+            &dir.path().join(schema::GPU_PROCESSES_FILE),
+            schema::gpu_processes_schema(),
+        );
+        assert_file_format(&metadata);
+        assert_same_rows(&batches[0], &schema::gpu_processes_batch(&rows).unwrap());
+        assert_eq!(pids(&batches), [42, 42]);
     }
 }

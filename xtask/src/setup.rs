@@ -51,10 +51,34 @@ struct PipPackage {
 }
 
 /// Python packages the tests need; add new ones here.
-const PIP_PACKAGES: &[PipPackage] = &[PipPackage {
-    pip: "duckdb",
-    module: "duckdb",
-}];
+const PIP_PACKAGES: &[PipPackage] = &[
+    PipPackage {
+        pip: "duckdb",
+        module: "duckdb",
+    },
+    // The notebook test runs examples/analysis.ipynb with nbclient on an ipykernel kernel; the
+    // notebook itself uses pandas and matplotlib.
+    PipPackage {
+        pip: "pandas",
+        module: "pandas",
+    },
+    PipPackage {
+        pip: "matplotlib",
+        module: "matplotlib",
+    },
+    PipPackage {
+        pip: "nbformat",
+        module: "nbformat",
+    },
+    PipPackage {
+        pip: "nbclient",
+        module: "nbclient",
+    },
+    PipPackage {
+        pip: "ipykernel",
+        module: "ipykernel",
+    },
+];
 
 /// The toolchain that builds the eBPF crate: it must be the one `monitor/build.rs` hands to
 /// `aya_build::build_ebpf` (`Toolchain::Custom("1.95.0")`). It is the pinned stable toolchain

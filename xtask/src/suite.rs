@@ -1,7 +1,9 @@
-//! `cargo xtask test`: set-up, then the unit tests, then the root end-to-end tests.
+//! `cargo xtask test`: set-up, then the unit tests, the GPU tests (where NVML finds a GPU), then
+//! the root end-to-end tests.
 
 use crate::util::{self, check};
 use anyhow::{Context, Result};
+use std::process::{Command, Stdio};
 
 /// Which tiers of the suite to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,9 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         check(util::cargo().arg("test")).context("unit tests failed")?;
     }
 
+    // The GPU tier goes with the unit tier: NVML needs no root.
+    let gpu_skipped = if tiers.unit { gpu_tests()? } else { None };
+
     if tiers.e2e {
         header("end-to-end tests: cargo build -p monitor, then cargo test -p tests (as root)");
         check(util::cargo().args(["build", "-p", "monitor"]))
@@ -50,8 +55,73 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         check(&mut cmd).context("end-to-end tests failed")?;
     }
 
-    eprintln!("\nxtask: all tests passed");
+    match gpu_skipped {
+        Some(reason) => eprintln!("\nxtask: all tests passed; gpu tests: SKIPPED ({reason})"),
+        None => eprintln!("\nxtask: all tests passed"),
+    }
     Ok(())
+}
+
+/// The tests that use the real NVML (`#[ignore]`d in `cargo test`), where there is an NVIDIA
+/// GPU. Returns why they were skipped, if they were.
+fn gpu_tests() -> Result<Option<String>> {
+    header("GPU tests: cargo test -p monitor gpu:: -- --ignored (the real NVML)");
+    let ldconfig = util::stdout_of(Command::new("ldconfig").arg("-p"))
+        .or_else(|| util::stdout_of(Command::new("/sbin/ldconfig").arg("-p")));
+    match gpu_presence(&nvidia_smi(), ldconfig.as_deref()) {
+        Ok(()) => {
+            check(util::cargo().args(["test", "-p", "monitor", "gpu::", "--", "--ignored"]))
+                .context("GPU tests failed")?;
+            Ok(None)
+        }
+        Err(why) => {
+            let reason = format!("no NVIDIA driver/device: {why}");
+            eprintln!("xtask: gpu tests: SKIPPED ({reason})");
+            Ok(Some(reason))
+        }
+    }
+}
+
+/// What `nvidia-smi -L` said.
+#[derive(Debug)]
+enum NvidiaSmi {
+    Missing,
+    /// It ran and failed: the first line it printed (it explains, e.g. no driver loaded).
+    Failed(String),
+    Listed(String),
+}
+
+fn nvidia_smi() -> NvidiaSmi {
+    match Command::new("nvidia-smi")
+        .arg("-L")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Err(_) => NvidiaSmi::Missing,
+        Ok(out) if out.status.success() => {
+            NvidiaSmi::Listed(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            let first = text.lines().map(str::trim).find(|l| !l.is_empty());
+            NvidiaSmi::Failed(first.unwrap_or("no output").to_owned())
+        }
+    }
+}
+
+/// Ok when NVML should find a GPU: `nvidia-smi -L` lists one or, without nvidia-smi, the driver
+/// library is in the linker cache (`ldconfig -p`). Err: why not.
+fn gpu_presence(smi: &NvidiaSmi, ldconfig: Option<&str>) -> Result<(), String> {
+    match smi {
+        NvidiaSmi::Listed(out) if out.lines().any(|l| l.starts_with("GPU ")) => Ok(()),
+        NvidiaSmi::Listed(_) => Err("`nvidia-smi -L` lists no GPU".into()),
+        NvidiaSmi::Failed(first) => Err(format!("`nvidia-smi -L` failed: {first}")),
+        NvidiaSmi::Missing if ldconfig.is_some_and(|c| c.contains("libnvidia-ml.so")) => Ok(()),
+        NvidiaSmi::Missing => {
+            Err("no nvidia-smi, and no libnvidia-ml.so in the linker cache (`ldconfig -p`)".into())
+        }
+    }
 }
 
 fn header(title: &str) {
@@ -99,5 +169,33 @@ mod tests {
     fn runner_variable_names_the_host_triple() {
         #[cfg(target_arch = "x86_64")]
         assert_eq!(runner_var(), "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER");
+    }
+
+    #[test]
+    fn gpu_tier_runs_only_where_a_gpu_is_listed() {
+        let h100 = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5b4c...)\n";
+        assert_eq!(gpu_presence(&NvidiaSmi::Listed(h100.into()), None), Ok(()));
+        assert!(gpu_presence(&NvidiaSmi::Listed(String::new()), None)
+            .unwrap_err()
+            .contains("lists no GPU"));
+        let failed = NvidiaSmi::Failed(
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.".into(),
+        );
+        let why = gpu_presence(
+            &failed,
+            Some("libnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+        )
+        .unwrap_err();
+        assert!(why.contains("couldn't communicate"), "{why}");
+        let cache =
+            "\tlibnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\n";
+        assert_eq!(gpu_presence(&NvidiaSmi::Missing, Some(cache)), Ok(()));
+        assert!(gpu_presence(
+            &NvidiaSmi::Missing,
+            Some("\tlibc.so.6 (libc6,x86-64) => /lib/libc.so.6\n")
+        )
+        .unwrap_err()
+        .contains("ldconfig -p"));
+        assert!(gpu_presence(&NvidiaSmi::Missing, None).is_err());
     }
 }

@@ -1,0 +1,164 @@
+//! `montrace attach PID`: follows a process montrace did not start, and every descendant it has
+//! now (found in /proc) or creates later (through eBPF), until the tree is gone, `--duration`
+//! has passed, or Ctrl-C. The run directory is the same as `run`'s.
+//!
+//! For a process that was already running, the exit figures count the threads that exit while
+//! montrace watches; threads that ended before the attach are in its /proc samples only.
+use std::{ffi::OsString, path::Path};
+
+use anyhow::{bail, Context as _};
+
+use crate::{
+    btf,
+    cli::AttachArgs,
+    decode::KernelEvent,
+    ebpf::Probes,
+    gpu::GpuMonitor,
+    host, launch, metrics,
+    polling::Poller,
+    recorder::Recorder,
+    run::{self, Ended, FollowConfig, Source},
+    summary,
+    tracker::{Clock, Tracker},
+};
+
+/// Exit status for a usage error (no such process).
+const EXIT_USAGE: i32 = 2;
+
+pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
+    let started = (host::boottime_ns(), host::realtime_ns());
+    let pid = args.pid;
+    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+        eprintln!("montrace: there is no process {pid} (it may have exited): nothing to attach to");
+        return Ok(EXIT_USAGE);
+    };
+    if !host::can_load_ebpf() {
+        bail!(
+            "montrace attach needs root to load its eBPF programs (CAP_BPF and CAP_PERFMON): run it \
+             with sudo, e.g. `sudo montrace attach {pid}`"
+        );
+    }
+    let offsets = btf::kernel_offsets(&btf::Btf::from_file(Path::new(btf::VMLINUX_BTF))?)?;
+    let name = OsString::from(format!("attach-{}", comm.trim()));
+    let out_dir = run::create_out_dir(args.record.out.as_deref(), &name, started.1, None)?;
+    let result = follow_attached(&args, &offsets, &out_dir, started);
+    if result.is_err() && run::dir_is_empty(&out_dir) {
+        let _ = std::fs::remove_dir(&out_dir);
+    }
+    result
+}
+
+fn follow_attached(
+    args: &AttachArgs,
+    offsets: &monitor_common::Offsets,
+    out_dir: &Path,
+    started: (u64, i64),
+) -> anyhow::Result<i32> {
+    let pid = args.pid;
+    launch::block_forwarded_signals().context("blocking signals")?;
+    let mut gpu = GpuMonitor::open(args.record.gpu)?;
+    if let (Some(notice), false) = (gpu.notice(), args.record.quiet) {
+        eprintln!("{notice}");
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the event loop")?;
+    let (mut probes, ring) = Probes::load(
+        offsets,
+        args.record.ring_buffer_size,
+        args.record.tracepoints,
+    )?;
+
+    // The tree as it is now: the process and its descendants, found in /proc and put in the
+    // kernel's tracked map. A fork between a scan and the map insert would escape, so scan
+    // again until a scan finds nobody new; from then on the kernel follows every fork.
+    let mut poller = Poller::new();
+    let now = host::boottime_ns();
+    let root = poller
+        .adopt(pid, now)
+        .with_context(|| format!("process {pid} exited before montrace could attach"))?;
+    probes.track(pid)?;
+    let mut existing = vec![root];
+    loop {
+        let (found, _) = poller.scan(host::boottime_ns());
+        if found.is_empty() {
+            break;
+        }
+        for event in &found {
+            if let KernelEvent::Fork { pid, .. } = event {
+                probes.track(*pid)?;
+            }
+        }
+        existing.extend(found);
+    }
+
+    let tracker = Tracker::new(Clock {
+        boot_to_wall_ns: host::boot_to_wall_ns(),
+    });
+    let mut recorder =
+        Recorder::create(out_dir, tracker, pid, args.record.memory_detail, gpu.monitor_mut())?;
+    for event in &existing {
+        recorder.on_event(event)?;
+    }
+    let (argv, executable) = match &existing[0] {
+        KernelEvent::Exec { argv, filename, .. } => (argv.clone(), filename.clone()),
+        _ => (Vec::new(), String::new()),
+    };
+
+    let signals = launch::signal_fd().context("creating the signal fd")?;
+    let cfg = FollowConfig {
+        opts: &args.record,
+        root_pid: pid,
+        root_is_child: false,
+        linger: None,
+        stop_after: args.duration,
+        started_boot_ns: started.0,
+    };
+    // No phase marks: the processes were started without montrace's socket in their environment.
+    let outcome = runtime.block_on(run::follow(
+        Source::Ebpf(ring),
+        signals,
+        None,
+        &mut recorder,
+        &cfg,
+    ))?;
+    let ended = (host::boottime_ns(), host::realtime_ns());
+    let lost = probes.lost()?;
+    let (tracking_mode, ebpf_load_ms) = (probes.mode, Some(probes.load_ms));
+    drop(probes);
+    let mut finished = recorder.finish()?;
+    let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
+    let breach = outcome.breach.clone();
+    // Stopped by a limit: 124 like `run`; otherwise attach itself succeeded.
+    let exit_status = if breach.is_some() {
+        crate::limits::EXIT_LIMIT_BREACHED
+    } else {
+        0
+    };
+    let info = run::build_run_info(Ended {
+        argv: argv.clone(),
+        executable,
+        started,
+        ended,
+        gpu: gpu_summary,
+        tracking_mode,
+        lost,
+        ebpf_load_ms,
+        identity: None,
+        exit: (None, None, exit_status),
+        outcome,
+        finished,
+        cgroup: summary::CgroupReport {
+            error: Some("attach: the processes were already running; montrace does not move them into a cgroup".into()),
+            ..summary::CgroupReport::default()
+        },
+        interval: args.record.interval,
+        out_dir,
+    });
+    run::write_run_info(&info, out_dir, None, !args.record.quiet, !args.record.no_report)?;
+    let repetition: metrics::Repetition = info.repetition(".");
+    run::write_summary(out_dir, argv, 0, vec![repetition], breach, None)?;
+    Ok(exit_status)
+}

@@ -1,0 +1,699 @@
+//! Phase marks: a monitored program says "phase X begins/ends here" and the mark lands in
+//! `marks.parquet`, next to the samples of the same moments.
+//!
+//! The protocol (docs/marks.md) is one line per datagram on a Unix socket whose path montrace
+//! puts in the command's environment as `MONTRACE_MARK_SOCKET`: `point LABEL`, `begin LABEL` or
+//! `end LABEL`. Datagrams rather than a stream: one `sendto` is one mark, with no framing, no
+//! connection to open, hold or close, and nothing for montrace's event loop to keep per sender;
+//! the kernel attaches the sender's pid (`SCM_CREDENTIALS`) and the time it was sent
+//! (`SCM_TIMESTAMPNS`) to each datagram, so nothing the sender writes has to be trusted for them.
+//!
+//! [`parse_line`] is the pure core; [`MarkServer`] is montrace's end of the socket and
+//! [`mark_main`] is `montrace mark`, the client for shell scripts.
+use std::{
+    ffi::{CString, OsString},
+    io,
+    os::{
+        fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd, RawFd},
+        unix::{ffi::OsStringExt as _, fs::PermissionsExt as _, net::UnixDatagram},
+    },
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+
+use crate::{cli::MarkArgs, host, model::MarkKind};
+
+/// The environment variable that holds the socket's path in the command's environment.
+pub const SOCKET_ENV: &str = "MONTRACE_MARK_SOCKET";
+/// Longest label, in bytes of UTF-8.
+pub const MAX_LABEL_BYTES: usize = 256;
+/// Exit status of `montrace mark` for usage errors (no socket, a label that cannot be sent).
+pub const EXIT_USAGE: i32 = 2;
+
+/// Receive buffer: any valid line fits (`begin ` + 256 bytes + `\r\n`) with room to spare, so a
+/// datagram that does not fit is too long to be valid anyway.
+const DATAGRAM_BYTES: usize = 1024;
+/// How long `montrace mark` waits when montrace's queue is full (montrace drains it at once, so
+/// only a stuck montrace makes it wait this long).
+const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a datagram is not a mark.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MarkError {
+    #[error("empty mark: send `point LABEL`, `begin LABEL` or `end LABEL`")]
+    Empty,
+    #[error("a mark must be UTF-8 text")]
+    NotUtf8,
+    #[error("unknown mark `{0}`: the line starts with `point`, `begin` or `end`")]
+    UnknownVerb(String),
+    #[error("`{0}` needs a label: `{0} LABEL`")]
+    MissingLabel(&'static str),
+    #[error("the label is {0} bytes long; at most {MAX_LABEL_BYTES} are allowed")]
+    LabelTooLong(usize),
+    #[error("the label contains a control character (a newline, a tab, ...): one mark per line")]
+    ControlCharacter,
+}
+
+/// Parses one datagram: `VERB LABEL`, with an optional trailing `\n` (or `\r\n`). VERB is
+/// `point`, `begin` or `end` (lower case); the label is the rest of the line, without the spaces
+/// around it, 1 to [`MAX_LABEL_BYTES`] bytes of UTF-8 without control characters.
+pub fn parse_line(bytes: &[u8]) -> Result<(MarkKind, String), MarkError> {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    if bytes.is_empty() {
+        return Err(MarkError::Empty);
+    }
+    let line = std::str::from_utf8(bytes).map_err(|_| MarkError::NotUtf8)?;
+    let (verb, label) = line.split_once(' ').unwrap_or((line, ""));
+    let kind = match verb {
+        "point" => MarkKind::Point,
+        "begin" => MarkKind::Begin,
+        "end" => MarkKind::End,
+        // Cut what is echoed back: the verb of a garbage datagram can be anything.
+        other => return Err(MarkError::UnknownVerb(other.chars().take(32).collect())),
+    };
+    let label = label.trim_matches(' ');
+    if label.is_empty() {
+        return Err(MarkError::MissingLabel(kind.as_str()));
+    }
+    if label.len() > MAX_LABEL_BYTES {
+        return Err(MarkError::LabelTooLong(label.len()));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(MarkError::ControlCharacter);
+    }
+    Ok((kind, label.to_string()))
+}
+
+/// The datagram that [`parse_line`] reads back as `(kind, label)`.
+pub fn format_line(kind: MarkKind, label: &str) -> Vec<u8> {
+    format!("{} {label}\n", kind.as_str()).into_bytes()
+}
+
+/// A mark as montrace received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceivedMark {
+    /// When it was sent (the kernel's stamp on the datagram), on the clock of `receive`'s `now_ns`.
+    pub time_ns: i64,
+    /// The sending process (tgid) as the kernel saw it; 0 when the sender is in a pid namespace
+    /// that montrace cannot see into.
+    pub pid: u32,
+    pub label: String,
+    pub kind: MarkKind,
+}
+
+/// A datagram that was not a mark, and who sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidMark {
+    pub pid: u32,
+    pub error: MarkError,
+}
+
+/// montrace's end of the mark socket: `<dir>/mark.sock` in a private directory made for the run.
+/// Non-blocking, close-on-exec; dropping it removes the socket and its directory.
+#[derive(Debug)]
+pub struct MarkServer {
+    socket: UnixDatagram,
+    dir: PathBuf,
+    path: PathBuf,
+    invalid: u64,
+    first_invalid: Option<InvalidMark>,
+}
+
+impl MarkServer {
+    /// Binds a socket in a new directory under /tmp (see [`MarkServer::bind_in`]).
+    ///
+    /// /tmp and not `$TMPDIR`: montrace runs under sudo, and the command's user must reach the
+    /// path; a socket path is also limited to 107 bytes, which a long `$TMPDIR` could exceed.
+    pub fn bind(owner: Option<(u32, u32)>) -> anyhow::Result<MarkServer> {
+        MarkServer::bind_in(Path::new("/tmp"), owner)
+    }
+
+    /// Binds `<parent>/montrace-<pid>-<random>/mark.sock`. The directory is 0700 and the socket
+    /// 0600, both handed to `owner` (uid, gid) when given: the command's user (the one montrace
+    /// drops to) and root can send marks, other users cannot.
+    pub fn bind_in(parent: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<MarkServer> {
+        let dir = make_private_dir(parent, &format!("montrace-{}-", std::process::id()))
+            .with_context(|| {
+                format!(
+                    "cannot create a directory for the mark socket in {}",
+                    parent.display()
+                )
+            })?;
+        let path = dir.join("mark.sock");
+        let socket = match UnixDatagram::bind(&path) {
+            Ok(socket) => socket,
+            Err(err) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(err)
+                    .with_context(|| format!("cannot create the mark socket {}", path.display()));
+            }
+        };
+        // From here on, dropping the server removes what was made.
+        let server = MarkServer {
+            socket,
+            dir,
+            path,
+            invalid: 0,
+            first_invalid: None,
+        };
+        server
+            .set_up(owner)
+            .with_context(|| format!("cannot set up the mark socket {}", server.path.display()))?;
+        Ok(server)
+    }
+
+    fn set_up(&self, owner: Option<(u32, u32)>) -> io::Result<()> {
+        // Nothing can have sent a datagram yet: the directory is 0700 and its name is known
+        // only here. From now on every datagram carries its sender's credentials and send time.
+        set_flag(&self.socket, libc::SO_PASSCRED)?;
+        set_flag(&self.socket, libc::SO_TIMESTAMPNS)?;
+        self.socket.set_nonblocking(true)?;
+        // Sending needs write permission on the socket file and search permission on the
+        // directories above it (unix(7)).
+        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o600))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&self.dir, Some(uid), Some(gid))?;
+            std::os::unix::fs::chown(&self.path, Some(uid), Some(gid))?;
+        }
+        Ok(())
+    }
+
+    /// The socket's path: the value of `MONTRACE_MARK_SOCKET` for the command.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Datagrams received so far that were not marks.
+    pub fn invalid(&self) -> u64 {
+        self.invalid
+    }
+
+    /// The first datagram that was not a mark, to say why once.
+    pub fn first_invalid(&self) -> Option<&InvalidMark> {
+        self.first_invalid.as_ref()
+    }
+
+    /// Every mark waiting on the socket, in the order they arrived; returns at once when there
+    /// is none. `now_ns` is the run's clock: a mark's time is `now_ns()` minus how long it waited
+    /// in the socket, so it is the moment it was sent even when montrace reads it later.
+    pub fn receive(&mut self, now_ns: impl Fn() -> i64) -> Vec<ReceivedMark> {
+        let mut marks = Vec::new();
+        loop {
+            let datagram = match receive_one(self.socket.as_fd()) {
+                Ok(Some(datagram)) => datagram,
+                Ok(None) => break,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                // Nothing else is expected from a bound datagram socket; the next readiness
+                // tries again.
+                Err(_) => break,
+            };
+            let parsed = if datagram.truncated {
+                Err(MarkError::LabelTooLong(datagram.bytes.len()))
+            } else {
+                parse_line(&datagram.bytes)
+            };
+            match parsed {
+                Ok((kind, label)) => marks.push(ReceivedMark {
+                    time_ns: sent_time(now_ns(), host::realtime_ns(), datagram.sent_realtime_ns),
+                    pid: datagram.pid,
+                    label,
+                    kind,
+                }),
+                Err(error) => {
+                    self.invalid += 1;
+                    self.first_invalid.get_or_insert(InvalidMark {
+                        pid: datagram.pid,
+                        error,
+                    });
+                }
+            }
+        }
+        marks
+    }
+}
+
+impl AsRawFd for MarkServer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+}
+
+impl AsFd for MarkServer {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+impl Drop for MarkServer {
+    fn drop(&mut self) {
+        // Best effort: a leftover empty directory in /tmp is harmless.
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// `now` minus how long the datagram waited: the send time on the caller's clock, which need not
+/// be the wall clock (montrace's times come from the boot clock plus an offset). Without the
+/// kernel's stamp, the receive time.
+fn sent_time(now_ns: i64, realtime_now_ns: i64, sent_realtime_ns: Option<i64>) -> i64 {
+    match sent_realtime_ns {
+        Some(sent) => now_ns - (realtime_now_ns - sent).max(0),
+        None => now_ns,
+    }
+}
+
+/// One datagram and what the kernel said about it.
+struct Datagram {
+    bytes: Vec<u8>,
+    /// Longer than the buffer: too long to be a mark.
+    truncated: bool,
+    pid: u32,
+    sent_realtime_ns: Option<i64>,
+}
+
+/// Reads one datagram without blocking; None when none is waiting.
+fn receive_one(socket: BorrowedFd<'_>) -> io::Result<Option<Datagram>> {
+    let mut data = [0u8; DATAGRAM_BYTES];
+    // u64 for the alignment cmsghdr needs. Room for the credentials, the timestamp and a few
+    // descriptors a sender might attach (the kernel closes those that do not fit).
+    let mut control = [0u64; 64];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: msg points at iov, data and control, which outlive the call; MSG_CMSG_CLOEXEC keeps
+    // any received descriptor from leaking into the command before it is closed below.
+    let n = unsafe {
+        libc::recvmsg(
+            socket.as_raw_fd(),
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n < 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::WouldBlock {
+            Ok(None)
+        } else {
+            Err(err)
+        };
+    }
+    let mut datagram = Datagram {
+        bytes: data[..n as usize].to_vec(),
+        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        pid: 0,
+        sent_realtime_ns: None,
+    };
+    // SAFETY: msg was filled in by recvmsg; the CMSG_* macros walk its control buffer within
+    // msg_controllen, and every payload is read unaligned after checking its length.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            let header = &*cmsg;
+            let payload = libc::CMSG_DATA(cmsg);
+            let len = (header.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            match (header.cmsg_level, header.cmsg_type) {
+                (libc::SOL_SOCKET, libc::SCM_CREDENTIALS)
+                    if len >= std::mem::size_of::<libc::ucred>() =>
+                {
+                    let cred = payload.cast::<libc::ucred>().read_unaligned();
+                    datagram.pid = u32::try_from(cred.pid).unwrap_or(0);
+                }
+                (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS)
+                    if len >= std::mem::size_of::<libc::timespec>() =>
+                {
+                    let ts = payload.cast::<libc::timespec>().read_unaligned();
+                    datagram.sent_realtime_ns = Some(ts.tv_sec * 1_000_000_000 + ts.tv_nsec);
+                }
+                (libc::SOL_SOCKET, libc::SCM_RIGHTS) => {
+                    // Descriptors a sender attached are not wanted: close them.
+                    let fds = payload.cast::<RawFd>();
+                    for i in 0..len / std::mem::size_of::<RawFd>() {
+                        drop(OwnedFd::from_raw_fd(fds.add(i).read_unaligned()));
+                    }
+                }
+                _ => {}
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(Some(datagram))
+}
+
+fn set_flag(socket: &UnixDatagram, option: libc::c_int) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: the fd is a live socket and `on` is a c_int, as SOL_SOCKET boolean options take.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `mkdtemp(parent/prefixXXXXXX)`: a new directory, mode 0700, that no one else can have made.
+fn make_private_dir(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
+    let template = parent.join(format!("{prefix}XXXXXX"));
+    let template = CString::new(template.into_os_string().into_vec())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let raw = template.into_raw();
+    // SAFETY: raw is a NUL-terminated buffer we own; mkdtemp rewrites the XXXXXX in place.
+    let made = unsafe { libc::mkdtemp(raw) };
+    // SAFETY: raw came from CString::into_raw and mkdtemp kept its length.
+    let template = unsafe { CString::from_raw(raw) };
+    if made.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PathBuf::from(OsString::from_vec(template.into_bytes())))
+}
+
+/// `montrace mark [--begin|--end] LABEL`: sends one mark to the `montrace run` that started this
+/// process's tree. The mark's pid is this process's (the kernel reports the real sender); its
+/// parent in processes.parquet is the shell or program that ran it.
+pub fn mark_main(args: MarkArgs) -> anyhow::Result<i32> {
+    send_mark(std::env::var_os(SOCKET_ENV), &args)
+}
+
+fn send_mark(socket_path: Option<OsString>, args: &MarkArgs) -> anyhow::Result<i32> {
+    let Some(path) = socket_path.filter(|p| !p.is_empty()) else {
+        eprintln!("montrace mark works inside `montrace run`: {SOCKET_ENV} is not set");
+        return Ok(EXIT_USAGE);
+    };
+    let kind = if args.begin {
+        MarkKind::Begin
+    } else if args.end {
+        MarkKind::End
+    } else {
+        MarkKind::Point
+    };
+    let line = format_line(kind, &args.label);
+    // Check here what montrace would reject, so the error reaches the script's author.
+    if let Err(err) = parse_line(&line) {
+        eprintln!("montrace mark: {err}");
+        return Ok(EXIT_USAGE);
+    }
+    let socket = UnixDatagram::unbound().context("cannot create a socket")?;
+    socket.set_write_timeout(Some(SEND_TIMEOUT))?;
+    socket.send_to(&line, &path).with_context(|| {
+        format!(
+            "cannot send the mark to {} ({SOCKET_ENV}); is the `montrace run` that started this \
+             command still running?",
+            Path::new(&path).display()
+        )
+    })?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt as _;
+
+    use super::*;
+
+    fn ok(kind: MarkKind, label: &str) -> Result<(MarkKind, String), MarkError> {
+        Ok((kind, label.to_string()))
+    }
+
+    #[test]
+    fn parse_line_reads_the_three_verbs() {
+        assert_eq!(parse_line(b"point ready"), ok(MarkKind::Point, "ready"));
+        assert_eq!(parse_line(b"begin load\n"), ok(MarkKind::Begin, "load"));
+        assert_eq!(parse_line(b"end load\r\n"), ok(MarkKind::End, "load"));
+    }
+
+    #[test]
+    fn parse_line_keeps_inner_spaces_and_trims_the_outer_ones() {
+        assert_eq!(
+            parse_line(b"begin load the model\n"),
+            ok(MarkKind::Begin, "load the model")
+        );
+        assert_eq!(
+            parse_line(b"end   epoch 3  \n"),
+            ok(MarkKind::End, "epoch 3")
+        );
+        assert_eq!(
+            parse_line("point données chargées".as_bytes()),
+            ok(MarkKind::Point, "données chargées")
+        );
+    }
+
+    #[test]
+    fn parse_line_rejects_what_is_not_a_mark() {
+        assert_eq!(parse_line(b""), Err(MarkError::Empty));
+        assert_eq!(parse_line(b"\n"), Err(MarkError::Empty));
+        assert_eq!(
+            parse_line(b"start load"),
+            Err(MarkError::UnknownVerb("start".into()))
+        );
+        assert_eq!(
+            parse_line(b"BEGIN load"),
+            Err(MarkError::UnknownVerb("BEGIN".into()))
+        );
+        assert_eq!(
+            parse_line(b"load"),
+            Err(MarkError::UnknownVerb("load".into()))
+        );
+        assert_eq!(parse_line(b"begin"), Err(MarkError::MissingLabel("begin")));
+        assert_eq!(parse_line(b"end   \n"), Err(MarkError::MissingLabel("end")));
+        assert_eq!(parse_line(b"point \xff\xfe"), Err(MarkError::NotUtf8));
+        assert_eq!(
+            parse_line(b"begin a\nend a\n"),
+            Err(MarkError::ControlCharacter)
+        );
+        assert_eq!(parse_line(b"point a\tb"), Err(MarkError::ControlCharacter));
+    }
+
+    #[test]
+    fn parse_line_takes_labels_up_to_256_bytes() {
+        let longest = "é".repeat(MAX_LABEL_BYTES / 2);
+        assert_eq!(
+            parse_line(format!("point {longest}\n").as_bytes()),
+            ok(MarkKind::Point, &longest)
+        );
+        let too_long = "x".repeat(MAX_LABEL_BYTES + 1);
+        assert_eq!(
+            parse_line(format!("point {too_long}").as_bytes()),
+            Err(MarkError::LabelTooLong(MAX_LABEL_BYTES + 1))
+        );
+    }
+
+    #[test]
+    fn format_line_is_read_back_by_parse_line() {
+        for kind in [MarkKind::Point, MarkKind::Begin, MarkKind::End] {
+            let line = format_line(kind, "phase 1");
+            assert_eq!(parse_line(&line), ok(kind, "phase 1"));
+        }
+        assert_eq!(format_line(MarkKind::End, "x"), b"end x\n");
+    }
+
+    #[test]
+    fn a_marks_time_is_when_it_was_sent_on_the_callers_clock() {
+        // Waited 30 ms in the socket: 30 ms before `now` on any clock.
+        assert_eq!(sent_time(1_000, 5_000_030, Some(5_000_000)), 970);
+        // A wall clock stepped back since the send does not move the mark after now.
+        assert_eq!(sent_time(1_000, 4_000_000, Some(5_000_000)), 1_000);
+        assert_eq!(sent_time(1_000, 5_000_000, None), 1_000);
+    }
+
+    fn send(path: &Path, bytes: &[u8]) {
+        UnixDatagram::unbound()
+            .unwrap()
+            .send_to(bytes, path)
+            .unwrap_or_else(|e| panic!("sending to {}: {e}", path.display()));
+    }
+
+    #[test]
+    fn marks_sent_to_the_socket_are_received_with_the_senders_pid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        assert!(server.path().starts_with(tmp.path()));
+        assert!(server.receive(host::realtime_ns).is_empty());
+
+        let before = host::realtime_ns();
+        send(server.path(), b"begin load the model\n");
+        send(server.path(), b"stop everything\n");
+        send(server.path(), b"end load the model");
+        send(server.path(), b"point ");
+        send(server.path(), b"point done\n");
+        let after = host::realtime_ns();
+
+        let marks = server.receive(host::realtime_ns);
+        let got: Vec<(MarkKind, &str)> = marks.iter().map(|m| (m.kind, m.label.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (MarkKind::Begin, "load the model"),
+                (MarkKind::End, "load the model"),
+                (MarkKind::Point, "done"),
+            ]
+        );
+        for mark in &marks {
+            assert_eq!(mark.pid, std::process::id());
+            assert!(
+                (before..=after).contains(&mark.time_ns),
+                "{mark:?} not within [{before}, {after}]"
+            );
+        }
+        assert!(marks.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+        assert_eq!(server.invalid(), 2);
+        assert_eq!(
+            server.first_invalid(),
+            Some(&InvalidMark {
+                pid: std::process::id(),
+                error: MarkError::UnknownVerb("stop".into())
+            })
+        );
+        // Drained: nothing more, and no blocking.
+        assert!(server.receive(host::realtime_ns).is_empty());
+    }
+
+    #[test]
+    fn a_mark_read_late_keeps_the_time_it_was_sent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let before = host::realtime_ns();
+        send(server.path(), b"point early\n");
+        let after = host::realtime_ns();
+        std::thread::sleep(Duration::from_millis(100));
+        let marks = server.receive(host::realtime_ns);
+        assert_eq!(marks.len(), 1);
+        assert!(
+            (before..=after).contains(&marks[0].time_ns),
+            "{:?} should be the send time, within [{before}, {after}]",
+            marks[0]
+        );
+    }
+
+    #[test]
+    fn an_oversized_datagram_is_invalid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let mut huge = b"point ".to_vec();
+        huge.resize(DATAGRAM_BYTES * 4, b'x');
+        send(server.path(), &huge);
+        send(server.path(), b"point after\n");
+        let marks = server.receive(host::realtime_ns);
+        assert_eq!(marks.len(), 1);
+        assert_eq!(marks[0].label, "after");
+        assert_eq!(server.invalid(), 1);
+    }
+
+    #[test]
+    fn the_socket_is_private_to_its_owner_and_removed_on_drop() {
+        let tmp = tempfile::tempdir().unwrap();
+        // SAFETY: getuid and getgid cannot fail.
+        let me = unsafe { (libc::getuid(), libc::getgid()) };
+        let server = MarkServer::bind_in(tmp.path(), Some(me)).unwrap();
+        let dir = server.path().parent().unwrap().to_path_buf();
+        let dir_meta = std::fs::metadata(&dir).unwrap();
+        let socket_meta = std::fs::metadata(server.path()).unwrap();
+        assert_eq!(dir_meta.mode() & 0o777, 0o700);
+        assert_eq!(socket_meta.mode() & 0o777, 0o600);
+        assert_eq!((dir_meta.uid(), dir_meta.gid()), me);
+        assert_eq!((socket_meta.uid(), socket_meta.gid()), me);
+        assert!(dir
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(&format!("montrace-{}-", std::process::id())));
+        drop(server);
+        assert!(!dir.exists(), "{} should be removed", dir.display());
+    }
+
+    fn args(label: &str, begin: bool, end: bool) -> MarkArgs {
+        MarkArgs {
+            label: label.to_string(),
+            begin,
+            end,
+        }
+    }
+
+    #[test]
+    fn montrace_mark_sends_one_mark() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let path = Some(server.path().as_os_str().to_owned());
+        assert_eq!(
+            send_mark(path.clone(), &args("load", true, false)).unwrap(),
+            0
+        );
+        assert_eq!(
+            send_mark(path.clone(), &args("load", false, true)).unwrap(),
+            0
+        );
+        assert_eq!(
+            send_mark(path, &args("ready now", false, false)).unwrap(),
+            0
+        );
+        let got: Vec<(MarkKind, String)> = server
+            .receive(host::realtime_ns)
+            .into_iter()
+            .map(|m| (m.kind, m.label))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (MarkKind::Begin, "load".to_string()),
+                (MarkKind::End, "load".to_string()),
+                (MarkKind::Point, "ready now".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn montrace_mark_outside_a_run_is_a_usage_error() {
+        assert_eq!(
+            send_mark(None, &args("load", true, false)).unwrap(),
+            EXIT_USAGE
+        );
+        assert_eq!(
+            send_mark(Some(OsString::new()), &args("load", true, false)).unwrap(),
+            EXIT_USAGE
+        );
+    }
+
+    #[test]
+    fn montrace_mark_refuses_a_label_montrace_would_reject() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let path = Some(server.path().as_os_str().to_owned());
+        assert_eq!(
+            send_mark(path.clone(), &args("", false, false)).unwrap(),
+            EXIT_USAGE
+        );
+        assert_eq!(
+            send_mark(path, &args("two\nlines", false, false)).unwrap(),
+            EXIT_USAGE
+        );
+        assert!(server.receive(host::realtime_ns).is_empty());
+        assert_eq!(server.invalid(), 0);
+    }
+
+    #[test]
+    fn montrace_mark_fails_when_montrace_is_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let path = server.path().as_os_str().to_owned();
+        drop(server);
+        let err = send_mark(Some(path), &args("load", true, false)).unwrap_err();
+        assert!(format!("{err:#}").contains("still running"), "{err:#}");
+    }
+}

@@ -1,0 +1,286 @@
+//! The recorder: where a run's data goes. Kernel events (or, without eBPF, events synthesized
+//! from /proc) and /proc sweeps come in; rows go out to the crash-safe tables as they are made,
+//! and the running totals that run.json, the summary and `--limit` need are kept up to date.
+use std::{collections::HashMap, path::Path, time::Duration};
+
+use crate::{
+    gpu::{GpuMonitor, GpuSummary},
+    decode::{self, KernelEvent},
+    host, limits, rates,
+    sampler::{MemoryDetail, ProcReader, ReadError, SystemReading},
+    summary,
+    tracker::Tracker,
+    writer,
+};
+
+/// Everything recorded during a run: the tree, the tables on disk, and the state rates need.
+/// Kernel events and /proc sweeps go in; rows go out to crash-safe tables as they are made.
+pub struct Recorder<'g> {
+    pub tracker: Tracker,
+    events: writer::EventTable,
+    processes: writer::ProcessTable,
+    samples: writer::SampleTable,
+    system: writer::SystemTable,
+    marks: writer::MarkTable,
+    /// GPU monitoring, when a GPU can be monitored (borrowed for one recording, so `--repeat`
+    /// keeps one NVML session); its tables exist only then.
+    gpu: Option<&'g mut GpuMonitor>,
+    gpu_table: Option<writer::GpuTable>,
+    gpu_processes: Option<writer::GpuProcessTable>,
+    reader: ProcReader,
+    detail: MemoryDetail,
+    /// Last sample of each live process, keyed by (pid, start time).
+    previous: HashMap<(u32, i64), rates::Previous>,
+    previous_system: Option<SystemReading>,
+    totals: summary::TreeTotals,
+    memory_peaks: summary::TreeMemoryPeaks,
+    sample_rows: u64,
+    /// Sum of RSS over the tree at the last sweep.
+    last_sweep_rss: Option<u64>,
+    /// Sum of CPU% over the tree at the last sweep.
+    last_sweep_cpu_percent: Option<f64>,
+    page_size: u64,
+    root_pid: u32,
+    exec_time_boot_ns: Option<u64>,
+}
+
+impl<'g> Recorder<'g> {
+    /// What the tree uses now, for `--limit`: CPU of exited processes (exact) plus the last
+    /// sample of each live one.
+    /// What the live status line shows.
+    pub fn live_status(&self, elapsed: Duration) -> crate::live::Status {
+        crate::live::Status {
+            elapsed,
+            live: self.tracker.live_count(),
+            started: self.tracker.processes_started(),
+            cpu_percent: self.last_sweep_cpu_percent,
+            rss_bytes: self.last_sweep_rss,
+            gpu_memory_bytes: self.gpu.as_ref().and_then(|g| g.last_tree_memory_bytes()),
+        }
+    }
+
+    pub fn usage(&self, elapsed: Duration) -> limits::Usage {
+        let live_cpu: u64 = self.previous.values().map(|p| p.cpu_total_ns).sum();
+        limits::Usage {
+            tree_rss_bytes: self.last_sweep_rss,
+            tree_cpu_ns: self.totals.cpu_user_ns + self.totals.cpu_system_ns + live_cpu,
+            processes_started: self.tracker.processes_started() as u64,
+            elapsed,
+        }
+    }
+
+    pub fn create(
+        out_dir: &Path,
+        tracker: Tracker,
+        root_pid: u32,
+        detail: MemoryDetail,
+        gpu: Option<&'g mut GpuMonitor>,
+    ) -> anyhow::Result<Recorder<'g>> {
+        Ok(Recorder {
+            tracker,
+            events: writer::PartedTable::events(out_dir)?,
+            processes: writer::ProcessTable::processes(out_dir)?,
+            samples: writer::PartedTable::samples(out_dir)?,
+            system: writer::PartedTable::system(out_dir)?,
+            marks: writer::PartedTable::marks(out_dir)?,
+            gpu_table: gpu.is_some().then(|| writer::PartedTable::gpu(out_dir)).transpose()?,
+            gpu_processes: gpu
+                .is_some()
+                .then(|| writer::PartedTable::gpu_processes(out_dir))
+                .transpose()?,
+            gpu,
+            reader: ProcReader::new(),
+            detail,
+            previous: HashMap::new(),
+            previous_system: None,
+            totals: summary::TreeTotals::default(),
+            memory_peaks: summary::TreeMemoryPeaks::default(),
+            sample_rows: 0,
+            last_sweep_rss: None,
+            last_sweep_cpu_percent: None,
+            page_size: host::page_size(),
+            root_pid,
+            exec_time_boot_ns: None,
+        })
+    }
+
+    /// One ring-buffer record: the tree changes, an event row is written, and a process that
+    /// ended leaves its exit figures as its last sample.
+    pub fn on_record(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        let event = decode::decode(bytes, self.page_size)?;
+        self.on_event(&event)
+    }
+
+    /// One lifecycle event, from the kernel or synthesized by polling.
+    pub fn on_event(&mut self, event: &KernelEvent) -> anyhow::Result<()> {
+        if let KernelEvent::Exec { pid, time_ns, .. } = event {
+            if *pid == self.root_pid && self.exec_time_boot_ns.is_none() {
+                self.exec_time_boot_ns = Some(*time_ns);
+            }
+        }
+        let row = self.tracker.apply(event);
+        if let Some(figures) = self.tracker.take_last_exit() {
+            let previous = self.previous.remove(&(row.pid, row.start_time_ns));
+            self.samples.push(rates::exit_sample(
+                row.pid,
+                &figures,
+                row.time_ns,
+                row.start_time_ns,
+                previous.as_ref(),
+            ))?;
+            self.sample_rows += 1;
+        }
+        self.events.push(row)?;
+        self.store_finished()
+    }
+
+    pub fn store_finished(&mut self) -> anyhow::Result<()> {
+        for record in self.tracker.take_finished() {
+            self.previous.remove(&(record.pid, record.start_time_ns));
+            if let (Some(gpu), Some(end)) = (self.gpu.as_deref_mut(), record.end_time_ns) {
+                // Its accounting figures (when the driver keeps them) come at a later sweep.
+                gpu.on_exit(record.pid, record.start_time_ns, end);
+            }
+            self.totals.add(&record);
+            self.processes.push(record)?;
+        }
+        Ok(())
+    }
+
+    /// One sweep: every live process of the tree and the system, stamped with one time.
+    pub fn sample(&mut self) -> anyhow::Result<()> {
+        let clock = self.tracker.clock();
+        let now = host::realtime_ns();
+        let mut sweep = Vec::new();
+        for (pid, start_time_ns) in self.tracker.live_processes() {
+            let reading = match self.reader.read_process(pid, self.detail) {
+                Ok(reading) => reading,
+                // It exited since the last drain; its exit event brings its last figures.
+                Err(ReadError::Gone(_)) => continue,
+                Err(err) => {
+                    eprintln!("montrace: warning: {err}");
+                    continue;
+                }
+            };
+            // A pid reused by a process outside the tree since the exit was queued is not ours.
+            let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
+            if !host::same_start(reading.start_ticks, start_boot_ns) {
+                continue;
+            }
+            let key = (pid, start_time_ns);
+            let sample =
+                rates::process_sample(&reading, now, start_time_ns, self.previous.get(&key));
+            self.previous.insert(key, rates::Previous::from(&sample));
+            sweep.push(sample);
+        }
+        self.memory_peaks.add_sweep(&sweep);
+        self.last_sweep_rss = Some(sweep.iter().filter_map(|s| s.rss_bytes).sum());
+        self.last_sweep_cpu_percent = Some(sweep.iter().filter_map(|s| s.cpu_percent).sum());
+        self.sample_rows += sweep.len() as u64;
+        for sample in sweep {
+            self.samples.push(sample)?;
+        }
+        if let (Some(gpu), Some(devices), Some(processes)) =
+            (self.gpu.as_deref_mut(), &mut self.gpu_table, &mut self.gpu_processes)
+        {
+            let tracker = &self.tracker;
+            let (device_rows, process_rows) = gpu.sample(now, |pid| tracker.start_time_of(pid));
+            for row in device_rows {
+                devices.push(row)?;
+            }
+            for row in process_rows {
+                processes.push(row)?;
+            }
+        }
+        match self.reader.read_system() {
+            Ok(reading) => {
+                self.system.push(rates::system_sample(
+                    &reading,
+                    now,
+                    self.previous_system.as_ref(),
+                ))?;
+                self.previous_system = Some(reading);
+            }
+            Err(err) => eprintln!("montrace: warning: {err}"),
+        }
+        Ok(())
+    }
+
+    /// Phase marks the command sent; a mark from a process of the tree carries its start time.
+    pub fn on_marks(&mut self, marks: Vec<crate::marks::ReceivedMark>) -> anyhow::Result<()> {
+        for mark in marks {
+            self.marks.push(crate::model::MarkRecord {
+                time_ns: mark.time_ns,
+                pid: mark.pid,
+                start_time_ns: self.tracker.start_time_of(mark.pid),
+                label: mark.label,
+                kind: mark.kind,
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        if let Some(table) = &mut self.gpu_table {
+            table.flush()?;
+        }
+        if let Some(table) = &mut self.gpu_processes {
+            table.flush()?;
+        }
+        self.marks.flush()?;
+        self.events.flush()?;
+        self.processes.flush()?;
+        self.samples.flush()?;
+        self.system.flush()?;
+        Ok(())
+    }
+
+    /// Writes the processes still alive and closes every table into its final file.
+    pub fn finish(mut self) -> anyhow::Result<Finished> {
+        let max_concurrent = self.tracker.max_concurrent();
+        let vanished = self.tracker.vanished_count();
+        let started = self.tracker.processes_started();
+        for record in self.tracker.finish() {
+            self.totals.add(&record);
+            self.processes.push(record)?;
+        }
+        self.events.finish()?;
+        self.processes.finish()?;
+        self.samples.finish()?;
+        self.system.finish()?;
+        self.marks.finish()?;
+        let gpu = match (self.gpu.as_deref_mut(), self.gpu_table, self.gpu_processes) {
+            (Some(gpu), Some(devices), Some(mut processes)) => {
+                for row in gpu.finish(host::realtime_ns()) {
+                    processes.push(row)?;
+                }
+                devices.finish()?;
+                processes.finish()?;
+                Some(gpu.summary())
+            }
+            _ => None,
+        };
+        Ok(Finished {
+            gpu,
+            max_concurrent,
+            vanished,
+            started,
+            totals: self.totals,
+            memory_peaks: self.memory_peaks,
+            sample_rows: self.sample_rows,
+            exec_time_boot_ns: self.exec_time_boot_ns,
+        })
+    }
+}
+
+pub struct Finished {
+    /// GPU figures, when GPUs were monitored.
+    pub gpu: Option<GpuSummary>,
+    pub max_concurrent: usize,
+    pub vanished: u64,
+    pub started: usize,
+    pub totals: summary::TreeTotals,
+    pub memory_peaks: summary::TreeMemoryPeaks,
+    pub sample_rows: u64,
+    pub exec_time_boot_ns: Option<u64>,
+}

@@ -1,0 +1,612 @@
+//! Reading a run directory back: the tables the report and the exports need, column by column
+//! and by name, so a table with fewer columns (an older writer, a killed run, the GPU tables of
+//! a machine without GPUs) still loads. A table is `T.parquet` after a clean end, or the part
+//! files under `T.parts/` while a run goes or after it was killed (see docs/schema.md).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    ArrowPrimitiveType, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+};
+use arrow_array::{Array, PrimitiveArray, RecordBatch};
+use arrow_schema::{DataType, TimeUnit};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// Why a directory cannot be reported on: the caller turns this into exit status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum RunDirError {
+    #[error("{} does not exist: give the directory that `montrace run` wrote", .0.display())]
+    Missing(PathBuf),
+    #[error(
+        "{} holds repetitions, not one run: give one of them, e.g. {}",
+        .dir.display(),
+        .example.display()
+    )]
+    Repetitions { dir: PathBuf, example: PathBuf },
+    #[error(
+        "{} is not a montrace run directory (no processes.parquet nor processes.parts/): give \
+         the directory that `montrace run` wrote",
+        .0.display()
+    )]
+    NotARun(PathBuf),
+}
+
+/// Checks that `dir` looks like a run directory before anything is read.
+pub fn check_run_dir(dir: &Path) -> Result<(), RunDirError> {
+    if !dir.is_dir() {
+        return Err(RunDirError::Missing(dir.to_path_buf()));
+    }
+    if !table_files(dir, "processes").is_empty() || dir.join("processes.parts").is_dir() {
+        return Ok(());
+    }
+    let mut reps: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("rep-"))
+                && p.join("processes.parquet").is_file()
+        })
+        .collect();
+    reps.sort();
+    match reps.into_iter().next() {
+        Some(example) => Err(RunDirError::Repetitions {
+            dir: dir.to_path_buf(),
+            example,
+        }),
+        None => Err(RunDirError::NotARun(dir.to_path_buf())),
+    }
+}
+
+/// The files holding table `name` (`"samples"`): `name.parquet` after a clean end, else the
+/// parts in write order; none when the table is absent.
+pub fn table_files(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let whole = dir.join(format!("{name}.parquet"));
+    if whole.is_file() {
+        return vec![whole];
+    }
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(dir.join(format!("{name}.parts")))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    parts.sort();
+    parts
+}
+
+/// The names of the tables in a run directory (`processes`, `samples`, ...), sorted.
+pub fn table_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let stem = name
+                .strip_suffix(".parquet")
+                .or_else(|| name.strip_suffix(".parts"))?;
+            (!stem.starts_with('.')).then(|| stem.to_string())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Every batch of one file.
+pub fn read_file(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.with_batch_size(65_536).build())
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Every batch of table `name`, each with the file it came from (for error messages).
+pub fn read_table(dir: &Path, name: &str) -> anyhow::Result<Vec<(PathBuf, RecordBatch)>> {
+    let mut out = Vec::new();
+    for path in table_files(dir, name) {
+        for batch in read_file(&path)? {
+            out.push((path.clone(), batch));
+        }
+    }
+    Ok(out)
+}
+
+/// Typed access to the columns of a batch, by name.
+pub struct Cols<'a> {
+    pub batch: &'a RecordBatch,
+    pub path: &'a Path,
+}
+
+impl<'a> Cols<'a> {
+    /// A primitive column of type `T`, if the batch has it with that type.
+    pub fn prim<T: ArrowPrimitiveType>(&self, name: &str) -> Option<&'a PrimitiveArray<T>> {
+        self.batch.column_by_name(name)?.as_primitive_opt::<T>()
+    }
+
+    /// As [`Cols::prim`], for a column the table cannot do without.
+    pub fn req<T: ArrowPrimitiveType>(&self, name: &str) -> anyhow::Result<&'a PrimitiveArray<T>> {
+        self.prim::<T>(name).with_context(|| {
+            format!(
+                "{}: no column `{name}` of type {}: is it a montrace run directory of schema \
+                 version 1?",
+                self.path.display(),
+                T::DATA_TYPE
+            )
+        })
+    }
+
+    pub fn time(&self, name: &str) -> Option<&'a PrimitiveArray<TimestampNanosecondType>> {
+        self.prim::<TimestampNanosecondType>(name)
+    }
+
+    pub fn str(&self, name: &str) -> Option<&'a arrow_array::StringArray> {
+        self.batch.column_by_name(name)?.as_string_opt::<i32>()
+    }
+
+    pub fn bool(&self, name: &str) -> Option<&'a arrow_array::BooleanArray> {
+        self.batch.column_by_name(name)?.as_boolean_opt()
+    }
+
+    pub fn list(&self, name: &str) -> Option<&'a arrow_array::ListArray> {
+        self.batch.column_by_name(name)?.as_list_opt::<i32>()
+    }
+
+    /// Any numeric column as f64 (the GPU tables are read this way, whatever their types).
+    pub fn numbers(&self, name: &str) -> Option<Vec<Option<f64>>> {
+        numbers(self.batch.column_by_name(name)?.as_ref())
+    }
+
+    /// Any timestamp column as nanoseconds since the epoch.
+    pub fn times_ns(&self, name: &str) -> Option<Vec<Option<i64>>> {
+        times_ns(self.batch.column_by_name(name)?.as_ref())
+    }
+}
+
+/// The value at `i`, None when null or when the column is absent.
+pub fn opt<T: ArrowPrimitiveType>(array: Option<&PrimitiveArray<T>>, i: usize) -> Option<T::Native> {
+    array.filter(|a| a.is_valid(i)).map(|a| a.value(i))
+}
+
+fn prim_f64<T: ArrowPrimitiveType>(array: &dyn Array, f: fn(T::Native) -> f64) -> Vec<Option<f64>> {
+    array.as_primitive::<T>().iter().map(|v| v.map(f)).collect()
+}
+
+/// A numeric column as f64, None for non-numeric types.
+pub fn numbers(array: &dyn Array) -> Option<Vec<Option<f64>>> {
+    Some(match array.data_type() {
+        DataType::Float64 => prim_f64::<Float64Type>(array, |v| v),
+        DataType::Float32 => prim_f64::<Float32Type>(array, f64::from),
+        DataType::UInt8 => prim_f64::<UInt8Type>(array, f64::from),
+        DataType::UInt16 => prim_f64::<UInt16Type>(array, f64::from),
+        DataType::UInt32 => prim_f64::<UInt32Type>(array, f64::from),
+        DataType::UInt64 => prim_f64::<UInt64Type>(array, |v| v as f64),
+        DataType::Int8 => prim_f64::<Int8Type>(array, f64::from),
+        DataType::Int16 => prim_f64::<Int16Type>(array, f64::from),
+        DataType::Int32 => prim_f64::<Int32Type>(array, f64::from),
+        DataType::Int64 => prim_f64::<Int64Type>(array, |v| v as f64),
+        _ => return None,
+    })
+}
+
+/// A timestamp column in any unit as nanoseconds.
+pub fn times_ns(array: &dyn Array) -> Option<Vec<Option<i64>>> {
+    fn scaled<T: ArrowPrimitiveType<Native = i64>>(array: &dyn Array, k: i64) -> Vec<Option<i64>> {
+        array
+            .as_primitive::<T>()
+            .iter()
+            .map(|v| v.map(|v| v.saturating_mul(k)))
+            .collect()
+    }
+    Some(match array.data_type() {
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => scaled::<TimestampNanosecondType>(array, 1),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            scaled::<TimestampMicrosecondType>(array, 1_000)
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            scaled::<TimestampMillisecondType>(array, 1_000_000)
+        }
+        DataType::Timestamp(TimeUnit::Second, _) => {
+            scaled::<TimestampSecondType>(array, 1_000_000_000)
+        }
+        _ => return None,
+    })
+}
+
+/// One process of the tree (a row of processes.parquet, or a stand-in made from its samples
+/// when the run was killed before its row was written).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Process {
+    pub pid: u32,
+    pub start_ns: i64,
+    pub parent: Option<(u32, i64)>,
+    pub end_ns: Option<i64>,
+    pub filename: Option<String>,
+    pub argv: Option<Vec<String>>,
+    pub comm: String,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub cpu_user_ns: Option<u64>,
+    pub cpu_system_ns: Option<u64>,
+    pub peak_rss_bytes: Option<u64>,
+    pub alive_at_end: bool,
+}
+
+impl Process {
+    /// Its command line for people: argv joined, else the file name, else comm.
+    pub fn command_line(&self) -> String {
+        match (&self.argv, &self.filename) {
+            (Some(argv), _) if !argv.is_empty() => argv.join(" "),
+            (_, Some(filename)) => filename.clone(),
+            _ => self.comm.clone(),
+        }
+    }
+}
+
+/// One row of samples.parquet, with the process it belongs to as an index into
+/// [`RunData::processes`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    pub time_ns: i64,
+    pub process: usize,
+    /// The row from the exit event (`source = 'exit'`), not a sweep.
+    pub exit: bool,
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    pub cpu_percent: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    pub uss_bytes: Option<u64>,
+    pub pss_bytes: Option<u64>,
+}
+
+/// One row of system.parquet (the columns the report uses).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SystemRow {
+    pub time_ns: i64,
+    pub mem_total_bytes: Option<u64>,
+    pub mem_used_bytes: Option<u64>,
+    /// All CPUs: 100 − idle − iowait (100 = every CPU busy).
+    pub cpu_busy_percent: Option<f64>,
+}
+
+/// One row of marks.parquet.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Mark {
+    pub time_ns: i64,
+    pub label: String,
+    /// `point`, `begin` or `end`.
+    pub kind: String,
+}
+
+/// One row of gpu.parquet: the figures present, by column name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuRow {
+    pub time_ns: i64,
+    pub gpu_index: u32,
+    pub values: Vec<Option<f64>>,
+}
+
+/// The GPU columns the report plots, when gpu.parquet has them: (column, title, unit).
+pub const GPU_COLUMNS: &[(&str, &str, &str)] = &[
+    ("utilization_gpu_percent", "GPU utilization", "%"),
+    ("memory_used_bytes", "GPU memory used", "bytes"),
+    ("power_watts", "GPU power", "W"),
+];
+
+/// gpu.parquet: which of [`GPU_COLUMNS`] it has, and its rows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Gpu {
+    /// Indices into [`GPU_COLUMNS`] of the columns present, in that order; `GpuRow::values`
+    /// follows it.
+    pub columns: Vec<usize>,
+    pub rows: Vec<GpuRow>,
+}
+
+/// Everything the report reads from a run directory.
+#[derive(Clone, Debug, Default)]
+pub struct RunData {
+    /// run.json, when the run ended cleanly.
+    pub info: Option<serde_json::Value>,
+    pub processes: Vec<Process>,
+    pub samples: Vec<Sample>,
+    pub system: Vec<SystemRow>,
+    pub marks: Vec<Mark>,
+    pub gpu: Option<Gpu>,
+    /// What is incomplete about the directory, for the reader of the report.
+    pub notes: Vec<String>,
+}
+
+impl RunData {
+    /// The earliest and latest moments in the data (ns): the report's time axis.
+    pub fn time_range(&self) -> (i64, i64) {
+        let mut lo = i64::MAX;
+        let mut hi = i64::MIN;
+        let mut see = |t: i64| {
+            lo = lo.min(t);
+            hi = hi.max(t);
+        };
+        for p in &self.processes {
+            see(p.start_ns);
+            if let Some(end) = p.end_ns {
+                see(end);
+            }
+        }
+        for s in &self.samples {
+            see(s.time_ns);
+        }
+        for s in &self.system {
+            see(s.time_ns);
+        }
+        for m in &self.marks {
+            see(m.time_ns);
+        }
+        if let Some(gpu) = &self.gpu {
+            for r in &gpu.rows {
+                see(r.time_ns);
+            }
+        }
+        if lo > hi {
+            (0, 0)
+        } else {
+            (lo, hi)
+        }
+    }
+}
+
+/// Reads a run directory (call [`check_run_dir`] first for a friendly error).
+pub fn load(dir: &Path) -> anyhow::Result<RunData> {
+    let mut data = RunData::default();
+    let run_json = dir.join("run.json");
+    match std::fs::read_to_string(&run_json) {
+        Ok(text) => match serde_json::from_str(&text) {
+            Ok(value) => data.info = Some(value),
+            Err(err) => data
+                .notes
+                .push(format!("run.json cannot be read ({err}): the header is incomplete")),
+        },
+        Err(_) => data.notes.push(
+            "run.json is missing: the run did not end cleanly (killed, or still running); the \
+             report shows what was flushed"
+                .into(),
+        ),
+    }
+    for table in ["processes", "samples", "system"] {
+        if !dir.join(format!("{table}.parquet")).is_file()
+            && dir.join(format!("{table}.parts")).is_dir()
+        {
+            data.notes.push(format!(
+                "{table} read from {table}.parts/ (the run did not end cleanly)"
+            ));
+        }
+    }
+    data.processes = read_processes(dir)?;
+    let mut index: HashMap<(u32, i64), usize> = data
+        .processes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ((p.pid, p.start_ns), i))
+        .collect();
+    data.samples = read_samples(dir, &mut data.processes, &mut index)?;
+    data.system = read_system(dir)?;
+    data.marks = read_marks(dir)?;
+    data.gpu = read_gpu(dir)?;
+    Ok(data)
+}
+
+fn read_processes(dir: &Path) -> anyhow::Result<Vec<Process>> {
+    let mut rows = Vec::new();
+    for (path, batch) in read_table(dir, "processes")? {
+        let c = Cols {
+            batch: &batch,
+            path: &path,
+        };
+        let pid = c.req::<UInt32Type>("pid")?;
+        let start = c.req::<TimestampNanosecondType>("start_time")?;
+        let parent_pid = c.prim::<UInt32Type>("parent_pid");
+        let parent_start = c.time("parent_start_time");
+        let end = c.time("end_time");
+        let filename = c.str("filename");
+        let argv = c.list("argv");
+        let comm = c.str("comm");
+        let exit_code = c.prim::<Int32Type>("exit_code");
+        let exit_signal = c.prim::<Int32Type>("exit_signal");
+        let user = c.prim::<UInt64Type>("cpu_user_ns");
+        let system = c.prim::<UInt64Type>("cpu_system_ns");
+        let peak = c.prim::<UInt64Type>("peak_rss_bytes");
+        let alive = c.bool("alive_at_end");
+        for i in 0..batch.num_rows() {
+            let parent = match (opt(parent_pid, i), opt(parent_start, i)) {
+                (Some(p), Some(s)) => Some((p, s)),
+                _ => None,
+            };
+            rows.push(Process {
+                pid: pid.value(i),
+                start_ns: start.value(i),
+                parent,
+                end_ns: opt(end, i),
+                filename: filename
+                    .filter(|a| a.is_valid(i))
+                    .map(|a| a.value(i).to_string()),
+                argv: argv.filter(|a| a.is_valid(i)).map(|a| {
+                    let v = a.value(i);
+                    v.as_string::<i32>()
+                        .iter()
+                        .map(|s| s.unwrap_or_default().to_string())
+                        .collect()
+                }),
+                comm: comm
+                    .filter(|a| a.is_valid(i))
+                    .map(|a| a.value(i).to_string())
+                    .unwrap_or_default(),
+                exit_code: opt(exit_code, i),
+                exit_signal: opt(exit_signal, i),
+                cpu_user_ns: opt(user, i),
+                cpu_system_ns: opt(system, i),
+                peak_rss_bytes: opt(peak, i),
+                alive_at_end: alive.is_some_and(|a| a.is_valid(i) && a.value(i)),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn read_samples(
+    dir: &Path,
+    processes: &mut Vec<Process>,
+    index: &mut HashMap<(u32, i64), usize>,
+) -> anyhow::Result<Vec<Sample>> {
+    let mut rows = Vec::new();
+    for (path, batch) in read_table(dir, "samples")? {
+        let c = Cols {
+            batch: &batch,
+            path: &path,
+        };
+        let time = c.req::<TimestampNanosecondType>("time")?;
+        let pid = c.req::<UInt32Type>("pid")?;
+        let start = c.req::<TimestampNanosecondType>("start_time")?;
+        let source = c.str("source");
+        let user = c.prim::<UInt64Type>("cpu_user_ns");
+        let system = c.prim::<UInt64Type>("cpu_system_ns");
+        let percent = c.prim::<Float64Type>("cpu_percent");
+        let rss = c.prim::<UInt64Type>("rss_bytes");
+        let uss = c.prim::<UInt64Type>("uss_bytes");
+        let pss = c.prim::<UInt64Type>("pss_bytes");
+        for i in 0..batch.num_rows() {
+            let key = (pid.value(i), start.value(i));
+            // A killed run has no processes row yet for the processes that were still running:
+            // a stand-in keeps their samples.
+            let process = *index.entry(key).or_insert_with(|| {
+                processes.push(Process {
+                    pid: key.0,
+                    start_ns: key.1,
+                    comm: format!("pid {}", key.0),
+                    alive_at_end: true,
+                    ..Default::default()
+                });
+                processes.len() - 1
+            });
+            rows.push(Sample {
+                time_ns: time.value(i),
+                process,
+                exit: source.is_some_and(|s| s.is_valid(i) && s.value(i) == "exit"),
+                cpu_user_ns: opt(user, i).unwrap_or(0),
+                cpu_system_ns: opt(system, i).unwrap_or(0),
+                cpu_percent: opt(percent, i),
+                rss_bytes: opt(rss, i),
+                uss_bytes: opt(uss, i),
+                pss_bytes: opt(pss, i),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
+    let mut rows = Vec::new();
+    for (path, batch) in read_table(dir, "system")? {
+        let c = Cols {
+            batch: &batch,
+            path: &path,
+        };
+        let time = c.req::<TimestampNanosecondType>("time")?;
+        let total = c.prim::<UInt64Type>("mem_total_bytes");
+        let used = c.prim::<UInt64Type>("mem_used_bytes");
+        let idle = c.prim::<Float64Type>("cpu_idle_percent");
+        let iowait = c.prim::<Float64Type>("cpu_iowait_percent");
+        for i in 0..batch.num_rows() {
+            rows.push(SystemRow {
+                time_ns: time.value(i),
+                mem_total_bytes: opt(total, i),
+                mem_used_bytes: opt(used, i),
+                cpu_busy_percent: opt(idle, i)
+                    .map(|idle| (100.0 - idle - opt(iowait, i).unwrap_or(0.0)).max(0.0)),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn read_marks(dir: &Path) -> anyhow::Result<Vec<Mark>> {
+    let mut rows = Vec::new();
+    for (path, batch) in read_table(dir, "marks")? {
+        let c = Cols {
+            batch: &batch,
+            path: &path,
+        };
+        let Some(time) = c.times_ns("time") else {
+            continue;
+        };
+        let label = c.str("label");
+        let kind = c.str("kind");
+        for (i, t) in time.into_iter().enumerate() {
+            let Some(time_ns) = t else { continue };
+            let text = |a: Option<&arrow_array::StringArray>| {
+                a.filter(|a| a.is_valid(i))
+                    .map(|a| a.value(i).to_string())
+                    .unwrap_or_default()
+            };
+            rows.push(Mark {
+                time_ns,
+                label: text(label),
+                kind: text(kind),
+            });
+        }
+    }
+    rows.sort_by_key(|m| m.time_ns);
+    Ok(rows)
+}
+
+fn read_gpu(dir: &Path) -> anyhow::Result<Option<Gpu>> {
+    let batches = read_table(dir, "gpu")?;
+    if batches.is_empty() {
+        return Ok(None);
+    }
+    let mut gpu = Gpu::default();
+    if let Some((path, batch)) = batches.first() {
+        let c = Cols { batch, path };
+        gpu.columns = (0..GPU_COLUMNS.len())
+            .filter(|&k| c.numbers(GPU_COLUMNS[k].0).is_some())
+            .collect();
+    }
+    for (path, batch) in &batches {
+        let c = Cols { batch, path };
+        let Some(time) = c.times_ns("time") else {
+            continue;
+        };
+        let index = c.numbers("gpu_index");
+        let columns: Vec<Option<Vec<Option<f64>>>> = gpu
+            .columns
+            .iter()
+            .map(|&k| c.numbers(GPU_COLUMNS[k].0))
+            .collect();
+        for (i, t) in time.into_iter().enumerate() {
+            let Some(time_ns) = t else { continue };
+            gpu.rows.push(GpuRow {
+                time_ns,
+                gpu_index: index
+                    .as_ref()
+                    .and_then(|v| v[i])
+                    .map_or(0, |v| v.max(0.0) as u32),
+                values: columns
+                    .iter()
+                    .map(|col| col.as_ref().and_then(|v| v[i]))
+                    .collect(),
+            });
+        }
+    }
+    Ok(Some(gpu))
+}

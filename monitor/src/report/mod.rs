@@ -1,0 +1,301 @@
+//! `montrace report`: the HTML and Markdown report of a run directory.
+//!
+//! Data flow: [`load`] reads the run directory (by column name, tolerating missing optional
+//! tables and columns) -> [`model`] derives groups, the per-group table, top processes and time
+//! series (pure) -> [`plots`] (SVG through `plotters`, after [`downsample`]) and [`timeline`]
+//! (the process tree as SVG bars) -> [`render`] fills the `minijinja` templates `report.html`
+//! and `report.md`. Only [`report_main`] and [`write_report`] touch the file system for output.
+//! docs/report.md describes the report for its readers.
+
+pub mod downsample;
+pub mod load;
+pub mod model;
+pub mod plots;
+pub mod render;
+pub mod synthetic;
+pub mod timeline;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use crate::cli::{ReportArgs, ReportFormat};
+
+pub use synthetic::synthetic_run;
+
+/// Exit status for a missing or invalid run directory, or a bad `--group-by`.
+pub const EXIT_USAGE: i32 = 2;
+
+/// The file names written into the run directory.
+pub const HTML_FILE: &str = "report.html";
+pub const MARKDOWN_FILE: &str = "report.md";
+
+/// Top processes listed by CPU time and by memory.
+pub const TOP_PROCESSES: usize = 10;
+/// Groups listed in the per-group table; the rest are summed up in one line.
+pub const TABLE_GROUPS: usize = 100;
+
+/// Everything the templates show, prepared once for both formats.
+pub struct Report {
+    pub data: load::RunData,
+    pub model: model::Model,
+    pub group_by: model::GroupBy,
+    pub plots: Vec<plots::Plot>,
+    pub timeline: timeline::Timeline,
+    pub timeline_svg: String,
+}
+
+/// Reads `run_dir` and derives every figure, plot and the timeline of its report.
+pub fn prepare(run_dir: &Path, group_by: &str) -> anyhow::Result<Report> {
+    let by = model::GroupBy::parse(group_by).map_err(anyhow::Error::msg)?;
+    load::check_run_dir(run_dir)?;
+    let data = load::load(run_dir)?;
+    Ok(prepare_data(data, by))
+}
+
+/// [`prepare`] for data already loaded.
+pub fn prepare_data(data: load::RunData, by: model::GroupBy) -> Report {
+    let model = model::build(&data, &by);
+    let plots = plots::all(&data, &model).unwrap_or_else(|e| {
+        // plotters only fails on a broken backend; a report without plots is still a report.
+        vec![plots::Plot {
+            id: "error".into(),
+            title: "Plots".into(),
+            caption: format!("The plots could not be drawn: {e}"),
+            svg: String::new(),
+        }]
+    });
+    let limits = timeline::Limits::default();
+    let tl = timeline::layout(&data, &model, limits);
+    let timeline_svg = timeline::svg(&data, &model, &tl, limits);
+    Report {
+        data,
+        model,
+        group_by: by,
+        plots,
+        timeline: tl,
+        timeline_svg,
+    }
+}
+
+/// Writes the report of `run_dir` into it: `report.html` and/or `report.md` with its
+/// `report-*.svg` plots. Returns the files written. Called at the end of `montrace run`, once
+/// run.json and every table are final.
+pub fn write_report(
+    run_dir: &Path,
+    format: ReportFormat,
+    group_by: &str,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let report = prepare(run_dir, group_by)?;
+    let mut written = Vec::new();
+    if matches!(format, ReportFormat::Html | ReportFormat::Both) {
+        let path = run_dir.join(HTML_FILE);
+        write_atomically(&path, render::html(&report)?.as_bytes())?;
+        written.push(path);
+    }
+    if matches!(format, ReportFormat::Md | ReportFormat::Both) {
+        let (markdown, files) = render::markdown(&report)?;
+        for (name, svg) in files {
+            let path = run_dir.join(name);
+            write_atomically(&path, svg.as_bytes())?;
+            written.push(path);
+        }
+        let path = run_dir.join(MARKDOWN_FILE);
+        write_atomically(&path, markdown.as_bytes())?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// `montrace report RUN_DIR`: writes the report and says where it went. A missing or invalid
+/// run directory and a bad `--group-by` exit with 2.
+pub fn report_main(args: ReportArgs) -> anyhow::Result<i32> {
+    if let Err(message) = model::GroupBy::parse(&args.group_by) {
+        eprintln!("montrace: error: {message}");
+        return Ok(EXIT_USAGE);
+    }
+    if let Err(err) = load::check_run_dir(&args.run_dir) {
+        eprintln!("montrace: error: {err}");
+        return Ok(EXIT_USAGE);
+    }
+    let written = write_report(&args.run_dir, args.format, &args.group_by)?;
+    for path in written
+        .iter()
+        .filter(|p| p.extension().is_none_or(|e| e != "svg"))
+    {
+        println!("{}", path.display());
+    }
+    Ok(0)
+}
+
+/// Writes `path` under a temporary name and renames it, so a reader never sees half a file.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let temp = path.with_file_name(format!(".{name}.tmp"));
+    std::fs::write(&temp, bytes).with_context(|| format!("cannot write {}", temp.display()))?;
+    std::fs::rename(&temp, path).with_context(|| {
+        let _ = std::fs::remove_file(&temp);
+        format!("cannot rename {} to {}", temp.display(), path.display())
+    })
+}
+
+/// Group colours: Tableau 10, a palette made to tell categories apart. A group's colour is its
+/// rank (largest CPU time first), so it is the same in every plot and in the timeline.
+pub const PALETTE: [(u8, u8, u8); 10] = [
+    (78, 121, 167),
+    (242, 142, 43),
+    (225, 87, 89),
+    (118, 183, 178),
+    (89, 161, 79),
+    (237, 201, 72),
+    (176, 122, 161),
+    (255, 157, 167),
+    (156, 117, 95),
+    (186, 176, 172),
+];
+/// "other" (the groups summed together).
+pub const OTHER: (u8, u8, u8) = (140, 140, 140);
+
+pub fn color_rgb(group: Option<usize>) -> (u8, u8, u8) {
+    group.map_or(OTHER, |g| PALETTE[g % PALETTE.len()])
+}
+
+pub fn color_hex(group: Option<usize>) -> String {
+    let (r, g, b) = color_rgb(group);
+    format!("#{r:02x}{g:02x}{b:02x}")
+}
+
+/// `1.5 GiB`, `200.0 MiB`, `512 B`.
+pub fn fmt_bytes(bytes: u64) -> String {
+    crate::units::format_bytes(bytes)
+}
+
+/// Seconds with about four significant digits: `0.188 s`, `12.35 s`, `600.0 s`.
+pub fn fmt_secs(s: f64) -> String {
+    let a = s.abs();
+    if a < 10.0 {
+        format!("{s:.3} s")
+    } else if a < 100.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// `150%`, `9.5%`.
+pub fn fmt_percent(p: f64) -> String {
+    if p.abs() >= 10.0 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+/// Text for SVG/XML: the five special characters escaped.
+pub fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A mark as people read it: `build`, `build begins`, `build ends`.
+pub fn mark_text(mark: &load::Mark) -> String {
+    match mark.kind.as_str() {
+        "begin" => format!("{} begins", mark.label),
+        "end" => format!("{} ends", mark.label),
+        _ => mark.label.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// tests/fixtures/run-small: a real run of
+    /// `sh -c 'for i in 1 2 3; do sh -c "x=$(head -c 20000000 /dev/zero | tr "\0" a); sleep 0.3" & done; wait; for i in $(seq 5); do /bin/true; done'`
+    /// at `--interval 100ms`.
+    pub(crate) fn fixture() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/run-small")
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_secs(0.1876), "0.188 s");
+        assert_eq!(fmt_secs(12.345), "12.35 s");
+        assert_eq!(fmt_secs(600.04), "600.0 s");
+        assert_eq!(fmt_percent(150.2), "150%");
+        assert_eq!(fmt_percent(9.54), "9.5%");
+        assert_eq!(xml_escape(r#"a<b>&"c'"#), "a&lt;b&gt;&amp;&quot;c&#39;");
+        assert_eq!(color_hex(Some(0)), "#4e79a7");
+        assert_eq!(color_hex(Some(10)), "#4e79a7");
+        assert_eq!(color_hex(None), "#8c8c8c");
+    }
+
+    #[test]
+    fn writes_both_formats_into_the_run_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(fixture()).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
+        let written = write_report(dir.path(), ReportFormat::Both, "exe").unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.first().map(String::as_str), Some(HTML_FILE));
+        assert_eq!(names.last().map(String::as_str), Some(MARKDOWN_FILE));
+        assert!(names.contains(&"report-timeline.svg".to_string()), "{names:?}");
+        for path in &written {
+            assert!(path.is_file(), "{}", path.display());
+            assert!(path.starts_with(dir.path()));
+        }
+        // Nothing half-written is left behind.
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                name.ends_with(".tmp").then_some(name)
+            })
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn bad_inputs_are_usage_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = |run_dir: &Path, group_by: &str| ReportArgs {
+            run_dir: run_dir.to_path_buf(),
+            format: ReportFormat::Html,
+            group_by: group_by.into(),
+        };
+        assert_eq!(
+            report_main(args(&dir.path().join("missing"), "exe")).unwrap(),
+            EXIT_USAGE
+        );
+        assert_eq!(report_main(args(dir.path(), "exe")).unwrap(), EXIT_USAGE);
+        assert_eq!(report_main(args(&fixture(), "(")).unwrap(), EXIT_USAGE);
+        let err = load::check_run_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("is not a montrace run directory"), "{err}");
+        // A directory of repetitions names one of them.
+        let rep = dir.path().join("rep-001");
+        std::fs::create_dir(&rep).unwrap();
+        std::fs::copy(
+            fixture().join("processes.parquet"),
+            rep.join("processes.parquet"),
+        )
+        .unwrap();
+        let err = load::check_run_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("holds repetitions"), "{err}");
+        assert!(err.contains("rep-001"), "{err}");
+    }
+}

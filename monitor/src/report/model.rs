@@ -1,0 +1,879 @@
+//! The report's figures, derived from a loaded run: groups of processes, the per-group table,
+//! the top processes, and the time series the plots draw. Pure functions over [`RunData`].
+//!
+//! Conventions (docs/report.md says the same for readers):
+//! - A **sweep** is one pass of the sampler: all `procfs` rows with the same `time`. An
+//!   *aggregate* figure of a group is the sum over its processes at one sweep; its *peak* is the
+//!   largest such sum. Exit rows (`source = 'exit'`) have times of their own and no USS/PSS, so
+//!   they are left out of the sums (they do count for the cumulative CPU time).
+//! - CPU seconds are the kernel's exact exit figures from processes.parquet; a process without
+//!   them (still running at the end, or its exit event lost) counts with its last sample.
+
+use std::collections::HashMap;
+
+use super::load::{Process, RunData};
+
+/// How processes are put into groups (`--group-by`).
+#[derive(Clone, Debug)]
+pub enum GroupBy {
+    /// The executable's file name (`/usr/bin/gcc` -> `gcc`); `comm` when it is unknown.
+    Exe,
+    /// The kernel's short command name.
+    Comm,
+    /// A regular expression over the command line (argv joined by spaces): its first capture
+    /// group, or the whole match when it has none or the group did not take part, names the
+    /// group. Processes it does not match are grouped by executable.
+    Regex(regex_lite::Regex),
+}
+
+impl GroupBy {
+    /// `exe`, `comm`, or else a regular expression.
+    pub fn parse(spec: &str) -> Result<GroupBy, String> {
+        match spec {
+            "exe" => Ok(GroupBy::Exe),
+            "comm" => Ok(GroupBy::Comm),
+            pattern => regex_lite::Regex::new(pattern)
+                .map(GroupBy::Regex)
+                .map_err(|err| {
+                    format!(
+                        "--group-by {pattern:?} is neither `exe`, `comm` nor a valid regular \
+                         expression: {err}"
+                    )
+                }),
+        }
+    }
+
+    /// The name of the group `p` belongs to.
+    pub fn group_of(&self, p: &Process) -> String {
+        match self {
+            GroupBy::Exe => exe_name(p),
+            GroupBy::Comm => p.comm.clone(),
+            GroupBy::Regex(re) => {
+                let line = p.command_line();
+                match re.captures(&line) {
+                    Some(caps) => caps
+                        .get(1)
+                        .or_else(|| caps.get(0))
+                        .map(|m| m.as_str().to_string())
+                        .filter(|name| !name.is_empty())
+                        .unwrap_or_else(|| exe_name(p)),
+                    None => exe_name(p),
+                }
+            }
+        }
+    }
+
+    /// For the report's header.
+    pub fn describe(&self) -> String {
+        match self {
+            GroupBy::Exe => "executable".into(),
+            GroupBy::Comm => "comm (the kernel's command name)".into(),
+            GroupBy::Regex(re) => format!("pattern `{}` (others by executable)", re.as_str()),
+        }
+    }
+}
+
+/// The executable's file name, or `comm` when no exec was seen.
+pub fn exe_name(p: &Process) -> String {
+    match p.filename.as_deref() {
+        Some(path) if !path.is_empty() => path.rsplit('/').next().unwrap_or(path).to_string(),
+        _ if !p.comm.is_empty() => p.comm.clone(),
+        _ => format!("pid {}", p.pid),
+    }
+}
+
+/// The sums of one group's processes at one sweep.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SweepSum {
+    pub uss: Option<u64>,
+    pub rss: Option<u64>,
+    pub pss: Option<u64>,
+    pub cpu_percent: f64,
+    /// Processes of the group in the sweep.
+    pub live: u32,
+}
+
+fn add(sum: &mut Option<u64>, value: Option<u64>) {
+    if let Some(v) = value {
+        *sum = Some(sum.unwrap_or(0) + v);
+    }
+}
+
+/// One row of the per-group table.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GroupStats {
+    pub name: String,
+    pub instances: usize,
+    /// Sweep rows (`procfs`) of its processes.
+    pub samples: usize,
+    /// The largest USS of one process of the group.
+    pub peak_uss_instance: Option<u64>,
+    /// Largest per-sweep sums over the group.
+    pub agg_peak_uss: Option<u64>,
+    pub agg_peak_rss: Option<u64>,
+    pub agg_peak_pss: Option<u64>,
+    /// Largest per-sweep sum of CPU% (100 = one core).
+    pub peak_cpu_percent: Option<f64>,
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    /// Processes whose CPU time came from their last sample, not from their exit.
+    pub cpu_from_samples: usize,
+    /// Mean USS over the group's sweep rows (one process's typical private memory).
+    pub avg_uss: Option<f64>,
+    /// CPU time over `duration` (100 = one core busy on average while the group ran).
+    pub avg_cpu_percent: Option<f64>,
+    pub first_start_ns: i64,
+    pub last_end_ns: i64,
+}
+
+impl GroupStats {
+    pub fn cpu_ns(&self) -> u64 {
+        self.cpu_user_ns + self.cpu_system_ns
+    }
+
+    /// From the first start of one of its processes to the last end.
+    pub fn duration_ns(&self) -> i64 {
+        (self.last_end_ns - self.first_start_ns).max(0)
+    }
+}
+
+/// Per-process figures derived from the samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProcStats {
+    /// Exit figures, or the last sample's counters.
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    pub cpu_from_samples: bool,
+    /// The larger of the exit figure (VmHWM) and the largest sampled RSS.
+    pub peak_rss: Option<u64>,
+    pub peak_uss: Option<u64>,
+    pub last_seen_ns: Option<i64>,
+}
+
+/// Everything derived from a run that the report shows.
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    /// The time axis: plots start at `t0_ns` (the earliest moment in the data).
+    pub t0_ns: i64,
+    pub t1_ns: i64,
+    /// Groups, largest first: by CPU time, then by aggregate peak USS, then by name. A group's
+    /// index here is its colour.
+    pub groups: Vec<GroupStats>,
+    /// The group (index into `groups`) of each process.
+    pub group_of: Vec<usize>,
+    pub procs: Vec<ProcStats>,
+    /// Sweep times, increasing.
+    pub sweeps: Vec<i64>,
+    /// For each group, its sums at the sweeps where it had processes, by sweep index.
+    pub group_sweeps: Vec<Vec<(usize, SweepSum)>>,
+}
+
+impl Model {
+    /// Seconds since `t0_ns`.
+    pub fn secs(&self, t_ns: i64) -> f64 {
+        (t_ns - self.t0_ns) as f64 / 1e9
+    }
+
+    /// When a process ended, or the end of the data when it did not.
+    pub fn end_of(&self, p: &Process) -> i64 {
+        p.end_ns.unwrap_or(self.t1_ns).max(p.start_ns)
+    }
+}
+
+/// Derives the [`Model`] of a run.
+pub fn build(data: &RunData, by: &GroupBy) -> Model {
+    let (t0_ns, t1_ns) = data.time_range();
+    let mut model = Model {
+        t0_ns,
+        t1_ns,
+        ..Default::default()
+    };
+
+    // Groups, first in the order they are met.
+    let mut names: Vec<String> = Vec::new();
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    let first_group: Vec<usize> = data
+        .processes
+        .iter()
+        .map(|p| {
+            let name = by.group_of(p);
+            *by_name.entry(name.clone()).or_insert_with(|| {
+                names.push(name);
+                names.len() - 1
+            })
+        })
+        .collect();
+
+    // Per-process figures from the samples.
+    let mut procs = vec![ProcStats::default(); data.processes.len()];
+    let mut last_counters: Vec<Option<(i64, u64, u64)>> = vec![None; data.processes.len()];
+    for s in &data.samples {
+        let ps = &mut procs[s.process];
+        if let Some(rss) = s.rss_bytes {
+            ps.peak_rss = Some(ps.peak_rss.map_or(rss, |p| p.max(rss)));
+        }
+        if let Some(uss) = s.uss_bytes {
+            ps.peak_uss = Some(ps.peak_uss.map_or(uss, |p| p.max(uss)));
+        }
+        ps.last_seen_ns = Some(ps.last_seen_ns.map_or(s.time_ns, |t| t.max(s.time_ns)));
+        let last = &mut last_counters[s.process];
+        if last.is_none_or(|(t, _, _)| s.time_ns >= t) {
+            *last = Some((s.time_ns, s.cpu_user_ns, s.cpu_system_ns));
+        }
+    }
+    for (i, p) in data.processes.iter().enumerate() {
+        let ps = &mut procs[i];
+        match (p.cpu_user_ns, p.cpu_system_ns) {
+            (Some(u), Some(s)) => {
+                ps.cpu_user_ns = u;
+                ps.cpu_system_ns = s;
+            }
+            _ => {
+                if let Some((_, u, s)) = last_counters[i] {
+                    ps.cpu_user_ns = u;
+                    ps.cpu_system_ns = s;
+                }
+                ps.cpu_from_samples = true;
+            }
+        }
+        if let Some(peak) = p.peak_rss_bytes {
+            ps.peak_rss = Some(ps.peak_rss.map_or(peak, |x| x.max(peak)));
+        }
+    }
+
+    // Sweeps, and the sums of each group at each sweep.
+    let mut sweeps: Vec<i64> = data
+        .samples
+        .iter()
+        .filter(|s| !s.exit)
+        .map(|s| s.time_ns)
+        .collect();
+    sweeps.sort_unstable();
+    sweeps.dedup();
+    let sweep_of: HashMap<i64, usize> = sweeps.iter().enumerate().map(|(i, &t)| (t, i)).collect();
+    let mut sums: HashMap<(usize, usize), SweepSum> = HashMap::new();
+    let mut stats: Vec<GroupStats> = names
+        .iter()
+        .map(|name| GroupStats {
+            name: name.clone(),
+            first_start_ns: i64::MAX,
+            last_end_ns: i64::MIN,
+            ..Default::default()
+        })
+        .collect();
+    let mut uss_total = vec![(0.0f64, 0usize); names.len()];
+    for s in data.samples.iter().filter(|s| !s.exit) {
+        let g = first_group[s.process];
+        let sum = sums.entry((g, sweep_of[&s.time_ns])).or_default();
+        add(&mut sum.uss, s.uss_bytes);
+        add(&mut sum.rss, s.rss_bytes);
+        add(&mut sum.pss, s.pss_bytes);
+        sum.cpu_percent += s.cpu_percent.unwrap_or(0.0);
+        sum.live += 1;
+        let st = &mut stats[g];
+        st.samples += 1;
+        if let Some(uss) = s.uss_bytes {
+            st.peak_uss_instance = Some(st.peak_uss_instance.map_or(uss, |p| p.max(uss)));
+            uss_total[g].0 += uss as f64;
+            uss_total[g].1 += 1;
+        }
+    }
+    let mut group_sweeps: Vec<Vec<(usize, SweepSum)>> = vec![Vec::new(); names.len()];
+    for ((g, sweep), sum) in sums {
+        group_sweeps[g].push((sweep, sum));
+    }
+    for (g, list) in group_sweeps.iter_mut().enumerate() {
+        list.sort_unstable_by_key(|(sweep, _)| *sweep);
+        let st = &mut stats[g];
+        let max_opt = |best: Option<u64>, v: Option<u64>| match (best, v) {
+            (Some(b), Some(v)) => Some(b.max(v)),
+            (b, v) => b.or(v),
+        };
+        for (_, sum) in list.iter() {
+            st.agg_peak_uss = max_opt(st.agg_peak_uss, sum.uss);
+            st.agg_peak_rss = max_opt(st.agg_peak_rss, sum.rss);
+            st.agg_peak_pss = max_opt(st.agg_peak_pss, sum.pss);
+            st.peak_cpu_percent = Some(
+                st.peak_cpu_percent
+                    .map_or(sum.cpu_percent, |p| p.max(sum.cpu_percent)),
+            );
+        }
+        if uss_total[g].1 > 0 {
+            st.avg_uss = Some(uss_total[g].0 / uss_total[g].1 as f64);
+        }
+    }
+
+    // Exit figures and lifetimes.
+    for (i, p) in data.processes.iter().enumerate() {
+        let st = &mut stats[first_group[i]];
+        st.instances += 1;
+        st.cpu_user_ns += procs[i].cpu_user_ns;
+        st.cpu_system_ns += procs[i].cpu_system_ns;
+        st.cpu_from_samples += usize::from(procs[i].cpu_from_samples);
+        st.first_start_ns = st.first_start_ns.min(p.start_ns);
+        st.last_end_ns = st
+            .last_end_ns
+            .max(p.end_ns.unwrap_or(t1_ns).max(p.start_ns));
+    }
+    for st in &mut stats {
+        let duration = st.duration_ns();
+        if duration > 0 {
+            st.avg_cpu_percent = Some(st.cpu_ns() as f64 / duration as f64 * 100.0);
+        }
+    }
+
+    // Largest first; the order is the colour.
+    let mut order: Vec<usize> = (0..stats.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&stats[a], &stats[b]);
+        b.cpu_ns()
+            .cmp(&a.cpu_ns())
+            .then(b.agg_peak_uss.cmp(&a.agg_peak_uss))
+            .then(b.agg_peak_rss.cmp(&a.agg_peak_rss))
+            .then(a.name.cmp(&b.name))
+    });
+    let mut rank = vec![0; order.len()];
+    for (r, &g) in order.iter().enumerate() {
+        rank[g] = r;
+    }
+    let mut taken_stats: Vec<Option<GroupStats>> = stats.into_iter().map(Some).collect();
+    let mut taken_sweeps: Vec<Option<Vec<(usize, SweepSum)>>> =
+        group_sweeps.into_iter().map(Some).collect();
+    for &g in &order {
+        model.groups.push(taken_stats[g].take().expect("each group once"));
+        model
+            .group_sweeps
+            .push(taken_sweeps[g].take().expect("each group once"));
+    }
+    model.group_of = first_group.iter().map(|&g| rank[g]).collect();
+    model.procs = procs;
+    model.sweeps = sweeps;
+    model
+}
+
+/// One process in a top list.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopProcess {
+    pub process: usize,
+    pub cpu_ns: u64,
+    pub peak_rss: Option<u64>,
+    pub peak_uss: Option<u64>,
+}
+
+/// The `n` processes that used the most CPU time, most first (ties: earlier start first).
+pub fn top_by_cpu(data: &RunData, model: &Model, n: usize) -> Vec<TopProcess> {
+    top_by(data, model, n, |ps| {
+        (ps.cpu_user_ns + ps.cpu_system_ns > 0).then_some(ps.cpu_user_ns + ps.cpu_system_ns)
+    })
+}
+
+/// The `n` processes with the largest peak RSS (exit VmHWM or the largest sample), most first.
+pub fn top_by_memory(data: &RunData, model: &Model, n: usize) -> Vec<TopProcess> {
+    top_by(data, model, n, |ps| ps.peak_rss)
+}
+
+fn top_by(
+    data: &RunData,
+    model: &Model,
+    n: usize,
+    key: impl Fn(&ProcStats) -> Option<u64>,
+) -> Vec<TopProcess> {
+    let mut ranked: Vec<(u64, usize)> = model
+        .procs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, ps)| key(ps).map(|k| (k, i)))
+        .collect();
+    ranked.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(data.processes[a.1].start_ns.cmp(&data.processes[b.1].start_ns))
+    });
+    ranked
+        .into_iter()
+        .take(n)
+        .map(|(_, i)| {
+            let ps = &model.procs[i];
+            TopProcess {
+                process: i,
+                cpu_ns: ps.cpu_user_ns + ps.cpu_system_ns,
+                peak_rss: ps.peak_rss,
+                peak_uss: ps.peak_uss,
+            }
+        })
+        .collect()
+}
+
+/// How a process ended, for people.
+pub fn exit_text(p: &Process) -> String {
+    match (p.exit_code, p.exit_signal) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(sig)) => match signal_name(sig) {
+            Some(name) => format!("{name} ({sig})"),
+            None => format!("signal {sig}"),
+        },
+        _ if p.alive_at_end => "running at end".into(),
+        _ => "unknown".into(),
+    }
+}
+
+/// The name of the common signals.
+pub fn signal_name(sig: i32) -> Option<&'static str> {
+    Some(match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => return None,
+    })
+}
+
+/// A named series of (seconds since t0, value) points, with the group it draws (None for
+/// "other" and for series that are not a group's).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub group: Option<usize>,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Groups beyond this many in one plot are summed into "other".
+pub const TOP_GROUPS: usize = 8;
+
+/// The `TOP_GROUPS` groups with the largest `score`, in group order, and the rest.
+fn pick_top(scores: &[f64]) -> (Vec<usize>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..scores.len()).filter(|&g| scores[g] > 0.0).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    let mut top: Vec<usize> = order.iter().copied().take(TOP_GROUPS).collect();
+    top.sort_unstable();
+    let rest = (0..scores.len()).filter(|g| !top.contains(g)).collect();
+    (top, rest)
+}
+
+/// One value per sweep and group: `value` of its sums, 0 where it had no process.
+fn dense(model: &Model, g: usize, value: impl Fn(&SweepSum) -> Option<f64>) -> Vec<f64> {
+    let mut out = vec![0.0; model.sweeps.len()];
+    for (sweep, sum) in &model.group_sweeps[g] {
+        out[*sweep] = value(sum).unwrap_or(0.0);
+    }
+    out
+}
+
+/// Per-sweep series of the top groups by peak (and "other", the sum of the rest, when it is
+/// not all zero). `value` picks the figure of a group's sums.
+pub fn sweep_series(model: &Model, value: impl Fn(&SweepSum) -> Option<f64>) -> Vec<Series> {
+    let dense_all: Vec<Vec<f64>> = (0..model.groups.len())
+        .map(|g| dense(model, g, &value))
+        .collect();
+    let peaks: Vec<f64> = dense_all
+        .iter()
+        .map(|v| v.iter().copied().fold(0.0, f64::max))
+        .collect();
+    let (top, rest) = pick_top(&peaks);
+    let xs: Vec<f64> = model.sweeps.iter().map(|&t| model.secs(t)).collect();
+    let mut series: Vec<Series> = top
+        .iter()
+        .map(|&g| Series {
+            name: model.groups[g].name.clone(),
+            group: Some(g),
+            points: xs.iter().copied().zip(dense_all[g].iter().copied()).collect(),
+        })
+        .collect();
+    let mut other = vec![0.0; xs.len()];
+    for &g in &rest {
+        for (o, v) in other.iter_mut().zip(&dense_all[g]) {
+            *o += v;
+        }
+    }
+    if other.iter().any(|&v| v > 0.0) {
+        series.push(Series {
+            name: format!("other ({} groups)", rest.len()),
+            group: None,
+            points: xs.into_iter().zip(other).collect(),
+        });
+    }
+    series
+}
+
+/// CPU seconds used so far by each top group (by total CPU time) and "other", at every sweep,
+/// every exit and the end. A process that exited keeps its final CPU time; one that is running
+/// counts up to its latest sample.
+pub fn cumulative_cpu(data: &RunData, model: &Model) -> Vec<Series> {
+    // (time, process, cumulative ns): samples, then the exact exit figures at the end.
+    let mut updates: Vec<(i64, usize, u64)> = data
+        .samples
+        .iter()
+        .map(|s| (s.time_ns, s.process, s.cpu_user_ns + s.cpu_system_ns))
+        .collect();
+    for (i, p) in data.processes.iter().enumerate() {
+        if let (Some(u), Some(s), Some(end)) = (p.cpu_user_ns, p.cpu_system_ns, p.end_ns) {
+            updates.push((end, i, u + s));
+        }
+    }
+    updates.sort_by_key(|u| u.0);
+    let scores: Vec<f64> = model.groups.iter().map(|g| g.cpu_ns() as f64).collect();
+    let (top, _) = pick_top(&scores);
+    let slot: HashMap<usize, usize> = top.iter().enumerate().map(|(k, &g)| (g, k)).collect();
+    let mut last = vec![0u64; data.processes.len()];
+    let mut totals = vec![0.0f64; top.len() + 1];
+    let mut points: Vec<Vec<(f64, f64)>> = vec![vec![(0.0, 0.0)]; top.len() + 1];
+    let mut i = 0;
+    while i < updates.len() {
+        let t = updates[i].0;
+        while i < updates.len() && updates[i].0 == t {
+            let (_, p, value) = updates[i];
+            // Counters only grow; a /proc read with clock-tick resolution can lag the exact
+            // figure of an earlier row, so never go back.
+            if value > last[p] {
+                let k = slot.get(&model.group_of[p]).copied().unwrap_or(top.len());
+                totals[k] += (value - last[p]) as f64 / 1e9;
+                last[p] = value;
+            }
+            i += 1;
+        }
+        for (k, pts) in points.iter_mut().enumerate() {
+            pts.push((model.secs(t), totals[k]));
+        }
+    }
+    let end = model.secs(model.t1_ns);
+    for (k, pts) in points.iter_mut().enumerate() {
+        if pts.last().is_some_and(|p| p.0 < end) {
+            pts.push((end, totals[k]));
+        }
+    }
+    let rest = model.groups.len() - top.len();
+    let mut series: Vec<Series> = top
+        .iter()
+        .enumerate()
+        .map(|(k, &g)| Series {
+            name: model.groups[g].name.clone(),
+            group: Some(g),
+            points: std::mem::take(&mut points[k]),
+        })
+        .collect();
+    if totals[top.len()] > 0.0 {
+        series.push(Series {
+            name: format!("other ({rest} groups)"),
+            group: None,
+            points: std::mem::take(&mut points[top.len()]),
+        });
+    }
+    series
+}
+
+/// How many processes of each top group (by peak) were alive, as exact steps at every start
+/// and end, so processes shorter than the sampling interval count too.
+pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
+    let groups = model.groups.len();
+    let mut changes: Vec<(i64, i32, usize)> = Vec::with_capacity(2 * data.processes.len());
+    for (i, p) in data.processes.iter().enumerate() {
+        let g = model.group_of[i];
+        changes.push((p.start_ns, 1, g));
+        changes.push((model.end_of(p), -1, g));
+    }
+    // At one moment, ends before starts: a process replaced by another is not an overlap.
+    changes.sort_by_key(|c| (c.0, c.1));
+    let mut live = vec![0i64; groups];
+    let mut peak = vec![0.0f64; groups];
+    for &(_, d, g) in &changes {
+        live[g] += i64::from(d);
+        peak[g] = peak[g].max(live[g] as f64);
+    }
+    let (top, _) = pick_top(&peak);
+    let slot: HashMap<usize, usize> = top.iter().enumerate().map(|(k, &g)| (g, k)).collect();
+    let mut counts = vec![0i64; top.len() + 1];
+    let mut points: Vec<Vec<(f64, f64)>> = vec![vec![(0.0, 0.0)]; top.len() + 1];
+    let mut i = 0;
+    while i < changes.len() {
+        let t = changes[i].0;
+        let before = counts.clone();
+        while i < changes.len() && changes[i].0 == t {
+            let (_, d, g) = changes[i];
+            counts[slot.get(&g).copied().unwrap_or(top.len())] += i64::from(d);
+            i += 1;
+        }
+        let x = model.secs(t);
+        for k in 0..counts.len() {
+            if counts[k] != before[k] {
+                points[k].push((x, before[k] as f64));
+                points[k].push((x, counts[k] as f64));
+            }
+        }
+    }
+    let end = model.secs(model.t1_ns);
+    let rest = groups - top.len();
+    let mut series: Vec<Series> = Vec::new();
+    for (k, mut pts) in points.into_iter().enumerate() {
+        if pts.len() == 1 {
+            continue;
+        }
+        if pts.last().is_some_and(|p| p.0 < end) {
+            let y = pts.last().map_or(0.0, |p| p.1);
+            pts.push((end, y));
+        }
+        let (name, group) = match top.get(k) {
+            Some(&g) => (model.groups[g].name.clone(), Some(g)),
+            None => (format!("other ({rest} groups)"), None),
+        };
+        series.push(Series {
+            name,
+            group,
+            points: pts,
+        });
+    }
+    series
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::load::Sample;
+
+    const S: i64 = 1_000_000_000;
+
+    fn proc(pid: u32, filename: Option<&str>, comm: &str, argv: &[&str]) -> Process {
+        Process {
+            pid,
+            start_ns: i64::from(pid) * S,
+            filename: filename.map(str::to_string),
+            argv: (!argv.is_empty()).then(|| argv.iter().map(|s| s.to_string()).collect()),
+            comm: comm.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn groups_by_executable_falling_back_to_comm() {
+        let by = GroupBy::parse("exe").unwrap();
+        let gcc = proc(1, Some("/usr/bin/gcc-12"), "gcc", &["gcc", "-c", "a.c"]);
+        assert_eq!(by.group_of(&gcc), "gcc-12");
+        assert_eq!(by.group_of(&proc(2, None, "kworker", &[])), "kworker");
+        assert_eq!(by.group_of(&proc(3, Some("./run"), "run", &[])), "run");
+        assert_eq!(by.group_of(&proc(4, None, "", &[])), "pid 4");
+    }
+
+    #[test]
+    fn groups_by_comm() {
+        let by = GroupBy::parse("comm").unwrap();
+        assert_eq!(
+            by.group_of(&proc(1, Some("/usr/bin/python3.11"), "worker-3", &[])),
+            "worker-3"
+        );
+    }
+
+    #[test]
+    fn groups_by_pattern_with_and_without_a_capture_group() {
+        let python = proc(
+            1,
+            Some("/usr/bin/python3"),
+            "python3",
+            &["python3", "train.py", "--stage", "eval"],
+        );
+        let sh = proc(2, Some("/bin/sh"), "sh", &["sh", "-c", "true"]);
+        // The capture group names the group; no match falls back to the executable.
+        let by = GroupBy::parse(r"--stage (\w+)").unwrap();
+        assert_eq!(by.group_of(&python), "eval");
+        assert_eq!(by.group_of(&sh), "sh");
+        // Without a group, the whole match.
+        let by = GroupBy::parse(r"\w+\.py").unwrap();
+        assert_eq!(by.group_of(&python), "train.py");
+        // An optional group that did not take part: the whole match.
+        let by = GroupBy::parse(r"python3( --x)?").unwrap();
+        assert_eq!(by.group_of(&python), "python3");
+        // No argv: the pattern sees the file name.
+        let by = GroupBy::parse(r"[^/]+$").unwrap();
+        assert_eq!(by.group_of(&proc(3, Some("/opt/bin/tool"), "t", &[])), "tool");
+        let err = GroupBy::parse("(unclosed").unwrap_err();
+        assert!(err.contains("--group-by \"(unclosed\""), "{err}");
+    }
+
+    fn sample(time_s: f64, process: usize, uss: u64, rss: u64, cpu: f64) -> Sample {
+        Sample {
+            time_ns: (time_s * 1e9) as i64,
+            process,
+            uss_bytes: Some(uss),
+            rss_bytes: Some(rss),
+            pss_bytes: Some((uss + rss) / 2),
+            cpu_percent: Some(cpu),
+            ..Default::default()
+        }
+    }
+
+    /// Two `work` processes that peak at different sweeps, and one `sh`.
+    fn two_workers() -> RunData {
+        let mut a = proc(10, Some("/bin/work"), "work", &["work", "a"]);
+        let mut b = proc(11, Some("/bin/work"), "work", &["work", "b"]);
+        let mut sh = proc(12, Some("/bin/sh"), "sh", &["sh"]);
+        a.end_ns = Some(14 * S);
+        b.end_ns = Some(15 * S);
+        sh.end_ns = Some(13 * S);
+        (a.cpu_user_ns, a.cpu_system_ns) = (Some(3 * S as u64), Some(S as u64));
+        (b.cpu_user_ns, b.cpu_system_ns) = (Some(S as u64), Some(0));
+        // sh is still running at the end: its CPU comes from its last sample.
+        sh.alive_at_end = true;
+        let samples = vec![
+            sample(12.0, 0, 100, 300, 50.0),
+            sample(12.0, 1, 10, 200, 10.0),
+            sample(12.0, 2, 5, 50, 1.0),
+            sample(13.0, 0, 20, 200, 90.0),
+            sample(13.0, 1, 60, 250, 30.0),
+            Sample {
+                time_ns: 13 * S,
+                process: 2,
+                cpu_user_ns: 7,
+                cpu_system_ns: 3,
+                rss_bytes: Some(50),
+                ..Default::default()
+            },
+            Sample {
+                time_ns: 14 * S,
+                process: 0,
+                exit: true,
+                rss_bytes: Some(0),
+                ..Default::default()
+            },
+        ];
+        RunData {
+            processes: vec![a, b, sh],
+            samples,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn aggregate_peak_is_the_largest_per_sweep_sum() {
+        let data = two_workers();
+        let model = build(&data, &GroupBy::Exe);
+        assert_eq!(model.sweeps, [12 * S, 13 * S]);
+        let work = &model.groups[0];
+        assert_eq!(work.name, "work");
+        assert_eq!(work.instances, 2);
+        assert_eq!(work.samples, 4);
+        // Per sweep: 100 + 10 = 110, then 20 + 60 = 80; the single largest is 100.
+        assert_eq!(work.agg_peak_uss, Some(110));
+        assert_eq!(work.peak_uss_instance, Some(100));
+        assert_eq!(work.agg_peak_rss, Some(500));
+        assert_eq!(work.agg_peak_pss, Some((100 + 300) / 2 + (10 + 200) / 2));
+        assert_eq!(work.peak_cpu_percent, Some(120.0));
+        assert_eq!(work.avg_uss, Some(190.0 / 4.0));
+        assert_eq!((work.cpu_user_ns, work.cpu_system_ns), (4 * S as u64, S as u64));
+        // 5 CPU seconds from t=10 s to t=15 s.
+        assert_eq!(work.duration_ns(), 5 * S);
+        assert_eq!(work.avg_cpu_percent, Some(100.0));
+        let sh = &model.groups[1];
+        assert_eq!(sh.name, "sh");
+        // The sweep at 13 s has no USS for sh: the peak is the one sweep that had it.
+        assert_eq!(sh.agg_peak_uss, Some(5));
+        assert_eq!((sh.cpu_user_ns, sh.cpu_system_ns, sh.cpu_from_samples), (7, 3, 1));
+        assert_eq!(model.group_of, [0, 0, 1]);
+        // The exit row (rss 0) is not a sweep, and does not lower the peak RSS.
+        assert_eq!(model.procs[0].peak_rss, Some(300));
+    }
+
+    #[test]
+    fn top_processes() {
+        let data = two_workers();
+        let model = build(&data, &GroupBy::Exe);
+        let cpu: Vec<usize> = top_by_cpu(&data, &model, 2)
+            .iter()
+            .map(|t| t.process)
+            .collect();
+        assert_eq!(cpu, [0, 1]);
+        let mem: Vec<usize> = top_by_memory(&data, &model, 5)
+            .iter()
+            .map(|t| t.process)
+            .collect();
+        assert_eq!(mem, [0, 1, 2]);
+    }
+
+    #[test]
+    fn series_sum_groups_beyond_the_top_into_other() {
+        let mut processes = Vec::new();
+        let mut samples = Vec::new();
+        for i in 0..TOP_GROUPS + 3 {
+            processes.push(proc(
+                100 + i as u32,
+                Some(&format!("/bin/p{i}")),
+                "p",
+                &[],
+            ));
+            samples.push(sample(200.0, i, (i as u64 + 1) * 10, 0, 0.0));
+        }
+        let data = RunData {
+            processes,
+            samples,
+            ..Default::default()
+        };
+        let model = build(&data, &GroupBy::Exe);
+        let series = sweep_series(&model, |s| s.uss.map(|v| v as f64));
+        assert_eq!(series.len(), TOP_GROUPS + 1);
+        let other = series.last().unwrap();
+        assert_eq!(other.name, "other (3 groups)");
+        assert_eq!(other.group, None);
+        // The three smallest: 10 + 20 + 30.
+        assert_eq!(other.points[0].1, 60.0);
+        let top: f64 = series[..TOP_GROUPS].iter().map(|s| s.points[0].1).sum();
+        assert_eq!(top + 60.0, (1..=11).map(|i| i as f64 * 10.0).sum::<f64>());
+    }
+
+    #[test]
+    fn cumulative_cpu_keeps_the_final_time_of_exited_processes() {
+        let data = two_workers();
+        let model = build(&data, &GroupBy::Exe);
+        let series = cumulative_cpu(&data, &model);
+        let work = series.iter().find(|s| s.name == "work").unwrap();
+        // Exits at 14 s (4 s of CPU) and 15 s (1 s): 5 s at the end, never decreasing.
+        assert_eq!(work.points.last().unwrap(), &(5.0, 5.0));
+        assert!(work.points.windows(2).all(|w| w[0].1 <= w[1].1));
+        let at = |x: f64| work.points.iter().rev().find(|p| p.0 <= x).unwrap().1;
+        assert_eq!(at(4.0), 4.0);
+    }
+
+    #[test]
+    fn active_instances_are_exact_steps() {
+        let data = two_workers();
+        let model = build(&data, &GroupBy::Exe);
+        let series = active_instances(&data, &model);
+        let work = series.iter().find(|s| s.name == "work").unwrap();
+        // work: starts at 10 s and 11 s (t0), ends at 14 s and 15 s.
+        assert_eq!(
+            work.points,
+            [
+                (0.0, 0.0),
+                (0.0, 0.0),
+                (0.0, 1.0),
+                (1.0, 1.0),
+                (1.0, 2.0),
+                (4.0, 2.0),
+                (4.0, 1.0),
+                (5.0, 1.0),
+                (5.0, 0.0)
+            ]
+        );
+    }
+
+    #[test]
+    fn exit_texts() {
+        let mut p = proc(1, None, "x", &[]);
+        assert_eq!(exit_text(&p), "unknown");
+        p.alive_at_end = true;
+        assert_eq!(exit_text(&p), "running at end");
+        p.exit_signal = Some(9);
+        assert_eq!(exit_text(&p), "SIGKILL (9)");
+        p.exit_signal = Some(40);
+        assert_eq!(exit_text(&p), "signal 40");
+        p.exit_code = Some(3);
+        assert_eq!(exit_text(&p), "exit 3");
+    }
+}

@@ -1,0 +1,666 @@
+//! The report's plots, drawn as SVG by `plotters`. Every plot has time since the start of the
+//! run on its x axis, a legend to the right of the plotting area (never over the data), the
+//! user's marks as dashed vertical lines, and at most [`TOP_GROUPS`](super::model::TOP_GROUPS)
+//! groups plus "other". Long series are downsampled first (see [`super::downsample`]).
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::downsample::{min_max, min_max_indices, BUCKETS};
+use super::load::{RunData, GPU_COLUMNS};
+use super::model::{self, Model, Series};
+use super::{color_rgb, fmt_bytes, mark_text};
+
+/// One plot of the report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plot {
+    /// File name stem for the Markdown report (`report-<id>.svg`), and the HTML anchor.
+    pub id: String,
+    pub title: String,
+    /// What it shows and how to read it.
+    pub caption: String,
+    pub svg: String,
+}
+
+/// What a y axis counts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Unit {
+    Bytes,
+    /// CPU% (100 = one core) or utilization.
+    Percent,
+    Seconds,
+    Count,
+    Watts,
+}
+
+/// Divisor and suffix for axis labels of values up to `max`.
+fn scale(unit: Unit, max: f64) -> (f64, &'static str) {
+    match unit {
+        Unit::Bytes => {
+            const UNITS: [&str; 5] = [" B", " KiB", " MiB", " GiB", " TiB"];
+            let mut div = 1.0;
+            let mut k = 0;
+            while max / div >= 1024.0 && k + 1 < UNITS.len() {
+                div *= 1024.0;
+                k += 1;
+            }
+            (div, UNITS[k])
+        }
+        Unit::Percent => (1.0, "%"),
+        Unit::Seconds => (1.0, " s"),
+        Unit::Count => (1.0, ""),
+        Unit::Watts => (1.0, " W"),
+    }
+}
+
+fn axis_label(value: f64, div: f64, suffix: &str) -> String {
+    let v = value / div;
+    let text = if v == v.round() {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    };
+    format!("{text}{suffix}")
+}
+
+const WIDTH: u32 = 1000;
+const HEIGHT: u32 = 320;
+const LEGEND_WIDTH: u32 = 190;
+const FONT: &str = "sans-serif";
+
+type PlotResult<T> = Result<T, String>;
+
+fn err<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+/// A mark as (seconds since t0, text).
+pub type MarkLine = (f64, String);
+
+fn marks_of(data: &RunData, model: &Model) -> Vec<MarkLine> {
+    data.marks
+        .iter()
+        .map(|m| (model.secs(m.time_ns), mark_text(m)))
+        .collect()
+}
+
+fn series_color(s: &Series, fallback: usize) -> RGBColor {
+    let (r, g, b) = match s.group {
+        Some(g) => color_rgb(Some(g)),
+        None if s.name.starts_with("other") => color_rgb(None),
+        None => color_rgb(Some(fallback)),
+    };
+    RGBColor(r, g, b)
+}
+
+/// Draws the legend into `area`: a swatch and a name per series.
+fn legend(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    entries: &[(String, RGBColor)],
+) -> PlotResult<()> {
+    for (k, (name, color)) in entries.iter().enumerate() {
+        let y = 24 + 18 * k as i32;
+        area.draw(&Rectangle::new(
+            [(8, y - 5), (22, y + 5)],
+            color.filled(),
+        ))
+        .map_err(err)?;
+        let name = if name.chars().count() > 24 {
+            let mut s: String = name.chars().take(23).collect();
+            s.push('…');
+            s
+        } else {
+            name.clone()
+        };
+        area.draw(&Text::new(name, (28, y - 6), (FONT, 13)))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// A line chart of `series` (already in the plot's units) with marks and optional horizontal
+/// reference lines.
+fn line_chart(
+    title: &str,
+    unit: Unit,
+    series: &[Series],
+    marks: &[MarkLine],
+    x_max: f64,
+    hlines: &[(f64, String)],
+) -> PlotResult<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let y_data = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .fold(0.0, f64::max);
+        let y_max = hlines
+            .iter()
+            .map(|h| h.0)
+            .fold(y_data, f64::max)
+            .max(if unit == Unit::Percent { 1.0 } else { 1e-9 })
+            * 1.08;
+        let (div, suffix) = scale(unit, y_max);
+        let x_max = x_max.max(1e-3);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption(title, (FONT, 17))
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time since start (s)")
+            .x_labels(10)
+            .y_labels(6)
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(228, 231, 235))
+            .y_label_formatter(&|v| axis_label(*v, div, suffix))
+            .label_style((FONT, 12))
+            .draw()
+            .map_err(err)?;
+        let mut entries = Vec::new();
+        for (k, s) in series.iter().enumerate() {
+            let color = series_color(s, k);
+            let points = min_max(&s.points, BUCKETS);
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(err)?;
+            entries.push((s.name.clone(), color));
+        }
+        for (y, label) in hlines {
+            let grey = RGBColor(90, 90, 90);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(0.0, *y), (x_max, *y)],
+                    6,
+                    4,
+                    grey.stroke_width(1),
+                ))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label.clone(),
+                    (x_max * 0.01, *y),
+                    (FONT, 12).into_font().color(&grey),
+                )))
+                .map_err(err)?;
+        }
+        draw_marks(&mut chart, marks, y_max)?;
+        legend(&legend_area, &entries)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+fn draw_marks(
+    chart: &mut ChartContext<
+        '_,
+        SVGBackend<'_>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    marks: &[MarkLine],
+    y_max: f64,
+) -> PlotResult<()> {
+    let red = RGBColor(192, 57, 43);
+    for (x, label) in marks {
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(*x, 0.0), (*x, y_max)],
+                5,
+                3,
+                red.stroke_width(1),
+            ))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (*x, y_max),
+                (FONT, 11).into_font().color(&red),
+            )))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+fn has_data(series: &[Series]) -> bool {
+    series.iter().any(|s| s.points.iter().any(|p| p.1 > 0.0))
+}
+
+/// Every plot the run has data for, in report order.
+pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
+    let marks = marks_of(data, model);
+    let x_max = model.secs(model.t1_ns);
+    let mut plots = Vec::new();
+
+    let uss = model::sweep_series(model, |s| s.uss.map(|v| v as f64));
+    if has_data(&uss) {
+        plots.push(Plot {
+            id: "uss".into(),
+            title: "Private memory (USS) per group".into(),
+            caption: "Sum of the USS of each group's processes at every sweep: the memory that \
+                      ending them would give back."
+                .into(),
+            svg: line_chart(
+                "Private memory (USS) per group",
+                Unit::Bytes,
+                &uss,
+                &marks,
+                x_max,
+                &[],
+            )?,
+        });
+    }
+    if let Some(plot) = rss_vs_uss(model, &marks, x_max)? {
+        plots.push(plot);
+    }
+    if let Some(plot) = stacked_private(data, model, &marks, x_max)? {
+        plots.push(plot);
+    }
+    let cpu = model::sweep_series(model, |s| Some(s.cpu_percent));
+    if has_data(&cpu) {
+        plots.push(Plot {
+            id: "cpu".into(),
+            title: "CPU per group".into(),
+            caption: "Sum of the CPU% of each group's processes at every sweep (100% = one \
+                      core busy). Processes shorter than the sampling interval do not show \
+                      here; the cumulative plot below counts them."
+                .into(),
+            svg: line_chart(
+                "CPU per group",
+                Unit::Percent,
+                &cpu,
+                &marks,
+                x_max,
+                &[],
+            )?,
+        });
+    }
+    let cumulative = model::cumulative_cpu(data, model);
+    if has_data(&cumulative) {
+        plots.push(Plot {
+            id: "cpu-time".into(),
+            title: "Cumulative CPU time per group".into(),
+            caption: "CPU seconds used so far by each group (user + system). A process that \
+                      exited keeps its final, exact CPU time."
+                .into(),
+            svg: line_chart(
+                "Cumulative CPU time per group",
+                Unit::Seconds,
+                &cumulative,
+                &marks,
+                x_max,
+                &[],
+            )?,
+        });
+    }
+    let active = model::active_instances(data, model);
+    if has_data(&active) {
+        plots.push(Plot {
+            id: "instances".into(),
+            title: "Active instances per group".into(),
+            caption: "Processes of each group alive at each moment, from their exact start and \
+                      end times."
+                .into(),
+            svg: line_chart(
+                "Active instances per group",
+                Unit::Count,
+                &active,
+                &marks,
+                x_max,
+                &[],
+            )?,
+        });
+    }
+    plots.extend(gpu_plots(data, model, &marks, x_max)?);
+    Ok(plots)
+}
+
+/// RSS and USS of the largest groups (by aggregate peak RSS), one small panel each: the gap
+/// between them is memory the group shares (libraries, shared mappings, copy-on-write pages).
+fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Option<Plot>> {
+    let mut groups: Vec<usize> = (0..model.groups.len())
+        .filter(|&g| model.groups[g].agg_peak_uss.is_some_and(|v| v > 0))
+        .collect();
+    groups.sort_by(|&a, &b| {
+        model.groups[b]
+            .agg_peak_rss
+            .cmp(&model.groups[a].agg_peak_rss)
+            .then(a.cmp(&b))
+    });
+    groups.truncate(4);
+    if groups.is_empty() {
+        return Ok(None);
+    }
+    let (rows, cols) = match groups.len() {
+        1 => (1, 1),
+        2 => (1, 2),
+        _ => (2, 2),
+    };
+    let height = if rows == 1 { HEIGHT } else { 2 * HEIGHT - 60 };
+    let xs: Vec<f64> = model.sweeps.iter().map(|&t| model.secs(t)).collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let root = root
+            .titled("RSS vs USS per group (the gap is shared memory)", (FONT, 17))
+            .map_err(err)?;
+        let panels = root.split_evenly((rows, cols));
+        for (panel, &g) in panels.iter().zip(&groups) {
+            let mut rss = vec![0.0; xs.len()];
+            let mut uss = vec![0.0; xs.len()];
+            for (sweep, sum) in &model.group_sweeps[g] {
+                rss[*sweep] = sum.rss.unwrap_or(0) as f64;
+                uss[*sweep] = sum.uss.unwrap_or(0) as f64;
+            }
+            let y_max = rss.iter().chain(&uss).copied().fold(1.0, f64::max) * 1.1;
+            let (div, suffix) = scale(Unit::Bytes, y_max);
+            let (r, gg, b) = color_rgb(Some(g));
+            let color = RGBColor(r, gg, b);
+            let mut chart = ChartBuilder::on(panel)
+                .caption(&model.groups[g].name, (FONT, 14))
+                .margin(8)
+                .x_label_area_size(26)
+                .y_label_area_size(64)
+                .build_cartesian_2d(0f64..x_max.max(1e-3), 0f64..y_max)
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .x_labels(6)
+                .y_labels(5)
+                .light_line_style(TRANSPARENT)
+                .bold_line_style(RGBColor(228, 231, 235))
+                .y_label_formatter(&|v| axis_label(*v, div, suffix))
+                .label_style((FONT, 11))
+                .draw()
+                .map_err(err)?;
+            let keep = |ys: &[f64]| -> Vec<(f64, f64)> {
+                min_max_indices(&xs, ys, BUCKETS)
+                    .into_iter()
+                    .map(|i| (xs[i], ys[i]))
+                    .collect()
+            };
+            chart
+                .draw_series(
+                    AreaSeries::new(keep(&rss), 0.0, color.mix(0.22))
+                        .border_style(color.mix(0.6).stroke_width(1)),
+                )
+                .map_err(err)?
+                .label("RSS")
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.mix(0.22).filled()));
+            chart
+                .draw_series(
+                    AreaSeries::new(keep(&uss), 0.0, color.mix(0.85))
+                        .border_style(color.stroke_width(1)),
+                )
+                .map_err(err)?
+                .label("USS")
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.mix(0.85).filled()));
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(200, 200, 200))
+                .label_font((FONT, 11))
+                .draw()
+                .map_err(err)?;
+            draw_marks(&mut chart, marks, y_max)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(Some(Plot {
+        id: "rss-uss".into(),
+        title: "RSS vs USS per group".into(),
+        caption: "Light: resident memory (RSS); solid: private memory (USS), per group at every \
+                  sweep. The gap is memory the group shares with other processes (libraries, \
+                  copy-on-write pages), which RSS counts once per process."
+            .into(),
+        svg,
+    }))
+}
+
+/// The whole tree's private memory, stacked by group, with its peak and the machine's memory.
+fn stacked_private(
+    data: &RunData,
+    model: &Model,
+    marks: &[MarkLine],
+    x_max: f64,
+) -> PlotResult<Option<Plot>> {
+    let layers = model::sweep_series(model, |s| s.uss.map(|v| v as f64));
+    if !has_data(&layers) {
+        return Ok(None);
+    }
+    let n = model.sweeps.len();
+    let xs: Vec<f64> = model.sweeps.iter().map(|&t| model.secs(t)).collect();
+    // Cumulative sums, bottom layer first; one set of indices for all layers keeps them stacked.
+    let mut cum: Vec<Vec<f64>> = Vec::with_capacity(layers.len());
+    let mut running = vec![0.0; n];
+    for layer in &layers {
+        for (r, p) in running.iter_mut().zip(&layer.points) {
+            *r += p.1;
+        }
+        cum.push(running.clone());
+    }
+    let total = cum.last().cloned().unwrap_or_default();
+    let keep = min_max_indices(&xs, &total, BUCKETS);
+    let (peak_i, peak) = total
+        .iter()
+        .copied()
+        .enumerate()
+        .fold((0, 0.0), |best, (i, v)| if v > best.1 { (i, v) } else { best });
+    let machine = data
+        .system
+        .iter()
+        .filter_map(|s| s.mem_total_bytes)
+        .max()
+        .map(|v| v as f64);
+    // The machine's memory is drawn when it keeps the stack readable (within 4× its peak).
+    let (hline, machine_note) = match machine {
+        Some(m) if m <= 4.0 * peak => (Some(m), String::new()),
+        Some(m) => (
+            None,
+            format!(
+                " The machine's memory, {}, is above the scale ({:.1}% of it at the peak).",
+                fmt_bytes(m as u64),
+                peak / m * 100.0
+            ),
+        ),
+        None => (None, String::new()),
+    };
+    let y_max = hline.unwrap_or(0.0).max(peak).max(1.0) * 1.12;
+    let (div, suffix) = scale(Unit::Bytes, y_max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption("Total private memory (USS), stacked by group", (FONT, 17))
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..x_max.max(1e-3), 0f64..y_max)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time since start (s)")
+            .x_labels(10)
+            .y_labels(6)
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(228, 231, 235))
+            .y_label_formatter(&|v| axis_label(*v, div, suffix))
+            .label_style((FONT, 12))
+            .draw()
+            .map_err(err)?;
+        let mut entries = Vec::new();
+        // Top layer first, so each lower layer is drawn over the ones above it.
+        for (k, layer) in layers.iter().enumerate().rev() {
+            let color = series_color(layer, k);
+            let points: Vec<(f64, f64)> = keep.iter().map(|&i| (xs[i], cum[k][i])).collect();
+            chart
+                .draw_series(AreaSeries::new(points, 0.0, color.filled()).border_style(WHITE))
+                .map_err(err)?;
+            entries.push((layer.name.clone(), color));
+        }
+        entries.reverse();
+        if let Some(m) = hline {
+            let grey = RGBColor(90, 90, 90);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(0.0, m), (x_max, m)],
+                    6,
+                    4,
+                    grey.stroke_width(1),
+                ))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    format!("machine memory {}", fmt_bytes(m as u64)),
+                    (x_max * 0.01, m),
+                    (FONT, 12).into_font().color(&grey),
+                )))
+                .map_err(err)?;
+        }
+        let px = xs.get(peak_i).copied().unwrap_or(0.0);
+        chart
+            .draw_series(std::iter::once(Circle::new(
+                (px, peak),
+                4,
+                BLACK.filled(),
+            )))
+            .map_err(err)?;
+        let label = format!("peak {} at {:.1} s", fmt_bytes(peak as u64), px);
+        // Keep the label inside the plot: to the left of the peak when it is on the right.
+        let pos = if px > x_max * 0.7 {
+            (px - x_max * 0.25, peak)
+        } else {
+            (px + x_max * 0.01, peak)
+        };
+        chart
+            .draw_series(std::iter::once(Text::new(label, pos, (FONT, 13))))
+            .map_err(err)?;
+        draw_marks(&mut chart, marks, y_max)?;
+        legend(&legend_area, &entries)?;
+        root.present().map_err(err)?;
+    }
+    Ok(Some(Plot {
+        id: "memory-stacked".into(),
+        title: "Total private memory".into(),
+        caption: format!(
+            "The tree's USS at every sweep, stacked by group; the dot marks its peak ({} at \
+             {:.1} s).{machine_note}",
+            fmt_bytes(peak as u64),
+            xs.get(peak_i).copied().unwrap_or(0.0)
+        ),
+        svg,
+    }))
+}
+
+/// GPU utilization, memory and power (gpu.parquet), one line per GPU.
+fn gpu_plots(
+    data: &RunData,
+    model: &Model,
+    marks: &[MarkLine],
+    x_max: f64,
+) -> PlotResult<Vec<Plot>> {
+    let Some(gpu) = &data.gpu else {
+        return Ok(Vec::new());
+    };
+    let mut indices: Vec<u32> = gpu.rows.iter().map(|r| r.gpu_index).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    let mut plots = Vec::new();
+    for (slot, &column) in gpu.columns.iter().enumerate() {
+        let (name, title, unit) = GPU_COLUMNS[column];
+        let unit = match unit {
+            "%" => Unit::Percent,
+            "bytes" => Unit::Bytes,
+            "W" => Unit::Watts,
+            _ => Unit::Count,
+        };
+        let series: Vec<Series> = indices
+            .iter()
+            .map(|&index| Series {
+                name: format!("GPU {index}"),
+                group: Some(index as usize),
+                points: gpu
+                    .rows
+                    .iter()
+                    .filter(|r| r.gpu_index == index)
+                    .filter_map(|r| r.values[slot].map(|v| (model.secs(r.time_ns), v)))
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        plots.push(Plot {
+            id: format!("gpu-{}", name.replace('_', "-")),
+            title: title.into(),
+            caption: format!("{title} per GPU (gpu.parquet `{name}`), the whole device."),
+            svg: line_chart(title, unit, &series, marks, x_max, &[])?,
+        });
+    }
+    Ok(plots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_labels_pick_a_unit() {
+        let (div, suffix) = scale(Unit::Bytes, 3.0 * 1024.0 * 1024.0 * 1024.0);
+        assert_eq!(axis_label(1.5 * div, div, suffix), "1.5 GiB");
+        let (div, suffix) = scale(Unit::Bytes, 500.0);
+        assert_eq!(axis_label(200.0, div, suffix), "200 B");
+        assert_eq!(axis_label(150.0, 1.0, "%"), "150%");
+    }
+
+    #[test]
+    fn a_line_chart_is_an_svg_with_a_legend_and_marks() {
+        let series = vec![
+            Series {
+                name: "cc1".into(),
+                group: Some(0),
+                points: (0..5000).map(|i| (i as f64 * 0.1, (i % 7) as f64)).collect(),
+            },
+            Series {
+                name: "other (3 groups)".into(),
+                group: None,
+                points: vec![(0.0, 1.0), (500.0, 2.0)],
+            },
+        ];
+        let svg = line_chart(
+            "CPU <per> group",
+            Unit::Percent,
+            &series,
+            &[(100.0, "build".into())],
+            500.0,
+            &[(5.0, "limit".into())],
+        )
+        .unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..100]);
+        assert!(svg.contains("CPU &lt;per&gt; group"));
+        // plotters writes text elements as `<text ...>\nTEXT\n</text>`.
+        for text in ["cc1", "other (3 groups)", "build", "limit"] {
+            assert!(svg.contains(&format!(">\n{text}\n</text>")), "{text}");
+        }
+        // 5,000 points were downsampled to at most two per bucket.
+        let longest = svg
+            .split("points=\"")
+            .skip(1)
+            .map(|s| s.split('"').next().unwrap().split(' ').count())
+            .max()
+            .unwrap();
+        assert!(longest <= 2 * BUCKETS + 3, "{longest}");
+    }
+}

@@ -1,0 +1,705 @@
+//! The report's text: the header, the tables and the captions, filled into the `minijinja`
+//! templates `report.html` (one self-contained page: inline CSS, inline SVG, a few lines of
+//! inline script to sort the tables) and `report.md` (plots as `report-*.svg` files beside it).
+
+use minijinja::{Environment, Value};
+use serde::Serialize;
+use serde_json::Value as Json;
+
+use super::load::RunData;
+use super::model::{exit_text, signal_name, Model};
+use super::{color_hex, fmt_bytes, fmt_percent, fmt_secs, Report, TABLE_GROUPS, TOP_PROCESSES};
+
+const HTML_TEMPLATE: &str = include_str!("report.html");
+const MARKDOWN_TEMPLATE: &str = include_str!("report.md");
+
+/// One line of the header.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Item {
+    pub label: String,
+    pub value: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Column {
+    pub label: &'static str,
+    /// What it means (the HTML shows it on hover).
+    pub title: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cell {
+    pub text: String,
+    /// For sorting the HTML table (-1 when unknown).
+    pub sort: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GroupRow {
+    pub color: String,
+    pub name: String,
+    pub cells: Vec<Cell>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+struct PlotView {
+    id: String,
+    title: String,
+    caption: String,
+    svg: String,
+    file: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+struct View {
+    title: String,
+    command: String,
+    version: &'static str,
+    header: Vec<Item>,
+    notes: Vec<String>,
+    group_by: String,
+    group_columns: Vec<Column>,
+    groups: Vec<GroupRow>,
+    more_groups: Option<String>,
+    process_columns: Vec<Column>,
+    top_cpu: Vec<GroupRow>,
+    top_memory: Vec<GroupRow>,
+    plots: Vec<PlotView>,
+    timeline_caption: String,
+    timeline_svg: String,
+    timeline_file: &'static str,
+}
+
+/// The columns of the per-group table, after the group's name.
+pub const GROUP_COLUMNS: [Column; 13] = [
+    Column {
+        label: "instances",
+        title: "processes in the group",
+    },
+    Column {
+        label: "samples",
+        title: "sweep rows (procfs) of its processes",
+    },
+    Column {
+        label: "peak USS / instance",
+        title: "the largest private memory (USS) of one process",
+    },
+    Column {
+        label: "agg. peak USS",
+        title: "largest sum of the group's USS at one sweep",
+    },
+    Column {
+        label: "agg. peak RSS",
+        title: "largest sum of the group's RSS at one sweep",
+    },
+    Column {
+        label: "agg. peak PSS",
+        title: "largest sum of the group's PSS at one sweep",
+    },
+    Column {
+        label: "peak CPU",
+        title: "largest sum of the group's CPU% at one sweep (100% = one core)",
+    },
+    Column {
+        label: "CPU user",
+        title: "user CPU seconds (exact exit figures)",
+    },
+    Column {
+        label: "CPU system",
+        title: "system CPU seconds (exact exit figures)",
+    },
+    Column {
+        label: "CPU total",
+        title: "user + system CPU seconds",
+    },
+    Column {
+        label: "avg USS",
+        title: "mean USS over the group's sweep rows (one process's typical private memory)",
+    },
+    Column {
+        label: "avg CPU",
+        title: "CPU total over duration (100% = one core busy while the group ran)",
+    },
+    Column {
+        label: "duration",
+        title: "from the first start of one of its processes to the last end",
+    },
+];
+
+/// The columns of the top-process tables, after pid.
+pub const PROCESS_COLUMNS: [Column; 8] = [
+    Column {
+        label: "group",
+        title: "its group",
+    },
+    Column {
+        label: "command",
+        title: "its command line (cut at 80 characters)",
+    },
+    Column {
+        label: "start",
+        title: "seconds after the start of the run",
+    },
+    Column {
+        label: "duration",
+        title: "wall time from its start to its end",
+    },
+    Column {
+        label: "CPU",
+        title: "user + system CPU seconds",
+    },
+    Column {
+        label: "peak RSS",
+        title: "peak resident memory (exit VmHWM, or the largest sample)",
+    },
+    Column {
+        label: "peak USS",
+        title: "largest sampled private memory",
+    },
+    Column {
+        label: "exit",
+        title: "how it ended",
+    },
+];
+
+fn cell(text: String, sort: f64) -> Cell {
+    Cell { text, sort }
+}
+
+fn bytes_cell(v: Option<u64>) -> Cell {
+    match v {
+        Some(b) => cell(fmt_bytes(b), b as f64),
+        None => cell("n/a".into(), -1.0),
+    }
+}
+
+fn float_bytes_cell(v: Option<f64>) -> Cell {
+    match v {
+        Some(b) => cell(fmt_bytes(b.round() as u64), b),
+        None => cell("n/a".into(), -1.0),
+    }
+}
+
+fn percent_cell(v: Option<f64>) -> Cell {
+    match v {
+        Some(p) => cell(fmt_percent(p), p),
+        None => cell("n/a".into(), -1.0),
+    }
+}
+
+fn secs_cell(ns: u64) -> Cell {
+    let s = ns as f64 / 1e9;
+    cell(fmt_secs(s), s)
+}
+
+/// The per-group table: the first [`TABLE_GROUPS`] groups.
+pub fn group_rows(model: &Model) -> Vec<GroupRow> {
+    model
+        .groups
+        .iter()
+        .take(TABLE_GROUPS)
+        .enumerate()
+        .map(|(g, st)| {
+            let mut cpu_total = secs_cell(st.cpu_ns());
+            if st.cpu_from_samples > 0 {
+                // Some processes had no exit figures: their CPU time is a lower bound.
+                cpu_total.text.push('*');
+            }
+            GroupRow {
+                color: color_hex(Some(g)),
+                name: st.name.clone(),
+                cells: vec![
+                    cell(st.instances.to_string(), st.instances as f64),
+                    cell(st.samples.to_string(), st.samples as f64),
+                    bytes_cell(st.peak_uss_instance),
+                    bytes_cell(st.agg_peak_uss),
+                    bytes_cell(st.agg_peak_rss),
+                    bytes_cell(st.agg_peak_pss),
+                    percent_cell(st.peak_cpu_percent),
+                    secs_cell(st.cpu_user_ns),
+                    secs_cell(st.cpu_system_ns),
+                    cpu_total,
+                    float_bytes_cell(st.avg_uss),
+                    percent_cell(st.avg_cpu_percent),
+                    {
+                        let s = st.duration_ns() as f64 / 1e9;
+                        cell(fmt_secs(s), s)
+                    },
+                ],
+            }
+        })
+        .collect()
+}
+
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(max - 1).collect();
+        s.push('…');
+        s
+    }
+}
+
+fn process_rows(data: &RunData, model: &Model, top: &[super::model::TopProcess]) -> Vec<GroupRow> {
+    top.iter()
+        .map(|t| {
+            let p = &data.processes[t.process];
+            let g = model.group_of[t.process];
+            let start = model.secs(p.start_ns);
+            let duration = (model.end_of(p) - p.start_ns) as f64 / 1e9;
+            GroupRow {
+                color: color_hex(Some(g)),
+                name: p.pid.to_string(),
+                cells: vec![
+                    cell(model.groups[g].name.clone(), g as f64),
+                    cell(cut(&p.command_line(), 80), 0.0),
+                    cell(format!("+{}", fmt_secs(start)), start),
+                    cell(fmt_secs(duration), duration),
+                    secs_cell(t.cpu_ns),
+                    bytes_cell(t.peak_rss),
+                    bytes_cell(t.peak_uss),
+                    cell(exit_text(p), 0.0),
+                ],
+            }
+        })
+        .collect()
+}
+
+fn get<'a>(info: Option<&'a Json>, path: &[&str]) -> Option<&'a Json> {
+    let mut v = info?;
+    for key in path {
+        v = v.get(key)?;
+    }
+    (!v.is_null()).then_some(v)
+}
+
+fn get_f64(info: Option<&Json>, path: &[&str]) -> Option<f64> {
+    get(info, path)?.as_f64()
+}
+
+fn get_str<'a>(info: Option<&'a Json>, path: &[&str]) -> Option<&'a str> {
+    get(info, path)?.as_str()
+}
+
+/// `2024-05-01T12:00:00.123456Z` -> `2024-05-01 12:00:00 UTC`.
+fn readable_time(rfc3339: &str) -> String {
+    match (rfc3339.get(..10), rfc3339.get(11..19)) {
+        (Some(date), Some(time)) if rfc3339.ends_with('Z') => format!("{date} {time} UTC"),
+        _ => rfc3339.to_string(),
+    }
+}
+
+/// The command line the report is about: run.json's, else the first process's.
+pub fn command(data: &RunData) -> String {
+    get_str(data.info.as_ref(), &["command"])
+        .map(str::to_string)
+        .or_else(|| {
+            data.processes
+                .iter()
+                .min_by_key(|p| p.start_ns)
+                .map(|p| p.command_line())
+        })
+        .unwrap_or_default()
+}
+
+/// The header: what was run, where, how it ended and how complete the record is. Fields
+/// missing from run.json are left out (or say "unknown").
+pub fn header(report: &Report) -> Vec<Item> {
+    let data = &report.data;
+    let model = &report.model;
+    let info = data.info.as_ref();
+    let mut items = Vec::new();
+    let mut put = |label: &str, value: String| {
+        items.push(Item {
+            label: label.into(),
+            value,
+        })
+    };
+    if let Some(host) = get_str(info, &["host"]) {
+        let value = match get_str(info, &["kernel"]) {
+            Some(kernel) => format!("{host} (Linux {kernel})"),
+            None => host.to_string(),
+        };
+        put("Host", value);
+    }
+    if let Some(start) = get_str(info, &["start_time"]) {
+        put("Start", readable_time(start));
+    }
+    let duration = match (
+        get_f64(info, &["command_wall_s"]),
+        get_f64(info, &["duration_s"]),
+    ) {
+        (Some(wall), Some(all)) => format!("{} (montrace in all: {})", fmt_secs(wall), fmt_secs(all)),
+        (Some(s), None) | (None, Some(s)) => fmt_secs(s),
+        (None, None) => format!("{} of data", fmt_secs(model.secs(model.t1_ns))),
+    };
+    put("Duration", duration);
+    let mut exit = match (
+        get(info, &["exit_code"]).and_then(Json::as_i64),
+        get(info, &["exit_signal"]).and_then(Json::as_i64),
+    ) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(sig)) => match signal_name(sig as i32) {
+            Some(name) => format!("killed by {name} ({sig})"),
+            None => format!("killed by signal {sig}"),
+        },
+        _ => "unknown (no run.json)".into(),
+    };
+    if let Some(breach) = get(info, &["limit_breach"]) {
+        let limit = breach.get("limit").and_then(Json::as_str).unwrap_or("?");
+        let at = breach.get("elapsed_s").and_then(Json::as_f64);
+        exit.push_str(&format!(
+            "; stopped by --limit {limit}{}",
+            at.map_or(String::new(), |s| format!(" after {}", fmt_secs(s)))
+        ));
+        if let Some(status) = get(info, &["exit_status"]).and_then(Json::as_i64) {
+            exit.push_str(&format!(" (montrace exit status {status})"));
+        }
+    }
+    put("Exit status", exit);
+    if let Some(mode) = get_str(info, &["tracking_mode"]) {
+        let what = match mode {
+            "tp_btf" => " (BTF tracepoints)",
+            "tracepoint" => " (classic tracepoints)",
+            _ => "",
+        };
+        put("Tracking", format!("{mode}{what}"));
+    }
+    if let Some(lost) = get(info, &["lost_events"]) {
+        let n = |k: &str| lost.get(k).and_then(Json::as_u64).unwrap_or(0);
+        let (ring, map, reads) = (n("ringbuf_full"), n("track_map_full"), n("read_errors"));
+        let vanished = get(info, &["vanished_processes"])
+            .and_then(Json::as_u64)
+            .unwrap_or(0);
+        let mut parts = Vec::new();
+        if ring + map > 0 {
+            parts.push(format!(
+                "{} events lost (ring buffer full {ring}, tracking map full {map})",
+                ring + map
+            ));
+        }
+        if reads > 0 {
+            parts.push(format!("{reads} kernel reads failed"));
+        }
+        if vanished > 0 {
+            parts.push(format!("{vanished} exits never seen"));
+        }
+        put(
+            "Lost events",
+            if parts.is_empty() {
+                "none".into()
+            } else {
+                parts.join("; ")
+            },
+        );
+    }
+    if info.is_some() {
+        let coverage = match (
+            get_f64(info, &["cgroup", "cpu_coverage"]),
+            get_str(info, &["cgroup", "error"]),
+        ) {
+            (Some(c), _) => format!(
+                "{} of the run cgroup's CPU time is in the per-process figures",
+                fmt_percent(c * 100.0)
+            ),
+            (None, Some(err)) => format!("unknown: {err}"),
+            (None, None) => "unknown (no cgroup)".into(),
+        };
+        put("Coverage", coverage);
+    }
+    let processes = match (
+        get(info, &["processes_started"]).and_then(Json::as_u64),
+        get(info, &["max_concurrent"]).and_then(Json::as_u64),
+    ) {
+        (Some(n), Some(max)) => format!("{n} started, at most {max} at once"),
+        (Some(n), None) => format!("{n} started"),
+        _ => format!("{} seen", data.processes.len()),
+    };
+    put("Processes", processes);
+    let (user, system) = model.procs.iter().fold((0u64, 0u64), |(u, s), p| {
+        (u + p.cpu_user_ns, s + p.cpu_system_ns)
+    });
+    put(
+        "CPU",
+        format!(
+            "{} (user {}, system {})",
+            fmt_secs((user + system) as f64 / 1e9),
+            fmt_secs(user as f64 / 1e9),
+            fmt_secs(system as f64 / 1e9)
+        ),
+    );
+    let peaks = ["uss_bytes", "rss_bytes", "pss_bytes"]
+        .map(|k| get(info, &["tree_memory_peaks", k]).and_then(Json::as_u64));
+    if peaks.iter().any(Option::is_some) {
+        let show = |v: Option<u64>| v.map_or("n/a".into(), fmt_bytes);
+        put(
+            "Tree memory peak",
+            format!(
+                "USS {}, RSS {}, PSS {}",
+                show(peaks[0]),
+                show(peaks[1]),
+                show(peaks[2])
+            ),
+        );
+    }
+    let sweeps = report.model.sweeps.len();
+    let interval = get_f64(info, &["sample_interval_ms"]);
+    put(
+        "Samples",
+        match interval {
+            Some(ms) => format!("{sweeps} sweeps every {ms} ms"),
+            None => format!("{sweeps} sweeps"),
+        },
+    );
+    items
+}
+
+fn timeline_caption(report: &Report) -> String {
+    let t = &report.timeline;
+    let n = report.data.processes.len();
+    let mut text = if t.merged {
+        format!(
+            "{n} processes in {} rows: siblings of one group are merged into one row (its \
+             processes are the ticks inside it).",
+            t.rows.len()
+        )
+    } else {
+        format!("{n} processes, one row each, under their parents.")
+    };
+    if let Some(depth) = t.folded_below {
+        text.push_str(&format!(
+            " Levels deeper than {depth} are folded into their ancestors."
+        ));
+    }
+    if t.cut_rows > 0 {
+        text.push_str(&format!(
+            " {} more rows ({} processes) are not drawn.",
+            t.cut_rows, t.cut_processes
+        ));
+    }
+    text.push_str(" Hover over a bar for its figures.");
+    text
+}
+
+fn view(report: &Report) -> View {
+    let data = &report.data;
+    let model = &report.model;
+    let command = command(data);
+    let more = model.groups.len().saturating_sub(TABLE_GROUPS);
+    let more_groups = (more > 0).then(|| {
+        let processes: usize = model.groups[TABLE_GROUPS..]
+            .iter()
+            .map(|g| g.instances)
+            .sum();
+        format!("{more} smaller groups ({processes} processes) are not listed.")
+    });
+    View {
+        title: format!("montrace: {}", cut(&command, 60)),
+        command,
+        version: env!("CARGO_PKG_VERSION"),
+        header: header(report),
+        notes: data.notes.clone(),
+        group_by: report.group_by.describe(),
+        group_columns: GROUP_COLUMNS.to_vec(),
+        groups: group_rows(model),
+        more_groups,
+        process_columns: PROCESS_COLUMNS.to_vec(),
+        top_cpu: process_rows(
+            data,
+            model,
+            &super::model::top_by_cpu(data, model, TOP_PROCESSES),
+        ),
+        top_memory: process_rows(
+            data,
+            model,
+            &super::model::top_by_memory(data, model, TOP_PROCESSES),
+        ),
+        plots: report
+            .plots
+            .iter()
+            .map(|p| PlotView {
+                id: p.id.clone(),
+                title: p.title.clone(),
+                caption: p.caption.clone(),
+                svg: p.svg.clone(),
+                file: format!("report-{}.svg", p.id),
+            })
+            .collect(),
+        timeline_caption: timeline_caption(report),
+        timeline_svg: report.timeline_svg.clone(),
+        timeline_file: "report-timeline.svg",
+    }
+}
+
+/// Markdown table cells: no line breaks, `|` and inline markup escaped.
+fn md_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' | '|' | '*' | '_' | '`' | '[' | ']' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\n' | '\r' | '\t' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Inline code that holds any text: a fence longer than any run of backticks inside.
+fn md_code(text: &str) -> String {
+    let text = text.replace(['\n', '\r'], " ");
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
+fn environment() -> Result<Environment<'static>, minijinja::Error> {
+    let mut env = Environment::new();
+    env.set_keep_trailing_newline(true);
+    env.add_filter("md", |v: String| md_escape(&v));
+    env.add_filter("md_code", |v: String| md_code(&v));
+    env.add_template("report.html", HTML_TEMPLATE)?;
+    env.add_template("report.md", MARKDOWN_TEMPLATE)?;
+    Ok(env)
+}
+
+fn render(name: &str, view: &View) -> anyhow::Result<String> {
+    let env = environment()?;
+    let out = env
+        .get_template(name)?
+        .render(Value::from_serialize(view))
+        .map_err(|e| anyhow::anyhow!("cannot render {name}: {e:#}"))?;
+    Ok(out)
+}
+
+/// The self-contained HTML page.
+pub fn html(report: &Report) -> anyhow::Result<String> {
+    render("report.html", &view(report))
+}
+
+/// The Markdown report and the SVG files it links to, as (file name, contents).
+pub fn markdown(report: &Report) -> anyhow::Result<(String, Vec<(String, String)>)> {
+    let view = view(report);
+    let mut files: Vec<(String, String)> = view
+        .plots
+        .iter()
+        .filter(|p| !p.svg.is_empty())
+        .map(|p| (p.file.clone(), p.svg.clone()))
+        .collect();
+    files.push((view.timeline_file.to_string(), view.timeline_svg.clone()));
+    Ok((render("report.md", &view)?, files))
+}
+
+/// The per-group table alone, as Markdown (what the snapshot test pins).
+pub fn group_table_markdown(report: &Report) -> String {
+    let mut out = String::from("| | group |");
+    for c in &GROUP_COLUMNS {
+        out.push_str(&format!(" {} |", c.label));
+    }
+    out.push_str("\n|---|---|");
+    out.push_str(&"--:|".repeat(GROUP_COLUMNS.len()));
+    out.push('\n');
+    for (k, row) in group_rows(&report.model).iter().enumerate() {
+        out.push_str(&format!("| {} | {} |", k + 1, md_escape(&row.name)));
+        for c in &row.cells {
+            out.push_str(&format!(" {} |", md_escape(&c.text)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::fixture;
+    use crate::report::{prepare, prepare_data};
+
+    #[test]
+    fn markdown_escapes() {
+        assert_eq!(md_escape("a|b_c*<d>\n"), r"a\|b\_c\*&lt;d&gt; ");
+        assert_eq!(md_code("ls -l"), "`ls -l`");
+        assert_eq!(md_code("echo `date`"), "`` echo `date` ``");
+        assert_eq!(md_code("a``b"), "```a``b```");
+    }
+
+    #[test]
+    fn group_table_snapshot() {
+        let report = prepare(&fixture(), "exe").unwrap();
+        assert_eq!(
+            group_table_markdown(&report),
+            "\
+SNAPSHOT"
+        );
+    }
+
+    #[test]
+    fn markdown_snapshot() {
+        let report = prepare(&fixture(), "exe").unwrap();
+        let (markdown, files) = markdown(&report).unwrap();
+        assert_eq!(markdown, "SNAPSHOT");
+        let names: Vec<&str> = files.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "report-uss.svg",
+                "report-rss-uss.svg",
+                "report-memory-stacked.svg",
+                "report-cpu.svg",
+                "report-cpu-time.svg",
+                "report-instances.svg",
+                "report-timeline.svg"
+            ]
+        );
+        for (name, svg) in &files {
+            assert!(svg.starts_with("<svg"), "{name}");
+            assert!(svg.trim_end().ends_with("</svg>"), "{name}");
+        }
+    }
+
+    #[test]
+    fn html_is_one_self_contained_page() {
+        let report = prepare(&fixture(), "exe").unwrap();
+        let html = html(&report).unwrap();
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        // Nothing is fetched: no external URL other than the SVG namespace.
+        for needle in ["src=\"http", "href=\"http", "url(http", "@import", "<link"] {
+            assert!(!html.contains(needle), "{needle}");
+        }
+        assert_eq!(html.matches("<svg").count(), report.plots.len() + 1);
+        assert!(html.contains("<title>"));
+        // Every process of the fixture has its bar (one row each: it is small).
+        assert_eq!(report.timeline.rows.len(), report.data.processes.len());
+    }
+
+    #[test]
+    fn a_killed_run_without_run_json_still_reports() {
+        let mut data = crate::report::load::load(&fixture()).unwrap();
+        data.info = None;
+        data.notes.push("run.json is missing".into());
+        let report = prepare_data(data, crate::report::model::GroupBy::Comm);
+        let items = header(&report);
+        let labels: Vec<&str> = items.iter().map(|i| i.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["Duration", "Exit status", "Processes", "CPU", "Samples"]
+        );
+        let html = html(&report).unwrap();
+        assert!(html.contains("run.json is missing"));
+    }
+}

@@ -1,0 +1,616 @@
+//! The process-tree timeline: every process a bar from its start to its end, under its parent,
+//! coloured by group, with its figures in the bar's tooltip (an SVG `<title>`, which browsers
+//! show on hover without any script).
+//!
+//! Large runs stay readable (see [`Limits`]): above `full` processes, siblings of the same group
+//! are merged into one row ("cc1 ×300") whose children are the children of all of them, merged
+//! the same way; each member still shows as a tick inside the row's span. When even the merged
+//! tree has more than `max_rows` rows, the deepest levels are folded into their ancestors (the
+//! row says how many processes are below it), and as a last resort the list is cut.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::load::RunData;
+use super::model::{exit_text, Model};
+use super::{color_hex, fmt_bytes, fmt_secs, xml_escape};
+
+/// When to merge and when to cut.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Up to this many processes, one row per process.
+    pub full: usize,
+    /// The most rows drawn.
+    pub max_rows: usize,
+    /// The most member ticks drawn inside merged rows, over the whole timeline.
+    pub max_ticks: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            full: 300,
+            max_rows: 400,
+            max_ticks: 20_000,
+        }
+    }
+}
+
+/// One row: one process, or siblings of one group merged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub depth: usize,
+    pub group: usize,
+    /// The processes of the row (indices into `RunData::processes`), by start time.
+    pub members: Vec<usize>,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// Processes below this row that no row shows (its levels were folded).
+    pub hidden: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timeline {
+    pub rows: Vec<Row>,
+    /// Siblings were merged.
+    pub merged: bool,
+    /// Levels below this depth were folded (None: all shown).
+    pub folded_below: Option<usize>,
+    /// Rows cut at the end, and the processes in them.
+    pub cut_rows: usize,
+    pub cut_processes: usize,
+}
+
+struct Node {
+    members: Vec<usize>,
+    depth: usize,
+    children: Vec<usize>,
+    /// Processes in the subtree, members included.
+    subtree: usize,
+}
+
+/// Lays the tree out into rows (pure; see the module's rules).
+pub fn layout(data: &RunData, model: &Model, limits: Limits) -> Timeline {
+    let n = data.processes.len();
+    let merge = n > limits.full;
+    let index: HashMap<(u32, i64), usize> = data
+        .processes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ((p.pid, p.start_ns), i))
+        .collect();
+    let key = |i: usize| (data.processes[i].start_ns, data.processes[i].pid);
+    // A parent must have started before its child: the links then cannot form a cycle, and
+    // every process is reached from a root.
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut roots = Vec::new();
+    for (i, p) in data.processes.iter().enumerate() {
+        match p.parent.and_then(|k| index.get(&k).copied()) {
+            Some(parent) if key(parent) < key(i) => children[parent].push(i),
+            _ => roots.push(i),
+        }
+    }
+    for list in &mut children {
+        list.sort_by_key(|&i| key(i));
+    }
+    roots.sort_by_key(|&i| key(i));
+
+    // The (merged) tree, breadth first: a node's children come after it.
+    let group_into_nodes = |procs: Vec<usize>| -> Vec<Vec<usize>> {
+        if !merge {
+            return procs.into_iter().map(|p| vec![p]).collect();
+        }
+        let mut nodes: Vec<Vec<usize>> = Vec::new();
+        let mut slot: HashMap<usize, usize> = HashMap::new();
+        for p in procs {
+            let g = model.group_of[p];
+            let k = *slot.entry(g).or_insert_with(|| {
+                nodes.push(Vec::new());
+                nodes.len() - 1
+            });
+            nodes[k].push(p);
+        }
+        nodes
+    };
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut top = Vec::new();
+    for members in group_into_nodes(roots) {
+        top.push(nodes.len());
+        nodes.push(Node {
+            members,
+            depth: 0,
+            children: Vec::new(),
+            subtree: 0,
+        });
+    }
+    let mut next = 0;
+    while next < nodes.len() {
+        let mut kids: Vec<usize> = nodes[next]
+            .members
+            .iter()
+            .flat_map(|&m| children[m].iter().copied())
+            .collect();
+        kids.sort_by_key(|&i| key(i));
+        let depth = nodes[next].depth + 1;
+        for members in group_into_nodes(kids) {
+            let id = nodes.len();
+            nodes[next].children.push(id);
+            nodes.push(Node {
+                members,
+                depth,
+                children: Vec::new(),
+                subtree: 0,
+            });
+        }
+        next += 1;
+    }
+    for id in (0..nodes.len()).rev() {
+        let below: usize = nodes[id].children.iter().map(|&c| nodes[c].subtree).sum();
+        nodes[id].subtree = nodes[id].members.len() + below;
+    }
+
+    // Fold the deepest levels until the rows fit.
+    let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
+    let mut per_depth = vec![0usize; max_depth + 1];
+    for node in &nodes {
+        per_depth[node.depth] += 1;
+    }
+    let mut shown_depth = max_depth;
+    let mut rows_up_to: usize = per_depth.iter().sum();
+    while shown_depth > 0 && rows_up_to > limits.max_rows {
+        rows_up_to -= per_depth[shown_depth];
+        shown_depth -= 1;
+    }
+
+    // Depth-first, in start order.
+    let mut timeline = Timeline {
+        merged: merge,
+        folded_below: (shown_depth < max_depth).then_some(shown_depth),
+        ..Default::default()
+    };
+    let mut stack: Vec<usize> = top.into_iter().rev().collect();
+    while let Some(id) = stack.pop() {
+        let node = &nodes[id];
+        if timeline.rows.len() >= limits.max_rows {
+            timeline.cut_rows += 1;
+            timeline.cut_processes += node.members.len();
+            if node.depth == shown_depth {
+                timeline.cut_processes += node.subtree - node.members.len();
+            }
+        } else {
+            let first = node.members[0];
+            let start_ns = node
+                .members
+                .iter()
+                .map(|&m| data.processes[m].start_ns)
+                .min()
+                .unwrap_or(0);
+            let end_ns = node
+                .members
+                .iter()
+                .map(|&m| model.end_of(&data.processes[m]))
+                .max()
+                .unwrap_or(start_ns);
+            timeline.rows.push(Row {
+                depth: node.depth,
+                group: model.group_of[first],
+                members: node.members.clone(),
+                start_ns,
+                end_ns,
+                hidden: if node.depth == shown_depth {
+                    node.subtree - node.members.len()
+                } else {
+                    0
+                },
+            });
+        }
+        if node.depth < shown_depth {
+            stack.extend(node.children.iter().rev());
+        }
+    }
+    timeline
+}
+
+const WIDTH: f64 = 1200.0;
+const LABEL_WIDTH: f64 = 300.0;
+const RIGHT: f64 = 16.0;
+const AXIS: f64 = 34.0;
+const ROW: f64 = 16.0;
+const BAR: f64 = 11.0;
+
+/// A "nice" step (1, 2 or 5 × 10^k) giving about `target` ticks over `span`.
+pub fn tick_step(span: f64, target: f64) -> f64 {
+    if span <= 0.0 || !span.is_finite() {
+        return 1.0;
+    }
+    let raw = span / target;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|&s| s >= raw)
+        .unwrap_or(10.0 * magnitude);
+    step.max(1e-6)
+}
+
+/// The timeline as an SVG document (no script; tooltips are `<title>` elements).
+pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -> String {
+    let span_s = model.secs(model.t1_ns).max(1e-3);
+    let plot_w = WIDTH - LABEL_WIDTH - RIGHT;
+    let x = |t_ns: i64| LABEL_WIDTH + (model.secs(t_ns) / span_s).clamp(0.0, 1.0) * plot_w;
+    let rows = timeline.rows.len();
+    let footer = if timeline.cut_rows > 0 { ROW } else { 0.0 };
+    let height = AXIS + rows as f64 * ROW + footer + 6.0;
+    let mut out = String::with_capacity(256 * rows + 64);
+    let _ = write!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11" role="img" aria-label="process tree timeline">"#
+    );
+    out.push_str(r#"<rect width="100%" height="100%" fill="white"/>"#);
+    // Stripes, then the time axis and grid.
+    for r in (1..rows).step_by(2) {
+        let _ = write!(
+            out,
+            r##"<rect x="0" y="{:.1}" width="{WIDTH}" height="{ROW}" fill="#f4f6f8"/>"##,
+            AXIS + r as f64 * ROW
+        );
+    }
+    let step = tick_step(span_s, 10.0);
+    let bottom = AXIS + rows as f64 * ROW;
+    let mut t = 0.0;
+    while t <= span_s * 1.0001 {
+        let px = LABEL_WIDTH + t / span_s * plot_w;
+        let _ = write!(
+            out,
+            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{bottom:.1}" stroke="#d0d4d9" stroke-width="0.5"/><text x="{px:.1}" y="{:.1}" text-anchor="middle" fill="#444">{}</text>"##,
+            AXIS - 4.0,
+            AXIS - 8.0,
+            tick_label(t, step)
+        );
+        t += step;
+    }
+    let _ = write!(
+        out,
+        r##"<text x="4" y="{:.1}" fill="#444">process (pid) · time since start (s)</text>"##,
+        AXIS - 8.0
+    );
+    // Rows.
+    let mut ticks_left = limits.max_ticks;
+    for (r, row) in timeline.rows.iter().enumerate() {
+        let y = AXIS + r as f64 * ROW;
+        let color = color_hex(Some(row.group));
+        let x0 = x(row.start_ns);
+        let x1 = x(row.end_ns).max(x0 + 1.0);
+        let by = y + (ROW - BAR) / 2.0;
+        out.push_str("<g><title>");
+        out.push_str(&xml_escape(&tooltip(data, model, row)));
+        out.push_str("</title>");
+        if row.members.len() == 1 {
+            let _ = write!(
+                out,
+                r#"<rect x="{x0:.1}" y="{by:.1}" width="{:.1}" height="{BAR}" rx="2" fill="{color}"/>"#,
+                x1 - x0
+            );
+        } else {
+            let _ = write!(
+                out,
+                r#"<rect x="{x0:.1}" y="{by:.1}" width="{:.1}" height="{BAR}" rx="2" fill="{color}" fill-opacity="0.25"/>"#,
+                x1 - x0
+            );
+            if ticks_left >= row.members.len() {
+                ticks_left -= row.members.len();
+                let _ = write!(out, r#"<g fill="{color}" fill-opacity="0.8">"#);
+                for &m in &row.members {
+                    let p = &data.processes[m];
+                    let a = x(p.start_ns);
+                    let b = x(model.end_of(p)).max(a + 0.8);
+                    let _ = write!(
+                        out,
+                        r#"<rect x="{a:.1}" y="{by:.1}" width="{:.1}" height="{BAR}"/>"#,
+                        b - a
+                    );
+                }
+                out.push_str("</g>");
+            }
+        }
+        let indent = (row.depth as f64 * 12.0).min(LABEL_WIDTH / 2.0);
+        let max_chars = ((LABEL_WIDTH - indent - 10.0) / 6.2).max(4.0) as usize;
+        let _ = write!(
+            out,
+            r##"<text x="{:.1}" y="{:.1}" fill="#222">{}</text></g>"##,
+            4.0 + indent,
+            y + ROW - 4.0,
+            xml_escape(&truncate(&row_label(data, model, row), max_chars))
+        );
+    }
+    // Marks.
+    for mark in &data.marks {
+        let px = x(mark.time_ns);
+        let _ = write!(
+            out,
+            r##"<g><title>{}</title><line x1="{px:.1}" y1="{AXIS}" x2="{px:.1}" y2="{bottom:.1}" stroke="#c0392b" stroke-width="1" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" fill="#c0392b">{}</text></g>"##,
+            xml_escape(&super::mark_text(mark)),
+            px + 2.0,
+            AXIS + 10.0,
+            xml_escape(&truncate(&super::mark_text(mark), 30))
+        );
+    }
+    if timeline.cut_rows > 0 {
+        let _ = write!(
+            out,
+            r##"<text x="4" y="{:.1}" fill="#a00">… {} more rows ({} processes) not drawn</text>"##,
+            bottom + ROW - 4.0,
+            timeline.cut_rows,
+            timeline.cut_processes
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
+
+fn tick_label(t: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 {
+        0
+    } else {
+        (-step.log10()).ceil() as usize
+    };
+    format!("{t:.decimals$}")
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// The text left of a row's bar.
+pub fn row_label(data: &RunData, model: &Model, row: &Row) -> String {
+    let group = &model.groups[row.group].name;
+    let mut label = if row.members.len() == 1 {
+        format!("{group} {}", data.processes[row.members[0]].pid)
+    } else {
+        format!("{group} ×{}", row.members.len())
+    };
+    if row.hidden > 0 {
+        let _ = write!(label, " (+{} below)", row.hidden);
+    }
+    label
+}
+
+/// What hovering a row shows.
+pub fn tooltip(data: &RunData, model: &Model, row: &Row) -> String {
+    let group = &model.groups[row.group].name;
+    let mut text = String::new();
+    if let [only] = row.members[..] {
+        let p = &data.processes[only];
+        let ps = &model.procs[only];
+        let _ = writeln!(
+            text,
+            "{group}: pid {}{}",
+            p.pid,
+            p.parent
+                .map_or(String::new(), |(ppid, _)| format!(", parent {ppid}"))
+        );
+        let _ = writeln!(text, "{}", truncate(&p.command_line(), 300));
+        let _ = writeln!(
+            text,
+            "+{} → +{} ({}{})",
+            fmt_secs(model.secs(p.start_ns)),
+            fmt_secs(model.secs(model.end_of(p))),
+            fmt_secs((model.end_of(p) - p.start_ns) as f64 / 1e9),
+            if p.end_ns.is_none() {
+                ", still running"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            text,
+            "CPU {} (user {}, system {}){}",
+            fmt_secs((ps.cpu_user_ns + ps.cpu_system_ns) as f64 / 1e9),
+            fmt_secs(ps.cpu_user_ns as f64 / 1e9),
+            fmt_secs(ps.cpu_system_ns as f64 / 1e9),
+            if ps.cpu_from_samples {
+                ", from its last sample"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            text,
+            "peak RSS {}, peak USS {}",
+            ps.peak_rss.map_or("n/a".into(), fmt_bytes),
+            ps.peak_uss.map_or("n/a".into(), fmt_bytes)
+        );
+        text.push_str(&exit_text(p));
+    } else {
+        let _ = writeln!(text, "{group} ×{} (merged siblings)", row.members.len());
+        let _ = writeln!(
+            text,
+            "+{} → +{}",
+            fmt_secs(model.secs(row.start_ns)),
+            fmt_secs(model.secs(row.end_ns))
+        );
+        let cpu: u64 = row
+            .members
+            .iter()
+            .map(|&m| model.procs[m].cpu_user_ns + model.procs[m].cpu_system_ns)
+            .sum();
+        let peak = row.members.iter().filter_map(|&m| model.procs[m].peak_rss).max();
+        let _ = writeln!(
+            text,
+            "CPU {} in all; largest peak RSS {}",
+            fmt_secs(cpu as f64 / 1e9),
+            peak.map_or("n/a".into(), fmt_bytes)
+        );
+        let mut exits: Vec<(String, usize)> = Vec::new();
+        for &m in &row.members {
+            let e = exit_text(&data.processes[m]);
+            match exits.iter_mut().find(|(t, _)| *t == e) {
+                Some((_, c)) => *c += 1,
+                None => exits.push((e, 1)),
+            }
+        }
+        let exits: Vec<String> = exits.iter().map(|(e, c)| format!("{c} × {e}")).collect();
+        let _ = write!(text, "{}", exits.join(", "));
+    }
+    if row.hidden > 0 {
+        let _ = write!(text, "\n{} processes below, folded", row.hidden);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::load::Process;
+    use crate::report::model::{build, GroupBy};
+
+    const S: i64 = 1_000_000_000;
+
+    fn p(pid: u32, parent: Option<u32>, exe: &str, start_s: i64, end_s: i64) -> Process {
+        Process {
+            pid,
+            start_ns: start_s * S + i64::from(pid),
+            parent: parent.map(|pp| (pp, 0)),
+            end_ns: Some(end_s * S),
+            filename: Some(format!("/bin/{exe}")),
+            comm: exe.into(),
+            exit_code: Some(0),
+            ..Default::default()
+        }
+    }
+
+    /// make -> 40 × (sh -> cc1, as), and one `true` at the top level.
+    fn build_tree() -> RunData {
+        let mut procs = vec![p(1, None, "make", 0, 100)];
+        let mut pid = 2;
+        for j in 0..40 {
+            procs.push(p(pid, Some(1), "sh", j, j + 2));
+            let sh = pid;
+            procs.push(p(pid + 1, Some(sh), "cc1", j, j + 1));
+            procs.push(p(pid + 2, Some(sh), "as", j + 1, j + 2));
+            pid += 3;
+        }
+        procs.push(p(pid, Some(1), "true", 50, 51));
+        // Parents are referred to by (pid, start time).
+        let starts: HashMap<u32, i64> = procs.iter().map(|p| (p.pid, p.start_ns)).collect();
+        for proc in &mut procs {
+            proc.parent = proc.parent.map(|(pp, _)| (pp, starts[&pp]));
+        }
+        RunData {
+            processes: procs,
+            ..Default::default()
+        }
+    }
+
+    fn labels(data: &RunData, model: &Model, t: &Timeline) -> Vec<String> {
+        t.rows
+            .iter()
+            .map(|r| format!("{}{}", "  ".repeat(r.depth), row_label(data, model, r)))
+            .collect()
+    }
+
+    #[test]
+    fn small_trees_have_one_row_per_process_nested_by_lineage() {
+        let data = build_tree();
+        let model = build(&data, &GroupBy::Exe);
+        let t = layout(&data, &model, Limits::default());
+        assert!(!t.merged);
+        assert_eq!(t.rows.len(), data.processes.len());
+        let l = labels(&data, &model, &t);
+        assert_eq!(&l[..4], ["make 1", "  sh 2", "    cc1 3", "    as 4"]);
+        assert_eq!(l.last().unwrap(), "  true 122");
+        assert!(l.contains(&"  sh 119".to_string()));
+    }
+
+    #[test]
+    fn many_processes_merge_siblings_of_one_group() {
+        let data = build_tree();
+        let model = build(&data, &GroupBy::Exe);
+        let limits = Limits {
+            full: 50,
+            ..Limits::default()
+        };
+        let t = layout(&data, &model, limits);
+        assert!(t.merged);
+        assert_eq!(
+            labels(&data, &model, &t),
+            ["make 1", "  sh ×40", "    cc1 ×40", "    as ×40", "  true 122"]
+        );
+        let sh = &t.rows[1];
+        assert_eq!((sh.start_ns / S, sh.end_ns / S), (0, 41));
+        let tip = tooltip(&data, &model, sh);
+        assert!(tip.starts_with("sh ×40 (merged siblings)\n"), "{tip}");
+        assert!(tip.ends_with("40 × exit 0"), "{tip}");
+        // Every member is drawn as a tick.
+        let svg = svg(&data, &model, &t, limits);
+        assert_eq!(svg.matches("<rect").count(), 3 * 40 + 5 + 2 + 1);
+    }
+
+    #[test]
+    fn too_many_rows_fold_the_deepest_levels_then_cut() {
+        let data = build_tree();
+        let model = build(&data, &GroupBy::Exe);
+        // Unmerged: 122 rows; at most 42 fit: make, 40 sh and true, with cc1 and as folded.
+        let t = layout(
+            &data,
+            &model,
+            Limits {
+                max_rows: 42,
+                ..Limits::default()
+            },
+        );
+        assert_eq!(t.folded_below, Some(1));
+        assert_eq!(t.rows.len(), 42);
+        let l = labels(&data, &model, &t);
+        assert_eq!(&l[..2], ["make 1", "  sh 2 (+2 below)"]);
+        assert_eq!(t.cut_rows, 0);
+        // 10 rows: the top level alone does not fit either, so the list is cut.
+        let t = layout(
+            &data,
+            &model,
+            Limits {
+                max_rows: 10,
+                ..Limits::default()
+            },
+        );
+        assert_eq!(t.folded_below, Some(0));
+        assert_eq!(t.rows.len(), 1);
+        assert_eq!(t.rows[0].hidden, 121);
+        let t = layout(
+            &data,
+            &model,
+            Limits {
+                max_rows: 0,
+                ..Limits::default()
+            },
+        );
+        assert_eq!((t.cut_rows, t.cut_processes), (1, 122));
+    }
+
+    #[test]
+    fn orphans_and_reused_pids_are_roots() {
+        let mut data = build_tree();
+        // A parent that was never tracked, and one that "started after" its child.
+        data.processes[5].parent = Some((999, 0));
+        data.processes[8].parent = Some((data.processes[9].pid, data.processes[9].start_ns));
+        let model = build(&data, &GroupBy::Exe);
+        let t = layout(&data, &model, Limits::default());
+        let shown: usize = t.rows.iter().map(|r| r.members.len()).sum();
+        assert_eq!(shown, data.processes.len());
+        assert_eq!(t.rows.iter().filter(|r| r.depth == 0).count(), 3);
+    }
+
+    #[test]
+    fn nice_ticks() {
+        assert_eq!(tick_step(10.0, 10.0), 1.0);
+        assert_eq!(tick_step(600.0, 10.0), 100.0);
+        assert_eq!(tick_step(1.3, 10.0), 0.2);
+        assert_eq!(tick_label(0.4, 0.2), "0.4");
+    }
+}

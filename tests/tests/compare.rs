@@ -1,0 +1,69 @@
+//! `montrace compare` on real repeated runs: a candidate burning twice the CPU fails the gate
+//! and names CPU; the same workload against itself passes.
+use std::process::Command;
+
+use tests::{compile_c, montrace_bin, run_montrace_env, run_with_timeout};
+
+/// Burns `BURN_MS` milliseconds of its own CPU time: the same command line on both sides, so
+/// compare accepts them as runs of one command.
+const BURN: &str = r#"
+#include <stdlib.h>
+#include <time.h>
+static double cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+int main(void) {
+    double target = atof(getenv("BURN_MS")) / 1000.0;
+    volatile unsigned long x = 0;
+    double start = cpu_s();
+    while (cpu_s() - start < target) x++;
+    return 0;
+}
+"#;
+
+fn compare(baseline: &std::path::Path, candidate: &std::path::Path) -> (i32, String) {
+    let finished = run_with_timeout(
+        Command::new(montrace_bin())
+            .arg("compare")
+            .arg(baseline)
+            .arg(candidate),
+        std::time::Duration::from_secs(30),
+    );
+    (finished.code(), finished.stdout.clone())
+}
+
+#[test]
+fn compare_fails_on_twice_the_cpu_and_passes_the_same_workload() {
+    let burn = compile_c("burn", BURN);
+    let repeat = ["--repeat", "5", "--no-report", "-q"];
+    let base = run_montrace_env(&repeat, &[burn.as_str()], &[("BURN_MS", "150")]);
+    let same = run_montrace_env(&repeat, &[burn.as_str()], &[("BURN_MS", "150")]);
+    let double = run_montrace_env(&repeat, &[burn.as_str()], &[("BURN_MS", "300")]);
+    for run in [&base, &same, &double] {
+        run.assert_code(0);
+        let reps = run.summary_json()["repetitions"].as_array().unwrap().len();
+        assert_eq!(reps, 5, "{run:?}");
+    }
+
+    let (code, report) = compare(&base.dir, &double.dir);
+    assert_eq!(code, 1, "twice the CPU must fail the gate:\n{report}");
+    let cpu_line = report
+        .lines()
+        .find(|l| l.starts_with("cpu_s "))
+        .unwrap_or_else(|| panic!("no cpu_s row:\n{report}"));
+    assert!(cpu_line.contains("REGRESSED"), "{cpu_line}\n{report}");
+    assert!(report.contains("regressed"), "{report}");
+
+    let (code, report) = compare(&base.dir, &same.dir);
+    assert_eq!(code, 0, "the same workload must pass:\n{report}");
+    assert!(report.contains("no regression"), "{report}");
+}
+
+#[test]
+fn compare_of_a_missing_run_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, _) = compare(&tmp.path().join("nope"), &tmp.path().join("nope2"));
+    assert_eq!(code, 2);
+}

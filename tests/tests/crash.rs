@@ -1,0 +1,211 @@
+//! A montrace killed with `kill -9` leaves every row it had flushed in closed Parquet parts that
+//! DuckDB reads as they are.
+use std::{
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use tests::{duckdb_queries, montrace_command, require_root};
+
+/// Kills what a killed montrace left running (its command's tree, in montrace's process group
+/// and in its run cgroup) and removes that run cgroup, which montrace can no longer remove.
+struct Leftovers {
+    montrace_pid: u32,
+}
+
+impl Leftovers {
+    /// The run cgroup's directories: `montrace/run-<montrace pid>-<ns>` under each cgroup
+    /// hierarchy (v1: one per controller; v2: the unified root).
+    fn cgroups(&self) -> Vec<PathBuf> {
+        let prefix = format!("run-{}-", self.montrace_pid);
+        let root = Path::new("/sys/fs/cgroup");
+        let mut parents = vec![root.join("montrace")];
+        if let Ok(entries) = std::fs::read_dir(root) {
+            parents.extend(entries.flatten().map(|e| e.path().join("montrace")));
+        }
+        let mut found = Vec::new();
+        for parent in parents {
+            let Ok(entries) = std::fs::read_dir(&parent) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                    found.push(entry.path());
+                }
+            }
+        }
+        found
+    }
+
+    /// Pids of the processes still in the run cgroup.
+    fn cgroup_pids(&self) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .cgroups()
+            .iter()
+            .filter_map(|dir| std::fs::read_to_string(dir.join("cgroup.procs")).ok())
+            .flat_map(|text| {
+                text.lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        // SAFETY: plain syscalls on the process group this test created (montrace is its
+        // leader, the command never leaves it) and on the processes in the run's cgroup.
+        unsafe { libc::kill(-(self.montrace_pid as libc::pid_t), libc::SIGKILL) };
+        for pid in self.cgroup_pids() {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        // An emptied cgroup answers rmdir with EBUSY until its last process is reaped.
+        for _ in 0..100 {
+            let left: Vec<PathBuf> = self
+                .cgroups()
+                .into_iter()
+                .filter(|dir| std::fs::remove_dir(dir).is_err())
+                .collect();
+            if left.is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "warning: could not remove the killed run's cgroups {:?}",
+            self.cgroups()
+        );
+    }
+}
+
+/// The part files of `table` in the run directory, by name.
+fn parts(dir: &Path, table: &str) -> Vec<String> {
+    let parts_dir = dir.join(format!("{table}.parts"));
+    let mut names: Vec<String> = std::fs::read_dir(&parts_dir)
+        .unwrap_or_else(|e| panic!("no {}: {e}", parts_dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".parquet"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn kill_9_keeps_flushed_rows() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    // A shell that runs `sleep 0.5` over and over: a steady stream of forks, execs and exits.
+    let mut command = montrace_command(
+        &dir,
+        &["--flush-interval", "2s", "--interval", "100ms"],
+        &["sh", "-c", "while :; do sleep 0.5; done"],
+    );
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    let mut montrace = command.spawn().expect("starting montrace");
+    let leftovers = Leftovers {
+        montrace_pid: montrace.id(),
+    };
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(
+        montrace.try_wait().unwrap().is_none(),
+        "montrace ended by itself before the kill"
+    );
+    // SAFETY: plain syscall on the montrace process this test started.
+    unsafe { libc::kill(montrace.id() as libc::pid_t, libc::SIGKILL) };
+    let status = montrace.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    eprintln!(
+        "after kill -9, the run cgroup still holds {:?}",
+        leftovers.cgroup_pids()
+    );
+    drop(leftovers);
+
+    // Nothing was merged or summed up: the tables are their parts.
+    for table in ["processes", "events", "samples", "system"] {
+        assert!(
+            !dir.join(format!("{table}.parquet")).exists(),
+            "{table}.parquet is written only at a clean end"
+        );
+        let names = parts(&dir, table);
+        assert!(!names.is_empty(), "{table}.parts holds no part");
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(name, &format!("{table}-{i:06}.parquet"), "{names:?}");
+        }
+    }
+    assert!(
+        !dir.join("run.json").exists(),
+        "run.json is written at a clean end only"
+    );
+
+    let d = dir.display();
+    // One DuckDB process for all the questions.
+    let answers = duckdb_queries(&[
+        format!(
+            "SELECT count(*) AS n, (epoch_ns(max(time)) - epoch_ns(min(time))) / 1e9 AS span_s \
+             FROM '{d}/samples.parts/*.parquet'"
+        ),
+        // The schema's glob for a table in either state.
+        format!("SELECT count(*) AS n FROM '{d}/**/samples*.parquet'"),
+        format!(
+            "SELECT kind, count(*) AS n FROM '{d}/events.parts/*.parquet' \
+             GROUP BY kind ORDER BY kind"
+        ),
+        format!(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE exit_code = 0) AS exited_0 \
+             FROM '{d}/processes.parts/*.parquet' WHERE comm = 'sleep'"
+        ),
+        format!("SELECT count(*) AS n FROM '{d}/system.parts/*.parquet'"),
+    ]);
+    let [samples, globbed, events, sleeps, system] = <[_; 5]>::try_from(answers)
+        .unwrap()
+        .map(|answer| answer.unwrap_or_else(|e| panic!("DuckDB failed on the parts: {e}")));
+
+    let (n, span) = (
+        samples.f64(0, "n").unwrap(),
+        samples.f64(0, "span_s").unwrap(),
+    );
+    eprintln!("samples in the parts of a run killed after 8 s: {n} rows over {span:.3} s");
+    assert!(
+        span >= 5.0,
+        "with a flush every 2 s, the parts of an 8 s run span at least 5 s, not {span:.3} s"
+    );
+    assert!(n >= 40.0, "a sweep every 100 ms for 5 s, yet {n} rows");
+    assert_eq!(globbed.f64(0, "n"), Some(n), "{globbed:?}");
+
+    eprintln!("events in the parts: {:?}", events.rows);
+    for kind in ["exec", "exit", "fork"] {
+        let row = events
+            .values("kind")
+            .iter()
+            .position(|k| k.as_str() == Some(kind))
+            .unwrap_or_else(|| panic!("no `{kind}` event in the parts: {:?}", events.rows));
+        let count = events.f64(row, "n").unwrap();
+        assert!(
+            count >= 5.0,
+            "a `sleep 0.5` started every half second for over 5 s, yet {count} `{kind}` events"
+        );
+    }
+    // The sleeps that ended before the last flush have their rows.
+    let n = sleeps.f64(0, "n").unwrap();
+    assert!(n >= 5.0, "{n} sleeps in processes.parts");
+    assert_eq!(sleeps.f64(0, "exited_0"), Some(n), "{sleeps:?}");
+    assert!(
+        system.f64(0, "n").unwrap() >= 40.0,
+        "one system row per 100 ms sweep: {system:?}"
+    );
+}

@@ -1,0 +1,291 @@
+//! The /proc sweeps see what the exit figures cannot: memory that came and went while a process
+//! lived, and CPU as it is used. Each process's last sample is its exact exit figures.
+use std::collections::BTreeMap;
+
+use tests::{compile_c, launch_montrace, Proc, Sample, MIB, MS};
+
+const SPIKE: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(void) {
+    size_t size = 300u << 20;
+    char *p = malloc(size);
+    if (!p) return 1;
+    memset(p, 1, size);
+    usleep(150000);
+    int ok = p[size - 1] == 1;
+    free(p);
+    return ok ? 0 : 2;
+}
+"#;
+
+#[test]
+fn sees_a_300mib_spike_of_150ms_at_50ms() {
+    let program = compile_c("spike", SPIKE);
+    let run = launch_montrace(&["--interval", "50ms"], &[program.as_str()])
+        .ahead_of_the_machine()
+        .run();
+    run.assert_code(0);
+    let rows = run.processes();
+    let process = run.root(&rows);
+    let samples: Vec<Sample> = run
+        .samples()
+        .into_iter()
+        .filter(|s| s.is_of(process))
+        .collect();
+    let in_spike: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.source == "procfs")
+        .filter(|s| s.rss_bytes.is_some_and(|rss| rss >= 270 * MIB))
+        .collect();
+    let mib = |bytes: Option<u64>| bytes.map(|b| format!("{:.1}", b as f64 / MIB as f64));
+    eprintln!(
+        "300 MiB for 150 ms at 50 ms: RSS of the samples (MiB) {:?}",
+        samples.iter().map(|s| mib(s.rss_bytes)).collect::<Vec<_>>()
+    );
+    assert!(
+        !in_spike.is_empty(),
+        "no sweep saw the 300 MiB the program held for 150 ms: {samples:#?}\n{run:?}"
+    );
+    for sample in &in_spike {
+        let rss = sample.rss_bytes.unwrap();
+        assert!(
+            rss <= 330 * MIB,
+            "the program held 300 MiB and little else, a sample says {:.1} MiB: {sample:?}",
+            rss as f64 / MIB as f64
+        );
+    }
+    // The memory is its own: USS sees it too (--memory-detail full is the default).
+    assert!(
+        in_spike.iter().any(|s| s
+            .uss_bytes
+            .is_some_and(|uss| (270 * MIB..=330 * MIB).contains(&uss))),
+        "the 300 MiB are private memory, yet no USS in the spike is near it: {in_spike:#?}"
+    );
+    // The exit figures: the peak is the spike, the exit row comes after the free.
+    let peak = process.peak_rss_bytes.expect("peak_rss_bytes");
+    assert!(
+        (300 * MIB..=330 * MIB).contains(&peak),
+        "peak RSS {:.1} MiB: {process:?}",
+        peak as f64 / MIB as f64
+    );
+    let last = samples.last().expect("the process has samples");
+    assert_eq!(last.source, "exit", "{last:?}");
+    assert!(
+        last.rss_bytes.expect("exit rows have an RSS") < 270 * MIB,
+        "the program freed the 300 MiB before it exited: {last:?}"
+    );
+}
+
+const FOUR_BURNERS: &str = r#"
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static long long cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int main(void) {
+    for (int i = 0; i < 4; i++) {
+        pid_t pid = fork();
+        if (pid < 0) return 1;
+        if (pid == 0) {
+            while (cpu_ns() < 300000000LL) {}
+            _exit(0);
+        }
+    }
+    int status;
+    while (wait(&status) > 0)
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 2;
+    return 0;
+}
+"#;
+
+#[test]
+fn last_sample_cpu_matches_the_exit_figures() {
+    let program = compile_c("four_burners", FOUR_BURNERS);
+    let run = launch_montrace(&[], &[program.as_str()])
+        .ahead_of_the_machine()
+        .run();
+    run.assert_code(0);
+    run.assert_nothing_lost();
+    let rows = run.processes();
+    let root = run.root(&rows);
+    let children: Vec<&Proc> = rows.iter().filter(|p| p.is_child_of(root)).collect();
+    assert_eq!(children.len(), 4, "{rows:#?}");
+    let samples = run.samples();
+    let mut busiest: f64 = 0.0;
+    for child in &children {
+        let mut own: Vec<&Sample> = samples.iter().filter(|s| s.is_of(child)).collect();
+        own.sort_by_key(|s| s.time);
+        let last = *own
+            .last()
+            .unwrap_or_else(|| panic!("no sample of {child:?}"));
+        assert_eq!(
+            last.source, "exit",
+            "the last sample is the exit's: {own:#?}"
+        );
+        assert_eq!(
+            (last.cpu_user_ns, last.cpu_system_ns),
+            (child.cpu_user_ns.unwrap(), child.cpu_system_ns.unwrap()),
+            "the exit sample and the process row hold the same exit figures: {last:?}\n{child:?}"
+        );
+        assert_eq!(last.time, child.end_time.unwrap(), "{last:?}\n{child:?}");
+        assert!(child.cpu_ns() >= 300 * MS, "{child:?}");
+        let sweeps: Vec<&Sample> = own
+            .iter()
+            .copied()
+            .filter(|s| s.source == "procfs")
+            .collect();
+        eprintln!(
+            "child {}: cpu_percent of its sweeps {:?}, of its exit row {:?}",
+            child.pid,
+            sweeps.iter().map(|s| s.cpu_percent).collect::<Vec<_>>(),
+            last.cpu_percent
+        );
+        // It burnt 300 ms of CPU (more wall time, sharing the CPUs with three others): a 200 ms
+        // sweep found it at least once.
+        assert!(!sweeps.is_empty(), "no sweep saw {child:?}: {own:#?}");
+        let first = sweeps[0];
+        assert!(
+            first.cpu_ns() == 0 || first.cpu_percent.is_some_and(|p| p > 0.0),
+            "the first sample measures the CPU used since the start: it used {} ns, yet its \
+             cpu_percent is {:?}: {first:?}",
+            first.cpu_ns(),
+            first.cpu_percent
+        );
+        // Each cpu_percent is the CPU used since the previous row over the time since then, so
+        // over the process's rows they add up (weighted by those times) to its whole CPU time:
+        // the exact figure of the exit row. (How high one row can go is the business of
+        // one_thread_never_shows_more_than_one_cpu.)
+        let mut since = child.start_time;
+        let mut integral_ns = 0.0;
+        for sample in &own {
+            integral_ns += sample.cpu_percent.unwrap() / 100.0 * (sample.time - since) as f64;
+            since = sample.time;
+        }
+        assert!(
+            (integral_ns - child.cpu_ns() as f64).abs() < 1000.0,
+            "cpu_percent over the rows of {} adds up to {integral_ns:.0} ns of CPU, its exit \
+             figures say {} ns: {own:#?}",
+            child.pid,
+            child.cpu_ns()
+        );
+        busiest = sweeps
+            .iter()
+            .filter_map(|s| s.cpu_percent)
+            .fold(busiest, f64::max);
+    }
+    // The four share the machine's CPUs (ahead of anything else, with montrace): each gets a
+    // quarter of four CPUs or fewer, all of a CPU with four or more. The busiest sweep of one of
+    // them shows most of that share, and, sweep by sweep, their shares add up to most of those
+    // CPUs (montrace, the shell and the kernel take a little).
+    let cpus = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4) as f64;
+    let share = 100.0 * cpus / 4.0;
+    let mut per_sweep: BTreeMap<i64, f64> = BTreeMap::new();
+    for sample in samples.iter().filter(|s| s.source == "procfs") {
+        if children.iter().any(|c| sample.is_of(c)) {
+            *per_sweep.entry(sample.time).or_default() += sample.cpu_percent.unwrap_or(0.0);
+        }
+    }
+    let peak_sum = per_sweep.values().copied().fold(0.0, f64::max);
+    eprintln!(
+        "busiest child sample {busiest:.1}%, the four together at most {peak_sum:.1}% \
+         ({cpus} CPUs for them, {share}% each)"
+    );
+    assert!(
+        busiest > 50.0_f64.min(0.8 * share),
+        "a burner sampled at 200 ms uses its share of the CPUs ({share}%), the busiest sample \
+         says {busiest:.1}%"
+    );
+    assert!(
+        peak_sum >= 80.0 * cpus,
+        "the four burners kept {cpus} CPUs busy, yet their shares add up to {peak_sum:.1}% at \
+         most: {per_sweep:?}"
+    );
+}
+
+const ONE_AFTER_ANOTHER: &str = r#"
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static long long cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Four single-threaded burners, one after another: each keeps one CPU busy for 250 ms. */
+int main(void) {
+    for (int i = 0; i < 4; i++) {
+        pid_t pid = fork();
+        if (pid < 0) return 1;
+        if (pid == 0) {
+            while (cpu_ns() < 250000000LL) {}
+            _exit(0);
+        }
+        int status;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            return 2;
+    }
+    return 0;
+}
+"#;
+
+/// `cpu_percent` is the CPU used since the previous row over the time since then. /proc shows
+/// CPU time in whole 10 ms ticks (rounded down) and the exit row has the exact figure, so an
+/// exit row soon after a sweep divides up to 10 ms of CPU the /proc row did not show by a
+/// short time: a burner that exits 1 ms after a sweep shows 1000% and more. (The same happens,
+/// less, to the first row of a process a few ms old: the sweep is stamped before its reads.)
+#[test]
+fn one_thread_never_shows_more_than_one_cpu() {
+    let program = compile_c("one_after_another", ONE_AFTER_ANOTHER);
+    let run = launch_montrace(&[], &[program.as_str()])
+        .ahead_of_the_machine()
+        .run();
+    run.assert_code(0);
+    let rows = run.processes();
+    let root = run.root(&rows);
+    let burners: Vec<&Proc> = rows.iter().filter(|p| p.is_child_of(root)).collect();
+    assert_eq!(burners.len(), 4, "{rows:#?}");
+    let samples = run.samples();
+    let (mut all, mut over) = (Vec::new(), Vec::new());
+    for burner in &burners {
+        let mut own: Vec<&Sample> = samples.iter().filter(|s| s.is_of(burner)).collect();
+        own.sort_by_key(|s| s.time);
+        let mut previous: Option<&Sample> = None;
+        for sample in &own {
+            let percent = sample.cpu_percent.expect("time passed between the samples");
+            let line = format!(
+                "pid {} {} row {:.1} ms after {}, CPU {:.1} ms -> {:.1} ms: cpu_percent {percent:.1}",
+                burner.pid,
+                sample.source,
+                (sample.time - previous.map_or(burner.start_time, |p| p.time)) as f64 / 1e6,
+                if previous.is_some() { "its previous row" } else { "its start" },
+                previous.map_or(0, |p| p.cpu_ns()) as f64 / 1e6,
+                sample.cpu_ns() as f64 / 1e6,
+            );
+            // Between two /proc rows 200 ms apart, the ticks make 5% either way.
+            if percent > 105.0 {
+                over.push(line.clone());
+            }
+            all.push(line);
+            previous = Some(sample);
+        }
+    }
+    eprintln!("{}", all.join("\n"));
+    assert!(
+        over.is_empty(),
+        "a single-threaded process keeps at most one CPU busy (the schema: above 100 only with \
+         several busy threads), yet these rows say more:\n{}",
+        over.join("\n")
+    );
+}

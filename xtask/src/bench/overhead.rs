@@ -1,0 +1,374 @@
+//! Section 3: what montrace costs the command it watches. Wall time with ÷ without montrace
+//! (A/B alternating), and the kernel-side time of the eBPF programs from the kernel's own
+//! run-time statistics of BPF programs.
+
+use super::report::{met_word, Figure, Section};
+use super::stats::{median, min_max, pair_ratios, sig, times};
+use super::tools::{self, lost_events, read_json};
+use super::Ctx;
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+struct Timed {
+    key: &'static str,
+    label: String,
+    cmd: Vec<String>,
+    before: Option<Vec<String>>,
+    target: f64,
+}
+
+/// Wall times of one A/B pair: the command's own (measured by `nscount`) and end to end
+/// (the whole `montrace run`, start-up and finish included, measured here).
+#[derive(Default)]
+struct Pairs {
+    bare: Vec<f64>,
+    traced: Vec<f64>,
+    bare_e2e: Vec<f64>,
+    traced_e2e: Vec<f64>,
+    lost: f64,
+}
+
+pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
+    let p = &ctx.plan;
+    let make_dir = ctx.tools.make_dir.display().to_string();
+    let workloads = [
+        Timed {
+            key: "fork_storm",
+            label: format!("fork storm: {} × `/bin/true` from a shell loop", p.overhead_loop_n),
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                format!("for i in $(seq {}); do /bin/true; done", p.overhead_loop_n),
+            ],
+            before: None,
+            target: 1.05,
+        },
+        Timed {
+            key: "build",
+            label: format!("build: `make -j2` of {} C files", tools::MAKE_FILES + 1),
+            cmd: vec!["make".into(), "-s".into(), "-j2".into(), "-C".into(), make_dir.clone()],
+            before: Some(vec!["make".into(), "-s".into(), "-C".into(), make_dir, "clean".into()]),
+            target: 1.01,
+        },
+    ];
+    let mut results = Vec::new();
+    for w in &workloads {
+        results.push(ab(ctx, w)?);
+    }
+    let mut s = Section {
+        id: "overhead",
+        title: "3. Overhead: wall time with ÷ without montrace".into(),
+        method: format!(
+            "Each workload runs {} times without and {} times with montrace (default settings: \
+             200 ms sampling, full memory detail, `--no-report`), alternating A B, B A, ... after \
+             one unmeasured warm-up of each; a `make` build starts from `make clean` every time. \
+             The workload's wall time is taken by `nscount` around the command itself (the same \
+             helper in both arms); the ratio is the median of the {} pairs' ratios. The \
+             end-to-end column also counts montrace's start-up (loading the eBPF programs) and \
+             finish (closing the Parquet files), a fixed cost per run (section 6).",
+            p.reps, p.reps, p.reps
+        ),
+        columns: vec![
+            "workload".into(),
+            "without (median)".into(),
+            "with (median)".into(),
+            "ratio (median of pairs)".into(),
+            "pair ratios, min–max".into(),
+            "end to end".into(),
+            "target".into(),
+            "".into(),
+        ],
+        ..Section::default()
+    };
+    for (w, r) in workloads.iter().zip(&results) {
+        let ratios = pair_ratios(&r.traced, &r.bare);
+        let ratio = median(&ratios);
+        let e2e = median(&pair_ratios(&r.traced_e2e, &r.bare_e2e));
+        let met = ratio.is_some_and(|v| v <= w.target);
+        let spread = min_max(&ratios)
+            .map_or("n/a".into(), |(lo, hi)| format!("{}–{}", times(lo), times(hi)));
+        s.rows.push(vec![
+            w.label.clone(),
+            median(&r.bare).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
+            median(&r.traced).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
+            ratio.map_or("n/a".into(), times),
+            spread,
+            e2e.map_or("n/a".into(), times),
+            format!("≤ {}×", w.target),
+            met_word(met).into(),
+        ]);
+        s.figures.push(
+            Figure::new(
+                &format!("overhead.{}", w.key),
+                &format!("overhead, {}", w.label),
+                "ratio",
+                ratio,
+                ratio.map_or("n/a".into(), times),
+            )
+            .runs(ratios)
+            .target(&format!("≤ {}×", w.target), met),
+        );
+        s.figures.push(
+            Figure::new(
+                &format!("overhead.{}.end_to_end", w.key),
+                &format!("overhead end to end, {}", w.label),
+                "ratio",
+                e2e,
+                e2e.map_or("n/a".into(), times),
+            )
+            .runs(pair_ratios(&r.traced_e2e, &r.bare_e2e)),
+        );
+        if r.lost > 0.0 {
+            s.notes.push(format!("{}: {} events were lost.", w.label, r.lost));
+        }
+    }
+    if s.figures.iter().any(|f| f.target.as_ref().is_some_and(|t| !t.met)) {
+        s.notes.push(OVERHEAD_NOTE.into());
+    }
+    let ebpf = ebpf_cost(ctx)?;
+    Ok(vec![s, ebpf])
+}
+
+const OVERHEAD_NOTE: &str = "**Where the overhead comes from.** On this 2-core machine montrace \
+shares the CPUs with the workload: every process it sees costs it a ring-buffer event to decode, \
+a row to write and, while the process lives, a sample every 200 ms, and the workloads here keep \
+both cores busy, so montrace's own CPU time (section 4) comes straight out of theirs. The \
+kernel-side part (the eBPF programs, next table) is small. The noise of a shared machine is of \
+the same order as the 1 % build target: see the spread of the pair ratios.";
+
+fn ab(ctx: &Ctx, w: &Timed) -> Result<Pairs> {
+    let t = &ctx.tools;
+    let mut pairs = Pairs::default();
+    let bare = |record: bool, pairs: &mut Pairs| -> Result<()> {
+        if let Some(before) = &w.before {
+            tools::prepare(before)?;
+        }
+        let ns = t.fresh(&format!("bare-{}", w.key)).with_extension("nscount.json");
+        let ran = tools::run(&t.nscount_argv(&ns, &w.cmd))?;
+        let kernel = tools::read_nscount(&ns)?;
+        if record {
+            pairs.bare.push(kernel.wall_s);
+            pairs.bare_e2e.push(ran.wall_s);
+        }
+        Ok(())
+    };
+    let traced = |record: bool, pairs: &mut Pairs| -> Result<()> {
+        if let Some(before) = &w.before {
+            tools::prepare(before)?;
+        }
+        let out = t.fresh(&format!("mt-{}", w.key));
+        let ns = out.with_extension("nscount.json");
+        let ran = tools::run(&t.montrace_argv(&out, &[], &t.nscount_argv(&ns, &w.cmd)))?;
+        let kernel = tools::read_nscount(&ns)?;
+        if record {
+            pairs.traced.push(kernel.wall_s);
+            pairs.traced_e2e.push(ran.wall_s);
+            pairs.lost += lost_events(&read_json(&out.join("run.json"))?);
+        }
+        Ok(())
+    };
+    ctx.progress(&format!("overhead: {} (warm-up)", w.key));
+    bare(false, &mut pairs)?;
+    traced(false, &mut pairs)?;
+    for i in 0..ctx.plan.reps {
+        ctx.progress(&format!("overhead: {} (pair {})", w.key, i + 1));
+        if i % 2 == 0 {
+            bare(true, &mut pairs)?;
+            traced(true, &mut pairs)?;
+        } else {
+            traced(true, &mut pairs)?;
+            bare(true, &mut pairs)?;
+        }
+    }
+    Ok(pairs)
+}
+
+/// Names of montrace's programs (BTF tracepoints, or the classic ones).
+const PROGRAMS: &[&str] = &[
+    "fork_btf", "exec_btf", "exit_btf", "fork_tp", "exec_tp", "exit_tp",
+];
+
+/// `kernel.bpf_stats_enabled` set to 1, and put back as it was when dropped.
+struct BpfStats {
+    before: String,
+}
+
+impl BpfStats {
+    fn enable() -> Result<BpfStats> {
+        let path = "/proc/sys/kernel/bpf_stats_enabled";
+        let before = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {path}"))?
+            .trim()
+            .to_string();
+        std::fs::write(path, "1").with_context(|| format!("cannot write {path}"))?;
+        Ok(BpfStats { before })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", &self.before);
+    }
+}
+
+/// One program's statistics: (name, run count, run time in ns).
+type ProgStats = BTreeMap<u64, (String, f64, f64)>;
+
+fn bpftool_programs() -> Option<Vec<Value>> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output()
+        .ok()?;
+    serde_json::from_slice::<Value>(&out.stdout)
+        .ok()?
+        .as_array()
+        .cloned()
+}
+
+fn ensure_bpftool(ctx: &Ctx) -> Result<()> {
+    if Command::new("bpftool").arg("version").output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    ctx.progress("installing bpftool (apt)");
+    crate::util::check_quietly(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "bpftool"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        ctx.verbose,
+    )
+    .context("apt-get install bpftool failed")
+}
+
+fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
+    let t = &ctx.tools;
+    let p = &ctx.plan;
+    ensure_bpftool(ctx)?;
+    ctx.progress("overhead: eBPF programs' run time");
+    let newest_before = bpftool_programs()
+        .context("bpftool prog show failed")?
+        .iter()
+        .filter_map(|prog| prog["id"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let _stats = BpfStats::enable()?;
+    // A background thread reads the statistics of montrace's new programs every 100 ms while the
+    // run goes; the last reading before montrace unloads them holds (nearly) all of the storm.
+    let seen: Arc<Mutex<ProgStats>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let seen = Arc::clone(&seen);
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for prog in bpftool_programs().unwrap_or_default() {
+                    let (Some(id), Some(name)) = (prog["id"].as_u64(), prog["name"].as_str())
+                    else {
+                        continue;
+                    };
+                    if id <= newest_before || !PROGRAMS.contains(&name) {
+                        continue;
+                    }
+                    let cnt = prog["run_cnt"].as_f64().unwrap_or(0.0);
+                    let ns = prog["run_time_ns"].as_f64().unwrap_or(0.0);
+                    seen.lock().unwrap().insert(id, (name.to_string(), cnt, ns));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let out = t.fresh("mt-ebpf");
+    let storm = format!(
+        "{} {} 2 0 exec {}; sleep 0.5",
+        t.helper("storm"),
+        p.storm_n,
+        t.helper("noop")
+    );
+    let ran = tools::run(&t.montrace_argv(&out, &[], &["sh".into(), "-c".into(), storm]));
+    stop.store(true, Ordering::Relaxed);
+    let _ = poller.join();
+    let ran = ran?;
+    let run = read_json(&out.join("run.json"))?;
+    let started = tools::num(&run, "/processes_started")?;
+
+    // The first three programs loaded after the start are this run's (another montrace started
+    // at the same moment could add more; they would come later).
+    let mut by_name: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (name, cnt, ns) in seen.lock().unwrap().values() {
+        by_name.entry(name.clone()).or_insert((*cnt, *ns));
+    }
+    let mut s = Section {
+        id: "ebpf",
+        title: "3. Overhead: the eBPF programs in the kernel".into(),
+        method: format!(
+            "With `kernel.bpf_stats_enabled=1` the kernel times every run of a BPF program. One \
+             montrace run of a C fork storm ({} processes, fork + exec of a static no-op + exit, \
+             2 workers), then a 0.5 s sleep; `bpftool prog show` is read every 100 ms during the \
+             run and the last reading before montrace unloads its programs is kept. The programs \
+             run for every process on the machine (they filter in the kernel), so the counts \
+             include other processes' events. The statistics are switched back off afterwards.",
+            p.storm_n
+        ),
+        columns: vec![
+            "program".into(),
+            "runs".into(),
+            "time in the program".into(),
+            "per run".into(),
+        ],
+        ..Section::default()
+    };
+    let (mut all_cnt, mut all_ns) = (0.0, 0.0);
+    for (name, (cnt, ns)) in &by_name {
+        all_cnt += cnt;
+        all_ns += ns;
+        s.rows.push(vec![
+            format!("`{name}`"),
+            format!("{cnt:.0}"),
+            format!("{} ms", sig(ns / 1e6, 3)),
+            if *cnt > 0.0 {
+                format!("{} ns", sig(ns / cnt, 3))
+            } else {
+                "n/a".into()
+            },
+        ]);
+        s.figures.push(Figure::new(
+            &format!("ebpf.{name}.ns_per_run"),
+            &format!("eBPF {name}: time per run"),
+            "ns",
+            (*cnt > 0.0).then(|| ns / cnt),
+            if *cnt > 0.0 { format!("{} ns", sig(ns / cnt, 3)) } else { "n/a".into() },
+        ));
+    }
+    let per_event = (all_cnt > 0.0).then(|| all_ns / all_cnt);
+    let per_process = (started > 0.0).then(|| all_ns / started);
+    s.rows.push(vec![
+        "all three".into(),
+        format!("{all_cnt:.0}"),
+        format!("{} ms", sig(all_ns / 1e6, 3)),
+        per_event.map_or("n/a".into(), |v| format!("{} ns", sig(v, 3))),
+    ]);
+    s.figures.push(Figure::new(
+        "ebpf.ns_per_event",
+        "eBPF programs: kernel time per event",
+        "ns",
+        per_event,
+        per_event.map_or("n/a".into(), |v| format!("{} ns", sig(v, 3))),
+    ));
+    if let Some(pp) = per_process {
+        s.notes.push(format!(
+            "{} processes were tracked; the programs' time comes to {} µs per tracked process \
+             (fork + exec + exit), against {} ms of wall time for the whole run.",
+            started,
+            sig(pp / 1e3, 3),
+            sig(ran.wall_s * 1e3, 4)
+        ));
+    }
+    if by_name.is_empty() {
+        s.notes.push("bpftool showed none of montrace's programs during the run.".into());
+    }
+    Ok(s)
+}

@@ -1,0 +1,476 @@
+//! What the benchmark runs with: the montrace binary, the C workload helpers of
+//! `bench/workloads/`, a generated C project for `make -j2`, psrecord, and the ways to run
+//! commands (bare, under montrace, under psrecord) and read what they left behind.
+
+use crate::util::{self, check_quietly};
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// The C helpers in `bench/workloads/`, built with `cc -O2` (`noop` statically).
+pub const HELPERS: &[&str] = &["nscount", "selfcost", "mem", "burn", "chain", "storm", "noop"];
+
+/// Source files of the generated project that `make -j2` builds.
+pub const MAKE_FILES: usize = 50;
+
+pub struct Tools {
+    /// `target/bench`: helpers, the make project, run directories.
+    pub work: PathBuf,
+    pub montrace: PathBuf,
+    pub make_dir: PathBuf,
+    psrecord_script: PathBuf,
+    runs: Cell<usize>,
+}
+
+impl Tools {
+    /// Installs psrecord when missing, builds montrace (release) unless `montrace` is given,
+    /// builds the helpers and generates the make project.
+    pub fn prepare(verbose: bool, montrace: Option<PathBuf>) -> Result<Tools> {
+        if !util::is_root() {
+            bail!(
+                "the benchmark loads eBPF programs and creates PID namespaces: run it as root \
+                 (sudo -E cargo xtask bench)"
+            );
+        }
+        install_psrecord(verbose)?;
+        let montrace = match montrace {
+            Some(path) => path,
+            None => {
+                eprintln!("xtask: bench: building montrace (release)");
+                check_quietly(
+                    util::cargo().args(["build", "--release", "-p", "monitor"]),
+                    verbose,
+                )
+                .context("building montrace (release) failed")?;
+                util::target_dir().join("release/montrace")
+            }
+        };
+        if !montrace.is_file() {
+            bail!("no montrace binary at {}", montrace.display());
+        }
+        let work = util::target_dir().join("bench");
+        let runs = work.join("runs");
+        if runs.exists() {
+            std::fs::remove_dir_all(&runs)
+                .with_context(|| format!("cannot clear {}", runs.display()))?;
+        }
+        std::fs::create_dir_all(work.join("bin"))?;
+        std::fs::create_dir_all(&runs)?;
+        let sources = util::workspace_root().join("bench/workloads");
+        for helper in HELPERS {
+            let mut cc = Command::new("cc");
+            cc.args(["-O2", "-Wall", "-o"])
+                .arg(work.join("bin").join(helper))
+                .arg(sources.join(format!("{helper}.c")));
+            if *helper == "noop" {
+                cc.arg("-static");
+            }
+            check_quietly(&mut cc, verbose).with_context(|| format!("building {helper}.c"))?;
+        }
+        let make_dir = work.join("make-project");
+        generate_make_project(&make_dir)?;
+        Ok(Tools {
+            work,
+            montrace,
+            make_dir,
+            psrecord_script: util::workspace_root().join("bench/psrecord_run.py"),
+            runs: Cell::new(0),
+        })
+    }
+
+    /// The path of a compiled helper.
+    pub fn helper(&self, name: &str) -> String {
+        self.work.join("bin").join(name).display().to_string()
+    }
+
+    /// A fresh path under `target/bench/runs/` (not created).
+    pub fn fresh(&self, tag: &str) -> PathBuf {
+        let n = self.runs.get() + 1;
+        self.runs.set(n);
+        self.work.join("runs").join(format!("{n:04}-{tag}"))
+    }
+
+    /// `montrace run -q --as-root --out OUT OPTIONS... -- CMD...`
+    pub fn montrace_argv(&self, out: &Path, options: &[&str], cmd: &[String]) -> Vec<String> {
+        let mut argv = vec![
+            self.montrace.display().to_string(),
+            "run".into(),
+            "-q".into(),
+            "--as-root".into(),
+            "--no-report".into(),
+            "--out".into(),
+            out.display().to_string(),
+        ];
+        argv.extend(options.iter().map(|o| o.to_string()));
+        argv.push("--".into());
+        argv.extend(cmd.iter().cloned());
+        argv
+    }
+
+    /// `nscount OUT CMD...`: CMD in a PID namespace, counted and timed by the kernel.
+    pub fn nscount_argv(&self, out: &Path, cmd: &[String]) -> Vec<String> {
+        let mut argv = vec![self.helper("nscount"), out.display().to_string()];
+        argv.extend(cmd.iter().cloned());
+        argv
+    }
+
+    /// `selfcost OUT CMD...`: CMD's own CPU and peak memory, without its children.
+    pub fn selfcost_argv(&self, out: &Path, cmd: &[String]) -> Vec<String> {
+        let mut argv = vec![self.helper("selfcost"), out.display().to_string()];
+        argv.extend(cmd.iter().cloned());
+        argv
+    }
+
+    /// CMD under psrecord's own sampling loop at `interval` seconds with children included.
+    pub fn psrecord(&self, tag: &str, interval: f64, cmd: &[String]) -> Result<Psrecord> {
+        let dir = self.fresh(tag);
+        std::fs::create_dir_all(&dir)?;
+        let out = dir.join("psrecord.json");
+        let mut argv = vec![
+            "python3".to_string(),
+            self.psrecord_script.display().to_string(),
+            out.display().to_string(),
+            dir.join("psrecord.csv").display().to_string(),
+            interval.to_string(),
+        ];
+        argv.extend(cmd.iter().cloned());
+        run(&argv)?;
+        let v = read_json(&out)?;
+        Ok(Psrecord {
+            processes_seen: num(&v, "/processes_seen")?,
+            cpu_s: num(&v, "/cpu_s")?,
+            peak_rss_bytes: num(&v, "/peak_mib")? * (1u64 << 20) as f64,
+            samples: num(&v, "/samples")?,
+        })
+    }
+}
+
+/// What psrecord made of a run.
+pub struct Psrecord {
+    /// Distinct processes (root included) psrecord ever saw in the tree.
+    pub processes_seen: f64,
+    /// CPU seconds of the tree by psrecord: its CPU% samples integrated over time.
+    pub cpu_s: f64,
+    /// Its largest "Real (MB)" figure (the sum of the tree's RSS at one sample), in bytes.
+    pub peak_rss_bytes: f64,
+    pub samples: f64,
+}
+
+/// How a command ended and how long it took (measured here, around the whole process).
+pub struct Ran {
+    pub wall_s: f64,
+}
+
+/// Runs `argv` with stdin and stdout closed to it; fails (with the end of its stderr) unless it
+/// exits 0.
+pub fn run(argv: &[String]) -> Result<Ran> {
+    let start = Instant::now();
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("could not start {}", argv[0]))?;
+    let wall_s = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
+        bail!(
+            "`{}` failed ({}):\n{}",
+            argv.join(" "),
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    Ok(Ran { wall_s })
+}
+
+/// Runs a preparation command (e.g. `make clean`) quietly.
+pub fn prepare(argv: &[String]) -> Result<()> {
+    run(argv).map(|_| ())
+}
+
+pub fn read_json(path: &Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+/// The number at a JSON pointer (`/cgroup/totals/cpu_usage_ns`).
+pub fn num(v: &Value, pointer: &str) -> Result<f64> {
+    v.pointer(pointer)
+        .and_then(Value::as_f64)
+        .with_context(|| format!("no number at {pointer} in {}", short(v)))
+}
+
+/// The number at a JSON pointer, or `None` when it is missing or null.
+pub fn opt_num(v: &Value, pointer: &str) -> Option<f64> {
+    v.pointer(pointer).and_then(Value::as_f64)
+}
+
+fn short(v: &Value) -> String {
+    let text = v.to_string();
+    text.chars().take(300).collect()
+}
+
+/// Lost-event counters of a run.json, summed.
+pub fn lost_events(run_json: &Value) -> f64 {
+    ["ringbuf_full", "track_map_full", "read_errors"]
+        .iter()
+        .filter_map(|k| opt_num(run_json, &format!("/lost_events/{k}")))
+        .sum()
+}
+
+/// Runs SQL statements through DuckDB's Python package, all in one Python process (it takes
+/// about half a second to start); each statement's rows, every row as a JSON array.
+pub fn duckdb_batch(statements: &[String]) -> Result<Vec<Vec<Vec<Value>>>> {
+    if statements.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import duckdb, json, sys\n\
+             out = [duckdb.sql(q).fetchall() for q in json.load(sys.stdin)]\n\
+             print(json.dumps(out, default=float))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("could not start python3 (DuckDB)")?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().context("no stdin")?;
+        stdin.write_all(serde_json::to_string(statements)?.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "DuckDB query failed:\n{}\n{}",
+            statements.join("\n"),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("DuckDB's answer is not JSON")
+}
+
+/// The first column of the first row of a statement's rows, as a number (`None` for NULL).
+pub fn first_number(rows: &[Vec<Value>]) -> Option<f64> {
+    first_numbers(rows).into_iter().next().flatten()
+}
+
+/// The columns of the first row of a statement's rows, as numbers.
+pub fn first_numbers(rows: &[Vec<Value>]) -> Vec<Option<f64>> {
+    rows.first()
+        .map(|row| row.iter().map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
+/// A statement that counts the rows of each table of a run directory:
+/// events, processes, samples (all, and `procfs` ones), system.
+pub fn table_rows_sql(run_dir: &Path) -> String {
+    let d = run_dir.display();
+    format!(
+        "SELECT (SELECT count(*) FROM '{d}/events.parquet'), \
+                (SELECT count(*) FROM '{d}/processes.parquet'), \
+                (SELECT count(*) FROM '{d}/samples.parquet'), \
+                (SELECT count(*) FROM '{d}/samples.parquet' WHERE source = 'procfs'), \
+                (SELECT count(*) FROM '{d}/system.parquet')"
+    )
+}
+
+/// Rows of each table, from the answer to `table_rows_sql`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TableRows {
+    pub events: f64,
+    pub processes: f64,
+    pub samples: f64,
+    pub procfs_samples: f64,
+    pub system: f64,
+}
+
+impl TableRows {
+    pub fn from_answer(rows: &[Vec<Value>]) -> TableRows {
+        let n = first_numbers(rows);
+        let at = |i: usize| n.get(i).copied().flatten().unwrap_or(0.0);
+        TableRows {
+            events: at(0),
+            processes: at(1),
+            samples: at(2),
+            procfs_samples: at(3),
+            system: at(4),
+        }
+    }
+
+    pub fn total(&self) -> f64 {
+        self.events + self.processes + self.samples + self.system
+    }
+}
+
+/// What `nscount` wrote: the kernel's own figures for a tree.
+pub struct NsCount {
+    /// Processes of the tree montrace sees when it runs `nscount`: `nscount` itself, the
+    /// namespace's init and everything below (`ns_last_pid` + 1).
+    pub processes: f64,
+    pub wall_s: f64,
+    /// User + system CPU of the whole tree (getrusage: `nscount` itself and everything reaped).
+    pub cpu_ns: f64,
+}
+
+pub fn read_nscount(path: &Path) -> Result<NsCount> {
+    let v = read_json(path)?;
+    let last = num(&v, "/ns_last_pid")?;
+    if last < 1.0 {
+        bail!("{}: nscount could not read the namespace's PID counter", path.display());
+    }
+    Ok(NsCount {
+        processes: last + 1.0,
+        wall_s: num(&v, "/wall_ns")? / 1e9,
+        cpu_ns: num(&v, "/cpu_ns")?,
+    })
+}
+
+/// What `selfcost` wrote: montrace's own cost, without the command's tree.
+pub struct SelfCost {
+    pub cpu_s: f64,
+    /// Peak resident memory (VmHWM, read every 10 ms while it ran).
+    pub peak_rss_bytes: f64,
+    pub wall_s: f64,
+}
+
+pub fn read_selfcost(path: &Path) -> Result<SelfCost> {
+    let v = read_json(path)?;
+    Ok(SelfCost {
+        cpu_s: num(&v, "/cpu_ticks")? / num(&v, "/clk_tck")?,
+        peak_rss_bytes: num(&v, "/vmhwm_kib")? * 1024.0,
+        wall_s: num(&v, "/wall_ns")? / 1e9,
+    })
+}
+
+/// `/proc/loadavg`'s three averages.
+pub fn loadavg() -> [f64; 3] {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut it = text.split_whitespace().map(|f| f.parse().unwrap_or(f64::NAN));
+    [
+        it.next().unwrap_or(f64::NAN),
+        it.next().unwrap_or(f64::NAN),
+        it.next().unwrap_or(f64::NAN),
+    ]
+}
+
+/// psrecord from PyPI, installed with pip when `import psrecord` fails.
+fn install_psrecord(verbose: bool) -> Result<()> {
+    let have = |m: &str| {
+        Command::new("python3")
+            .args(["-c", &format!("import {m}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !have("duckdb") {
+        bail!("the benchmark reads runs with DuckDB's Python package: run `cargo xtask setup`");
+    }
+    if have("psrecord") {
+        return Ok(());
+    }
+    eprintln!("xtask: bench: installing psrecord (pip)");
+    check_quietly(
+        Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "psrecord"])
+            .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
+            .env("PIP_ROOT_USER_ACTION", "ignore"),
+        verbose,
+    )
+    .context("pip install psrecord failed")
+}
+
+/// A C project of `MAKE_FILES` small files and a `main.c`, with a Makefile whose `clean`
+/// target the benchmark runs before every build.
+fn generate_make_project(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for i in 0..MAKE_FILES {
+        let source = format!(
+            "#include <stdio.h>\n#include <string.h>\n\
+             static int table_{i}[64];\n\
+             int f{i}(int x) {{\n\
+             \x20   char buf[32];\n\
+             \x20   for (int k = 0; k < 64; k++) table_{i}[k] = (k * {i} + x) % 97;\n\
+             \x20   snprintf(buf, sizeof buf, \"%d\", table_{i}[x % 64]);\n\
+             \x20   return (int)strlen(buf) + {i};\n}}\n"
+        );
+        std::fs::write(dir.join(format!("f{i}.c")), source)?;
+    }
+    let calls: String = (0..MAKE_FILES).map(|i| format!("    s += f{i}(s);\n")).collect();
+    let decls: String = (0..MAKE_FILES).map(|i| format!("int f{i}(int);\n")).collect();
+    std::fs::write(
+        dir.join("main.c"),
+        format!("{decls}int main(void) {{\n    int s = 1;\n{calls}    return s < 0;\n}}\n"),
+    )?;
+    std::fs::write(
+        dir.join("Makefile"),
+        "OBJS := $(patsubst %.c,%.o,$(sort $(wildcard *.c)))\n\
+         prog: $(OBJS)\n\t$(CC) -o $@ $^\n\
+         %.o: %.c\n\t$(CC) -O2 -c $< -o $@\n\
+         clean:\n\trm -f *.o prog\n",
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lost_events_add_up_and_tolerate_missing_fields() {
+        let v: Value = json!({"lost_events": {"ringbuf_full": 2, "read_errors": 1}});
+        assert_eq!(lost_events(&v), 3.0);
+        assert_eq!(lost_events(&json!({})), 0.0);
+    }
+
+    #[test]
+    fn table_rows_from_an_answer() {
+        let rows = vec![vec![json!(10), json!(3), json!(7), json!(5), json!(2)]];
+        let t = TableRows::from_answer(&rows);
+        assert_eq!(t.events, 10.0);
+        assert_eq!(t.procfs_samples, 5.0);
+        assert_eq!(t.total(), 22.0);
+        assert_eq!(TableRows::from_answer(&[]), TableRows::default());
+        assert_eq!(first_number(&[vec![Value::Null]]), None);
+    }
+
+    #[test]
+    fn numbers_by_pointer() {
+        let v: Value = json!({"cgroup": {"totals": {"cpu_usage_ns": 5}}, "x": null});
+        assert_eq!(num(&v, "/cgroup/totals/cpu_usage_ns").unwrap(), 5.0);
+        assert!(num(&v, "/x").is_err());
+        assert_eq!(opt_num(&v, "/x"), None);
+    }
+
+    #[test]
+    fn the_helpers_have_sources() {
+        for helper in HELPERS {
+            let path = util::workspace_root().join(format!("bench/workloads/{helper}.c"));
+            assert!(path.is_file(), "{}", path.display());
+        }
+    }
+
+    #[test]
+    fn the_make_project_has_a_makefile_with_tabs() {
+        let dir = std::env::temp_dir().join(format!("xtask-make-{}", std::process::id()));
+        generate_make_project(&dir).unwrap();
+        let makefile = std::fs::read_to_string(dir.join("Makefile")).unwrap();
+        assert!(makefile.contains("\n\t$(CC) -O2 -c"));
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            MAKE_FILES + 2 // the sources, main.c and the Makefile
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,10 +1,11 @@
-/* selfcost OUT CMD ARGS...
+/* selfcost [-n] OUT CMD ARGS...
  *
  * Runs CMD (montrace) and measures what CMD's own process used, without its children:
  *   cpu_ticks       utime + stime of CMD itself from /proc/PID/stat, read after it exited and
  *                   before it is reaped (all its threads; its children are in other fields)
  *   clk_tck         ticks per second of those figures
  *   vmhwm_kib       CMD's VmHWM (peak resident memory), read every 10 ms while it runs
+ *                   (-1 with -n, which only waits, to cost nothing while CMD runs)
  *   wait_maxrss_kib ru_maxrss from wait4: the larger of CMD's own peak and its children's
  *   wall_ns         from fork to exit
  * Exits with CMD's exit code. Part of `cargo xtask bench`.
@@ -37,8 +38,14 @@ static long read_vmhwm(pid_t pid) {
 }
 
 int main(int argc, char **argv) {
+    int poll = 1;
+    if (argc > 1 && strcmp(argv[1], "-n") == 0) {
+        poll = 0;
+        argv++;
+        argc--;
+    }
     if (argc < 3) {
-        fprintf(stderr, "usage: selfcost OUT CMD ARGS...\n");
+        fprintf(stderr, "usage: selfcost [-n] OUT CMD ARGS...\n");
         return 125;
     }
     long long t0 = now_ns();
@@ -53,11 +60,12 @@ int main(int argc, char **argv) {
     siginfo_t info;
     for (;;) {
         memset(&info, 0, sizeof info);
-        if (waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 && errno != EINTR) {
+        if (waitid(P_PID, pid, &info, WEXITED | WNOWAIT | (poll ? WNOHANG : 0)) != 0 && errno != EINTR) {
             perror("selfcost: waitid");
             return 125;
         }
         if (info.si_pid == pid) break;
+        if (!poll) continue;
         long h = read_vmhwm(pid);
         if (h > hwm) hwm = h;
         struct timespec t = {0, 10 * 1000000L};

@@ -14,6 +14,11 @@ pub const COMM_LEN: usize = 16;
 pub const RING_BUFFER_BYTES: u32 = 8 << 20;
 /// Most processes tracked at once (live processes only: an exit removes its entry).
 pub const MAX_TRACKED: u32 = 65_536;
+/// Most exited threads waiting for their final context switch at once (see `ExitEvent`).
+pub const MAX_PENDING_EXITS: u32 = 16_384;
+/// `task_struct::__state` of a task that has exited and schedules for the last time
+/// (`TASK_DEAD` in include/linux/sched.h; a #define, so not in BTF).
+pub const TASK_DEAD: u32 = 0x80;
 
 /// `EventHeader::kind` values.
 pub mod kind {
@@ -34,7 +39,10 @@ pub mod stat {
     pub const TRACK_MAP_FULL: u32 = 1;
     /// A kernel read failed (`bpf_probe_read_*`), so some field of an event is zero.
     pub const READ_ERRORS: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// An exit could not wait for its final context switch (the pending map was full), so it
+    /// was sent at once, without the CPU time since the thread's last tick.
+    pub const PENDING_FULL: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Common start of every event.
@@ -81,6 +89,11 @@ pub struct ExecEvent {
 /// Final figures of one exiting thread: kind `THREAD_EXIT`, or `EXIT` when it was the last
 /// thread of its process. A process's figures are the sum over its threads' exit events; memory
 /// figures describe the address space all its threads share.
+///
+/// It is filled at `sched_process_exit` (while the address space still exists) and sent at the
+/// thread's final `sched_switch`, with its CPU time read then: at the exit tracepoint the
+/// scheduler has not yet added the time since the last tick or switch, which for a process that
+/// lives a few milliseconds is most of its CPU time.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExitEvent {
@@ -167,6 +180,9 @@ pub struct Offsets {
     pub tp_fork_child_pid: u32,
     pub tp_exec_filename_loc: u32,
     pub tp_exec_old_pid: u32,
+    /// `task_struct::__state`, for the classic `sched_switch` record, which reports the state in
+    /// another encoding.
+    pub task_state: u32,
     /// Indexes into `mm->rss_stat[]` (enum `MM_*PAGES`); file, anon and shmem pages make up RSS.
     pub mm_filepages: u32,
     pub mm_anonpages: u32,

@@ -6,13 +6,13 @@
 //! leaves `TRACKED`. Since Linux 6.16 this tracepoint fires before `exit_mm()`, so the address space,
 //! and with it the process's own peak RSS, is still readable.
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_ktime_get_boot_ns},
+    helpers::bpf_get_current_task,
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
-use monitor_common::{kind, stat, EventHeader, ExitEvent};
+use monitor_common::{kind, stat, EventHeader};
 
-use crate::{count, off, ready, task, EVENTS, TRACKED};
+use crate::{count, off, ready, switch, task, PENDING, SCRATCH, TRACKED};
 
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn exit_btf(ctx: BtfTracePointContext) -> i32 {
@@ -50,41 +50,42 @@ fn handle(task: usize, group_dead: bool) {
     if group_dead {
         let _ = TRACKED.remove(&tgid);
     }
-    let Some(mut entry) = EVENTS.reserve::<ExitEvent>(0) else {
-        count(stat::RINGBUF_FULL);
+    let Some(e) = SCRATCH.get_ptr_mut(0) else {
         return;
     };
-    let e = entry.as_mut_ptr();
     let ioac = off!(task_ioac);
-    // SAFETY: `e` points at a reserved, exclusively owned ExitEvent; all fields written below.
+    let (peak, current) = task::rss_pages(task);
+    let tid = task::pid(task);
+    // SAFETY: this CPU's scratch slot; nothing else runs on this CPU while the program does.
     unsafe {
         (*e).header = EventHeader {
-            kind: if group_dead {
-                kind::EXIT
-            } else {
-                kind::THREAD_EXIT
-            },
+            kind: if group_dead { kind::EXIT } else { kind::THREAD_EXIT },
             pid: tgid,
-            time_ns: bpf_ktime_get_boot_ns(),
+            time_ns: 0,
             start_ns,
         };
-        (*e).tid = task::pid(task);
+        (*e).tid = tid;
         (*e).exit_code = task::read(task, off!(task_exit_code));
         (*e).runtime_ns = task::read(task, off!(task_sum_exec_runtime));
         (*e).utime_ns = task::read(task, off!(task_utime));
         (*e).stime_ns = task::read(task, off!(task_stime));
+        (*e).peak_rss_pages = peak;
+        (*e).rss_pages = current;
         (*e).min_flt = task::read(task, off!(task_min_flt));
         (*e).maj_flt = task::read(task, off!(task_maj_flt));
         (*e).nvcsw = task::read(task, off!(task_nvcsw));
         (*e).nivcsw = task::read(task, off!(task_nivcsw));
-        (*e).rchar = task::read(task, ioac + off!(ioac_rchar));
-        (*e).wchar = task::read(task, ioac + off!(ioac_wchar));
         (*e).read_bytes = task::read(task, ioac + off!(ioac_read_bytes));
         (*e).write_bytes = task::read(task, ioac + off!(ioac_write_bytes));
-        let (peak, current) = task::rss_pages(task);
-        (*e).peak_rss_pages = peak;
-        (*e).rss_pages = current;
+        (*e).rchar = task::read(task, ioac + off!(ioac_rchar));
+        (*e).wchar = task::read(task, ioac + off!(ioac_wchar));
         (*e).comm = task::comm(task);
+        // Sent at the thread's final context switch, with its CPU time complete then; if the
+        // pending map is full, now, with what the scheduler has accounted so far.
+        if PENDING.insert(&tid, &*e, 0).is_err() {
+            count(stat::PENDING_FULL);
+            switch::send(&mut *e);
+        }
     }
-    entry.submit(0);
 }
+

@@ -13,13 +13,14 @@
 mod exec;
 mod exit;
 mod fork;
+mod switch;
 mod task;
 
 use aya_ebpf::{
     macros::map,
     maps::{HashMap, PerCpuArray, RingBuf},
 };
-use monitor_common::{Offsets, MAX_TRACKED, RING_BUFFER_BYTES};
+use monitor_common::{ExitEvent, Offsets, MAX_PENDING_EXITS, MAX_TRACKED, RING_BUFFER_BYTES};
 
 /// Kernel field offsets, written by the agent before load (see `monitor::btf`).
 #[no_mangle]
@@ -33,6 +34,15 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 /// before letting it exec; forks add children; group exits remove them.
 #[map]
 static TRACKED: HashMap<u32, u64> = HashMap::with_max_entries(MAX_TRACKED, 0);
+
+/// Exited threads (by tid) waiting for their final context switch, where their CPU time is
+/// complete and their exit event is sent (see `switch`).
+#[map]
+static PENDING: HashMap<u32, ExitEvent> = HashMap::with_max_entries(MAX_PENDING_EXITS, 0);
+
+/// One exit event under construction per CPU: the 512-byte BPF stack cannot hold it.
+#[map]
+static SCRATCH: PerCpuArray<ExitEvent> = PerCpuArray::with_max_entries(1, 0);
 
 /// Counters of what could not be delivered (see `monitor_common::stat`).
 #[map]

@@ -40,6 +40,11 @@ fn main() -> anyhow::Result<()> {
         "perfetto" => {
             monitor::export::write_perfetto(std::path::Path::new(&args[2]), std::path::Path::new(&args[3]))?;
         }
+        "md" => {
+            let r = monitor::report::prepare(std::path::Path::new(&args[2]), "exe")?;
+            std::fs::write("/tmp/snap_table.md", monitor::report::render::group_table_markdown(&r))?;
+            std::fs::write("/tmp/snap_report.md", monitor::report::render::markdown(&r)?.0)?;
+        }
         _ => anyhow::bail!("?"),
     }
     Ok(())

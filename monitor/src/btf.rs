@@ -521,6 +521,7 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         mm_arg_start: mm("arg_start")?,
         mm_arg_end: mm("arg_end")?,
         bprm_filename: btf.member_offset("linux_binprm", "filename")?,
+        task_state: btf.member_offset("task_struct", "__state")?,
         signal_live: signal("live")?,
         task_children: task("children")?,
         task_sibling: task("sibling")?,

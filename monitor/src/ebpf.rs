@@ -41,6 +41,9 @@ pub struct LostEvents {
     pub track_map_full: u64,
     /// Kernel reads that failed (some field of an event is zero).
     pub read_errors: u64,
+    /// Exits sent without waiting for their final context switch (a full pending map): their
+    /// CPU time lacks the last slice since the thread's last tick.
+    pub exits_without_final_cpu: u64,
 }
 
 impl LostEvents {
@@ -50,10 +53,12 @@ impl LostEvents {
     }
 }
 
-const PROGRAMS: [(&str, &str, &str); 3] = [
+const PROGRAMS: [(&str, &str, &str); 4] = [
     ("fork", "sched_process_fork", "sched"),
     ("exec", "sched_process_exec", "sched"),
     ("exit", "sched_process_exit", "sched"),
+    // Completes exit events at the exited thread's final switch (see monitor-ebpf's switch.rs).
+    ("switch", "sched_switch", "sched"),
 ];
 
 const TRACEFS: &str = "/sys/kernel/tracing";
@@ -131,6 +136,7 @@ impl Probes {
             ringbuf_full: sum(stat::RINGBUF_FULL)?,
             track_map_full: sum(stat::TRACK_MAP_FULL)?,
             read_errors: sum(stat::READ_ERRORS)?,
+            exits_without_final_cpu: sum(stat::PENDING_FULL)?,
         })
     }
 

@@ -15,7 +15,11 @@ use std::{
     io,
     os::{
         fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd, RawFd},
-        unix::{ffi::OsStringExt as _, fs::PermissionsExt as _, net::UnixDatagram},
+        unix::{
+            ffi::OsStringExt as _,
+            fs::{FileTypeExt as _, PermissionsExt as _},
+            net::UnixDatagram,
+        },
     },
     path::{Path, PathBuf},
     time::Duration,
@@ -27,6 +31,8 @@ use crate::{cli::MarkArgs, host, model::MarkKind};
 
 /// The environment variable that holds the socket's path in the command's environment.
 pub const SOCKET_ENV: &str = "MONTRACE_MARK_SOCKET";
+/// The mark socket's directory is `<tmp>/montrace-<montrace's pid>-<random>`.
+const DIR_PREFIX: &str = "montrace-";
 /// Longest label, in bytes of UTF-8.
 pub const MAX_LABEL_BYTES: usize = 256;
 /// Exit status of `montrace mark` for usage errors (no socket, a label that cannot be sent).
@@ -133,9 +139,11 @@ impl MarkServer {
 
     /// Binds `<parent>/montrace-<pid>-<random>/mark.sock`. The directory is 0700 and the socket
     /// 0600, both handed to `owner` (uid, gid) when given: the command's user (the one montrace
-    /// drops to) and root can send marks, other users cannot.
+    /// drops to) and root can send marks, other users cannot. Directories that montraces killed
+    /// before they could clean up left in `parent` are removed first.
     pub fn bind_in(parent: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<MarkServer> {
-        let dir = make_private_dir(parent, &format!("montrace-{}-", std::process::id()))
+        remove_stale_dirs(parent);
+        let dir = make_private_dir(parent, &format!("{DIR_PREFIX}{}-", std::process::id()))
             .with_context(|| {
                 format!(
                     "cannot create a directory for the mark socket in {}",
@@ -366,6 +374,55 @@ fn set_flag(socket: &UnixDatagram, option: libc::c_int) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Removes `<parent>/montrace-<pid>-XXXXXX` directories of montraces that are gone (killed with
+/// SIGKILL, say, so their `Drop` never ran) when they hold nothing but a socket named
+/// `mark.sock`. Best effort: what cannot be read or removed (another user's) stays.
+fn remove_stale_dirs(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(stale_candidate_pid) else {
+            continue;
+        };
+        if process_exists(pid) {
+            continue;
+        }
+        let dir = entry.path();
+        let only_a_socket = std::fs::read_dir(&dir).is_ok_and(|mut inside| {
+            inside.all(|e| {
+                e.is_ok_and(|e| {
+                    e.file_name() == "mark.sock" && e.file_type().is_ok_and(|t| t.is_socket())
+                })
+            })
+        });
+        if only_a_socket {
+            let _ = std::fs::remove_file(dir.join("mark.sock"));
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
+}
+
+/// The montrace pid in a directory name that [`MarkServer::bind_in`] makes.
+fn stale_candidate_pid(name: &str) -> Option<i32> {
+    let (pid, random) = name.strip_prefix(DIR_PREFIX)?.split_once('-')?;
+    if random.len() != 6
+        || !random.bytes().all(|b| b.is_ascii_alphanumeric())
+        || !pid.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    pid.parse().ok().filter(|&pid| pid > 0)
+}
+
+/// Whether a process `pid` exists (in montrace's pid namespace), whoever owns it.
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// `mkdtemp(parent/prefixXXXXXX)`: a new directory, mode 0700, that no one else can have made.
@@ -616,6 +673,35 @@ mod tests {
             .starts_with(&format!("montrace-{}-", std::process::id())));
         drop(server);
         assert!(!dir.exists(), "{} should be removed", dir.display());
+    }
+
+    #[test]
+    fn directories_of_montraces_that_are_gone_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket_dir = |name: &str| {
+            let dir = tmp.path().join(name);
+            std::fs::create_dir(&dir).unwrap();
+            // Bound and closed without removal, as a killed montrace leaves it.
+            drop(UnixDatagram::bind(dir.join("mark.sock")).unwrap());
+            dir
+        };
+        // No process has pid i32::MAX (pid_max is at most 2^22).
+        let gone = socket_dir(&format!("montrace-{}-abcdef", i32::MAX));
+        let alive = socket_dir(&format!("montrace-{}-abcdef", std::process::id()));
+        let other_name = socket_dir(&format!("montrace-{}-runs", i32::MAX));
+        let more_inside = socket_dir(&format!("montrace-{}-ghijkl", i32::MAX));
+        std::fs::write(more_inside.join("notes"), "mine").unwrap();
+
+        let server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        assert!(!gone.exists(), "{} should be removed", gone.display());
+        for kept in [&alive, &other_name, &more_inside] {
+            assert!(
+                kept.join("mark.sock").exists(),
+                "{} should stay",
+                kept.display()
+            );
+        }
+        assert!(server.path().exists());
     }
 
     fn args(label: &str, begin: bool, end: bool) -> MarkArgs {

@@ -11,26 +11,40 @@ use crate::sampler::{CpuTicks, ProcessReading, SystemReading};
 /// What the next sample of a process needs from its last one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Previous {
+    /// When that reading was taken (not the sweep's time: reads within a sweep take a while).
     pub time_ns: i64,
     /// User + system CPU time, ns.
     pub cpu_total_ns: u64,
+    /// Its threads then: CPU% cannot exceed 100 per thread.
+    pub threads: Option<u32>,
+}
+
+impl Previous {
+    /// What the next sample of the process needs from `sample`, read at `measured_ns`.
+    pub fn of(sample: &SampleRecord, measured_ns: i64) -> Previous {
+        Previous {
+            time_ns: measured_ns,
+            cpu_total_ns: sample.cpu_user_ns.saturating_add(sample.cpu_system_ns),
+            threads: sample.threads,
+        }
+    }
 }
 
 impl From<&SampleRecord> for Previous {
     fn from(sample: &SampleRecord) -> Previous {
-        Previous {
-            time_ns: sample.time_ns,
-            cpu_total_ns: sample.cpu_user_ns.saturating_add(sample.cpu_system_ns),
-        }
+        Previous::of(sample, sample.time_ns)
     }
 }
 
 /// The samples.parquet row of one /proc reading. `start_time_ns` is when the process started;
 /// `previous` is the last sample of the same process (same pid and start time), None for its
 /// first sample, whose CPU share is then measured from the start of the process.
+/// `time_ns` is the row's time (the sweep's, shared by its rows); `measured_ns` when this
+/// process was read, which the CPU share is computed over.
 pub fn process_sample(
     reading: &ProcessReading,
     time_ns: i64,
+    measured_ns: i64,
     start_time_ns: i64,
     previous: Option<&Previous>,
 ) -> SampleRecord {
@@ -44,7 +58,8 @@ pub fn process_sample(
         source: SampleSource::Procfs,
         cpu_user_ns: reading.cpu_user_ns,
         cpu_system_ns: reading.cpu_system_ns,
-        cpu_percent: cpu_percent(cpu_total_ns, time_ns, start_time_ns, previous),
+        cpu_percent: cpu_percent(cpu_total_ns, measured_ns, start_time_ns, previous)
+            .map(|p| clamp_to_threads(p, Some(reading.threads))),
         rss_bytes: Some(reading.rss_bytes),
         uss_bytes: smaps.map(|s| s.uss_bytes),
         pss_bytes: smaps.map(|s| s.pss_bytes),
@@ -81,7 +96,10 @@ pub fn exit_sample(
         source: SampleSource::Exit,
         cpu_user_ns: stats.cpu_user_ns,
         cpu_system_ns: stats.cpu_system_ns,
-        cpu_percent: cpu_percent(cpu_total_ns, time_ns, start_time_ns, previous),
+        // The exact exit figure against a /proc reading rounded down to clock ticks, over what
+        // can be a millisecond: the share is only as good as the bound its threads set.
+        cpu_percent: cpu_percent(cpu_total_ns, time_ns, start_time_ns, previous)
+            .map(|p| clamp_to_threads(p, previous.and_then(|p| p.threads))),
         // 0 means the kernel had no address space to read at exit: unknown, not empty.
         rss_bytes: (stats.rss_bytes > 0).then_some(stats.rss_bytes),
         uss_bytes: None,
@@ -102,6 +120,15 @@ pub fn exit_sample(
 
 /// Share of one CPU (100 = one core busy) since the previous sample, or since the process
 /// started. None when no time has passed (or the clock went backwards).
+/// A process cannot use more than one CPU per thread: a higher figure is rounding error of
+/// /proc's clock-tick CPU times over a short interval.
+fn clamp_to_threads(percent: f64, threads: Option<u32>) -> f64 {
+    match threads {
+        Some(threads) => percent.min(100.0 * threads.max(1) as f64),
+        None => percent,
+    }
+}
+
 fn cpu_percent(
     cpu_total_ns: u64,
     time_ns: i64,
@@ -202,6 +229,37 @@ impl CpuShares {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sample read at the sweep's own time.
+    fn sample_at(
+        reading: &ProcessReading,
+        time_ns: i64,
+        start_time_ns: i64,
+        previous: Option<&Previous>,
+    ) -> SampleRecord {
+        process_sample(reading, time_ns, time_ns, start_time_ns, previous)
+    }
+
+    #[test]
+    fn cpu_share_is_measured_when_the_process_was_read() {
+        let r = reading(500_000_000, 0);
+        // The sweep began at 1 s, but this process was read at 1.25 s.
+        let sample = process_sample(&r, START + SECOND, START + SECOND + SECOND / 4, START, None);
+        assert_eq!(sample.time_ns, START + SECOND);
+        assert!((sample.cpu_percent.unwrap() - 40.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cpu_share_never_exceeds_one_cpu_per_thread() {
+        // /proc rounded the previous reading down by 10 ms; the exit came 1 ms later.
+        let previous = Previous { time_ns: START, cpu_total_ns: 90_000_000, threads: Some(1) };
+        let stats = ExitStats { cpu_user_ns: 101_000_000, ..ExitStats::default() };
+        let exit = exit_sample(7, &stats, START + 1_000_000, START - SECOND, Some(&previous));
+        assert_eq!(exit.cpu_percent, Some(100.0));
+        let two = Previous { threads: Some(2), ..previous };
+        let exit = exit_sample(7, &stats, START + 1_000_000, START - SECOND, Some(&two));
+        assert_eq!(exit.cpu_percent, Some(200.0));
+    }
     use crate::sampler::{IoReading, Psi, SmapsReading};
 
     const SECOND: i64 = 1_000_000_000;
@@ -241,7 +299,7 @@ mod tests {
 
     #[test]
     fn process_sample_copies_every_figure() {
-        let sample = process_sample(
+        let sample = sample_at(
             &reading(300_000_000, 200_000_000),
             START + SECOND,
             START,
@@ -281,7 +339,7 @@ mod tests {
         r.io = None;
         r.smaps = None;
         r.fds = None;
-        let sample = process_sample(&r, START + SECOND, START, None);
+        let sample = sample_at(&r, START + SECOND, START, None);
         assert_eq!(sample.uss_bytes, None);
         assert_eq!(sample.pss_bytes, None);
         assert_eq!(sample.swap_bytes, None);
@@ -294,23 +352,24 @@ mod tests {
     #[test]
     fn first_sample_measures_cpu_from_the_start() {
         // 0.5 s of CPU in the 1 s since it started: half a core, not 0.
-        let sample = process_sample(&reading(500_000_000, 0), START + SECOND, START, None);
+        let sample = sample_at(&reading(500_000_000, 0), START + SECOND, START, None);
         assert_close(sample.cpu_percent, 50.0);
     }
 
     #[test]
     fn later_sample_measures_cpu_from_the_previous_one() {
-        let first = process_sample(&reading(500_000_000, 0), START + SECOND, START, None);
+        let first = sample_at(&reading(500_000_000, 0), START + SECOND, START, None);
         let previous = Previous::from(&first);
         assert_eq!(
             previous,
             Previous {
                 time_ns: START + SECOND,
-                cpu_total_ns: 500_000_000
+                cpu_total_ns: 500_000_000,
+                threads: first.threads,
             }
         );
         // 0.2 s more CPU over the next 2 s.
-        let second = process_sample(
+        let second = sample_at(
             &reading(600_000_000, 100_000_000),
             START + 3 * SECOND,
             START,
@@ -324,9 +383,10 @@ mod tests {
         let previous = Previous {
             time_ns: START + SECOND,
             cpu_total_ns: 1_000_000_000,
+            threads: None,
         };
         // 3.5 s of CPU in 1 s of wall time: three and a half cores.
-        let sample = process_sample(
+        let sample = sample_at(
             &reading(4_000_000_000, 500_000_000),
             START + 2 * SECOND,
             START,
@@ -338,13 +398,14 @@ mod tests {
     #[test]
     fn zero_or_negative_elapsed_time_has_no_cpu_percent() {
         let r = reading(500_000_000, 0);
-        assert_eq!(process_sample(&r, START, START, None).cpu_percent, None);
-        assert_eq!(process_sample(&r, START - 1, START, None).cpu_percent, None);
+        assert_eq!(sample_at(&r, START, START, None).cpu_percent, None);
+        assert_eq!(sample_at(&r, START - 1, START, None).cpu_percent, None);
         let previous = Previous {
             time_ns: START + SECOND,
             cpu_total_ns: 0,
+            threads: None,
         };
-        let same_time = process_sample(&r, START + SECOND, START, Some(&previous));
+        let same_time = sample_at(&r, START + SECOND, START, Some(&previous));
         assert_eq!(same_time.cpu_percent, None);
     }
 
@@ -402,7 +463,7 @@ mod tests {
     #[test]
     fn exit_sample_below_the_last_tick_based_sample_clamps_at_zero() {
         // /proc said 1.34 s (134 ticks); the exact figure at exit is 1.33456789 s.
-        let last = process_sample(
+        let last = sample_at(
             &reading(1_240_000_000, 100_000_000),
             START + SECOND,
             START,

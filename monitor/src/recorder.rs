@@ -29,6 +29,9 @@ pub struct Recorder<'g> {
     gpu_processes: Option<writer::GpuProcessTable>,
     reader: ProcReader,
     detail: MemoryDetail,
+    /// Processes that ended lately: pid -> (start time, end time), so a phase mark from a
+    /// process that exited right after sending it still finds its process.
+    ended: HashMap<u32, (i64, Option<i64>)>,
     /// Last sample of each live process, keyed by (pid, start time).
     previous: HashMap<(u32, i64), rates::Previous>,
     previous_system: Option<SystemReading>,
@@ -92,6 +95,7 @@ impl<'g> Recorder<'g> {
             reader: ProcReader::new(),
             detail,
             previous: HashMap::new(),
+            ended: HashMap::new(),
             previous_system: None,
             totals: summary::TreeTotals::default(),
             memory_peaks: summary::TreeMemoryPeaks::default(),
@@ -137,6 +141,7 @@ impl<'g> Recorder<'g> {
     pub fn store_finished(&mut self) -> anyhow::Result<()> {
         for record in self.tracker.take_finished() {
             self.previous.remove(&(record.pid, record.start_time_ns));
+            self.ended.insert(record.pid, (record.start_time_ns, record.end_time_ns));
             if let (Some(gpu), Some(end)) = (self.gpu.as_deref_mut(), record.end_time_ns) {
                 // Its accounting figures (when the driver keeps them) come at a later sweep.
                 gpu.on_exit(record.pid, record.start_time_ns, end);
@@ -153,7 +158,10 @@ impl<'g> Recorder<'g> {
         let now = host::realtime_ns();
         let mut sweep = Vec::new();
         for (pid, start_time_ns) in self.tracker.live_processes() {
-            let reading = match self.reader.read_process(pid, self.detail) {
+            let reading = self.reader.read_process(pid, self.detail);
+            // /proc/PID/stat (the CPU figure) is the first file read.
+            let measured = host::realtime_ns();
+            let reading = match reading {
                 Ok(reading) => reading,
                 // It exited since the last drain; its exit event brings its last figures.
                 Err(ReadError::Gone(_)) => continue,
@@ -169,8 +177,8 @@ impl<'g> Recorder<'g> {
             }
             let key = (pid, start_time_ns);
             let sample =
-                rates::process_sample(&reading, now, start_time_ns, self.previous.get(&key));
-            self.previous.insert(key, rates::Previous::from(&sample));
+                rates::process_sample(&reading, now, measured, start_time_ns, self.previous.get(&key));
+            self.previous.insert(key, rates::Previous::of(&sample, measured));
             sweep.push(sample);
         }
         self.memory_peaks.add_sweep(&sweep);
@@ -212,7 +220,13 @@ impl<'g> Recorder<'g> {
             self.marks.push(crate::model::MarkRecord {
                 time_ns: mark.time_ns,
                 pid: mark.pid,
-                start_time_ns: self.tracker.start_time_of(mark.pid),
+                start_time_ns: self.tracker.start_time_of(mark.pid).or_else(|| {
+                    // It sent the mark and exited before montrace read it.
+                    self.ended
+                        .get(&mark.pid)
+                        .filter(|(start, _)| *start <= mark.time_ns)
+                        .map(|(start, _)| *start)
+                }),
                 label: mark.label,
                 kind: mark.kind,
             })?;

@@ -2,6 +2,7 @@
 //! then loads the probes, starts the command held at a barrier, tracks it, and follows the tree
 //! until the command and every descendant are gone; finally writes the run directory.
 use std::{
+    collections::HashSet,
     ffi::OsString,
     os::fd::OwnedFd,
     path::{Path, PathBuf},
@@ -632,6 +633,8 @@ pub(crate) async fn follow(
     let mut flush_tick = tokio::time::interval(opts.flush_interval);
     flush_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut liveness_tick = tokio::time::interval(Duration::from_millis(500));
+    // Tracked pids missing from /proc at the last liveness check.
+    let mut missing_before: HashSet<u32> = HashSet::new();
     liveness_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     /// Takes in every lifecycle event available now. Polling may also find the command
@@ -740,6 +743,9 @@ pub(crate) async fn follow(
                 let mut guard = guard?;
                 let received = guard.get_inner_mut().receive(host::realtime_ns);
                 guard.clear_ready();
+                // Every sender forked before it sent: with the events drained, the tracker
+                // knows each one (or has just seen it end).
+                take_in!();
                 recorder.on_marks(received)?;
             }
             _ = live_tick.tick(), if live.enabled() => {
@@ -755,13 +761,19 @@ pub(crate) async fn follow(
             }
             _ = liveness_tick.tick(), if root_done && ring.is_some() => {
                 take_in!();
-                // An exit event is queued before the process can disappear from /proc, so a
-                // tracked pid gone from /proc after a drain lost its exit event.
-                for pid in recorder.tracker.live_pids() {
-                    if !Path::new(&format!("/proc/{pid}")).exists() {
-                        recorder.tracker.vanished(pid, host::boottime_ns());
-                    }
+                // An exit event is queued at the process's final context switch, which its parent
+                // can beat by microseconds when it reaps it: a tracked pid gone from /proc on two
+                // ticks in a row (with drains between) lost its exit event.
+                let gone: HashSet<u32> = recorder
+                    .tracker
+                    .live_pids()
+                    .into_iter()
+                    .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+                    .collect();
+                for &pid in gone.intersection(&missing_before) {
+                    recorder.tracker.vanished(pid, host::boottime_ns());
                 }
+                missing_before = gone;
                 recorder.store_finished()?;
             }
             _ = sleep_until(deadline) => {
@@ -790,10 +802,25 @@ pub(crate) async fn follow(
             break;
         }
     }
+    // Marks sent just before the tree ended.
+    let last_marks = marks.as_mut().map(|m| m.get_mut().receive(host::realtime_ns));
     if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid)? {
         outcome.wait_status = status;
     }
+    recorder.store_finished()?;
+    recorder.on_marks(last_marks.unwrap_or_default())?;
     live.clear();
+    if let Some(server) = &marks {
+        if let Some(first) = server.get_ref().first_invalid() {
+            eprintln!(
+                "montrace: warning: ignored {} datagrams on the mark socket that were not marks; \
+                 the first, from pid {}: {}",
+                server.get_ref().invalid(),
+                first.pid,
+                first.error
+            );
+        }
+    }
     Ok(outcome)
 }
 

@@ -112,16 +112,14 @@ fn unknown_flag_is_a_usage_error() {
     assert!(!tmp.path().join("run").exists());
 }
 
-#[test]
-fn non_root_gets_a_clear_error() {
-    require_root();
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = tmp.path().join("run");
-    let mut cmd = montrace_command(&out, &[], &["true"]);
+/// `montrace run` as the unprivileged user `nobody`, with `args`.
+fn run_as_nobody(tmp: &std::path::Path, args: &[&str], cmd: &[&str]) -> tests::Finished {
+    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut command = montrace_command(&tmp.join("run"), args, cmd);
+    command.current_dir(tmp);
     // SAFETY: only async-signal-safe calls between fork and exec; the arguments are constants.
     unsafe {
-        cmd.pre_exec(|| {
+        command.pre_exec(|| {
             if libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setgid(65534) != 0
                 || libc::setuid(65534) != 0
@@ -131,11 +129,44 @@ fn non_root_gets_a_clear_error() {
             Ok(())
         });
     }
-    let run = run_with_timeout(&mut cmd, TIMEOUT);
+    run_with_timeout(&mut command, TIMEOUT)
+}
+
+#[test]
+fn non_root_with_require_ebpf_gets_a_clear_error() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_as_nobody(tmp.path(), &["--require-ebpf"], &["true"]);
     assert_eq!(run.code(), 125, "{run:?}");
     assert!(
         run.stderr.contains("sudo"),
         "the message says to use sudo: {run:?}"
     );
-    assert!(!out.exists(), "no run directory when montrace cannot trace");
+    assert!(
+        !tmp.path().join("run").exists(),
+        "no run directory when montrace cannot trace"
+    );
+}
+
+#[test]
+fn non_root_falls_back_to_polling_and_says_so() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_as_nobody(
+        tmp.path(),
+        &["--interval", "20ms"],
+        &["sh", "-c", "sleep 0.3 & sleep 0.2; wait; exit 4"],
+    );
+    assert_eq!(run.code(), 4, "{run:?}");
+    assert!(
+        run.stderr.contains("polling") && run.stderr.contains("sudo"),
+        "warns once about the mode and how to get eBPF: {run:?}"
+    );
+    let run_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run/run.json")).unwrap())
+            .unwrap();
+    assert_eq!(run_json["tracking_mode"], "polling", "{run_json}");
+    // The root and both sleeps (each lives far longer than the 20 ms interval).
+    assert_eq!(run_json["processes_started"], 3, "{run_json}");
+    assert_eq!(run_json["exit_code"], 4, "{run_json}");
 }

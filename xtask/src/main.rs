@@ -3,7 +3,9 @@
 //! - `cargo xtask setup`: install what a fresh machine lacks (idempotent, quiet when done).
 //! - `cargo xtask run [-- CMD ARGS...]`: set-up, release build, then montrace on CMD (or a demo workload).
 //! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
+//! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
 
+mod bench;
 mod run;
 mod setup;
 mod suite;
@@ -46,6 +48,9 @@ enum Command {
         #[arg(long)]
         e2e: bool,
     },
+    /// Benchmarks (as root): completeness, accuracy, overhead, agent cost, throughput and
+    /// start-up, side by side with psrecord; writes BENCHMARKS.md and bench/results.json.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -57,6 +62,7 @@ fn main() {
         Command::Test { unit, e2e } => {
             suite::test(cli.verbose, suite::Tiers::from_flags(unit, e2e))
         }
+        Command::Bench(args) => bench::bench(cli.verbose, args),
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");

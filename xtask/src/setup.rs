@@ -42,6 +42,12 @@ const STEPS: &[Step] = &[
         is_done: pip_packages_installed,
         install: install_pip_packages,
     },
+    Step {
+        name: "chromium",
+        how: "apt-get; the report test opens report.html in headless Chromium",
+        is_done: chromium_installed,
+        install: install_chromium,
+    },
 ];
 
 /// A Python package the tests use: its name on PyPI and the module it is imported as.
@@ -304,6 +310,20 @@ fn parse_channel(toml: &str) -> Option<String> {
         let value = value.strip_prefix('"')?;
         Some(value[..value.find('"')?].to_string())
     })
+}
+
+// ---- chromium (the report's end-to-end test renders report.html headless) ----
+
+/// Where Debian's `chromium` package puts its launcher; the report test runs this path.
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn chromium_installed() -> bool {
+    Path::new(CHROMIUM).is_file()
+}
+
+fn install_chromium(i: &mut Installer) -> Result<()> {
+    i.apt_install(&["chromium"])
+        .context("could not apt-get install chromium (Debian's package of the browser)")
 }
 
 // ---- python packages ----

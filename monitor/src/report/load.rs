@@ -314,6 +314,8 @@ pub struct Gpu {
     /// follows it.
     pub columns: Vec<usize>,
     pub rows: Vec<GpuRow>,
+    /// The largest `memory_total_bytes`, for the memory plot's reference line.
+    pub memory_total_bytes: Option<f64>,
 }
 
 /// Everything the report reads from a run directory.
@@ -588,6 +590,11 @@ fn read_gpu(dir: &Path) -> anyhow::Result<Option<Gpu>> {
             continue;
         };
         let index = c.numbers("gpu_index");
+        if let Some(total) = c.numbers("memory_total_bytes") {
+            for v in total.into_iter().flatten() {
+                gpu.memory_total_bytes = Some(gpu.memory_total_bytes.map_or(v, |m: f64| m.max(v)));
+            }
+        }
         let columns: Vec<Option<Vec<Option<f64>>>> = gpu
             .columns
             .iter()

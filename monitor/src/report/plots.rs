@@ -65,6 +65,17 @@ fn axis_label(value: f64, div: f64, suffix: &str) -> String {
     format!("{text}{suffix}")
 }
 
+/// Seconds on the time axis, with as many decimals as a run of `span` seconds needs.
+fn time_label(t: f64, span: f64) -> String {
+    if span >= 20.0 {
+        format!("{t:.0}")
+    } else if span >= 2.0 {
+        format!("{t:.1}")
+    } else {
+        format!("{t:.2}")
+    }
+}
+
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 320;
 const LEGEND_WIDTH: u32 = 190;
@@ -161,6 +172,7 @@ fn line_chart(
             .y_labels(6)
             .light_line_style(TRANSPARENT)
             .bold_line_style(RGBColor(228, 231, 235))
+            .x_label_formatter(&|v| time_label(*v, x_max))
             .y_label_formatter(&|v| axis_label(*v, div, suffix))
             .label_style((FONT, 12))
             .draw()
@@ -377,6 +389,7 @@ fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Optio
                 .y_labels(5)
                 .light_line_style(TRANSPARENT)
                 .bold_line_style(RGBColor(228, 231, 235))
+                .x_label_formatter(&|v| time_label(*v, x_max))
                 .y_label_formatter(&|v| axis_label(*v, div, suffix))
                 .label_style((FONT, 11))
                 .draw()
@@ -495,6 +508,7 @@ fn stacked_private(
             .y_labels(6)
             .light_line_style(TRANSPARENT)
             .bold_line_style(RGBColor(228, 231, 235))
+            .x_label_formatter(&|v| time_label(*v, x_max))
             .y_label_formatter(&|v| axis_label(*v, div, suffix))
             .label_style((FONT, 12))
             .draw()
@@ -505,7 +519,7 @@ fn stacked_private(
             let color = series_color(layer, k);
             let points: Vec<(f64, f64)> = keep.iter().map(|&i| (xs[i], cum[k][i])).collect();
             chart
-                .draw_series(AreaSeries::new(points, 0.0, color.filled()).border_style(WHITE))
+                .draw_series(AreaSeries::new(points, 0.0, color.filled()).border_style(color))
                 .map_err(err)?;
             entries.push((layer.name.clone(), color));
         }
@@ -602,11 +616,20 @@ fn gpu_plots(
         if series.is_empty() {
             continue;
         }
+        let hlines: Vec<(f64, String)> = match (name, gpu.memory_total_bytes) {
+            ("memory_used_bytes", Some(total)) => {
+                vec![(total, format!("GPU memory {}", fmt_bytes(total as u64)))]
+            }
+            _ => Vec::new(),
+        };
         plots.push(Plot {
             id: format!("gpu-{}", name.replace('_', "-")),
             title: title.into(),
-            caption: format!("{title} per GPU (gpu.parquet `{name}`), the whole device."),
-            svg: line_chart(title, unit, &series, marks, x_max, &[])?,
+            caption: format!(
+                "{title} per GPU (gpu.parquet `{name}`), the whole device: other programs on the \
+                 GPU count too."
+            ),
+            svg: line_chart(title, unit, &series, marks, x_max, &hlines)?,
         });
     }
     Ok(plots)
@@ -615,6 +638,39 @@ fn gpu_plots(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_tables_add_their_plots() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        crate::report::synthetic_run(
+            run,
+            20,
+            std::time::Duration::from_secs(4),
+            std::time::Duration::from_millis(200),
+        )
+        .unwrap();
+        crate::report::synthetic::add_synthetic_gpu(
+            run,
+            std::time::Duration::from_secs(4),
+            std::time::Duration::from_millis(200),
+            2,
+        )
+        .unwrap();
+        let report = crate::report::prepare(run, "exe").unwrap();
+        let ids: Vec<&str> = report.plots.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            ids[ids.len() - 3..],
+            [
+                "gpu-utilization-gpu-percent",
+                "gpu-memory-used-bytes",
+                "gpu-power-watts"
+            ]
+        );
+        let memory = &report.plots[ids.len() - 2].svg;
+        assert!(memory.contains("GPU memory 80.0 GiB"), "the device's memory is a line");
+        assert!(memory.contains("\nGPU 1\n"), "one line per GPU");
+    }
 
     #[test]
     fn axis_labels_pick_a_unit() {

@@ -643,8 +643,15 @@ mod tests {
         let report = prepare(&fixture(), "exe").unwrap();
         assert_eq!(
             group_table_markdown(&report),
-            "\
-SNAPSHOT"
+            r###"| | group | instances | samples | peak USS / instance | agg. peak USS | agg. peak RSS | agg. peak PSS | peak CPU | CPU user | CPU system | CPU total | avg USS | avg CPU | duration |
+|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|
+| 1 | sh | 7 | 40 | 36.9 MiB | 75.5 MiB | 81.4 MiB | 75.8 MiB | 120% | 0.146 s | 0.198 s | 0.343 s | 8.6 MiB | 39% | 0.884 s |
+| 2 | tr | 3 | 10 | 172.0 KiB | 360.0 KiB | 4.7 MiB | 603.0 KiB | 30% | 0.041 s | 0.062 s | 0.103 s | 125.2 KiB | 22% | 0.461 s |
+| 3 | head | 3 | 10 | 172.0 KiB | 364.0 KiB | 4.8 MiB | 616.0 KiB | 10.0% | 0.000 s | 0.036 s | 0.036 s | 131.2 KiB | 7.8% | 0.461 s |
+| 4 | sleep | 3 | 9 | 156.0 KiB | 228.0 KiB | 3.3 MiB | 415.0 KiB | 0.0% | 0.003 s | 0.000 s | 0.003 s | 124.0 KiB | 0.4% | 0.564 s |
+| 5 | seq | 1 | 0 | n/a | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 26% | 0.004 s |
+| 6 | true | 5 | 0 | n/a | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 5.2% | 0.010 s |
+"###
         );
     }
 
@@ -652,7 +659,115 @@ SNAPSHOT"
     fn markdown_snapshot() {
         let report = prepare(&fixture(), "exe").unwrap();
         let (markdown, files) = markdown(&report).unwrap();
-        assert_eq!(markdown, "SNAPSHOT");
+        assert_eq!(
+            markdown,
+            r###"# montrace report
+
+`sh -c 'for i in 1 2 3; do sh -c "x=\$(head -c 20000000 /dev/zero | tr \"\\0\" a); sleep 0.3" & done; wait; for i in $(seq 5); do /bin/true; done'`
+
+- **Host:** vm (Linux 6.18.44-fc-v445)
+- **Start:** 2026-11-22 06:50:29 UTC
+- **Duration:** 0.869 s (montrace in all: 1.677 s)
+- **Exit status:** exited with 0
+- **Tracking:** tp\_btf (BTF tracepoints)
+- **Lost events:** none
+- **Coverage:** 98% of the run cgroup's CPU time is in the per-process figures
+- **Processes:** 22 started, at most 13 at once
+- **CPU:** 0.486 s (user 0.191 s, system 0.295 s)
+- **Tree memory peak:** USS 75.8 MiB, RSS 84.6 MiB, PSS 76.2 MiB
+- **Samples:** 9 sweeps every 100 ms
+- **Grouped by:** executable
+
+## Groups
+
+| group | instances | samples | peak USS / instance | agg. peak USS | agg. peak RSS | agg. peak PSS | peak CPU | CPU user | CPU system | CPU total | avg USS | avg CPU | duration |
+|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|
+| sh | 7 | 40 | 36.9 MiB | 75.5 MiB | 81.4 MiB | 75.8 MiB | 120% | 0.146 s | 0.198 s | 0.343 s | 8.6 MiB | 39% | 0.884 s |
+| tr | 3 | 10 | 172.0 KiB | 360.0 KiB | 4.7 MiB | 603.0 KiB | 30% | 0.041 s | 0.062 s | 0.103 s | 125.2 KiB | 22% | 0.461 s |
+| head | 3 | 10 | 172.0 KiB | 364.0 KiB | 4.8 MiB | 616.0 KiB | 10.0% | 0.000 s | 0.036 s | 0.036 s | 131.2 KiB | 7.8% | 0.461 s |
+| sleep | 3 | 9 | 156.0 KiB | 228.0 KiB | 3.3 MiB | 415.0 KiB | 0.0% | 0.003 s | 0.000 s | 0.003 s | 124.0 KiB | 0.4% | 0.564 s |
+| seq | 1 | 0 | n/a | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 26% | 0.004 s |
+| true | 5 | 0 | n/a | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 5.2% | 0.010 s |
+
+Aggregate figures are sums over a group's processes at one sweep of the sampler; "peak" is the
+largest such sum. CPU seconds are the kernel's exact exit figures (\* marks groups where a
+process had none and its last sample counts instead).
+
+## Top processes by CPU time
+
+| pid | group | command | start | duration | CPU | peak RSS | peak USS | exit |
+|--:|---|---|--:|--:|--:|--:|--:|---|
+| 28540 | sh | sh -c x=$(head -c 20000000 /dev/zero \| tr "\\0" a); sleep 0.3 | +0.034 s | 0.573 s | 0.125 s | 39.5 MiB | 19.2 MiB | exit 0 |
+| 28541 | sh | sh -c x=$(head -c 20000000 /dev/zero \| tr "\\0" a); sleep 0.3 | +0.034 s | 0.832 s | 0.107 s | 39.8 MiB | 36.9 MiB | exit 0 |
+| 28535 | sh | sh -c x=$(head -c 20000000 /dev/zero \| tr "\\0" a); sleep 0.3 | +0.017 s | 0.782 s | 0.107 s | 39.8 MiB | 26.9 MiB | exit 0 |
+| 28545 | tr | tr \\0 a | +0.036 s | 0.205 s | 0.042 s | 1.6 MiB | 120.0 KiB | exit 0 |
+| 28547 | tr | tr \\0 a | +0.037 s | 0.443 s | 0.031 s | 1.6 MiB | 172.0 KiB | exit 0 |
+| 28539 | tr | tr \\0 a | +0.019 s | 0.383 s | 0.029 s | 1.5 MiB | 120.0 KiB | exit 0 |
+| 28544 | head | head -c 20000000 /dev/zero | +0.036 s | 0.205 s | 0.017 s | 1.6 MiB | 120.0 KiB | exit 0 |
+| 28546 | head | head -c 20000000 /dev/zero | +0.037 s | 0.442 s | 0.010 s | 1.6 MiB | 168.0 KiB | exit 0 |
+| 28538 | head | head -c 20000000 /dev/zero | +0.019 s | 0.380 s | 0.009 s | 1.6 MiB | 172.0 KiB | exit 0 |
+| 28534 | sh | sh -c for i in 1 2 3; do sh -c "x=\\$(head -c 20000000 /dev/zero \| tr \\"\\\\0\\" a)… | +0.000 s | 0.884 s | 0.003 s | 1.6 MiB | 112.0 KiB | exit 0 |
+
+## Top processes by peak memory
+
+| pid | group | command | start | duration | CPU | peak RSS | peak USS | exit |
+|--:|---|---|--:|--:|--:|--:|--:|---|
+| 28541 | sh | sh -c x=$(head -c 20000000 /dev/zero \| tr "\\0" a); sleep 0.3 | +0.034 s | 0.832 s | 0.107 s | 39.8 MiB | 36.9 MiB | exit 0 |
+| 28535 | sh | sh -c x=$(head -c 20000000 /dev/zero \| tr "\\0" a); sleep 0.3 | +0.017 s | 0.782 s | 0.107 s | 39.8 MiB | 26.9 MiB | exit 0 |
+| 28540 | sh | sh -c x=$(head -c 20000000 /dev/zero \| tr "\\0" a); sleep 0.3 | +0.034 s | 0.573 s | 0.125 s | 39.5 MiB | 19.2 MiB | exit 0 |
+| 28549 | sleep | sleep 0.3 | +0.301 s | 0.305 s | 0.001 s | 1.7 MiB | 144.0 KiB | exit 0 |
+| 28601 | sleep | sleep 0.3 | +0.540 s | 0.325 s | 0.001 s | 1.7 MiB | 156.0 KiB | exit 0 |
+| 28660 | seq | seq 5 | +0.870 s | 0.004 s | 0.001 s | 1.6 MiB | n/a | exit 0 |
+| 28545 | tr | tr \\0 a | +0.036 s | 0.205 s | 0.042 s | 1.6 MiB | 120.0 KiB | exit 0 |
+| 28546 | head | head -c 20000000 /dev/zero | +0.037 s | 0.442 s | 0.010 s | 1.6 MiB | 168.0 KiB | exit 0 |
+| 28538 | head | head -c 20000000 /dev/zero | +0.019 s | 0.380 s | 0.009 s | 1.6 MiB | 172.0 KiB | exit 0 |
+| 28586 | sleep | sleep 0.3 | +0.493 s | 0.305 s | 0.001 s | 1.6 MiB | 108.0 KiB | exit 0 |
+
+## Over time
+
+### Private memory (USS) per group
+
+![Private memory (USS) per group](report-uss.svg)
+
+Sum of the USS of each group's processes at every sweep: the memory that ending them would give back.
+
+### RSS vs USS per group
+
+![RSS vs USS per group](report-rss-uss.svg)
+
+Light: resident memory (RSS); solid: private memory (USS), per group at every sweep. The gap is memory the group shares with other processes (libraries, copy-on-write pages), which RSS counts once per process.
+
+### Total private memory
+
+![Total private memory](report-memory-stacked.svg)
+
+The tree's USS at every sweep, stacked by group; the dot marks its peak (75.8 MiB at 0.5 s). The machine's memory, 23.5 GiB, is above the scale (0.3% of it at the peak).
+
+### CPU per group
+
+![CPU per group](report-cpu.svg)
+
+Sum of the CPU% of each group's processes at every sweep (100% = one core busy). Processes shorter than the sampling interval do not show here; the cumulative plot below counts them.
+
+### Cumulative CPU time per group
+
+![Cumulative CPU time per group](report-cpu-time.svg)
+
+CPU seconds used so far by each group (user + system). A process that exited keeps its final, exact CPU time.
+
+### Active instances per group
+
+![Active instances per group](report-instances.svg)
+
+Processes of each group alive at each moment, from their exact start and end times.
+
+## Process tree timeline
+
+![Process tree timeline](report-timeline.svg)
+
+22 processes, one row each, under their parents. Hover over a bar for its figures. (The tooltips show in a browser when the SVG file is opened by itself.)
+"###
+        );
         let names: Vec<&str> = files.iter().map(|f| f.0.as_str()).collect();
         assert_eq!(
             names,

@@ -365,6 +365,40 @@ pub fn synthetic_run(
     Ok(())
 }
 
+/// Adds a gpu.parquet of `gpus` busy GPUs (80 GiB each) to a synthetic run, sampled every
+/// `interval` for `duration` from the run's start.
+pub fn add_synthetic_gpu(
+    dir: &Path,
+    duration: Duration,
+    interval: Duration,
+    gpus: u32,
+) -> anyhow::Result<()> {
+    let duration_ns = duration.as_nanos().max(1) as i64;
+    let interval_ns = interval.as_nanos().max(1_000_000) as i64;
+    let mut table = PartedTable::gpu(dir)?;
+    let mut t = T0;
+    while t <= T0 + duration_ns {
+        let f = (t - T0) as f64 / duration_ns as f64;
+        for gpu in 0..gpus {
+            let busy = 100.0 * (0.5 + 0.45 * (f * 12.0 + f64::from(gpu)).sin());
+            table.push(crate::model::GpuRecord {
+                time_ns: t,
+                gpu_index: gpu,
+                name: Some("Synthetic GPU".into()),
+                utilization_gpu_percent: Some(busy),
+                utilization_memory_percent: Some(busy / 2.0),
+                memory_used_bytes: Some(((10.0 + 50.0 * f) * (1u64 << 30) as f64) as u64),
+                memory_total_bytes: Some(80 << 30),
+                power_watts: Some(80.0 + 3.0 * busy),
+                ..Default::default()
+            })?;
+        }
+        t += interval_ns;
+    }
+    table.finish()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,9 @@ struct Pairs {
     traced: Vec<f64>,
     bare_e2e: Vec<f64>,
     traced_e2e: Vec<f64>,
+    /// CPU: the tree's without montrace; the tree's plus montrace's own with it.
+    bare_cpu: Vec<f64>,
+    traced_cpu: Vec<f64>,
     lost: f64,
 }
 
@@ -39,7 +42,10 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     let workloads = [
         Timed {
             key: "fork_storm",
-            label: format!("fork storm: {} × `/bin/true` from a shell loop", p.overhead_loop_n),
+            label: format!(
+                "fork storm: {} × `/bin/true` from a shell loop",
+                p.overhead_loop_n
+            ),
             cmd: vec![
                 "sh".into(),
                 "-c".into(),
@@ -51,8 +57,20 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         Timed {
             key: "build",
             label: format!("build: `make -j2` of {} C files", tools::MAKE_FILES + 1),
-            cmd: vec!["make".into(), "-s".into(), "-j2".into(), "-C".into(), make_dir.clone()],
-            before: Some(vec!["make".into(), "-s".into(), "-C".into(), make_dir, "clean".into()]),
+            cmd: vec![
+                "make".into(),
+                "-s".into(),
+                "-j2".into(),
+                "-C".into(),
+                make_dir.clone(),
+            ],
+            before: Some(vec![
+                "make".into(),
+                "-s".into(),
+                "-C".into(),
+                make_dir,
+                "clean".into(),
+            ]),
             target: 1.01,
         },
     ];
@@ -70,7 +88,10 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
              The workload's wall time is taken by `nscount` around the command itself (the same \
              helper in both arms); the ratio is the median of the {} pairs' ratios. The \
              end-to-end column also counts montrace's start-up (loading the eBPF programs) and \
-             finish (closing the Parquet files), a fixed cost per run (section 6).",
+             finish (closing the Parquet files), a fixed cost per run (section 6). The CPU ratio \
+             does not depend on what else runs on the machine: the tree's CPU (kernel figures, \
+             `getrusage`) plus montrace's own (`selfcost -n`, which only waits), over the tree's \
+             CPU without montrace.",
             p.reps, p.reps, p.reps
         ),
         columns: vec![
@@ -80,6 +101,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             "ratio (median of pairs)".into(),
             "pair ratios, min–max".into(),
             "end to end".into(),
+            "CPU ratio".into(),
             "target".into(),
             "".into(),
         ],
@@ -89,9 +111,12 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         let ratios = pair_ratios(&r.traced, &r.bare);
         let ratio = median(&ratios);
         let e2e = median(&pair_ratios(&r.traced_e2e, &r.bare_e2e));
+        let cpu_ratios = pair_ratios(&r.traced_cpu, &r.bare_cpu);
+        let cpu = median(&cpu_ratios);
         let met = ratio.is_some_and(|v| v <= w.target);
-        let spread = min_max(&ratios)
-            .map_or("n/a".into(), |(lo, hi)| format!("{}–{}", times(lo), times(hi)));
+        let spread = min_max(&ratios).map_or("n/a".into(), |(lo, hi)| {
+            format!("{}–{}", times(lo), times(hi))
+        });
         s.rows.push(vec![
             w.label.clone(),
             median(&r.bare).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
@@ -99,6 +124,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             ratio.map_or("n/a".into(), times),
             spread,
             e2e.map_or("n/a".into(), times),
+            cpu.map_or("n/a".into(), times),
             format!("≤ {}×", w.target),
             met_word(met).into(),
         ]);
@@ -123,11 +149,25 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             )
             .runs(pair_ratios(&r.traced_e2e, &r.bare_e2e)),
         );
+        s.figures.push(
+            Figure::new(
+                &format!("overhead.{}.cpu", w.key),
+                &format!("CPU with ÷ without montrace, {}", w.label),
+                "ratio",
+                cpu,
+                cpu.map_or("n/a".into(), times),
+            )
+            .runs(cpu_ratios),
+        );
         if r.lost > 0.0 {
-            s.notes.push(format!("{}: {} events were lost.", w.label, r.lost));
+            s.notes
+                .push(format!("{}: {} events were lost.", w.label, r.lost));
         }
     }
-    if s.figures.iter().any(|f| f.target.as_ref().is_some_and(|t| !t.met)) {
+    if s.figures
+        .iter()
+        .any(|f| f.target.as_ref().is_some_and(|t| !t.met))
+    {
         s.notes.push(OVERHEAD_NOTE.into());
     }
     let ebpf = ebpf_cost(ctx)?;
@@ -148,12 +188,15 @@ fn ab(ctx: &Ctx, w: &Timed) -> Result<Pairs> {
         if let Some(before) = &w.before {
             tools::prepare(before)?;
         }
-        let ns = t.fresh(&format!("bare-{}", w.key)).with_extension("nscount.json");
+        let ns = t
+            .fresh(&format!("bare-{}", w.key))
+            .with_extension("nscount.json");
         let ran = tools::run(&t.nscount_argv(&ns, &w.cmd))?;
         let kernel = tools::read_nscount(&ns)?;
         if record {
             pairs.bare.push(kernel.wall_s);
             pairs.bare_e2e.push(ran.wall_s);
+            pairs.bare_cpu.push(kernel.cpu_ns / 1e9);
         }
         Ok(())
     };
@@ -163,11 +206,14 @@ fn ab(ctx: &Ctx, w: &Timed) -> Result<Pairs> {
         }
         let out = t.fresh(&format!("mt-{}", w.key));
         let ns = out.with_extension("nscount.json");
-        let ran = tools::run(&t.montrace_argv(&out, &[], &t.nscount_argv(&ns, &w.cmd)))?;
+        let cost = out.with_extension("selfcost.json");
+        let montrace = t.montrace_argv(&out, &[], &t.nscount_argv(&ns, &w.cmd));
+        let ran = tools::run(&t.selfcost_argv(&cost, false, &montrace))?;
         let kernel = tools::read_nscount(&ns)?;
         if record {
             pairs.traced.push(kernel.wall_s);
             pairs.traced_e2e.push(ran.wall_s);
+            pairs.traced_cpu.push(kernel.cpu_ns / 1e9 + tools::read_selfcost(&cost)?.cpu_s);
             pairs.lost += lost_events(&read_json(&out.join("run.json"))?);
         }
         Ok(())
@@ -231,7 +277,11 @@ fn bpftool_programs() -> Option<Vec<Value>> {
 }
 
 fn ensure_bpftool(ctx: &Ctx) -> Result<()> {
-    if Command::new("bpftool").arg("version").output().is_ok_and(|o| o.status.success()) {
+    if Command::new("bpftool")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         return Ok(());
     }
     ctx.progress("installing bpftool (apt)");
@@ -340,7 +390,11 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
             &format!("eBPF {name}: time per run"),
             "ns",
             (*cnt > 0.0).then(|| ns / cnt),
-            if *cnt > 0.0 { format!("{} ns", sig(ns / cnt, 3)) } else { "n/a".into() },
+            if *cnt > 0.0 {
+                format!("{} ns", sig(ns / cnt, 3))
+            } else {
+                "n/a".into()
+            },
         ));
     }
     let per_event = (all_cnt > 0.0).then(|| all_ns / all_cnt);
@@ -368,7 +422,8 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
         ));
     }
     if by_name.is_empty() {
-        s.notes.push("bpftool showed none of montrace's programs during the run.".into());
+        s.notes
+            .push("bpftool showed none of montrace's programs during the run.".into());
     }
     Ok(s)
 }

@@ -13,6 +13,8 @@ pub struct Results {
     /// `git describe`-like revision of the workspace, with `-dirty` for uncommitted changes.
     pub revision: String,
     pub machine: Machine,
+    /// The nice value the benchmark ran at (`None`: the default).
+    pub nice: Option<i32>,
     pub duration_s: f64,
     pub sections: Vec<Section>,
 }
@@ -130,6 +132,7 @@ impl Results {
                 "os": self.machine.os,
                 "mem_gib": self.machine.mem_gib,
             },
+            "nice": self.nice,
             "duration_s": self.duration_s,
             "targets": self.targets().iter().map(|f| json!({
                 "key": f.key,
@@ -179,8 +182,15 @@ impl Results {
              montrace and psrecord) alternate, run after run, and a time is the median of the \
              runs' ratios. Kernel figures come from the kernel itself, never from montrace: \
              processes from the PID counter of a PID namespace made for the run, CPU from \
-             `getrusage`, peaks from `VmHWM` (see each section).\n\n",
+             `getrusage`, peaks from `VmHWM` (see each section).",
         );
+        if let Some(nice) = self.nice {
+            md.push_str(&format!(
+                " The benchmark, montrace and the workloads ran at nice {nice}, so that other \
+                 work on the machine takes less of the CPUs from them."
+            ));
+        }
+        md.push_str("\n\n");
         let busy: Vec<&str> = self
             .sections
             .iter()
@@ -209,8 +219,14 @@ impl Results {
         }
         md.push('\n');
 
-        for s in &self.sections {
-            md.push_str(&s.to_markdown());
+        // Sections measured together share their load: say it once, after the last of them.
+        for (i, s) in self.sections.iter().enumerate() {
+            let next_load = self.sections.get(i + 1).and_then(|n| n.load);
+            let last_of_group = match (s.load, next_load) {
+                (Some(a), Some(b)) => a.before != b.before || a.after != b.after,
+                _ => true,
+            };
+            md.push_str(&s.to_markdown(last_of_group));
         }
         md
     }
@@ -248,7 +264,8 @@ impl Section {
         })
     }
 
-    pub fn to_markdown(&self) -> String {
+    /// The section; with its load average and time when `with_load`.
+    pub fn to_markdown(&self, with_load: bool) -> String {
         let mut md = format!("## {}\n\n", self.title);
         if !self.method.is_empty() {
             md.push_str(self.method.trim_end());
@@ -260,10 +277,10 @@ impl Section {
             md.push_str(note.trim_end());
             md.push('\n');
         }
-        if let Some(load) = self.load {
+        if let Some(load) = self.load.filter(|_| with_load) {
             md.push_str(&format!(
                 "\n_Load average (1/5/15 min) before: {:.2} / {:.2} / {:.2}, after: {:.2} / {:.2} / \
-                 {:.2}; the section took {:.0} s._\n",
+                 {:.2}; these runs took {:.0} s._\n",
                 load.before[0],
                 load.before[1],
                 load.before[2],
@@ -286,7 +303,11 @@ pub fn markdown_table(columns: &[String], rows: &[Vec<String>]) -> String {
     let cell = |c: &str| c.replace('|', "\\|");
     let mut md = format!(
         "| {} |\n|{}\n",
-        columns.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | "),
+        columns
+            .iter()
+            .map(|c| cell(c))
+            .collect::<Vec<_>>()
+            .join(" | "),
         " --- |".repeat(columns.len())
     );
     for row in rows {
@@ -314,6 +335,7 @@ mod tests {
                 os: "Debian".into(),
                 mem_gib: 8.0,
             },
+            nice: Some(-10),
             duration_s: 100.0,
             sections: vec![Section {
                 id: "overhead",
@@ -322,9 +344,15 @@ mod tests {
                 columns: vec!["workload".into(), "ratio".into()],
                 rows: vec![vec!["a|b".into(), "1.010×".into()]],
                 figures: vec![
-                    Figure::new("overhead.build", "build overhead", "ratio", Some(1.01), "1.010×".into())
-                        .runs(vec![1.0, 1.01, 1.02])
-                        .target("≤ 1.01×", true),
+                    Figure::new(
+                        "overhead.build",
+                        "build overhead",
+                        "ratio",
+                        Some(1.01),
+                        "1.010×".into(),
+                    )
+                    .runs(vec![1.0, 1.01, 1.02])
+                    .target("≤ 1.01×", true),
                     Figure::new("overhead.raw", "raw", "s", Some(2.0), "2 s".into()),
                 ],
                 notes: vec!["A note.".into()],
@@ -340,12 +368,18 @@ mod tests {
     #[test]
     fn markdown_has_targets_sections_and_rerun() {
         let md = results().to_markdown();
-        assert!(md.contains("| build overhead | 1.010× | ≤ 1.01× | met |"), "{md}");
+        assert!(
+            md.contains("| build overhead | 1.010× | ≤ 1.01× | met |"),
+            "{md}"
+        );
         assert!(md.contains("## 3. Overhead"));
         assert!(md.contains("| a\\|b | 1.010× |"));
         assert!(md.contains("cargo xtask bench --quick"));
         assert!(md.contains("**Other work ran on the machine**"));
-        assert!(!md.contains("| raw |"), "figures without a target stay out of the targets table");
+        assert!(
+            !md.contains("| raw |"),
+            "figures without a target stay out of the targets table"
+        );
     }
 
     #[test]
@@ -353,7 +387,10 @@ mod tests {
         let v = results().to_json();
         assert_eq!(v["targets"].as_array().unwrap().len(), 1);
         assert_eq!(v["targets"][0]["met"], true);
-        assert_eq!(v["sections"][0]["figures"][0]["runs"], json!([1.0, 1.01, 1.02]));
+        assert_eq!(
+            v["sections"][0]["figures"][0]["runs"],
+            json!([1.0, 1.01, 1.02])
+        );
         assert_eq!(v["sections"][0]["table"]["rows"][0][0], "a|b");
     }
 

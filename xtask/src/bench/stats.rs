@@ -29,11 +29,6 @@ pub fn pair_ratios(with: &[f64], without: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// The median of the paired ratios.
-pub fn median_ratio(with: &[f64], without: &[f64]) -> Option<f64> {
-    median(&pair_ratios(with, without))
-}
-
 /// The smallest and largest value.
 pub fn min_max(values: &[f64]) -> Option<(f64, f64)> {
     let mut it = values.iter().copied().filter(|v| !v.is_nan());
@@ -99,8 +94,14 @@ mod tests {
     fn ratios_skip_zero_denominators() {
         assert_eq!(ratio(3.0, 2.0), Some(1.5));
         assert_eq!(ratio(3.0, 0.0), None);
-        assert_eq!(pair_ratios(&[2.0, 3.0, 4.0], &[1.0, 0.0, 2.0]), vec![2.0, 2.0]);
-        assert_eq!(median_ratio(&[1.1, 1.0, 1.3], &[1.0, 1.0, 1.0]), Some(1.1));
+        assert_eq!(
+            pair_ratios(&[2.0, 3.0, 4.0], &[1.0, 0.0, 2.0]),
+            vec![2.0, 2.0]
+        );
+        assert_eq!(
+            median(&pair_ratios(&[1.1, 1.0, 1.3], &[1.0, 1.0, 1.0])),
+            Some(1.1)
+        );
     }
 
     #[test]

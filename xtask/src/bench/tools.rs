@@ -11,7 +11,9 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// The C helpers in `bench/workloads/`, built with `cc -O2` (`noop` statically).
-pub const HELPERS: &[&str] = &["nscount", "selfcost", "mem", "burn", "chain", "storm", "noop"];
+pub const HELPERS: &[&str] = &[
+    "nscount", "selfcost", "mem", "burn", "chain", "storm", "noop",
+];
 
 /// Source files of the generated project that `make -j2` builds.
 pub const MAKE_FILES: usize = 50;
@@ -117,9 +119,14 @@ impl Tools {
         argv
     }
 
-    /// `selfcost OUT CMD...`: CMD's own CPU and peak memory, without its children.
-    pub fn selfcost_argv(&self, out: &Path, cmd: &[String]) -> Vec<String> {
-        let mut argv = vec![self.helper("selfcost"), out.display().to_string()];
+    /// `selfcost [-n] OUT CMD...`: CMD's own CPU and peak memory, without its children.
+    /// `poll: false` (`-n`) only waits: no peak memory, and no cost while CMD runs.
+    pub fn selfcost_argv(&self, out: &Path, poll: bool, cmd: &[String]) -> Vec<String> {
+        let mut argv = vec![self.helper("selfcost")];
+        if !poll {
+            argv.push("-n".into());
+        }
+        argv.push(out.display().to_string());
         argv.extend(cmd.iter().cloned());
         argv
     }
@@ -143,7 +150,6 @@ impl Tools {
             processes_seen: num(&v, "/processes_seen")?,
             cpu_s: num(&v, "/cpu_s")?,
             peak_rss_bytes: num(&v, "/peak_mib")? * (1u64 << 20) as f64,
-            samples: num(&v, "/samples")?,
         })
     }
 }
@@ -156,7 +162,6 @@ pub struct Psrecord {
     pub cpu_s: f64,
     /// Its largest "Real (MB)" figure (the sum of the tree's RSS at one sample), in bytes.
     pub peak_rss_bytes: f64,
-    pub samples: f64,
 }
 
 /// How a command ended and how long it took (measured here, around the whole process).
@@ -259,11 +264,6 @@ pub fn duckdb_batch(statements: &[String]) -> Result<Vec<Vec<Vec<Value>>>> {
     serde_json::from_slice(&out.stdout).context("DuckDB's answer is not JSON")
 }
 
-/// The first column of the first row of a statement's rows, as a number (`None` for NULL).
-pub fn first_number(rows: &[Vec<Value>]) -> Option<f64> {
-    first_numbers(rows).into_iter().next().flatten()
-}
-
 /// The columns of the first row of a statement's rows, as numbers.
 pub fn first_numbers(rows: &[Vec<Value>]) -> Vec<Option<f64>> {
     rows.first()
@@ -326,7 +326,10 @@ pub fn read_nscount(path: &Path) -> Result<NsCount> {
     let v = read_json(path)?;
     let last = num(&v, "/ns_last_pid")?;
     if last < 1.0 {
-        bail!("{}: nscount could not read the namespace's PID counter", path.display());
+        bail!(
+            "{}: nscount could not read the namespace's PID counter",
+            path.display()
+        );
     }
     Ok(NsCount {
         processes: last + 1.0,
@@ -338,7 +341,7 @@ pub fn read_nscount(path: &Path) -> Result<NsCount> {
 /// What `selfcost` wrote: montrace's own cost, without the command's tree.
 pub struct SelfCost {
     pub cpu_s: f64,
-    /// Peak resident memory (VmHWM, read every 10 ms while it ran).
+    /// Peak resident memory (VmHWM, read every 10 ms while it ran); negative when not polled.
     pub peak_rss_bytes: f64,
     pub wall_s: f64,
 }
@@ -355,7 +358,9 @@ pub fn read_selfcost(path: &Path) -> Result<SelfCost> {
 /// `/proc/loadavg`'s three averages.
 pub fn loadavg() -> [f64; 3] {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let mut it = text.split_whitespace().map(|f| f.parse().unwrap_or(f64::NAN));
+    let mut it = text
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(f64::NAN));
     [
         it.next().unwrap_or(f64::NAN),
         it.next().unwrap_or(f64::NAN),
@@ -406,8 +411,12 @@ fn generate_make_project(dir: &Path) -> Result<()> {
         );
         std::fs::write(dir.join(format!("f{i}.c")), source)?;
     }
-    let calls: String = (0..MAKE_FILES).map(|i| format!("    s += f{i}(s);\n")).collect();
-    let decls: String = (0..MAKE_FILES).map(|i| format!("int f{i}(int);\n")).collect();
+    let calls: String = (0..MAKE_FILES)
+        .map(|i| format!("    s += f{i}(s);\n"))
+        .collect();
+    let decls: String = (0..MAKE_FILES)
+        .map(|i| format!("int f{i}(int);\n"))
+        .collect();
     std::fs::write(
         dir.join("main.c"),
         format!("{decls}int main(void) {{\n    int s = 1;\n{calls}    return s < 0;\n}}\n"),
@@ -442,7 +451,10 @@ mod tests {
         assert_eq!(t.procfs_samples, 5.0);
         assert_eq!(t.total(), 22.0);
         assert_eq!(TableRows::from_answer(&[]), TableRows::default());
-        assert_eq!(first_number(&[vec![Value::Null]]), None);
+        assert_eq!(
+            first_numbers(&[vec![Value::Null, json!(2)]]),
+            vec![None, Some(2.0)]
+        );
     }
 
     #[test]

@@ -97,8 +97,20 @@ fn workloads(ctx: &Ctx) -> Vec<Workload> {
         Workload {
             key: "make",
             label: format!("`make -j2` of {} small C files", tools::MAKE_FILES + 1),
-            cmd: vec!["make".into(), "-s".into(), "-j2".into(), "-C".into(), make_dir.clone()],
-            before: Some(vec!["make".into(), "-s".into(), "-C".into(), make_dir, "clean".into()]),
+            cmd: vec![
+                "make".into(),
+                "-s".into(),
+                "-j2".into(),
+                "-C".into(),
+                make_dir.clone(),
+            ],
+            before: Some(vec![
+                "make".into(),
+                "-s".into(),
+                "-C".into(),
+                make_dir,
+                "clean".into(),
+            ]),
             runs: p.tree_reps,
             completeness: true,
         },
@@ -142,7 +154,9 @@ fn run_psrecord(ctx: &Ctx, w: &Workload) -> Result<PsRun> {
     if let Some(before) = &w.before {
         tools::prepare(before)?;
     }
-    let ns = t.fresh(&format!("ps-{}", w.key)).with_extension("nscount.json");
+    let ns = t
+        .fresh(&format!("ps-{}", w.key))
+        .with_extension("nscount.json");
     let ps = t.psrecord(&format!("ps-{}", w.key), 0.1, &t.nscount_argv(&ns, &w.cmd))?;
     let kernel = tools::read_nscount(&ns)?;
     Ok(PsRun {
@@ -175,7 +189,9 @@ fn mem_sql(out: &std::path::Path, pid: f64) -> String {
 
 fn mem_psrecord(ctx: &Ctx, args: [u64; 4]) -> Result<MemRun> {
     let t = &ctx.tools;
-    let report = t.fresh(&format!("ps-mem{}", args[0])).with_extension("mem.json");
+    let report = t
+        .fresh(&format!("ps-mem{}", args[0]))
+        .with_extension("mem.json");
     let mut cmd = vec![t.helper("mem")];
     cmd.extend(args.iter().map(u64::to_string));
     cmd.push(report.display().to_string());
@@ -338,6 +354,14 @@ fn completeness(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
     s
 }
 
+/// Within the CPU target: 1 %, or 1 ms for tiny trees (nscount's own exit, after its getrusage,
+/// is in the cgroup's figure and not in the kernel's).
+fn cpu_within(rel: Option<f64>, abs_ns: Option<f64>) -> bool {
+    rel.is_some_and(|e| e.abs() <= CPU_TOLERANCE) || abs_ns.is_some_and(|d| d.abs() <= CPU_SLACK_NS)
+}
+
+const CPU_SLACK_NS: f64 = 1e6;
+
 fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
     let mut s = Section {
         id: "cpu",
@@ -347,7 +371,9 @@ fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
                  has reaped everything, so every process of the tree is in it. montrace: the sum \
                  of the per-process exit figures (`totals` in run.json, the `cpu_s` of \
                  summary.json), and the run cgroup's `cpuacct.usage` (`cgroup.totals.cpu_usage_ns`). \
-                 Errors are medians over the runs, signed (negative: montrace saw less)."
+                 Errors are medians over the runs, signed (negative: montrace saw less). Target: \
+                 within 1 %, or within 1 ms for trees of a few ms (the cgroup also counts \
+                 `nscount`'s own exit, after its `getrusage`)."
             .into(),
         columns: vec![
             "workload".into(),
@@ -360,21 +386,34 @@ fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
         ],
         ..Section::default()
     };
-    let mut cgroup_errors = Vec::new();
+    let mut cgroup_worst: Option<f64> = None;
+    let mut cgroup_all_met = true;
+    let mut processes_missed = false;
     for (w, runs) in workloads.iter().zip(mt) {
         let kernel: Vec<f64> = runs.iter().map(|r| r.kernel_cpu_ns).collect();
         let tree: Vec<f64> = runs.iter().map(|r| r.tree_cpu_ns).collect();
+        let cg: Vec<f64> = runs.iter().filter_map(|r| r.cgroup_cpu_ns).collect();
         let tree_err: Vec<f64> = runs
             .iter()
             .filter_map(|r| relative_error(r.tree_cpu_ns, r.kernel_cpu_ns))
             .collect();
-        let cg: Vec<f64> = runs.iter().filter_map(|r| r.cgroup_cpu_ns).collect();
         let cg_err: Vec<f64> = runs
             .iter()
             .filter_map(|r| relative_error(r.cgroup_cpu_ns?, r.kernel_cpu_ns))
             .collect();
-        let tree_e = median(&tree_err);
-        let cg_e = median(&cg_err);
+        let tree_diff = median(
+            &runs
+                .iter()
+                .map(|r| r.tree_cpu_ns - r.kernel_cpu_ns)
+                .collect::<Vec<_>>(),
+        );
+        let cg_diff = median(
+            &runs
+                .iter()
+                .filter_map(|r| Some(r.cgroup_cpu_ns? - r.kernel_cpu_ns))
+                .collect::<Vec<_>>(),
+        );
+        let (tree_e, cg_e) = (median(&tree_err), median(&cg_err));
         s.rows.push(vec![
             w.label.clone(),
             median(&kernel).map_or("n/a".into(), cpu_s),
@@ -384,24 +423,25 @@ fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
             cg_e.map_or("n/a".into(), signed_percent),
             runs.len().to_string(),
         ]);
-        let display = tree_e.map_or("n/a".into(), signed_percent);
+        let tree_met = cpu_within(tree_e, tree_diff);
+        processes_missed |= !tree_met;
         let mut f = Figure::new(
             &format!("cpu.{}.processes", w.key),
             &format!("tree CPU, per-process sum: {}", w.label),
             "relative error",
             tree_e,
-            display,
+            tree_e.map_or("n/a".into(), signed_percent),
         )
         .runs(tree_err);
         if matches!(w.key, "burners" | "shell_loop" | "make") {
-            f = f.target(
-                "within ±1 %",
-                tree_e.is_some_and(|e| e.abs() <= CPU_TOLERANCE),
-            );
+            f = f.target("within ±1 %", tree_met);
         }
         s.figures.push(f);
+        cgroup_all_met &= cpu_within(cg_e, cg_diff);
         if let Some(e) = cg_e {
-            cgroup_errors.push(e);
+            if cgroup_worst.is_none_or(|w| e.abs() > w.abs()) {
+                cgroup_worst = Some(e);
+            }
         }
         s.figures.push(
             Figure::new(
@@ -414,29 +454,20 @@ fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
             .runs(cg_err),
         );
     }
-    let worst_cg = cgroup_errors
-        .iter()
-        .copied()
-        .max_by(|a, b| a.abs().total_cmp(&b.abs()));
     s.figures.push(
         Figure::new(
             "cpu.cgroup.worst",
             "tree CPU, run cgroup: worst workload",
             "relative error",
-            worst_cg,
-            worst_cg.map_or("n/a".into(), signed_percent),
+            cgroup_worst,
+            cgroup_worst.map_or("n/a".into(), signed_percent),
         )
         .target(
-            "within ±1 %",
-            worst_cg.is_some_and(|e| e.abs() <= CPU_TOLERANCE),
+            "within ±1 % (or 1 ms)",
+            cgroup_worst.is_some() && cgroup_all_met,
         ),
     );
-    let missed: Vec<&Figure> = s
-        .figures
-        .iter()
-        .filter(|f| f.key.ends_with(".processes") && f.value.is_some_and(|e| e.abs() > CPU_TOLERANCE))
-        .collect();
-    if !missed.is_empty() {
+    if processes_missed {
         s.notes.push(CPU_NOTE.into());
     }
     s
@@ -508,13 +539,13 @@ fn peaks(p: &super::Plan, mt: &[MemRun], ps: &[MemRun]) -> Section {
 fn spike_stats(runs: &[MemRun], exit_figure: bool) -> (usize, Option<f64>) {
     let shares: Vec<f64> = runs
         .iter()
-        .filter_map(|r| {
+        .map(|r| {
             let seen = if exit_figure {
                 r.exit_peak_bytes
             } else {
                 r.sampled_peak_bytes
             };
-            Some(seen.unwrap_or(0.0) / r.truth_bytes)
+            seen.unwrap_or(0.0) / r.truth_bytes
         })
         .collect();
     (
@@ -543,9 +574,24 @@ fn spikes(p: &super::Plan, at200: &[MemRun], at50: &[MemRun], ps: &[MemRun]) -> 
         ..Section::default()
     };
     let rows: [(&str, &str, &[MemRun], bool); 4] = [
-        ("spike.exit", "montrace, exit figure (`peak_rss_bytes`)", at200, true),
-        ("spike.samples_200ms", "montrace, samples at `--interval 200ms` (max `rss_bytes`)", at200, false),
-        ("spike.samples_50ms", "montrace, samples at `--interval 50ms`", at50, false),
+        (
+            "spike.exit",
+            "montrace, exit figure (`peak_rss_bytes`)",
+            at200,
+            true,
+        ),
+        (
+            "spike.samples_200ms",
+            "montrace, samples at `--interval 200ms` (max `rss_bytes`)",
+            at200,
+            false,
+        ),
+        (
+            "spike.samples_50ms",
+            "montrace, samples at `--interval 50ms`",
+            at50,
+            false,
+        ),
         ("spike.psrecord", "psrecord, `--interval 0.1`", ps, false),
     ];
     for (key, label, runs, exit) in rows {
@@ -619,11 +665,7 @@ fn peer_tree(workloads: &[Workload], mt: &[Vec<MtRun>], ps: &[Vec<PsRun>]) -> Se
             w.label.clone(),
             count_range(&kernel),
             pct(min_max(&mt_share).map(|(lo, _)| lo)),
-            format!(
-                "{} ({})",
-                count_range(&ps_seen),
-                pct(median(&ps_share))
-            ),
+            format!("{} ({})", count_range(&ps_seen), pct(median(&ps_share))),
             format!(
                 "{} / {}",
                 mt_err.map_or("n/a".into(), signed_percent),
@@ -683,7 +725,10 @@ fn peer_memory(
         median(&runs.iter().filter_map(f).collect::<Vec<_>>())
     };
     s.rows.push(vec![
-        format!("{} MiB spike of 150 ms (median of {} runs)", p.spike_mib, p.reps),
+        format!(
+            "{} MiB spike of 150 ms (median of {} runs)",
+            p.spike_mib, p.reps
+        ),
         median_of(spike_mt, |r| Some(r.truth_bytes)).map_or("n/a".into(), mib),
         median_of(spike_mt, |r| r.exit_peak_bytes).map_or("n/a".into(), mib),
         median_of(spike_ps, |r| r.sampled_peak_bytes).map_or("n/a".into(), mib),

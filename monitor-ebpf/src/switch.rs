@@ -1,0 +1,69 @@
+//! `sched_switch`, for one purpose: the final context switch of an exited thread. Its exit event
+//! (filled at `sched_process_exit`, see `exit`) waits in `PENDING` until then, because only now
+//! has the scheduler added the thread's last slice of CPU time (`dequeue_entity()` calls
+//! `update_curr()` before the switch). Every other switch returns after one comparison.
+use aya_ebpf::{
+    helpers::{bpf_get_current_task, bpf_ktime_get_boot_ns},
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
+};
+use monitor_common::{stat, ExitEvent, TASK_DEAD};
+
+use crate::{count, off, ready, task, EVENTS, PENDING};
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn switch_btf(ctx: BtfTracePointContext) -> i32 {
+    // (bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+    let prev_state: u64 = ctx.arg(3);
+    if prev_state as u32 & TASK_DEAD != 0 {
+        let prev: usize = ctx.arg(1);
+        finish(prev);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn switch_tp(_ctx: TracePointContext) -> u32 {
+    if !ready() {
+        return 0;
+    }
+    // The classic record encodes prev_state differently; the switch runs on prev's stack, so
+    // the current task is prev, and its own state says TASK_DEAD.
+    // SAFETY: the helper returns the running task.
+    let current = unsafe { bpf_get_current_task() } as usize;
+    let state: u32 = task::read(current, off!(task_state));
+    if state & TASK_DEAD != 0 {
+        finish(current);
+    }
+    0
+}
+
+fn finish(task: usize) {
+    if !ready() {
+        return;
+    }
+    let tid = task::pid(task);
+    let Some(pending) = PENDING.get_ptr_mut(&tid) else {
+        return;
+    };
+    // SAFETY: a valid map value for the duration of the program; the dead thread's own final
+    // switch is the only place that completes it.
+    unsafe {
+        (*pending).runtime_ns = task::read(task, off!(task_sum_exec_runtime));
+        (*pending).utime_ns = task::read(task, off!(task_utime));
+        (*pending).stime_ns = task::read(task, off!(task_stime));
+        (*pending).nvcsw = task::read(task, off!(task_nvcsw));
+        (*pending).nivcsw = task::read(task, off!(task_nivcsw));
+        send(&mut *pending);
+    }
+    let _ = PENDING.remove(&tid);
+}
+
+/// Stamps and sends an exit event (copied from map memory into the ring buffer).
+pub fn send(event: &mut ExitEvent) {
+    // SAFETY: plain helper call.
+    event.header.time_ns = unsafe { bpf_ktime_get_boot_ns() };
+    if EVENTS.output::<ExitEvent>(&*event, 0).is_err() {
+        count(stat::RINGBUF_FULL);
+    }
+}

@@ -37,9 +37,7 @@ pub fn export_main(args: ExportArgs) -> anyhow::Result<i32> {
     }
     match args.format {
         ExportFormat::Perfetto => {
-            let out = args
-                .out
-                .unwrap_or_else(|| args.run_dir.join("trace.json"));
+            let out = args.out.unwrap_or_else(|| args.run_dir.join("trace.json"));
             write_perfetto(&args.run_dir, &out)?;
             println!("{}", out.display());
             eprintln!("montrace: open it in https://ui.perfetto.dev (Open trace file)");
@@ -141,10 +139,14 @@ pub fn perfetto_trace(data: &RunData) -> Value {
         *uses += 1;
     }
 
-    events.push(json!({"ph": "M", "pid": MACHINE_PID, "name": "process_name",
-        "args": {"name": "machine (montrace)"}}));
-    events.push(json!({"ph": "M", "pid": MACHINE_PID, "name": "process_sort_index",
-        "args": {"sort_index": -1}}));
+    events.push(
+        json!({"ph": "M", "pid": MACHINE_PID, "name": "process_name",
+        "args": {"name": "machine (montrace)"}}),
+    );
+    events.push(
+        json!({"ph": "M", "pid": MACHINE_PID, "name": "process_sort_index",
+        "args": {"sort_index": -1}}),
+    );
     let exe = |i: usize| crate::report::model::exe_name(&data.processes[i]);
     let index: HashMap<(u32, i64), usize> = data
         .processes
@@ -169,8 +171,10 @@ pub fn perfetto_trace(data: &RunData) -> Value {
         labels.extend(parent);
         events.push(json!({"ph": "M", "pid": id, "name": "process_labels",
             "args": {"labels": labels.join(", ")}}));
-        events.push(json!({"ph": "M", "pid": id, "tid": id, "name": "thread_name",
-            "args": {"name": p.comm}}));
+        events.push(
+            json!({"ph": "M", "pid": id, "tid": id, "name": "thread_name",
+            "args": {"name": p.comm}}),
+        );
         let end = p.end_ns.unwrap_or(t1).max(p.start_ns);
         let cpu = match (p.cpu_user_ns, p.cpu_system_ns) {
             (Some(u), Some(s)) => json!((u + s) as f64 / 1e9),
@@ -197,8 +201,10 @@ pub fn perfetto_trace(data: &RunData) -> Value {
         let id = track[s.process];
         if s.exit {
             // The process is gone: its counters drop to zero.
-            events.push(json!({"ph": "C", "pid": id, "name": "memory", "ts": us(s.time_ns),
-                "args": {"rss_MiB": 0, "uss_MiB": 0}}));
+            events.push(
+                json!({"ph": "C", "pid": id, "name": "memory", "ts": us(s.time_ns),
+                "args": {"rss_MiB": 0, "uss_MiB": 0}}),
+            );
             continue;
         }
         let mut mem = serde_json::Map::new();
@@ -209,25 +215,33 @@ pub fn perfetto_trace(data: &RunData) -> Value {
             mem.insert("uss_MiB".into(), json!(mib(uss)));
         }
         if !mem.is_empty() {
-            events.push(json!({"ph": "C", "pid": id, "name": "memory", "ts": us(s.time_ns),
-                "args": mem}));
+            events.push(
+                json!({"ph": "C", "pid": id, "name": "memory", "ts": us(s.time_ns),
+                "args": mem}),
+            );
         }
         if let Some(cpu) = s.cpu_percent {
-            events.push(json!({"ph": "C", "pid": id, "name": "cpu", "ts": us(s.time_ns),
-                "args": {"percent": (cpu * 100.0).round() / 100.0}}));
+            events.push(
+                json!({"ph": "C", "pid": id, "name": "cpu", "ts": us(s.time_ns),
+                "args": {"percent": (cpu * 100.0).round() / 100.0}}),
+            );
         }
         let sum = tree.entry(s.time_ns).or_default();
         sum.0 += s.rss_bytes.unwrap_or(0);
         sum.1 += s.uss_bytes.unwrap_or(0);
     }
     for (t, (rss, uss)) in tree {
-        events.push(json!({"ph": "C", "pid": MACHINE_PID, "name": "tree memory", "ts": us(t),
-            "args": {"rss_MiB": mib(rss), "uss_MiB": mib(uss)}}));
+        events.push(
+            json!({"ph": "C", "pid": MACHINE_PID, "name": "tree memory", "ts": us(t),
+            "args": {"rss_MiB": mib(rss), "uss_MiB": mib(uss)}}),
+        );
     }
     for s in &data.system {
         if let Some(used) = s.mem_used_bytes {
-            events.push(json!({"ph": "C", "pid": MACHINE_PID, "name": "machine memory",
-                "ts": us(s.time_ns), "args": {"used_MiB": mib(used)}}));
+            events.push(
+                json!({"ph": "C", "pid": MACHINE_PID, "name": "machine memory",
+                "ts": us(s.time_ns), "args": {"used_MiB": mib(used)}}),
+            );
         }
         if let Some(busy) = s.cpu_busy_percent {
             events.push(json!({"ph": "C", "pid": MACHINE_PID, "name": "machine cpu",
@@ -249,9 +263,11 @@ pub fn perfetto_trace(data: &RunData) -> Value {
         }
     }
     for mark in &data.marks {
-        events.push(json!({"ph": "i", "s": "g", "pid": MACHINE_PID, "tid": MACHINE_PID,
+        events.push(
+            json!({"ph": "i", "s": "g", "pid": MACHINE_PID, "tid": MACHINE_PID,
             "name": crate::report::mark_text(mark), "ts": us(mark.time_ns),
-            "args": {"label": mark.label, "kind": mark.kind}}));
+            "args": {"label": mark.label, "kind": mark.kind}}),
+        );
     }
     let info = data.info.as_ref();
     json!({
@@ -295,11 +311,10 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
         let mut skipped = Vec::new();
         // The header comes from the schema, so an empty table still has one.
         for source in &files {
-            let f = File::open(source)
-                .with_context(|| format!("cannot open {}", source.display()))?;
-            let builder =
-                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-                    .with_context(|| format!("cannot read {}", source.display()))?;
+            let f =
+                File::open(source).with_context(|| format!("cannot open {}", source.display()))?;
+            let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+                .with_context(|| format!("cannot read {}", source.display()))?;
             if !header_done {
                 let names: Vec<String> = builder
                     .schema()
@@ -335,9 +350,8 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
 
 /// One CSV field: quoted when it holds a comma, a quote, a line break, or edge spaces.
 pub fn csv_field(text: &str) -> String {
-    let needs = text.contains([',', '"', '\n', '\r'])
-        || text.starts_with(' ')
-        || text.ends_with(' ');
+    let needs =
+        text.contains([',', '"', '\n', '\r']) || text.starts_with(' ') || text.ends_with(' ');
     if needs {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
@@ -516,7 +530,11 @@ mod tests {
         let tables: Vec<&str> = written.iter().map(|f| f.table.as_str()).collect();
         assert_eq!(tables, ["events", "processes", "samples", "system"]);
         for file in &written {
-            assert!(file.skipped_columns.is_empty(), "{:?}", file.skipped_columns);
+            assert!(
+                file.skipped_columns.is_empty(),
+                "{:?}",
+                file.skipped_columns
+            );
             let text = std::fs::read_to_string(&file.path).unwrap();
             let records = csv_records(&text);
             let source = fixture().join(format!("{}.parquet", file.table));
@@ -536,7 +554,10 @@ mod tests {
         assert!(!argv.is_empty());
         let start_col = records[0].iter().position(|h| h == "start_time").unwrap();
         assert!(records[1][start_col].ends_with('Z'));
-        assert_eq!(records[1][start_col].len(), "2024-05-01T12:00:00.123456789Z".len());
+        assert_eq!(
+            records[1][start_col].len(),
+            "2024-05-01T12:00:00.123456789Z".len()
+        );
     }
 
     #[test]
@@ -638,7 +659,10 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let written = write_csv(run.path(), &out.path().join("csv")).unwrap();
         let tables: Vec<&str> = written.iter().map(|f| f.table.as_str()).collect();
-        assert_eq!(tables, ["events", "marks", "processes", "samples", "system"]);
+        assert_eq!(
+            tables,
+            ["events", "marks", "processes", "samples", "system"]
+        );
         let trace = perfetto_trace(&load::load(run.path()).unwrap());
         let marks = trace["traceEvents"]
             .as_array()

@@ -77,6 +77,12 @@ pub struct Vanished {
     pub exit_code: Option<i32>,
 }
 
+impl Default for Poller {
+    fn default() -> Poller {
+        Poller::new()
+    }
+}
+
 impl Poller {
     /// The command is found by the first scan like any child of montrace (so its program is
     /// read from /proc like the others').

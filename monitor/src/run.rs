@@ -327,7 +327,7 @@ fn record(
         &args.command,
         &extra_env,
         identity,
-        &child_sigmask,
+        child_sigmask,
     )?;
     let root_pid = held.pid;
     if let Some(probes) = &mut probes {
@@ -342,11 +342,11 @@ fn record(
     let mut tracker = Tracker::new(clock);
     let approx_start = host::proc_start_boot_ns(root_pid).unwrap_or_else(|_| host::boottime_ns());
     tracker.add_root(root_pid, approx_start, &args.command[0].to_string_lossy());
-    let monitor = gpu.monitor_mut().map(|m| {
-        // A repetition starts from nothing: its peaks and energy are its own.
-        m.reset();
-        m
-    });
+    // A repetition starts from nothing: its peaks and energy are its own.
+    let mut monitor = gpu.monitor_mut();
+    if let Some(monitor) = monitor.as_deref_mut() {
+        monitor.reset();
+    }
     let mut recorder =
         Recorder::create(out_dir, tracker, root_pid, args.record.memory_detail, monitor)?;
     if let Err(err) = held.release(executable, identity) {

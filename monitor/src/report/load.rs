@@ -178,7 +178,10 @@ impl<'a> Cols<'a> {
 }
 
 /// The value at `i`, None when null or when the column is absent.
-pub fn opt<T: ArrowPrimitiveType>(array: Option<&PrimitiveArray<T>>, i: usize) -> Option<T::Native> {
+pub fn opt<T: ArrowPrimitiveType>(
+    array: Option<&PrimitiveArray<T>>,
+    i: usize,
+) -> Option<T::Native> {
     array.filter(|a| a.is_valid(i)).map(|a| a.value(i))
 }
 
@@ -376,9 +379,9 @@ pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     match std::fs::read_to_string(&run_json) {
         Ok(text) => match serde_json::from_str(&text) {
             Ok(value) => data.info = Some(value),
-            Err(err) => data
-                .notes
-                .push(format!("run.json cannot be read ({err}): the header is incomplete")),
+            Err(err) => data.notes.push(format!(
+                "run.json cannot be read ({err}): the header is incomplete"
+            )),
         },
         Err(_) => data.notes.push(
             "run.json is missing: the run did not end cleanly (killed, or still running); the \

@@ -254,7 +254,10 @@ mod tests {
             .collect();
         assert_eq!(names.first().map(String::as_str), Some(HTML_FILE));
         assert_eq!(names.last().map(String::as_str), Some(MARKDOWN_FILE));
-        assert!(names.contains(&"report-timeline.svg".to_string()), "{names:?}");
+        assert!(
+            names.contains(&"report-timeline.svg".to_string()),
+            "{names:?}"
+        );
         for path in &written {
             assert!(path.is_file(), "{}", path.display());
             assert!(path.starts_with(dir.path()));
@@ -268,6 +271,32 @@ mod tests {
             })
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    /// The budget: 5,000 short processes and 10 minutes of samples at 200 ms render
+    /// in under 5 s into an HTML file under 10 MB (a debug build gets more time).
+    #[test]
+    fn a_large_run_renders_fast_into_a_small_page() {
+        let dir = tempfile::tempdir().unwrap();
+        synthetic_run(
+            dir.path(),
+            5_000,
+            std::time::Duration::from_secs(600),
+            std::time::Duration::from_millis(200),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let written = write_report(dir.path(), ReportFormat::Html, "exe").unwrap();
+        let elapsed = started.elapsed();
+        let budget = if cfg!(debug_assertions) { 20 } else { 5 };
+        assert!(elapsed.as_secs_f64() < f64::from(budget), "{elapsed:?}");
+        let size = std::fs::metadata(&written[0]).unwrap().len();
+        assert!(size < 10 << 20, "{size} bytes");
+        let report = prepare(dir.path(), "exe").unwrap();
+        assert_eq!(report.data.processes.len(), 5_000);
+        // Merged into a handful of rows: make, sh ×1666, cc1 ×1666, as ×1666, true.
+        assert!(report.timeline.merged);
+        assert_eq!(report.timeline.rows.len(), 5);
     }
 
     #[test]

@@ -340,7 +340,9 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
     let mut taken_sweeps: Vec<Option<Vec<(usize, SweepSum)>>> =
         group_sweeps.into_iter().map(Some).collect();
     for &g in &order {
-        model.groups.push(taken_stats[g].take().expect("each group once"));
+        model
+            .groups
+            .push(taken_stats[g].take().expect("each group once"));
         model
             .group_sweeps
             .push(taken_sweeps[g].take().expect("each group once"));
@@ -385,8 +387,11 @@ fn top_by(
         .filter_map(|(i, ps)| key(ps).map(|k| (k, i)))
         .collect();
     ranked.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then(data.processes[a.1].start_ns.cmp(&data.processes[b.1].start_ns))
+        b.0.cmp(&a.0).then(
+            data.processes[a.1]
+                .start_ns
+                .cmp(&data.processes[b.1].start_ns),
+        )
     });
     ranked
         .into_iter()
@@ -473,12 +478,16 @@ fn dense(model: &Model, g: usize, value: impl Fn(&SweepSum) -> Option<f64>) -> V
 /// Per-sweep series of the top groups by peak (and "other", the sum of the rest, when it is
 /// not all zero). `value` picks the figure of a group's sums.
 pub fn sweep_series(model: &Model, value: impl Fn(&SweepSum) -> Option<f64>) -> Vec<Series> {
-    let dense_all: Vec<Vec<f64>> = (0..model.groups.len())
-        .map(|g| dense(model, g, &value))
-        .collect();
-    let peaks: Vec<f64> = dense_all
+    // Peaks from the sparse sums: dense arrays are made only for the plotted groups, so a run
+    // with thousands of groups and sweeps stays small in memory.
+    let peaks: Vec<f64> = model
+        .group_sweeps
         .iter()
-        .map(|v| v.iter().copied().fold(0.0, f64::max))
+        .map(|list| {
+            list.iter()
+                .filter_map(|(_, sum)| value(sum))
+                .fold(0.0, f64::max)
+        })
         .collect();
     let (top, rest) = pick_top(&peaks);
     let xs: Vec<f64> = model.sweeps.iter().map(|&t| model.secs(t)).collect();
@@ -487,13 +496,13 @@ pub fn sweep_series(model: &Model, value: impl Fn(&SweepSum) -> Option<f64>) -> 
         .map(|&g| Series {
             name: model.groups[g].name.clone(),
             group: Some(g),
-            points: xs.iter().copied().zip(dense_all[g].iter().copied()).collect(),
+            points: xs.iter().copied().zip(dense(model, g, &value)).collect(),
         })
         .collect();
     let mut other = vec![0.0; xs.len()];
     for &g in &rest {
-        for (o, v) in other.iter_mut().zip(&dense_all[g]) {
-            *o += v;
+        for (sweep, sum) in &model.group_sweeps[g] {
+            other[*sweep] += value(sum).unwrap_or(0.0);
         }
     }
     if other.iter().any(|&v| v > 0.0) {
@@ -693,7 +702,10 @@ mod tests {
         assert_eq!(by.group_of(&python), "python3");
         // No argv: the pattern sees the file name.
         let by = GroupBy::parse(r"[^/]+$").unwrap();
-        assert_eq!(by.group_of(&proc(3, Some("/opt/bin/tool"), "t", &[])), "tool");
+        assert_eq!(
+            by.group_of(&proc(3, Some("/opt/bin/tool"), "t", &[])),
+            "tool"
+        );
         let err = GroupBy::parse("(unclosed").unwrap_err();
         assert!(err.contains("--group-by \"(unclosed\""), "{err}");
     }
@@ -767,7 +779,10 @@ mod tests {
         assert_eq!(work.agg_peak_pss, Some((100 + 300) / 2 + (10 + 200) / 2));
         assert_eq!(work.peak_cpu_percent, Some(120.0));
         assert_eq!(work.avg_uss, Some(190.0 / 4.0));
-        assert_eq!((work.cpu_user_ns, work.cpu_system_ns), (4 * S as u64, S as u64));
+        assert_eq!(
+            (work.cpu_user_ns, work.cpu_system_ns),
+            (4 * S as u64, S as u64)
+        );
         // 5 CPU seconds from t=10 s to t=15 s.
         assert_eq!(work.duration_ns(), 5 * S);
         assert_eq!(work.avg_cpu_percent, Some(100.0));
@@ -775,7 +790,10 @@ mod tests {
         assert_eq!(sh.name, "sh");
         // The sweep at 13 s has no USS for sh: the peak is the one sweep that had it.
         assert_eq!(sh.agg_peak_uss, Some(5));
-        assert_eq!((sh.cpu_user_ns, sh.cpu_system_ns, sh.cpu_from_samples), (7, 3, 1));
+        assert_eq!(
+            (sh.cpu_user_ns, sh.cpu_system_ns, sh.cpu_from_samples),
+            (7, 3, 1)
+        );
         assert_eq!(model.group_of, [0, 0, 1]);
         // The exit row (rss 0) is not a sweep, and does not lower the peak RSS.
         assert_eq!(model.procs[0].peak_rss, Some(300));
@@ -802,12 +820,7 @@ mod tests {
         let mut processes = Vec::new();
         let mut samples = Vec::new();
         for i in 0..TOP_GROUPS + 3 {
-            processes.push(proc(
-                100 + i as u32,
-                Some(&format!("/bin/p{i}")),
-                "p",
-                &[],
-            ));
+            processes.push(proc(100 + i as u32, Some(&format!("/bin/p{i}")), "p", &[]));
             samples.push(sample(200.0, i, (i as u64 + 1) * 10, 0, 0.0));
         }
         let data = RunData {

@@ -5,6 +5,7 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::downsample::{min_max, min_max_indices, BUCKETS};
 use super::load::{RunData, GPU_COLUMNS};
@@ -53,11 +54,9 @@ fn scale(unit: Unit, max: f64) -> (f64, &'static str) {
     }
 }
 
-fn axis_label(value: f64, div: f64, suffix: &str) -> String {
-    let v = value / div;
-    let text = if v == v.round() {
-        format!("{v:.0}")
-    } else if v.abs() >= 10.0 {
+/// A tick label of a value already in the axis's unit.
+fn axis_label(v: f64, suffix: &str) -> String {
+    let text = if v == v.round() || v.abs() >= 10.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.1}")
@@ -113,11 +112,8 @@ fn legend(
 ) -> PlotResult<()> {
     for (k, (name, color)) in entries.iter().enumerate() {
         let y = 24 + 18 * k as i32;
-        area.draw(&Rectangle::new(
-            [(8, y - 5), (22, y + 5)],
-            color.filled(),
-        ))
-        .map_err(err)?;
+        area.draw(&Rectangle::new([(8, y - 5), (22, y + 5)], color.filled()))
+            .map_err(err)?;
         let name = if name.chars().count() > 24 {
             let mut s: String = name.chars().take(23).collect();
             s.push('…');
@@ -156,7 +152,9 @@ fn line_chart(
             .fold(y_data, f64::max)
             .max(if unit == Unit::Percent { 1.0 } else { 1e-9 })
             * 1.08;
+        // Drawn in the axis's unit (MiB, GiB, ...), so its ticks are round numbers of it.
         let (div, suffix) = scale(unit, y_max);
+        let y_max = y_max / div;
         let x_max = x_max.max(1e-3);
         let mut chart = ChartBuilder::on(&plot_area)
             .caption(title, (FONT, 17))
@@ -173,20 +171,23 @@ fn line_chart(
             .light_line_style(TRANSPARENT)
             .bold_line_style(RGBColor(228, 231, 235))
             .x_label_formatter(&|v| time_label(*v, x_max))
-            .y_label_formatter(&|v| axis_label(*v, div, suffix))
+            .y_label_formatter(&|v| axis_label(*v, suffix))
             .label_style((FONT, 12))
             .draw()
             .map_err(err)?;
         let mut entries = Vec::new();
         for (k, s) in series.iter().enumerate() {
             let color = series_color(s, k);
-            let points = min_max(&s.points, BUCKETS);
+            let points = min_max(&s.points, BUCKETS)
+                .into_iter()
+                .map(|(x, y)| (x, y / div));
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(err)?;
             entries.push((s.name.clone(), color));
         }
         for (y, label) in hlines {
+            let y = &(y / div);
             let grey = RGBColor(90, 90, 90);
             chart
                 .draw_series(DashedLineSeries::new(
@@ -221,7 +222,8 @@ fn draw_marks(
     y_max: f64,
 ) -> PlotResult<()> {
     let red = RGBColor(192, 57, 43);
-    for (x, label) in marks {
+    let x_span = chart.x_range().end - chart.x_range().start;
+    for (k, (x, label)) in marks.iter().enumerate() {
         chart
             .draw_series(DashedLineSeries::new(
                 vec![(*x, 0.0), (*x, y_max)],
@@ -231,11 +233,18 @@ fn draw_marks(
             ))
             .map_err(err)?;
         chart
-            .draw_series(std::iter::once(Text::new(
-                label.clone(),
-                (*x, y_max),
-                (FONT, 11).into_font().color(&red),
-            )))
+            .draw_series(std::iter::once({
+                // Staggered, so marks close together keep readable labels; left of the line
+                // near the right edge, so they stay inside the plot.
+                let y = y_max * (1.0 - 0.06 * (k % 3) as f64);
+                let style = (FONT, 11).into_font().color(&red);
+                if *x > x_span * 0.8 {
+                    let right = Pos::new(HPos::Right, VPos::Top);
+                    Text::new(label.clone(), (*x - x_span * 0.004, y), style.pos(right))
+                } else {
+                    Text::new(label.clone(), (*x + x_span * 0.004, y), style)
+                }
+            }))
             .map_err(err)?;
     }
     Ok(())
@@ -269,6 +278,28 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
             )?,
         });
     }
+    if !has_data(&uss) {
+        // `--memory-detail basic` records no USS: resident memory is what there is.
+        let rss = model::sweep_series(model, |s| s.rss.map(|v| v as f64));
+        if has_data(&rss) {
+            plots.push(Plot {
+                id: "rss".into(),
+                title: "Resident memory (RSS) per group".into(),
+                caption: "Sum of the RSS of each group's processes at every sweep. The run has \
+                          no USS (recorded with --memory-detail basic), so memory shared by \
+                          several processes counts once per process here."
+                    .into(),
+                svg: line_chart(
+                    "Resident memory (RSS) per group",
+                    Unit::Bytes,
+                    &rss,
+                    &marks,
+                    x_max,
+                    &[],
+                )?,
+            });
+        }
+    }
     if let Some(plot) = rss_vs_uss(model, &marks, x_max)? {
         plots.push(plot);
     }
@@ -284,14 +315,7 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
                       core busy). Processes shorter than the sampling interval do not show \
                       here; the cumulative plot below counts them."
                 .into(),
-            svg: line_chart(
-                "CPU per group",
-                Unit::Percent,
-                &cpu,
-                &marks,
-                x_max,
-                &[],
-            )?,
+            svg: line_chart("CPU per group", Unit::Percent, &cpu, &marks, x_max, &[])?,
         });
     }
     let cumulative = model::cumulative_cpu(data, model);
@@ -362,7 +386,10 @@ fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Optio
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let root = root
-            .titled("RSS vs USS per group (the gap is shared memory)", (FONT, 17))
+            .titled(
+                "RSS vs USS per group (the gap is shared memory)",
+                (FONT, 17),
+            )
             .map_err(err)?;
         let panels = root.split_evenly((rows, cols));
         for (panel, &g) in panels.iter().zip(&groups) {
@@ -374,6 +401,10 @@ fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Optio
             }
             let y_max = rss.iter().chain(&uss).copied().fold(1.0, f64::max) * 1.1;
             let (div, suffix) = scale(Unit::Bytes, y_max);
+            let y_max = y_max / div;
+            for v in rss.iter_mut().chain(uss.iter_mut()) {
+                *v /= div;
+            }
             let (r, gg, b) = color_rgb(Some(g));
             let color = RGBColor(r, gg, b);
             let mut chart = ChartBuilder::on(panel)
@@ -390,7 +421,7 @@ fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Optio
                 .light_line_style(TRANSPARENT)
                 .bold_line_style(RGBColor(228, 231, 235))
                 .x_label_formatter(&|v| time_label(*v, x_max))
-                .y_label_formatter(&|v| axis_label(*v, div, suffix))
+                .y_label_formatter(&|v| axis_label(*v, suffix))
                 .label_style((FONT, 11))
                 .draw()
                 .map_err(err)?;
@@ -407,7 +438,9 @@ fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Optio
                 )
                 .map_err(err)?
                 .label("RSS")
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.mix(0.22).filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.mix(0.22).filled())
+                });
             chart
                 .draw_series(
                     AreaSeries::new(keep(&uss), 0.0, color.mix(0.85))
@@ -415,7 +448,9 @@ fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Optio
                 )
                 .map_err(err)?
                 .label("USS")
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.mix(0.85).filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.mix(0.85).filled())
+                });
             chart
                 .configure_series_labels()
                 .position(SeriesLabelPosition::UpperRight)
@@ -463,11 +498,11 @@ fn stacked_private(
     }
     let total = cum.last().cloned().unwrap_or_default();
     let keep = min_max_indices(&xs, &total, BUCKETS);
-    let (peak_i, peak) = total
-        .iter()
-        .copied()
-        .enumerate()
-        .fold((0, 0.0), |best, (i, v)| if v > best.1 { (i, v) } else { best });
+    let (peak_i, peak) =
+        total.iter().copied().enumerate().fold(
+            (0, 0.0),
+            |best, (i, v)| if v > best.1 { (i, v) } else { best },
+        );
     let machine = data
         .system
         .iter()
@@ -489,6 +524,7 @@ fn stacked_private(
     };
     let y_max = hline.unwrap_or(0.0).max(peak).max(1.0) * 1.12;
     let (div, suffix) = scale(Unit::Bytes, y_max);
+    let y_max = y_max / div;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
@@ -509,7 +545,7 @@ fn stacked_private(
             .light_line_style(TRANSPARENT)
             .bold_line_style(RGBColor(228, 231, 235))
             .x_label_formatter(&|v| time_label(*v, x_max))
-            .y_label_formatter(&|v| axis_label(*v, div, suffix))
+            .y_label_formatter(&|v| axis_label(*v, suffix))
             .label_style((FONT, 12))
             .draw()
             .map_err(err)?;
@@ -517,7 +553,7 @@ fn stacked_private(
         // Top layer first, so each lower layer is drawn over the ones above it.
         for (k, layer) in layers.iter().enumerate().rev() {
             let color = series_color(layer, k);
-            let points: Vec<(f64, f64)> = keep.iter().map(|&i| (xs[i], cum[k][i])).collect();
+            let points: Vec<(f64, f64)> = keep.iter().map(|&i| (xs[i], cum[k][i] / div)).collect();
             chart
                 .draw_series(AreaSeries::new(points, 0.0, color.filled()).border_style(color))
                 .map_err(err)?;
@@ -528,7 +564,7 @@ fn stacked_private(
             let grey = RGBColor(90, 90, 90);
             chart
                 .draw_series(DashedLineSeries::new(
-                    vec![(0.0, m), (x_max, m)],
+                    vec![(0.0, m / div), (x_max, m / div)],
                     6,
                     4,
                     grey.stroke_width(1),
@@ -537,7 +573,7 @@ fn stacked_private(
             chart
                 .draw_series(std::iter::once(Text::new(
                     format!("machine memory {}", fmt_bytes(m as u64)),
-                    (x_max * 0.01, m),
+                    (x_max * 0.01, m / div),
                     (FONT, 12).into_font().color(&grey),
                 )))
                 .map_err(err)?;
@@ -545,7 +581,7 @@ fn stacked_private(
         let px = xs.get(peak_i).copied().unwrap_or(0.0);
         chart
             .draw_series(std::iter::once(Circle::new(
-                (px, peak),
+                (px, peak / div),
                 4,
                 BLACK.filled(),
             )))
@@ -553,9 +589,9 @@ fn stacked_private(
         let label = format!("peak {} at {:.1} s", fmt_bytes(peak as u64), px);
         // Keep the label inside the plot: to the left of the peak when it is on the right.
         let pos = if px > x_max * 0.7 {
-            (px - x_max * 0.25, peak)
+            (px - x_max * 0.25, peak / div)
         } else {
-            (px + x_max * 0.01, peak)
+            (px + x_max * 0.01, peak / div)
         };
         chart
             .draw_series(std::iter::once(Text::new(label, pos, (FONT, 13))))
@@ -668,17 +704,34 @@ mod tests {
             ]
         );
         let memory = &report.plots[ids.len() - 2].svg;
-        assert!(memory.contains("GPU memory 80.0 GiB"), "the device's memory is a line");
+        assert!(
+            memory.contains("GPU memory 80.0 GiB"),
+            "the device's memory is a line"
+        );
         assert!(memory.contains("\nGPU 1\n"), "one line per GPU");
+    }
+
+    #[test]
+    fn without_uss_memory_is_plotted_as_rss() {
+        let fixture = crate::report::tests::fixture();
+        let mut data = crate::report::load::load(&fixture).unwrap();
+        for s in &mut data.samples {
+            s.uss_bytes = None;
+            s.pss_bytes = None;
+        }
+        let report = crate::report::prepare_data(data, model::GroupBy::Exe);
+        let ids: Vec<&str> = report.plots.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["rss", "cpu", "cpu-time", "instances"]);
     }
 
     #[test]
     fn axis_labels_pick_a_unit() {
         let (div, suffix) = scale(Unit::Bytes, 3.0 * 1024.0 * 1024.0 * 1024.0);
-        assert_eq!(axis_label(1.5 * div, div, suffix), "1.5 GiB");
+        assert_eq!(div, 1024.0 * 1024.0 * 1024.0);
+        assert_eq!(axis_label(1.5, suffix), "1.5 GiB");
         let (div, suffix) = scale(Unit::Bytes, 500.0);
-        assert_eq!(axis_label(200.0, div, suffix), "200 B");
-        assert_eq!(axis_label(150.0, 1.0, "%"), "150%");
+        assert_eq!((div, axis_label(200.0, suffix).as_str()), (1.0, "200 B"));
+        assert_eq!(axis_label(150.0, "%"), "150%");
     }
 
     #[test]
@@ -687,7 +740,9 @@ mod tests {
             Series {
                 name: "cc1".into(),
                 group: Some(0),
-                points: (0..5000).map(|i| (i as f64 * 0.1, (i % 7) as f64)).collect(),
+                points: (0..5000)
+                    .map(|i| (i as f64 * 0.1, (i % 7) as f64))
+                    .collect(),
             },
             Series {
                 name: "other (3 groups)".into(),

@@ -330,7 +330,9 @@ pub fn header(report: &Report) -> Vec<Item> {
         get_f64(info, &["command_wall_s"]),
         get_f64(info, &["duration_s"]),
     ) {
-        (Some(wall), Some(all)) => format!("{} (montrace in all: {})", fmt_secs(wall), fmt_secs(all)),
+        (Some(wall), Some(all)) => {
+            format!("{} (montrace in all: {})", fmt_secs(wall), fmt_secs(all))
+        }
         (Some(s), None) | (None, Some(s)) => fmt_secs(s),
         (None, None) => format!("{} of data", fmt_secs(model.secs(model.t1_ns))),
     };

@@ -6,7 +6,8 @@
 //! are merged into one row ("cc1 ×300") whose children are the children of all of them, merged
 //! the same way; each member still shows as a tick inside the row's span. When even the merged
 //! tree has more than `max_rows` rows, the deepest levels are folded into their ancestors (the
-//! row says how many processes are below it), and as a last resort the list is cut.
+//! row says how many processes are below it); when that leaves less than a quarter of
+//! `max_rows`, one more level is shown, and the list is cut where the rows run out.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -160,6 +161,11 @@ pub fn layout(data: &RunData, model: &Model, limits: Limits) -> Timeline {
     while shown_depth > 0 && rows_up_to > limits.max_rows {
         rows_up_to -= per_depth[shown_depth];
         shown_depth -= 1;
+    }
+    // Folding left too little to see (one huge level below, e.g. thousands of distinct groups):
+    // show that level too, as far as it fits, and cut the rest.
+    if shown_depth < max_depth && rows_up_to < limits.max_rows / 4 {
+        shown_depth += 1;
     }
 
     // Depth-first, in start order.
@@ -324,14 +330,18 @@ pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -
         );
     }
     // Marks.
-    for mark in &data.marks {
+    for (k, mark) in data.marks.iter().enumerate() {
         let px = x(mark.time_ns);
+        let right_side = px > LABEL_WIDTH + 0.8 * plot_w;
         let _ = write!(
             out,
-            r##"<g><title>{}</title><line x1="{px:.1}" y1="{AXIS}" x2="{px:.1}" y2="{bottom:.1}" stroke="#c0392b" stroke-width="1" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" fill="#c0392b">{}</text></g>"##,
+            r##"<g><title>{}</title><line x1="{px:.1}" y1="{AXIS}" x2="{px:.1}" y2="{bottom:.1}" stroke="#c0392b" stroke-width="1" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" text-anchor="{}" fill="#c0392b">{}</text></g>"##,
             xml_escape(&super::mark_text(mark)),
-            px + 2.0,
-            AXIS + 10.0,
+            // Left of the line near the right edge, so the label stays inside.
+            if right_side { px - 2.0 } else { px + 2.0 },
+            // Staggered, so marks close together keep readable labels.
+            AXIS + 10.0 + 11.0 * (k % 3) as f64,
+            if right_side { "end" } else { "start" },
             xml_escape(&truncate(&super::mark_text(mark), 30))
         );
     }
@@ -440,7 +450,11 @@ pub fn tooltip(data: &RunData, model: &Model, row: &Row) -> String {
             .iter()
             .map(|&m| model.procs[m].cpu_user_ns + model.procs[m].cpu_system_ns)
             .sum();
-        let peak = row.members.iter().filter_map(|&m| model.procs[m].peak_rss).max();
+        let peak = row
+            .members
+            .iter()
+            .filter_map(|&m| model.procs[m].peak_rss)
+            .max();
         let _ = writeln!(
             text,
             "CPU {} in all; largest peak RSS {}",
@@ -540,7 +554,13 @@ mod tests {
         assert!(t.merged);
         assert_eq!(
             labels(&data, &model, &t),
-            ["make 1", "  sh ×40", "    cc1 ×40", "    as ×40", "  true 122"]
+            [
+                "make 1",
+                "  sh ×40",
+                "    cc1 ×40",
+                "    as ×40",
+                "  true 122"
+            ]
         );
         let sh = &t.rows[1];
         assert_eq!((sh.start_ns / S, sh.end_ns / S), (0, 41));
@@ -570,7 +590,8 @@ mod tests {
         let l = labels(&data, &model, &t);
         assert_eq!(&l[..2], ["make 1", "  sh 2 (+2 below)"]);
         assert_eq!(t.cut_rows, 0);
-        // 10 rows: the top level alone does not fit either, so the list is cut.
+        // 10 rows: folding down to `make` alone would leave one row, so the next level shows as
+        // far as it fits and the rest is cut.
         let t = layout(
             &data,
             &model,
@@ -579,9 +600,11 @@ mod tests {
                 ..Limits::default()
             },
         );
-        assert_eq!(t.folded_below, Some(0));
-        assert_eq!(t.rows.len(), 1);
-        assert_eq!(t.rows[0].hidden, 121);
+        assert_eq!(t.folded_below, Some(1));
+        assert_eq!(t.rows.len(), 10);
+        assert_eq!(labels(&data, &model, &t)[9], "  sh 26 (+2 below)");
+        // 31 sh with their cc1 and as, and `true`.
+        assert_eq!((t.cut_rows, t.cut_processes), (32, 31 * 3 + 1));
         let t = layout(
             &data,
             &model,

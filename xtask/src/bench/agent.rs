@@ -22,6 +22,23 @@ struct AgentRun {
     command_wall_s: Option<f64>,
 }
 
+/// psrecord watching the same processes: its own cost, and how many samples it took.
+struct PeerRun {
+    cost: SelfCost,
+    samples: f64,
+}
+
+fn psrecord_run(ctx: &Ctx, cmd: &[String]) -> Result<PeerRun> {
+    let t = &ctx.tools;
+    let (argv, out) = t.psrecord_argv("ps-sample", 0.1, cmd)?;
+    let cost_file = out.with_extension("selfcost.json");
+    tools::run(&t.selfcost_argv(&cost_file, true, &argv))?;
+    Ok(PeerRun {
+        cost: read_selfcost(&cost_file)?,
+        samples: tools::read_psrecord(&out)?.samples,
+    })
+}
+
 /// A bare run of a storm: its wall time.
 struct BareRun {
     wall_s: f64,
@@ -131,6 +148,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     let mut bare: Vec<Vec<BareRun>> = vec![Vec::new(), Vec::new()];
     let mut traced: Vec<Vec<AgentRun>> = vec![Vec::new(), Vec::new()];
     let (mut full, mut basic, mut base) = (Vec::new(), Vec::new(), Vec::new());
+    let mut peer: Vec<PeerRun> = Vec::new();
     for rep in 0..p.reps {
         ctx.progress(&format!("agent: empty run and storms (run {})", rep + 1));
         fixed.push(agent_run(
@@ -183,6 +201,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             &one,
             false,
         )?);
+        peer.push(psrecord_run(ctx, &many)?);
     }
     {
         let mut all: Vec<&mut AgentRun> = Vec::new();
@@ -196,7 +215,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         count_rows(&mut all)?;
     }
     Ok(vec![
-        agent_section(ctx, &fixed, &traced, &full, &basic, &base),
+        agent_section(ctx, &fixed, &traced, &full, &basic, &base, &peer),
         throughput_section(ctx, &bare, &traced),
         startup_section(ctx, &fixed),
     ])
@@ -229,6 +248,7 @@ fn agent_section(
     full: &[AgentRun],
     basic: &[AgentRun],
     base: &[AgentRun],
+    peer: &[PeerRun],
 ) -> Section {
     let p = &ctx.plan;
     let mut s = Section {
@@ -244,8 +264,9 @@ fn agent_section(
              the extra work, pair by pair, median of {} pairs. Share of a core: montrace's CPU \
              over the whole run's wall time, start-up and finish included. Storms: {} \
              processes from 2 workers; sampling: {} `sleep {}` processes at `--interval 100ms`. \
-             `--no-report` in every run.",
-            p.reps, p.storm_n, p.sampler_procs, p.sampler_s
+             `--no-report` in every run. psrecord watched the same {} processes at \
+             `--interval 0.1`, its own CPU measured the same way (Python's start-up included).",
+            p.reps, p.storm_n, p.sampler_procs, p.sampler_s, p.sampler_procs
         ),
         columns: vec![
             "run".into(),
@@ -263,12 +284,17 @@ fn agent_section(
     let share = |runs: &[AgentRun]| med(runs, |r| r.cost.cpu_s / r.cost.wall_s);
     let rss = |runs: &[AgentRun]| med(runs, |r| r.cost.peak_rss_bytes);
     let na = || "n/a".to_string();
-    let row = |label: String, runs: &[AgentRun], work: String, per: String| {
+    // The empty run's share of a core says nothing (it is all start-up and finish).
+    let row = |label: String, runs: &[AgentRun], work: String, per: String, with_share: bool| {
         vec![
             label,
             cpu(runs).map_or(na(), secs),
             wall(runs).map_or(na(), secs),
-            share(runs).map_or(na(), percent),
+            if with_share {
+                share(runs).map_or(na(), percent)
+            } else {
+                "".to_string()
+            },
             work,
             per,
             rss(runs).map_or(na(), mib),
@@ -279,6 +305,7 @@ fn agent_section(
         fixed,
         "1 process".into(),
         "".into(),
+        false,
     ));
     for (storm, runs) in STORMS.iter().zip(storms) {
         let (per, values) = per_thousand(runs, fixed, |r| r.rows.events);
@@ -288,6 +315,7 @@ fn agent_section(
             runs,
             format!("{events:.0} events"),
             per.map_or(na(), |v| format!("{} ms / 1,000 events", sig(v, 3))),
+            true,
         ));
         s.figures.push(
             Figure::new(
@@ -310,7 +338,10 @@ fn agent_section(
             ),
             runs,
             format!("{samples:.0} process-samples"),
-            per.map_or(na(), |v| format!("{} ms / 1,000 samples", sig(v, 3))),
+            per.map_or(na(), |v| {
+                format!("{} ms / 1,000 samples ({} µs each)", sig(v, 3), sig(v, 3))
+            }),
+            true,
         ));
         s.figures.push(
             Figure::new(
@@ -348,7 +379,40 @@ fn agent_section(
             med(base, |r| r.rows.procfs_samples).unwrap_or(0.0)
         ),
         "".into(),
+        true,
     ));
+    let peer_share = median(
+        &peer
+            .iter()
+            .map(|r| r.cost.cpu_s / r.cost.wall_s)
+            .collect::<Vec<_>>(),
+    );
+    let peer_samples = median(&peer.iter().map(|r| r.samples).collect::<Vec<_>>());
+    s.rows.push(vec![
+        format!("psrecord, the same {} processes at 0.1 s", p.sampler_procs),
+        median(&peer.iter().map(|r| r.cost.cpu_s).collect::<Vec<_>>()).map_or(na(), secs),
+        median(&peer.iter().map(|r| r.cost.wall_s).collect::<Vec<_>>()).map_or(na(), secs),
+        peer_share.map_or(na(), percent),
+        peer_samples.map_or(na(), |v| format!("{v:.0} tree samples")),
+        "".into(),
+        median(
+            &peer
+                .iter()
+                .map(|r| r.cost.peak_rss_bytes)
+                .collect::<Vec<_>>(),
+        )
+        .map_or(na(), mib),
+    ]);
+    s.figures.push(
+        Figure::new(
+            "agent.psrecord.core_share",
+            &format!("psrecord's own CPU, {} processes at 10 Hz", p.sampler_procs),
+            "share of one core",
+            peer_share,
+            peer_share.map_or(na(), percent),
+        )
+        .runs(peer.iter().map(|r| r.cost.cpu_s / r.cost.wall_s).collect()),
+    );
     let all: Vec<f64> = fixed
         .iter()
         .chain(storms.iter().flatten())
@@ -371,16 +435,29 @@ fn agent_section(
     {
         s.notes.push(AGENT_NOTE.into());
     }
+    s.notes.push(EVENTS_NOTE.into());
     s
 }
 
-const AGENT_NOTE: &str = "**What remains (sampling cost).** Every sweep reads, for every live \
-process, `/proc/PID/stat`, `status`, `io`, the `fd` directory and (full detail) `smaps_rollup`; \
-each is a file open, read and close, a few µs of kernel time each. At 10 Hz × 200 processes that \
-is 2,000 process reads a second. The cost per process-sample is in the table; to stay under 2 % \
-of a core at 200 processes and 10 Hz it must be under 10 µs (0.02 s / 2,000), which needs fewer \
-files per process per sweep (e.g. `fds` and `io` at a lower rate than CPU and RSS) or reading \
-`stat`/`statm` only for processes whose CPU time moved.";
+const AGENT_NOTE: &str = "**What remains (sampling cost).** Each process-sample reads \
+`/proc/PID/stat`, `status`, `io`, the `fd` directory and, with full detail, `smaps_rollup`: \
+several opens, reads and closes, and for `smaps_rollup` a walk of the process's page tables. To \
+stay under 2 % of a core at 200 processes and 10 Hz (2,000 process-samples a second) a \
+process-sample may cost 10 µs. A `perf` profile of montrace (revision 9bb7ca2, 200 `sleep`s at \
+10 Hz, full detail) put 69 % of its CPU in the kernel: 39 % in `show_smaps_rollup` (the page-table \
+walk, even for a process as small as `sleep`), 12 % in `openat`, 5 % in `do_task_stat`; the user \
+side (about 30 %) was the procfs crate's parsing (`MemoryMaps::from_buf_read`), `malloc`/`free` \
+and hash-map inserts. What would bring it down: `smaps_rollup` less often than every sweep (or \
+only for processes whose RSS moved), keeping the `/proc/PID` directory descriptors open between \
+sweeps (`openat` relative to them), reading `fd` and `io` at a lower rate, and parsing without \
+allocating.";
+
+const EVENTS_NOTE: &str = "Per event, a `perf` profile of montrace during a fork + exec storm \
+(revision 9bb7ca2) put about a third of its CPU in `epoll_wait` and the context switches around \
+it: montrace wakes up for nearly every event of the ring buffer. Waking up less often (the eBPF \
+programs submitting with `BPF_RB_NO_WAKEUP` unless the buffer is filling, and user space draining \
+it on a short timer) would cut most of that; the rest is copying (`memmove`, 11 %), allocation \
+and the tracker's hash maps.";
 
 fn throughput_section(ctx: &Ctx, bare: &[Vec<BareRun>], traced: &[Vec<AgentRun>]) -> Section {
     let p = &ctx.plan;

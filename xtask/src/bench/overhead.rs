@@ -92,7 +92,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
              does not depend on what else runs on the machine: the tree's CPU (kernel figures, \
              `getrusage`) plus montrace's own (`selfcost -n`, which only waits), over the tree's \
              CPU without montrace.",
-            p.reps, p.reps, p.reps
+            p.overhead_reps, p.overhead_reps, p.overhead_reps
         ),
         columns: vec![
             "workload".into(),
@@ -213,7 +213,9 @@ fn ab(ctx: &Ctx, w: &Timed) -> Result<Pairs> {
         if record {
             pairs.traced.push(kernel.wall_s);
             pairs.traced_e2e.push(ran.wall_s);
-            pairs.traced_cpu.push(kernel.cpu_ns / 1e9 + tools::read_selfcost(&cost)?.cpu_s);
+            pairs
+                .traced_cpu
+                .push(kernel.cpu_ns / 1e9 + tools::read_selfcost(&cost)?.cpu_s);
             pairs.lost += lost_events(&read_json(&out.join("run.json"))?);
         }
         Ok(())
@@ -221,7 +223,7 @@ fn ab(ctx: &Ctx, w: &Timed) -> Result<Pairs> {
     ctx.progress(&format!("overhead: {} (warm-up)", w.key));
     bare(false, &mut pairs)?;
     traced(false, &mut pairs)?;
-    for i in 0..ctx.plan.reps {
+    for i in 0..ctx.plan.overhead_reps {
         ctx.progress(&format!("overhead: {} (pair {})", w.key, i + 1));
         if i % 2 == 0 {
             bare(true, &mut pairs)?;
@@ -236,7 +238,14 @@ fn ab(ctx: &Ctx, w: &Timed) -> Result<Pairs> {
 
 /// Names of montrace's programs (BTF tracepoints, or the classic ones).
 const PROGRAMS: &[&str] = &[
-    "fork_btf", "exec_btf", "exit_btf", "fork_tp", "exec_tp", "exit_tp",
+    "fork_btf",
+    "exec_btf",
+    "exit_btf",
+    "switch_btf",
+    "fork_tp",
+    "exec_tp",
+    "exit_tp",
+    "switch_tp",
 ];
 
 /// `kernel.bpf_stats_enabled` set to 1, and put back as it was when dropped.
@@ -345,8 +354,8 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
     let run = read_json(&out.join("run.json"))?;
     let started = tools::num(&run, "/processes_started")?;
 
-    // The first three programs loaded after the start are this run's (another montrace started
-    // at the same moment could add more; they would come later).
+    // The first programs of each name loaded after the start are this run's (another montrace
+    // started at the same moment could add more; they would come later).
     let mut by_name: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for (name, cnt, ns) in seen.lock().unwrap().values() {
         by_name.entry(name.clone()).or_insert((*cnt, *ns));
@@ -360,7 +369,8 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
              2 workers), then a 0.5 s sleep; `bpftool prog show` is read every 100 ms during the \
              run and the last reading before montrace unloads its programs is kept. The programs \
              run for every process on the machine (they filter in the kernel), so the counts \
-             include other processes' events. The statistics are switched back off afterwards.",
+             include other processes' events; a `switch` program runs at every context switch \
+             of the machine. The statistics are switched back off afterwards.",
             p.storm_n
         ),
         columns: vec![
@@ -371,54 +381,62 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
         ],
         ..Section::default()
     };
+    let per_run = |cnt: f64, ns: f64| (cnt > 0.0).then(|| ns / cnt);
+    let show_ns = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{} ns", sig(v, 3)));
     let (mut all_cnt, mut all_ns) = (0.0, 0.0);
-    for (name, (cnt, ns)) in &by_name {
+    let (mut lifecycle_cnt, mut lifecycle_ns) = (0.0, 0.0);
+    for (name, &(cnt, ns)) in &by_name {
         all_cnt += cnt;
         all_ns += ns;
+        if !name.starts_with("switch") {
+            lifecycle_cnt += cnt;
+            lifecycle_ns += ns;
+        }
         s.rows.push(vec![
             format!("`{name}`"),
             format!("{cnt:.0}"),
             format!("{} ms", sig(ns / 1e6, 3)),
-            if *cnt > 0.0 {
-                format!("{} ns", sig(ns / cnt, 3))
-            } else {
-                "n/a".into()
-            },
+            show_ns(per_run(cnt, ns)),
         ]);
         s.figures.push(Figure::new(
             &format!("ebpf.{name}.ns_per_run"),
             &format!("eBPF {name}: time per run"),
             "ns",
-            (*cnt > 0.0).then(|| ns / cnt),
-            if *cnt > 0.0 {
-                format!("{} ns", sig(ns / cnt, 3))
-            } else {
-                "n/a".into()
-            },
+            per_run(cnt, ns),
+            show_ns(per_run(cnt, ns)),
         ));
     }
-    let per_event = (all_cnt > 0.0).then(|| all_ns / all_cnt);
-    let per_process = (started > 0.0).then(|| all_ns / started);
     s.rows.push(vec![
-        "all three".into(),
+        "all".into(),
         format!("{all_cnt:.0}"),
         format!("{} ms", sig(all_ns / 1e6, 3)),
-        per_event.map_or("n/a".into(), |v| format!("{} ns", sig(v, 3))),
+        "".into(),
     ]);
+    let per_event = per_run(lifecycle_cnt, lifecycle_ns);
     s.figures.push(Figure::new(
         "ebpf.ns_per_event",
-        "eBPF programs: kernel time per event",
+        "eBPF fork/exec/exit programs: kernel time per event",
         "ns",
         per_event,
-        per_event.map_or("n/a".into(), |v| format!("{} ns", sig(v, 3))),
+        show_ns(per_event),
+    ));
+    let per_process = (started > 0.0).then(|| all_ns / started);
+    s.figures.push(Figure::new(
+        "ebpf.us_per_process",
+        "eBPF programs, all: kernel time per tracked process",
+        "µs",
+        per_process.map(|v| v / 1e3),
+        per_process.map_or("n/a".into(), |v| format!("{} µs", sig(v / 1e3, 3))),
     ));
     if let Some(pp) = per_process {
         s.notes.push(format!(
-            "{} processes were tracked; the programs' time comes to {} µs per tracked process \
-             (fork + exec + exit), against {} ms of wall time for the whole run.",
-            started,
+            "{started:.0} processes were tracked. All the programs together (context switches \
+             included) ran {} ms, {} µs per tracked process, in a run of {} ms; the fork, exec \
+             and exit programs took {} per event.",
+            sig(all_ns / 1e6, 3),
             sig(pp / 1e3, 3),
-            sig(ran.wall_s * 1e3, 4)
+            sig(ran.wall_s * 1e3, 4),
+            show_ns(per_event),
         ));
     }
     if by_name.is_empty() {

@@ -198,11 +198,16 @@ impl Results {
             .map(|s| s.title.as_str())
             .collect();
         if !busy.is_empty() {
+            let when = if busy.len() == self.sections.len() {
+                "during the whole run".to_string()
+            } else {
+                format!("during: {}", busy.join(", "))
+            };
             md.push_str(&format!(
-                "**Other work ran on the machine** (1-minute load average of 1 or more on 2 \
-                 cores) during: {}. Times measured then are noisier than on an idle machine; \
-                 each section shows its load.\n\n",
-                busy.join(", ")
+                "**Other work ran on the machine** (a 1-minute load average of 1 or more on \
+                 {} cores) {when}. Times measured then are noisier than on an idle machine; \
+                 each group of sections shows its load.\n\n",
+                self.machine.cpus
             ));
         }
 
@@ -232,16 +237,18 @@ impl Results {
     }
 }
 
-const RERUN: &str = "How to rerun (as root; the first run installs psrecord with pip):\n\n\
-```\n\
-cargo xtask bench --quick              # smaller sizes, fewer runs: under 5 minutes\n\
-cargo xtask bench                      # the full suite: under 20 minutes\n\
-cargo xtask bench --only overhead      # some sections (tree, overhead, agent, throughput,\n\
-                                       # startup, report); prints them, leaves this file alone\n\
-```\n\n\
-It builds `target/release/montrace` first (`--montrace PATH` takes another binary), and \
-writes this file and `bench/results.json`. Run it on an otherwise idle machine: other work \
-shows up in the times (each section records the load average).\n";
+const RERUN: &str = concat!(
+    "How to rerun (as root; the first run installs psrecord with pip):\n\n",
+    "```\n",
+    "cargo xtask bench --quick           # smaller sizes, fewer runs: under 5 minutes\n",
+    "cargo xtask bench                   # the full suite: under 20 minutes\n",
+    "cargo xtask bench --only overhead   # some groups (tree, overhead, agent, report): prints\n",
+    "                                    # them, leaves this file and bench/results.json alone\n",
+    "```\n\n",
+    "It builds `target/release/montrace` first (`--montrace PATH` takes another binary), and \
+     writes this file and `bench/results.json`. Run it on an otherwise idle machine: other work \
+     shows up in the times (each group of sections records the load average).\n",
+);
 
 impl Section {
     pub fn to_json(&self) -> Value {

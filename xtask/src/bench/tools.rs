@@ -133,6 +133,18 @@ impl Tools {
 
     /// CMD under psrecord's own sampling loop at `interval` seconds with children included.
     pub fn psrecord(&self, tag: &str, interval: f64, cmd: &[String]) -> Result<Psrecord> {
+        let (argv, out) = self.psrecord_argv(tag, interval, cmd)?;
+        run(&argv)?;
+        read_psrecord(&out)
+    }
+
+    /// The command line of `psrecord` (see `bench/psrecord_run.py`) and the file it writes.
+    pub fn psrecord_argv(
+        &self,
+        tag: &str,
+        interval: f64,
+        cmd: &[String],
+    ) -> Result<(Vec<String>, PathBuf)> {
         let dir = self.fresh(tag);
         std::fs::create_dir_all(&dir)?;
         let out = dir.join("psrecord.json");
@@ -144,14 +156,18 @@ impl Tools {
             interval.to_string(),
         ];
         argv.extend(cmd.iter().cloned());
-        run(&argv)?;
-        let v = read_json(&out)?;
-        Ok(Psrecord {
-            processes_seen: num(&v, "/processes_seen")?,
-            cpu_s: num(&v, "/cpu_s")?,
-            peak_rss_bytes: num(&v, "/peak_mib")? * (1u64 << 20) as f64,
-        })
+        Ok((argv, out))
     }
+}
+
+pub fn read_psrecord(out: &Path) -> Result<Psrecord> {
+    let v = read_json(out)?;
+    Ok(Psrecord {
+        processes_seen: num(&v, "/processes_seen")?,
+        cpu_s: num(&v, "/cpu_s")?,
+        peak_rss_bytes: num(&v, "/peak_mib")? * (1u64 << 20) as f64,
+        samples: num(&v, "/samples")?,
+    })
 }
 
 /// What psrecord made of a run.
@@ -162,6 +178,8 @@ pub struct Psrecord {
     pub cpu_s: f64,
     /// Its largest "Real (MB)" figure (the sum of the tree's RSS at one sample), in bytes.
     pub peak_rss_bytes: f64,
+    /// Rows of its log (one per sample of the whole tree).
+    pub samples: f64,
 }
 
 /// How a command ended and how long it took (measured here, around the whole process).

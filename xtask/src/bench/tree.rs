@@ -386,7 +386,8 @@ fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
         ],
         ..Section::default()
     };
-    let mut cgroup_worst: Option<f64> = None;
+    // The worst cgroup error: relative, and in ns.
+    let mut cgroup_worst: Option<(f64, f64)> = None;
     let mut cgroup_all_met = true;
     let mut processes_missed = false;
     for (w, runs) in workloads.iter().zip(mt) {
@@ -438,9 +439,9 @@ fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
         }
         s.figures.push(f);
         cgroup_all_met &= cpu_within(cg_e, cg_diff);
-        if let Some(e) = cg_e {
-            if cgroup_worst.is_none_or(|w| e.abs() > w.abs()) {
-                cgroup_worst = Some(e);
+        if let (Some(e), Some(d)) = (cg_e, cg_diff) {
+            if cgroup_worst.is_none_or(|(w, _)| e.abs() > w.abs()) {
+                cgroup_worst = Some((e, d));
             }
         }
         s.figures.push(
@@ -459,8 +460,10 @@ fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
             "cpu.cgroup.worst",
             "tree CPU, run cgroup: worst workload",
             "relative error",
-            cgroup_worst,
-            cgroup_worst.map_or("n/a".into(), signed_percent),
+            cgroup_worst.map(|(e, _)| e),
+            cgroup_worst.map_or("n/a".into(), |(e, d)| {
+                format!("{} ({:+.2} ms)", signed_percent(e), d / 1e6)
+            }),
         )
         .target(
             "within ±1 % (or 1 ms)",

@@ -183,6 +183,10 @@ pub struct Offsets {
     /// `task_struct::__state`, for the classic `sched_switch` record, which reports the state in
     /// another encoding.
     pub task_state: u32,
+    /// Not an offset, but set by the agent at load like them: once this many bytes wait in the
+    /// ring buffer, an event wakes the agent up; below it the agent drains on its own timer,
+    /// instead of waking up for every event.
+    pub wakeup_bytes: u32,
     /// Indexes into `mm->rss_stat[]` (enum `MM_*PAGES`); file, anon and shmem pages make up RSS.
     pub mm_filepages: u32,
     pub mm_anonpages: u32,

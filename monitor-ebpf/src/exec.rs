@@ -93,5 +93,5 @@ fn handle(current: usize, old_tid: u32, filename: usize) {
             0
         };
     }
-    entry.submit(0);
+    entry.submit(crate::submit_flags());
 }

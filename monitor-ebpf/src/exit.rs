@@ -59,7 +59,11 @@ fn handle(task: usize, group_dead: bool) {
     // SAFETY: this CPU's scratch slot; nothing else runs on this CPU while the program does.
     unsafe {
         (*e).header = EventHeader {
-            kind: if group_dead { kind::EXIT } else { kind::THREAD_EXIT },
+            kind: if group_dead {
+                kind::EXIT
+            } else {
+                kind::THREAD_EXIT
+            },
             pid: tgid,
             time_ns: 0,
             start_ns,
@@ -88,4 +92,3 @@ fn handle(task: usize, group_dead: bool) {
         }
     }
 }
-

@@ -89,5 +89,5 @@ fn handle(parent: usize, child: usize) {
         parent_start_ns: parent_start,
         comm: task::comm(child),
     });
-    entry.submit(0);
+    entry.submit(crate::submit_flags());
 }

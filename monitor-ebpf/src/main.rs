@@ -64,6 +64,19 @@ pub(crate) fn ready() -> bool {
     off!(ready) != 0
 }
 
+/// Flags for submitting an event: no wake-up while the agent's drain timer can keep up, a
+/// forced one once the ring buffer fills up (`wakeup_bytes`, a quarter of it).
+pub(crate) fn submit_flags() -> u64 {
+    const BPF_RB_AVAIL_DATA: u64 = 0;
+    const BPF_RB_NO_WAKEUP: u64 = 1;
+    const BPF_RB_FORCE_WAKEUP: u64 = 2;
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= off!(wakeup_bytes) as u64 {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
 pub(crate) fn count(stat: u32) {
     if let Some(slot) = STATS.get_ptr_mut(stat) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.

@@ -63,7 +63,10 @@ fn finish(task: usize) {
 pub fn send(event: &mut ExitEvent) {
     // SAFETY: plain helper call.
     event.header.time_ns = unsafe { bpf_ktime_get_boot_ns() };
-    if EVENTS.output::<ExitEvent>(&*event, 0).is_err() {
+    if EVENTS
+        .output::<ExitEvent>(&*event, crate::submit_flags())
+        .is_err()
+    {
         count(stat::RINGBUF_FULL);
     }
 }

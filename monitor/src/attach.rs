@@ -97,8 +97,13 @@ fn follow_attached(
     let tracker = Tracker::new(Clock {
         boot_to_wall_ns: host::boot_to_wall_ns(),
     });
-    let mut recorder =
-        Recorder::create(out_dir, tracker, pid, args.record.memory_detail, gpu.monitor_mut())?;
+    let mut recorder = Recorder::create(
+        out_dir,
+        tracker,
+        pid,
+        args.record.memory_detail,
+        gpu.monitor_mut(),
+    )?;
     for event in &existing {
         recorder.on_event(event)?;
     }
@@ -157,7 +162,13 @@ fn follow_attached(
         interval: args.record.interval,
         out_dir,
     });
-    run::write_run_info(&info, out_dir, None, !args.record.quiet, !args.record.no_report)?;
+    run::write_run_info(
+        &info,
+        out_dir,
+        None,
+        !args.record.quiet,
+        !args.record.no_report,
+    )?;
     let repetition: metrics::Repetition = info.repetition(".");
     run::write_summary(out_dir, argv, 0, vec![repetition], breach, None)?;
     Ok(exit_status)

@@ -522,6 +522,8 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         mm_arg_end: mm("arg_end")?,
         bprm_filename: btf.member_offset("linux_binprm", "filename")?,
         task_state: btf.member_offset("task_struct", "__state")?,
+        // Set by `ebpf::Probes::load` from the ring buffer's size.
+        wakeup_bytes: 0,
         signal_live: signal("live")?,
         task_children: task("children")?,
         task_sibling: task("sibling")?,

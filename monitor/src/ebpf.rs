@@ -81,8 +81,12 @@ impl Probes {
         choice: TracepointChoice,
     ) -> anyhow::Result<(Probes, RingBuf<MapData>)> {
         let started = std::time::Instant::now();
+        let offsets = Offsets {
+            wakeup_bytes: ring_buffer_bytes / 4,
+            ..*offsets
+        };
         let mut ebpf = EbpfLoader::new()
-            .override_global("OFFSETS", offsets, true)
+            .override_global("OFFSETS", &offsets, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
             .load(aya::include_bytes_aligned!(concat!(
                 env!("OUT_DIR"),

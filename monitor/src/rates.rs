@@ -252,11 +252,27 @@ mod tests {
     #[test]
     fn cpu_share_never_exceeds_one_cpu_per_thread() {
         // /proc rounded the previous reading down by 10 ms; the exit came 1 ms later.
-        let previous = Previous { time_ns: START, cpu_total_ns: 90_000_000, threads: Some(1) };
-        let stats = ExitStats { cpu_user_ns: 101_000_000, ..ExitStats::default() };
-        let exit = exit_sample(7, &stats, START + 1_000_000, START - SECOND, Some(&previous));
+        let previous = Previous {
+            time_ns: START,
+            cpu_total_ns: 90_000_000,
+            threads: Some(1),
+        };
+        let stats = ExitStats {
+            cpu_user_ns: 101_000_000,
+            ..ExitStats::default()
+        };
+        let exit = exit_sample(
+            7,
+            &stats,
+            START + 1_000_000,
+            START - SECOND,
+            Some(&previous),
+        );
         assert_eq!(exit.cpu_percent, Some(100.0));
-        let two = Previous { threads: Some(2), ..previous };
+        let two = Previous {
+            threads: Some(2),
+            ..previous
+        };
         let exit = exit_sample(7, &stats, START + 1_000_000, START - SECOND, Some(&two));
         assert_eq!(exit.cpu_percent, Some(200.0));
     }

@@ -3,9 +3,13 @@
 //! and the running totals that run.json, the summary and `--limit` need are kept up to date.
 use std::{collections::HashMap, path::Path, time::Duration};
 
+/// Longest time USS/PSS/swap of a process whose RSS did not move are repeated without reading
+/// smaps_rollup again (sharing changes when other processes come and go).
+const SMAPS_MAX_AGE_NS: i64 = 2_000_000_000;
+
 use crate::{
-    gpu::{GpuMonitor, GpuSummary},
     decode::{self, KernelEvent},
+    gpu::{GpuMonitor, GpuSummary},
     host, limits, rates,
     sampler::{MemoryDetail, ProcReader, ReadError, SystemReading},
     summary,
@@ -32,6 +36,9 @@ pub struct Recorder<'g> {
     /// Processes that ended lately: pid -> (start time, end time), so a phase mark from a
     /// process that exited right after sending it still finds its process.
     ended: HashMap<u32, (i64, Option<i64>)>,
+    /// The last smaps_rollup figures of each live process, with its RSS and when they were
+    /// read: they are read again only when RSS moved, or after `SMAPS_MAX_AGE_NS`.
+    smaps: HashMap<(u32, i64), (u64, i64, crate::sampler::SmapsReading)>,
     /// Last sample of each live process, keyed by (pid, start time).
     previous: HashMap<(u32, i64), rates::Previous>,
     previous_system: Option<SystemReading>,
@@ -86,7 +93,10 @@ impl<'g> Recorder<'g> {
             samples: writer::PartedTable::samples(out_dir)?,
             system: writer::PartedTable::system(out_dir)?,
             marks: writer::PartedTable::marks(out_dir)?,
-            gpu_table: gpu.is_some().then(|| writer::PartedTable::gpu(out_dir)).transpose()?,
+            gpu_table: gpu
+                .is_some()
+                .then(|| writer::PartedTable::gpu(out_dir))
+                .transpose()?,
             gpu_processes: gpu
                 .is_some()
                 .then(|| writer::PartedTable::gpu_processes(out_dir))
@@ -95,6 +105,7 @@ impl<'g> Recorder<'g> {
             reader: ProcReader::new(),
             detail,
             previous: HashMap::new(),
+            smaps: HashMap::new(),
             ended: HashMap::new(),
             previous_system: None,
             totals: summary::TreeTotals::default(),
@@ -141,7 +152,9 @@ impl<'g> Recorder<'g> {
     pub fn store_finished(&mut self) -> anyhow::Result<()> {
         for record in self.tracker.take_finished() {
             self.previous.remove(&(record.pid, record.start_time_ns));
-            self.ended.insert(record.pid, (record.start_time_ns, record.end_time_ns));
+            self.smaps.remove(&(record.pid, record.start_time_ns));
+            self.ended
+                .insert(record.pid, (record.start_time_ns, record.end_time_ns));
             if let (Some(gpu), Some(end)) = (self.gpu.as_deref_mut(), record.end_time_ns) {
                 // Its accounting figures (when the driver keeps them) come at a later sweep.
                 gpu.on_exit(record.pid, record.start_time_ns, end);
@@ -158,10 +171,17 @@ impl<'g> Recorder<'g> {
         let now = host::realtime_ns();
         let mut sweep = Vec::new();
         for (pid, start_time_ns) in self.tracker.live_processes() {
-            let reading = self.reader.read_process(pid, self.detail);
+            let key = (pid, start_time_ns);
+            let cached = self.smaps.get(&key).copied();
+            let full = self.detail == MemoryDetail::Full;
+            let reading = self.reader.read_process_if(pid, |rss| {
+                full && cached.is_none_or(|(cached_rss, read_at, _)| {
+                    cached_rss != rss || now - read_at > SMAPS_MAX_AGE_NS
+                })
+            });
             // /proc/PID/stat (the CPU figure) is the first file read.
             let measured = host::realtime_ns();
-            let reading = match reading {
+            let mut reading = match reading {
                 Ok(reading) => reading,
                 // It exited since the last drain; its exit event brings its last figures.
                 Err(ReadError::Gone(_)) => continue,
@@ -175,10 +195,23 @@ impl<'g> Recorder<'g> {
             if !host::same_start(reading.start_ticks, start_boot_ns) {
                 continue;
             }
-            let key = (pid, start_time_ns);
-            let sample =
-                rates::process_sample(&reading, now, measured, start_time_ns, self.previous.get(&key));
-            self.previous.insert(key, rates::Previous::of(&sample, measured));
+            match (reading.smaps, cached) {
+                (Some(fresh), _) => {
+                    self.smaps.insert(key, (reading.rss_bytes, now, fresh));
+                }
+                // RSS did not move since the last read: the same USS/PSS/swap, repeated.
+                (None, Some((_, _, last))) if full => reading.smaps = Some(last),
+                _ => {}
+            }
+            let sample = rates::process_sample(
+                &reading,
+                now,
+                measured,
+                start_time_ns,
+                self.previous.get(&key),
+            );
+            self.previous
+                .insert(key, rates::Previous::of(&sample, measured));
             sweep.push(sample);
         }
         self.memory_peaks.add_sweep(&sweep);
@@ -188,9 +221,11 @@ impl<'g> Recorder<'g> {
         for sample in sweep {
             self.samples.push(sample)?;
         }
-        if let (Some(gpu), Some(devices), Some(processes)) =
-            (self.gpu.as_deref_mut(), &mut self.gpu_table, &mut self.gpu_processes)
-        {
+        if let (Some(gpu), Some(devices), Some(processes)) = (
+            self.gpu.as_deref_mut(),
+            &mut self.gpu_table,
+            &mut self.gpu_processes,
+        ) {
             let tracker = &self.tracker;
             let (device_rows, process_rows) = gpu.sample(now, |pid| tracker.start_time_of(pid));
             for row in device_rows {

@@ -18,10 +18,10 @@ use crate::{
     cgroup::RunCgroup,
     cli::{RecordOptions, RunArgs, EXIT_NOT_FOUND},
     ebpf::{Probes, TrackingMode},
+    gpu::{GpuMonitor, GpuStatus},
     host,
     launch::{self, Identity},
     limits,
-    gpu::{GpuMonitor, GpuStatus},
     live::LiveLine,
     marks::{self, MarkServer},
     metrics,
@@ -103,7 +103,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             Ok(info.exit_status)
         })
     } else {
-        repeat(&args, &executable, offsets, &out_dir, identity.as_ref(), &child_sigmask, &mut gpu)
+        repeat(
+            &args,
+            &executable,
+            offsets,
+            &out_dir,
+            identity.as_ref(),
+            &child_sigmask,
+            &mut gpu,
+        )
     };
     if result.is_err() && dir_is_empty(&out_dir) {
         // Nothing was recorded: leave no litter behind.
@@ -347,8 +355,13 @@ fn record(
     if let Some(monitor) = monitor.as_deref_mut() {
         monitor.reset();
     }
-    let mut recorder =
-        Recorder::create(out_dir, tracker, root_pid, args.record.memory_detail, monitor)?;
+    let mut recorder = Recorder::create(
+        out_dir,
+        tracker,
+        root_pid,
+        args.record.memory_detail,
+        monitor,
+    )?;
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         eprintln!("montrace: {err}");
@@ -411,7 +424,13 @@ fn record(
         interval: args.record.interval,
         out_dir,
     });
-    write_run_info(&info, out_dir, identity, print_summary, !args.record.no_report)?;
+    write_run_info(
+        &info,
+        out_dir,
+        identity,
+        print_summary,
+        !args.record.no_report,
+    )?;
     Ok(info)
 }
 
@@ -520,8 +539,13 @@ pub(crate) fn write_run_info(
         .with_context(|| format!("cannot write {}", run_json.display()))?;
     if report {
         // The data is on disk already: a report that fails is a warning, not a failed run.
-        if let Err(err) = crate::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe") {
-            eprintln!("montrace: warning: no report for {}: {err:#}", out_dir.display());
+        if let Err(err) =
+            crate::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe")
+        {
+            eprintln!(
+                "montrace: warning: no report for {}: {err:#}",
+                out_dir.display()
+            );
         }
     }
     if let Some(id) = identity {
@@ -633,6 +657,10 @@ pub(crate) async fn follow(
     let mut flush_tick = tokio::time::interval(opts.flush_interval);
     flush_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut liveness_tick = tokio::time::interval(Duration::from_millis(500));
+    // The eBPF programs wake montrace only once the ring buffer fills up (a quarter of it);
+    // below that, events are drained on this timer: one wake-up per 20 ms, not one per event.
+    let mut drain_tick = tokio::time::interval(Duration::from_millis(20));
+    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Tracked pids missing from /proc at the last liveness check.
     let mut missing_before: HashSet<u32> = HashSet::new();
     liveness_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -748,6 +776,9 @@ pub(crate) async fn follow(
                 take_in!();
                 recorder.on_marks(received)?;
             }
+            _ = drain_tick.tick(), if ring.is_some() => {
+                take_in!();
+            }
             _ = live_tick.tick(), if live.enabled() => {
                 live.show(&recorder.live_status(started.elapsed()));
             }
@@ -803,7 +834,9 @@ pub(crate) async fn follow(
         }
     }
     // Marks sent just before the tree ended.
-    let last_marks = marks.as_mut().map(|m| m.get_mut().receive(host::realtime_ns));
+    let last_marks = marks
+        .as_mut()
+        .map(|m| m.get_mut().receive(host::realtime_ns));
     if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid)? {
         outcome.wait_status = status;
     }

@@ -188,6 +188,16 @@ impl ProcReader {
         pid: u32,
         detail: MemoryDetail,
     ) -> Result<ProcessReading, ReadError> {
+        self.read_process_if(pid, |_| detail == MemoryDetail::Full)
+    }
+
+    /// As `read_process`, asking `want_smaps(rss_bytes)` whether smaps_rollup, by far the
+    /// costliest read (a walk of the page tables), is worth reading this time.
+    pub fn read_process_if(
+        &self,
+        pid: u32,
+        want_smaps: impl FnOnce(u64) -> bool,
+    ) -> Result<ProcessReading, ReadError> {
         let dir = self.root.join(pid.to_string());
         // The Process holds an O_PATH descriptor of /proc/PID: every later file is opened
         // relative to it, so a pid reused mid-read reads as gone, never as another process.
@@ -195,6 +205,11 @@ impl ProcReader {
         let stat = process
             .stat()
             .map_err(|e| fail(pid, &dir.join("stat"), e))?;
+        let detail = if want_smaps(stat.rss.saturating_mul(self.page_size)) {
+            MemoryDetail::Full
+        } else {
+            MemoryDetail::Basic
+        };
         self.read_after_stat(&process, &dir, pid, &stat, detail)
     }
 

@@ -398,7 +398,7 @@ mod tests {
                 ringbuf_full: 3,
                 track_map_full: 0,
                 read_errors: 0,
-            exits_without_final_cpu: 0,
+                exits_without_final_cpu: 0,
             },
             vanished_processes: 0,
             processes_started: 12,

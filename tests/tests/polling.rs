@@ -57,7 +57,10 @@ fn build(project: &Path, out: &Path, as_nobody: bool) -> serde_json::Value {
     }
     let finished = run_with_timeout(&mut cmd, TIMEOUT);
     assert_eq!(finished.code(), 0, "{finished:?}");
-    assert!(project.join("app").exists(), "the build produced its program");
+    assert!(
+        project.join("app").exists(),
+        "the build produced its program"
+    );
     read_json(&out.join("run.json")).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -77,7 +80,10 @@ fn unprivileged_build_is_followed_by_polling_and_ebpf_sees_at_least_as_much() {
     assert!(polled_processes >= 2, "{polled}");
 
     let clean = run_with_timeout(
-        std::process::Command::new("make").arg("-C").arg(&project).arg("clean"),
+        std::process::Command::new("make")
+            .arg("-C")
+            .arg(&project)
+            .arg("clean"),
         TIMEOUT,
     );
     assert_eq!(clean.code(), 0, "{clean:?}");

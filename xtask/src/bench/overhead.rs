@@ -132,13 +132,22 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             format!("≤ {}×", w.target),
             met_word(met).into(),
         ]);
+        // Pairs that disagree by more than 10 % say more about the machine than about montrace.
+        let noisy = min_max(&ratios).is_some_and(|(lo, hi)| hi - lo > 0.10);
+        let display = match (ratio, min_max(&ratios)) {
+            (Some(v), Some((lo, hi))) if noisy => {
+                format!("{} (noisy: pairs {}–{})", times(v), times(lo), times(hi))
+            }
+            (Some(v), _) => times(v),
+            _ => "n/a".into(),
+        };
         s.figures.push(
             Figure::new(
                 &format!("overhead.{}", w.key),
                 &format!("overhead, {}", w.label),
                 "ratio",
                 ratio,
-                ratio.map_or("n/a".into(), times),
+                display,
             )
             .runs(ratios)
             .target(&format!("≤ {}×", w.target), met),

@@ -273,10 +273,11 @@ mod tests {
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
-    /// The budget: 5,000 short processes and 10 minutes of samples at 200 ms render
-    /// in under 5 s into an HTML file under 10 MB (a debug build gets more time).
+    /// 5,000 short processes and 10 minutes of samples at 200 ms fit an HTML file under 10 MB,
+    /// with the timeline merged. (How fast it renders is `cargo xtask bench`'s business, through
+    /// `examples/synthetic_run.rs`: timed unit tests would fail on a busy machine.)
     #[test]
-    fn a_large_run_renders_fast_into_a_small_page() {
+    fn a_large_run_renders_into_a_small_page() {
         let dir = tempfile::tempdir().unwrap();
         synthetic_run(
             dir.path(),
@@ -285,11 +286,7 @@ mod tests {
             std::time::Duration::from_millis(200),
         )
         .unwrap();
-        let started = std::time::Instant::now();
         let written = write_report(dir.path(), ReportFormat::Html, "exe").unwrap();
-        let elapsed = started.elapsed();
-        let budget = if cfg!(debug_assertions) { 20 } else { 5 };
-        assert!(elapsed.as_secs_f64() < f64::from(budget), "{elapsed:?}");
         let size = std::fs::metadata(&written[0]).unwrap().len();
         assert!(size < 10 << 20, "{size} bytes");
         let report = prepare(dir.path(), "exe").unwrap();

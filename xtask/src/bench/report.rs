@@ -32,6 +32,8 @@ pub struct Machine {
 pub struct Section {
     /// Short key (`completeness`), also the JSON key.
     pub id: &'static str,
+    /// The group it was measured in (`tree`, `overhead`, ...; see `cargo xtask bench --only`).
+    pub group: &'static str,
     /// Heading, e.g. `1. Completeness`.
     pub title: String,
     /// How it was measured (Markdown).
@@ -191,37 +193,46 @@ impl Results {
             ));
         }
         md.push_str("\n\n");
-        let busy: Vec<&str> = self
-            .sections
-            .iter()
-            .filter(|s| s.load.is_some_and(|l| l.busy()))
-            .map(|s| s.title.as_str())
-            .collect();
+        let mut groups: Vec<&str> = Vec::new();
+        let mut busy: Vec<&str> = Vec::new();
+        for s in &self.sections {
+            if !groups.contains(&s.group) {
+                groups.push(s.group);
+            }
+            if s.load.is_some_and(|l| l.busy()) && !busy.contains(&s.group) {
+                busy.push(s.group);
+            }
+        }
         if !busy.is_empty() {
-            let when = if busy.len() == self.sections.len() {
-                "during the whole run".to_string()
-            } else {
-                format!("during: {}", busy.join(", "))
-            };
             md.push_str(&format!(
                 "**Other work ran on the machine** (a 1-minute load average of 1 or more on \
-                 {} cores) {when}. Times measured then are noisier than on an idle machine; \
-                 each group of sections shows its load.\n\n",
-                self.machine.cpus
+                 {} cores) during {} of the {} groups of runs ({}). Times measured then are \
+                 noisier than on an idle machine; each group of sections shows its load.\n\n",
+                self.machine.cpus,
+                busy.len(),
+                groups.len(),
+                busy.join(", ")
             ));
         }
 
-        md.push_str("## Targets\n\n| target | measured | goal | |\n| --- | --- | --- | --- |\n");
-        for f in self.targets() {
-            let t = f.target.as_ref().expect("filtered on targets");
-            md.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
-                f.label,
-                f.display,
-                t.text,
-                met_word(t.met)
-            ));
-        }
+        md.push_str("## Targets\n\n");
+        let rows: Vec<Vec<String>> = self
+            .targets()
+            .iter()
+            .map(|f| {
+                let t = f.target.as_ref().expect("filtered on targets");
+                vec![
+                    f.label.clone(),
+                    f.display.clone(),
+                    t.text.clone(),
+                    met_word(t.met).to_string(),
+                ]
+            })
+            .collect();
+        md.push_str(&markdown_table(
+            &["target".into(), "measured".into(), "goal".into(), "".into()],
+            &rows,
+        ));
         md.push('\n');
 
         // Sections measured together share their load: say it once, after the last of them.
@@ -254,6 +265,7 @@ impl Section {
     pub fn to_json(&self) -> Value {
         json!({
             "id": self.id,
+            "group": self.group,
             "title": self.title,
             "elapsed_s": self.elapsed_s,
             "load_before": self.load.map(|l| l.before.to_vec()),
@@ -346,6 +358,7 @@ mod tests {
             duration_s: 100.0,
             sections: vec![Section {
                 id: "overhead",
+                group: "overhead",
                 title: "3. Overhead".into(),
                 method: "A/B.".into(),
                 columns: vec!["workload".into(), "ratio".into()],
@@ -383,6 +396,10 @@ mod tests {
         assert!(md.contains("| a\\|b | 1.010× |"));
         assert!(md.contains("cargo xtask bench --quick"));
         assert!(md.contains("**Other work ran on the machine**"));
+        assert!(
+            md.contains("during 1 of the 1 groups of runs (overhead)"),
+            "{md}"
+        );
         assert!(
             !md.contains("| raw |"),
             "figures without a target stay out of the targets table"

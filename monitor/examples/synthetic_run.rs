@@ -9,7 +9,11 @@ fn main() -> anyhow::Result<()> {
         anyhow::bail!("usage: synthetic_run DIR [PROCESSES] [SECONDS] [INTERVAL_MS]");
     };
     let number = |i: usize, default: u64| -> anyhow::Result<u64> {
-        Ok(args.get(i).map(|a| a.parse()).transpose()?.unwrap_or(default))
+        Ok(args
+            .get(i)
+            .map(|a| a.parse())
+            .transpose()?
+            .unwrap_or(default))
     };
     let dir = std::path::Path::new(dir);
     std::fs::create_dir_all(dir)?;

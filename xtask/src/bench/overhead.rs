@@ -3,7 +3,7 @@
 //! run-time statistics of BPF programs.
 
 use super::report::{met_word, Figure, Section};
-use super::stats::{median, min_max, pair_ratios, percent, sig, times};
+use super::stats::{median, min_max, pair_ratios, percent, ratio as ratio_of, sig, times};
 use super::tools::{self, lost_events, read_json};
 use super::Ctx;
 use anyhow::{Context, Result};
@@ -94,7 +94,8 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
              finish (closing the Parquet files), a fixed cost per run (section 6). The CPU ratio \
              does not depend on what else runs on the machine: the tree's CPU (kernel figures, \
              `getrusage`) plus montrace's own (`selfcost -n`, which only waits), over the tree's \
-             CPU without montrace.",
+             CPU without montrace, median of the pairs. Best of each: the fastest run with \
+             montrace over the fastest without, the runs least disturbed by other work.",
             p.overhead_reps, p.overhead_reps, p.overhead_reps
         ),
         columns: vec![
@@ -103,6 +104,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             "with (median)".into(),
             "ratio (median of pairs)".into(),
             "pair ratios, min–max".into(),
+            "best of each".into(),
             "end to end".into(),
             "CPU ratio".into(),
             "target".into(),
@@ -114,6 +116,10 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     for (w, r) in workloads.iter().zip(&results) {
         let ratios = pair_ratios(&r.traced, &r.bare);
         let ratio = median(&ratios);
+        let best = match (min_max(&r.traced), min_max(&r.bare)) {
+            (Some((with, _)), Some((without, _))) => ratio_of(with, without),
+            _ => None,
+        };
         let e2e = median(&pair_ratios(&r.traced_e2e, &r.bare_e2e));
         let cpu_ratios = pair_ratios(&r.traced_cpu, &r.bare_cpu);
         let cpu = median(&cpu_ratios);
@@ -127,6 +133,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             median(&r.traced).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
             ratio.map_or("n/a".into(), times),
             spread,
+            best.map_or("n/a".into(), times),
             e2e.map_or("n/a".into(), times),
             cpu.map_or("n/a".into(), times),
             format!("≤ {}×", w.target),
@@ -172,6 +179,13 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             )
             .runs(cpu_ratios),
         );
+        s.figures.push(Figure::new(
+            &format!("overhead.{}.best_of_each", w.key),
+            &format!("fastest run with ÷ fastest without, {}", w.label),
+            "ratio",
+            best,
+            best.map_or("n/a".into(), times),
+        ));
         let tree_growth = median(&pair_ratios(&r.traced_tree_cpu, &r.bare_cpu));
         let agent_share = median(&pair_ratios(&r.agent_cpu, &r.bare_cpu));
         s.figures.push(Figure::new(

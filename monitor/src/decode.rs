@@ -1,5 +1,5 @@
 //! Turns ring-buffer records into typed events. Pure: bytes in, values out; no clock, no kernel.
-use monitor_common::{kind, EventHeader, ExecEvent, ExitEvent, ForkEvent, COMM_LEN};
+use monitor_common::{kind, EventHeader, ExecEvent, ExitEvent, ForkEvent};
 
 /// A lifecycle event as the kernel reported it. Times are ns since boot.
 #[derive(Clone, Debug, PartialEq)]
@@ -220,15 +220,10 @@ fn split_argv(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// The comm field as a string (used by tests and the tracker).
-pub fn comm_from(bytes: &[u8; COMM_LEN]) -> String {
-    c_string(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use monitor_common::{ARGV_LEN, FILENAME_LEN};
+    use monitor_common::{ARGV_LEN, COMM_LEN, FILENAME_LEN};
 
     fn bytes_of<T>(value: &T) -> Vec<u8> {
         // SAFETY: reading the bytes of a plain #[repr(C)] value for a test.

@@ -65,7 +65,7 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 
 pub struct Probes {
     // Keeps the programs attached: dropping `Ebpf` detaches them.
-    ebpf: Ebpf,
+    _ebpf: Ebpf,
     pub mode: TrackingMode,
     tracked: HashMap<MapData, u32, u64>,
     stats: PerCpuArray<MapData, u64>,
@@ -117,7 +117,7 @@ impl Probes {
         let tracked = HashMap::try_from(ebpf.take_map("TRACKED").context("no TRACKED map")?)?;
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("no STATS map")?)?;
         let probes = Probes {
-            ebpf,
+            _ebpf: ebpf,
             mode,
             tracked,
             stats,
@@ -142,14 +142,6 @@ impl Probes {
             read_errors: sum(stat::READ_ERRORS)?,
             exits_without_final_cpu: sum(stat::PENDING_FULL)?,
         })
-    }
-
-    /// Names of the attached programs (for run.json).
-    pub fn program_names(&self) -> Vec<String> {
-        self.ebpf
-            .programs()
-            .map(|(name, _)| name.to_string())
-            .collect()
     }
 }
 

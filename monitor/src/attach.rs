@@ -14,7 +14,7 @@ use crate::{
     decode::KernelEvent,
     ebpf::Probes,
     gpu::GpuMonitor,
-    host, launch, metrics,
+    host, launch, limits, metrics,
     polling::Poller,
     recorder::Recorder,
     run::{self, Ended, FollowConfig, Source},
@@ -57,6 +57,12 @@ fn follow_attached(
     let pid = args.pid;
     launch::block_forwarded_signals().context("blocking signals")?;
     let mut gpu = GpuMonitor::open(args.record.gpu)?;
+    if let Some(error) = gpu
+        .unavailable_reason()
+        .and_then(|reason| limits::needs_gpu(&args.record.limits, &reason))
+    {
+        bail!(error);
+    }
     if let (Some(notice), false) = (gpu.notice(), args.record.quiet) {
         eprintln!("{notice}");
     }

@@ -92,7 +92,8 @@ pub struct RecordOptions {
     pub no_report: bool,
 
     /// Stop the whole tree when it crosses a limit: `rss=2GiB` (sum over live processes),
-    /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started).
+    /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started),
+    /// `gpu-mem=10GiB` (GPU memory of the tree's processes; needs an NVIDIA GPU).
     /// Repeatable. montrace then exits with 124 and records the breach.
     #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::limits::parse_limit)]
     pub limits: Vec<crate::limits::Limit>,

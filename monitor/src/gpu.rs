@@ -378,6 +378,15 @@ impl GpuStatus {
         }
     }
 
+    /// Why no GPU is monitored (for what needs one, like `--limit gpu-mem`); None when one is.
+    pub fn unavailable_reason(&self) -> Option<String> {
+        match self {
+            GpuStatus::Off => Some("--gpu off".into()),
+            GpuStatus::Unavailable { reason } => Some(reason.clone()),
+            GpuStatus::Monitoring(_) => None,
+        }
+    }
+
     pub fn monitor_mut(&mut self) -> Option<&mut GpuMonitor> {
         match self {
             GpuStatus::Monitoring(monitor) => Some(monitor),

@@ -18,6 +18,9 @@ pub enum Limit {
     Wall(Duration),
     /// Processes started, the command included.
     Procs(u64),
+    /// GPU memory the tree's processes hold (sum over every GPU at a sample), bytes. Needs GPU
+    /// monitoring: `run` refuses it up front where no GPU can be monitored.
+    GpuMem(u64),
 }
 
 impl Limit {
@@ -27,24 +30,26 @@ impl Limit {
             Limit::Cpu(_) => "cpu",
             Limit::Wall(_) => "wall",
             Limit::Procs(_) => "procs",
+            Limit::GpuMem(_) => "gpu-mem",
         }
     }
 
     /// The threshold in the unit reported (bytes, seconds, processes).
     pub fn threshold(&self) -> f64 {
         match *self {
-            Limit::Rss(bytes) => bytes as f64,
+            Limit::Rss(bytes) | Limit::GpuMem(bytes) => bytes as f64,
             Limit::Cpu(d) | Limit::Wall(d) => d.as_secs_f64(),
             Limit::Procs(n) => n as f64,
         }
     }
 }
 
-/// Parses `rss=2GiB`, `cpu=60s`, `wall=5m`, `procs=500`.
+/// Parses `rss=2GiB`, `cpu=60s`, `wall=5m`, `procs=500`, `gpu-mem=10GiB`.
 pub fn parse_limit(text: &str) -> Result<Limit, String> {
     let (key, value) = text.split_once('=').ok_or_else(|| {
         format!(
-            "`{text}` is not a limit: use KEY=VALUE, e.g. rss=2GiB, cpu=60s, wall=5m, procs=500"
+            "`{text}` is not a limit: use KEY=VALUE, e.g. rss=2GiB, cpu=60s, wall=5m, procs=500, \
+             gpu-mem=10GiB"
         )
     })?;
     let limit = match key.trim() {
@@ -57,14 +62,10 @@ pub fn parse_limit(text: &str) -> Result<Limit, String> {
                 .parse()
                 .map_err(|_| format!("procs={value}: use a whole number of processes"))?,
         ),
-        "gpu-mem" => {
-            return Err(
-                "gpu-mem: GPU monitoring is not available in this build of montrace yet".into(),
-            )
-        }
+        "gpu-mem" => Limit::GpuMem(units::parse_bytes(value)?),
         other => {
             return Err(format!(
-                "unknown limit `{other}`: use rss, cpu, wall or procs"
+                "unknown limit `{other}`: use rss, cpu, wall, procs or gpu-mem"
             ))
         }
     };
@@ -82,6 +83,20 @@ pub struct Usage {
     pub tree_cpu_ns: u64,
     pub processes_started: u64,
     pub elapsed: Duration,
+    /// GPU memory of the tree's processes at the last GPU sample; None before it, or without
+    /// GPU monitoring.
+    pub tree_gpu_memory_bytes: Option<u64>,
+}
+
+/// Why `limits` cannot be enforced without GPU monitoring (`reason`: why there is none), as the
+/// error to print; None when no limit needs a GPU.
+pub fn needs_gpu(limits: &[Limit], reason: &str) -> Option<String> {
+    let limit = limits.iter().find(|l| matches!(l, Limit::GpuMem(_)))?;
+    Some(format!(
+        "--limit gpu-mem={}: montrace cannot watch GPU memory here ({reason}); run where NVML \
+         sees an NVIDIA GPU, or drop the limit",
+        units::format_bytes(limit.threshold() as u64)
+    ))
 }
 
 /// The first limit `usage` exceeds, with the value seen.
@@ -95,6 +110,7 @@ pub fn first_breach(limits: &[Limit], usage: &Usage) -> Option<(Limit, f64)> {
             Limit::Procs(max) => {
                 (usage.processes_started > max).then_some(usage.processes_started as f64)?
             }
+            Limit::GpuMem(max) => usage.tree_gpu_memory_bytes.filter(|&used| used > max)? as f64,
         };
         Some((*limit, value))
     })
@@ -124,7 +140,21 @@ mod tests {
         assert!(parse_limit("cpu=0s")
             .unwrap_err()
             .contains("greater than zero"));
-        assert!(parse_limit("gpu-mem=1GiB").unwrap_err().contains("GPU"));
+        assert_eq!(parse_limit("gpu-mem=1GiB").unwrap(), Limit::GpuMem(1 << 30));
+        assert_eq!(parse_limit("gpu-mem=1GiB").unwrap().name(), "gpu-mem");
+        assert!(parse_limit("gpu-mem=lots").is_err());
+    }
+
+    #[test]
+    fn only_gpu_mem_needs_a_gpu() {
+        assert_eq!(
+            needs_gpu(&[Limit::Rss(1), Limit::Procs(2)], "no driver"),
+            None
+        );
+        let error = needs_gpu(&[Limit::Rss(1), Limit::GpuMem(10 << 30)], "no driver").unwrap();
+        assert!(error.contains("gpu-mem=10.0 GiB"), "{error}");
+        assert!(error.contains("(no driver)"), "{error}");
+        assert!(error.contains("drop the limit"), "{error}");
     }
 
     #[test]
@@ -139,6 +169,7 @@ mod tests {
             tree_cpu_ns: 1_000_000_000,
             processes_started: 3,
             elapsed: Duration::from_secs(9),
+            tree_gpu_memory_bytes: None,
         };
         // At the limit is not over it.
         assert_eq!(first_breach(&limits, &usage), None);
@@ -158,6 +189,16 @@ mod tests {
         assert_eq!(
             first_breach(&[Limit::Wall(Duration::from_secs(5))], &usage),
             Some((Limit::Wall(Duration::from_secs(5)), 9.0))
+        );
+        // GPU memory: unknown (before the first GPU sample) is not over; at the limit is not.
+        let gpu = [Limit::GpuMem(1 << 30)];
+        assert_eq!(first_breach(&gpu, &usage), None);
+        usage.tree_gpu_memory_bytes = Some(1 << 30);
+        assert_eq!(first_breach(&gpu, &usage), None);
+        usage.tree_gpu_memory_bytes = Some(3 << 29);
+        assert_eq!(
+            first_breach(&gpu, &usage),
+            Some((Limit::GpuMem(1 << 30), (3u64 << 29) as f64))
         );
     }
 }

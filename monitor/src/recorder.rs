@@ -76,6 +76,7 @@ impl<'g> Recorder<'g> {
             tree_cpu_ns: self.totals.cpu_user_ns + self.totals.cpu_system_ns + live_cpu,
             processes_started: self.tracker.processes_started() as u64,
             elapsed,
+            tree_gpu_memory_bytes: self.gpu.as_ref().and_then(|g| g.last_tree_memory_bytes()),
         }
     }
 

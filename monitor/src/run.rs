@@ -60,6 +60,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
     // `--gpu require` fails here, before anything is created or started.
     let mut gpu = GpuMonitor::open(args.record.gpu)?;
+    if let Some(error) = gpu
+        .unavailable_reason()
+        .and_then(|reason| limits::needs_gpu(&args.record.limits, &reason))
+    {
+        bail!(error);
+    }
     if let (Some(notice), false) = (gpu.notice(), args.record.quiet) {
         eprintln!("{notice}");
     }

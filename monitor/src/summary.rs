@@ -324,7 +324,7 @@ pub fn format_repeat_stats(summary: &crate::metrics::Summary, out_dir: &str) -> 
 
 fn format_limit_value(limit: &str, value: f64) -> String {
     match limit {
-        "rss" => format_bytes(value as u64),
+        "rss" | "gpu-mem" => format_bytes(value as u64),
         "cpu" | "wall" => format!("{value:.3}s"),
         _ => format!("{value}"),
     }

@@ -87,6 +87,29 @@ fn unwritable_out_fails_before_running() {
 }
 
 #[test]
+fn gpu_memory_limit_without_gpu_monitoring_fails_before_running() {
+    // `--gpu off` makes it the same on a machine with a GPU as on one without.
+    let marker = tempfile::tempdir().unwrap();
+    let touch = format!("touch {}", marker.path().join("ran").display());
+    let (run, tmp) = montrace_fails(
+        &["--gpu", "off", "--limit", "gpu-mem=2GiB"],
+        &["sh", "-c", &touch],
+    );
+    assert_eq!(run.code(), 125, "{run:?}");
+    assert!(
+        run.stderr.contains("--limit gpu-mem=2.0 GiB")
+            && run.stderr.contains("--gpu off")
+            && run.stderr.contains("drop the limit"),
+        "the error names the limit, why no GPU is watched and what to do: {run:?}"
+    );
+    assert!(
+        !marker.path().join("ran").exists(),
+        "a limit that cannot be enforced must not let the command run: {run:?}"
+    );
+    assert!(!tmp.path().join("run").exists(), "{run:?}");
+}
+
+#[test]
 fn malformed_flag_is_a_usage_error() {
     let (run, tmp) = montrace_fails(&["--linger", "soon"], &["true"]);
     assert_eq!(run.code(), 2, "{run:?}");

@@ -195,8 +195,9 @@ pub struct CompareArgs {
     pub baseline: PathBuf,
     /// Candidate, like the baseline
     pub candidate: PathBuf,
-    /// Largest allowed increase of a metric, e.g. `cpu=+5%`, `peak_rss=+10%`, `wall=+10%`
-    /// (repeatable; metrics not named keep their defaults)
+    /// Largest allowed increase of a metric, e.g. `cpu=+5%`, `peak_rss=+10%`, `wall=+10%`, or
+    /// `read=off` to report a metric without gating on it (repeatable; metrics not named keep
+    /// their defaults)
     #[arg(long = "max", value_name = "METRIC=+N%")]
     pub max: Vec<String>,
     /// Confidence of Welch's t-test when both sides have at least 2 samples

@@ -160,6 +160,7 @@ pub struct Decision {
 ///   one-sided t-test of "candidate mean > baseline mean" with p < 1 - `confidence`. Noise larger
 ///   than the limit therefore passes, and so does a significant change smaller than the limit.
 /// - With fewer samples, the limit alone decides: regressed iff median ratio - 1 > `max_increase`.
+/// - An infinite `max_increase` (`--max METRIC=off`) never regresses, not even from 0.
 /// - Improved is the mirror image (significant, and a decrease larger than the limit).
 pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence: f64) -> Decision {
     let (Some(base), Some(cand)) = (Stats::of(baseline), Stats::of(candidate)) else {
@@ -181,7 +182,7 @@ pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence
         // A median of 0 cannot decrease further.
         Some(r) if base.median > 0.0 => (r - 1.0 > limit, 1.0 - r > limit),
         Some(_) => (false, false),
-        None => (true, false),
+        None => (max_increase.is_finite(), false),
     };
     let (method, increased, decreased) = if base.n >= 2 && cand.n >= 2 {
         let (t, df) = welch_t(&base, &cand);
@@ -344,7 +345,7 @@ pub fn parse_max(specs: &[String]) -> Result<BTreeMap<&'static str, f64>, String
 fn parse_one_max(spec: &str) -> Result<(&'static str, f64), String> {
     let Some((name, value)) = spec.split_once('=') else {
         return Err(format!(
-            "--max `{spec}`: use METRIC=+N%, e.g. --max cpu=+5% --max peak_rss=+10%"
+            "--max `{spec}`: use METRIC=+N% or METRIC=off, e.g. --max cpu=+5% --max read=off"
         ));
     };
     let metric = resolve_metric(name).ok_or_else(|| {
@@ -354,6 +355,11 @@ fn parse_one_max(spec: &str) -> Result<(&'static str, f64), String> {
             metric_names()
         )
     })?;
+    // Reported, never gating: a metric too noisy to gate on here (storage I/O behind a cold
+    // page cache), or one whose baseline is 0 where any use at all would fail the job.
+    if value.trim().eq_ignore_ascii_case("off") {
+        return Ok((metric, f64::INFINITY));
+    }
     let percent = value
         .trim()
         .strip_suffix('%')
@@ -361,7 +367,7 @@ fn parse_one_max(spec: &str) -> Result<(&'static str, f64), String> {
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| v.is_finite())
         .ok_or_else(|| {
-            format!("--max `{spec}`: `{value}` is not a percentage: use e.g. {name}=+5% or {name}=+0.5%")
+            format!("--max `{spec}`: `{value}` is not a percentage: use e.g. {name}=+5% or {name}=+0.5%, or {name}=off to report it without gating")
         })?;
     if percent < 0.0 {
         return Err(format!(
@@ -811,7 +817,11 @@ fn format_change(row: &Row) -> String {
 }
 
 fn format_limit(max_increase: f64) -> String {
-    format!("+{}%", trim_float(max_increase * 100.0, 2))
+    if max_increase.is_finite() {
+        format!("+{}%", trim_float(max_increase * 100.0, 2))
+    } else {
+        "off".into()
+    }
 }
 
 fn format_p(p: f64) -> String {
@@ -1128,7 +1138,8 @@ struct JsonRow<'a> {
     candidate: Option<&'a Stats>,
     /// Candidate median / baseline median.
     ratio: Option<f64>,
-    max_increase: f64,
+    /// Largest increase allowed (0.1 = +10%); null for `--max METRIC=off`.
+    max_increase: Option<f64>,
     verdict: &'static str,
     /// `welch`, `threshold`, or null (no data).
     method: Option<&'static str>,
@@ -1159,7 +1170,7 @@ pub fn render_json(report: &Report) -> String {
                 baseline: row.baseline.as_ref(),
                 candidate: row.candidate.as_ref(),
                 ratio: row.decision.ratio.and_then(finite),
-                max_increase: row.max_increase,
+                max_increase: finite(row.max_increase),
                 verdict: row.decision.verdict.as_str(),
                 method,
                 t,
@@ -1474,6 +1485,28 @@ mod tests {
             parse_max(&["rss=+1%".into()]).unwrap()["peak_tree_rss_bytes"],
             0.01
         );
+        let off = parse_max(&["read=off".into(), "Write = OFF".into()]).unwrap();
+        assert_eq!(off["read_bytes"], f64::INFINITY);
+        assert_eq!(off["write_bytes"], f64::INFINITY);
+        assert_eq!(off["cpu_s"], 0.05);
+        assert_eq!(format_limit(off["read_bytes"]), "off");
+        assert_eq!(format_limit(off["cpu_s"]), "+5%");
+    }
+
+    #[test]
+    fn an_off_metric_never_regresses() {
+        let off = f64::INFINITY;
+        // From 0, which any finite limit fails.
+        let d = decide(&[0.0], &[4096.0], off, 0.95);
+        assert_eq!((d.verdict, d.ratio), (Verdict::Pass, None));
+        let d = decide(&[0.0, 0.0, 0.0], &[4096.0, 8192.0, 4096.0], off, 0.95);
+        assert_eq!(d.verdict, Verdict::Pass);
+        // Ten times more, certain.
+        let d = decide(&[10.0, 10.0], &[100.0, 100.0], off, 0.95);
+        assert_eq!((d.verdict, d.ratio), (Verdict::Pass, Some(10.0)));
+        // Nor is it ever improved: no limit, nothing to be beyond.
+        let d = decide(&[100.0, 100.0], &[1.0, 1.0], off, 0.95);
+        assert_eq!(d.verdict, Verdict::Pass);
     }
 
     #[test]
@@ -1599,6 +1632,31 @@ mod tests {
                 "candidate runs/pr-42/summary.json: the rss limit stopped the run".into(),
             ],
         }
+    }
+
+    #[test]
+    fn an_off_limit_shows_as_off() {
+        let mut report = sample_report();
+        let read = report
+            .rows
+            .iter_mut()
+            .find(|r| r.metric == "read_bytes")
+            .unwrap();
+        read.max_increase = f64::INFINITY;
+        read.decision = decide(&[0.0], &[4096.0], f64::INFINITY, 0.95);
+        let text = render_text(&report);
+        let line = text.lines().find(|l| l.contains("read_bytes")).unwrap();
+        assert!(line.contains("off") && line.contains("ok"), "{line}");
+        assert!(!text.contains("read_bytes (from 0"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
+        let row = json["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["metric"] == "read_bytes")
+            .unwrap();
+        assert_eq!(row["max_increase"], serde_json::Value::Null, "{row}");
+        assert_eq!(row["verdict"], "pass", "{row}");
     }
 
     #[test]

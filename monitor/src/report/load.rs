@@ -321,6 +321,19 @@ pub struct Gpu {
     pub memory_total_bytes: Option<f64>,
 }
 
+/// One row of gpu_processes.parquet (the columns the report uses), with the process it belongs
+/// to as an index into [`RunData::processes`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuProcessRow {
+    pub time_ns: i64,
+    pub gpu_index: u32,
+    pub process: usize,
+    /// An `accounting` row: the driver's figures for the process's whole life, stamped at its
+    /// exit. Not a moment of any sweep.
+    pub accounting: bool,
+    pub gpu_memory_bytes: Option<u64>,
+}
+
 /// Everything the report reads from a run directory.
 #[derive(Clone, Debug, Default)]
 pub struct RunData {
@@ -331,6 +344,8 @@ pub struct RunData {
     pub system: Vec<SystemRow>,
     pub marks: Vec<Mark>,
     pub gpu: Option<Gpu>,
+    /// gpu_processes.parquet: the tree's own GPU use; empty when the run has none.
+    pub gpu_processes: Vec<GpuProcessRow>,
     /// What is incomplete about the directory, for the reader of the report.
     pub notes: Vec<String>,
 }
@@ -409,6 +424,7 @@ pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     data.system = read_system(dir)?;
     data.marks = read_marks(dir)?;
     data.gpu = read_gpu(dir)?;
+    data.gpu_processes = read_gpu_processes(dir, &mut data.processes, &mut index)?;
     Ok(data)
 }
 
@@ -474,15 +490,7 @@ fn read_samples(
     processes: &mut Vec<Process>,
     index: &mut HashMap<(u32, i64), usize>,
 ) -> anyhow::Result<Vec<Sample>> {
-    let mut rows = Vec::new();
-    for (path, batch) in read_table(dir, "samples")? {
-        let c = Cols {
-            batch: &batch,
-            path: &path,
-        };
-        let time = c.req::<TimestampNanosecondType>("time")?;
-        let pid = c.req::<UInt32Type>("pid")?;
-        let start = c.req::<TimestampNanosecondType>("start_time")?;
+    read_process_rows(dir, "samples", processes, index, |c, keys| {
         let source = c.str("source");
         let user = c.prim::<UInt64Type>("cpu_user_ns");
         let system = c.prim::<UInt64Type>("cpu_system_ns");
@@ -490,22 +498,10 @@ fn read_samples(
         let rss = c.prim::<UInt64Type>("rss_bytes");
         let uss = c.prim::<UInt64Type>("uss_bytes");
         let pss = c.prim::<UInt64Type>("pss_bytes");
-        for i in 0..batch.num_rows() {
-            let key = (pid.value(i), start.value(i));
-            // A killed run has no processes row yet for the processes that were still running:
-            // a stand-in keeps their samples.
-            let process = *index.entry(key).or_insert_with(|| {
-                processes.push(Process {
-                    pid: key.0,
-                    start_ns: key.1,
-                    comm: format!("pid {}", key.0),
-                    alive_at_end: true,
-                    ..Default::default()
-                });
-                processes.len() - 1
-            });
-            rows.push(Sample {
-                time_ns: time.value(i),
+        keys.iter()
+            .enumerate()
+            .map(|(i, &(time_ns, process))| Sample {
+                time_ns,
                 process,
                 exit: source.is_some_and(|s| s.is_valid(i) && s.value(i) == "exit"),
                 cpu_user_ns: opt(user, i).unwrap_or(0),
@@ -514,10 +510,58 @@ fn read_samples(
                 rss_bytes: opt(rss, i),
                 uss_bytes: opt(uss, i),
                 pss_bytes: opt(pss, i),
-            });
-        }
+            })
+            .collect()
+    })
+}
+
+/// The rows of `table`, a table whose rows belong to a process of the tree (`time`, `pid`,
+/// `start_time`): `rows_of` makes them from each batch's columns and its rows' (time, index
+/// into `processes`).
+fn read_process_rows<T>(
+    dir: &Path,
+    table: &str,
+    processes: &mut Vec<Process>,
+    index: &mut HashMap<(u32, i64), usize>,
+    mut rows_of: impl FnMut(&Cols<'_>, &[(i64, usize)]) -> Vec<T>,
+) -> anyhow::Result<Vec<T>> {
+    let mut rows = Vec::new();
+    for (path, batch) in read_table(dir, table)? {
+        let c = Cols {
+            batch: &batch,
+            path: &path,
+        };
+        let time = c.req::<TimestampNanosecondType>("time")?;
+        let pid = c.req::<UInt32Type>("pid")?;
+        let start = c.req::<TimestampNanosecondType>("start_time")?;
+        let keys: Vec<(i64, usize)> = (0..batch.num_rows())
+            .map(|i| {
+                let key = (pid.value(i), start.value(i));
+                (time.value(i), process_index(key, processes, index))
+            })
+            .collect();
+        rows.extend(rows_of(&c, &keys));
     }
     Ok(rows)
+}
+
+/// The index of process `key` (pid, start time) in `processes`. A killed run has no processes
+/// row yet for the processes that were still running: a stand-in keeps their rows.
+fn process_index(
+    key: (u32, i64),
+    processes: &mut Vec<Process>,
+    index: &mut HashMap<(u32, i64), usize>,
+) -> usize {
+    *index.entry(key).or_insert_with(|| {
+        processes.push(Process {
+            pid: key.0,
+            start_ns: key.1,
+            comm: format!("pid {}", key.0),
+            alive_at_end: true,
+            ..Default::default()
+        });
+        processes.len() - 1
+    })
 }
 
 fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
@@ -619,4 +663,27 @@ fn read_gpu(dir: &Path) -> anyhow::Result<Option<Gpu>> {
         }
     }
     Ok(Some(gpu))
+}
+
+fn read_gpu_processes(
+    dir: &Path,
+    processes: &mut Vec<Process>,
+    index: &mut HashMap<(u32, i64), usize>,
+) -> anyhow::Result<Vec<GpuProcessRow>> {
+    let accounting = crate::model::GpuProcessSource::Accounting.as_str();
+    read_process_rows(dir, "gpu_processes", processes, index, |c, keys| {
+        let gpu_index = c.prim::<UInt32Type>("gpu_index");
+        let source = c.str("source");
+        let memory = c.prim::<UInt64Type>("gpu_memory_bytes");
+        keys.iter()
+            .enumerate()
+            .map(|(i, &(time_ns, process))| GpuProcessRow {
+                time_ns,
+                gpu_index: opt(gpu_index, i).unwrap_or(0),
+                process,
+                accounting: source.is_some_and(|s| s.is_valid(i) && s.value(i) == accounting),
+                gpu_memory_bytes: opt(memory, i),
+            })
+            .collect()
+    })
 }

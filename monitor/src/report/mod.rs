@@ -296,6 +296,147 @@ mod tests {
         assert_eq!(report.timeline.rows.len(), 5);
     }
 
+    /// Both reports of `run_dir`: the Markdown with its files, and the HTML page.
+    fn rendered(run_dir: &Path) -> (String, Vec<(String, String)>, String) {
+        let report = prepare(run_dir, "exe").unwrap();
+        let (markdown, files) = render::markdown(&report).unwrap();
+        (markdown, files, render::html(&report).unwrap())
+    }
+
+    #[test]
+    fn gpu_processes_add_the_tree_plot_and_column_and_nothing_else() {
+        use synthetic::{GPU_MEMORY_CC1, GPU_MEMORY_MAKE};
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let (processes, duration, interval) = (
+            40,
+            std::time::Duration::from_secs(4),
+            std::time::Duration::from_millis(200),
+        );
+        synthetic_run(run, processes, duration, interval).unwrap();
+        synthetic::add_synthetic_gpu(run, duration, interval, 2).unwrap();
+        let before = rendered(run);
+
+        synthetic::add_synthetic_gpu_processes(run, processes, duration, interval).unwrap();
+        let mut data = load::load(run).unwrap();
+        let accounting = data.gpu_processes.iter().filter(|r| r.accounting).count();
+        let cc1s = data.processes.iter().filter(|p| p.comm == "cc1").count();
+        assert_eq!(accounting, cc1s, "one accounting row per cc1");
+        assert!(data
+            .gpu_processes
+            .iter()
+            .filter(|r| r.accounting)
+            .all(|r| r.gpu_memory_bytes.is_none()));
+        // Accounting rows are whole-life figures: a memory figure in one, even at a sweep's
+        // time, would not be plotted as a sample.
+        let sweep_time = data.samples[0].time_ns;
+        for r in data.gpu_processes.iter_mut().filter(|r| r.accounting) {
+            r.gpu_memory_bytes = Some(1 << 40);
+            r.time_ns = sweep_time;
+        }
+        let report = prepare_data(data, model::GroupBy::Exe);
+        let (data, model) = (&report.data, &report.model);
+
+        // At every sweep: 512 MiB per cc1 sampled, 1 GiB for make, nothing for sh and as.
+        let group = |name: &str| model.groups.iter().position(|g| g.name == name).unwrap();
+        let expected = |t: i64, exe: &str, bytes: u64| -> u64 {
+            let n = data
+                .samples
+                .iter()
+                .filter(|s| !s.exit && s.time_ns == t && data.processes[s.process].comm == exe)
+                .count();
+            n as u64 * bytes
+        };
+        let gpu_at = |g: usize, sweep: usize| -> u64 {
+            model.group_sweeps[g]
+                .iter()
+                .find(|(k, _)| *k == sweep)
+                .and_then(|(_, sum)| sum.gpu_memory)
+                .unwrap_or(0)
+        };
+        let mut cc1_peak = 0;
+        for (k, &t) in model.sweeps.iter().enumerate() {
+            assert_eq!(
+                gpu_at(group("cc1"), k),
+                expected(t, "cc1", GPU_MEMORY_CC1),
+                "{k}"
+            );
+            assert_eq!(
+                gpu_at(group("make"), k),
+                expected(t, "make", GPU_MEMORY_MAKE),
+                "{k}"
+            );
+            assert_eq!(gpu_at(group("sh"), k), 0, "{k}");
+            assert_eq!(gpu_at(group("as"), k), 0, "{k}");
+            cc1_peak = cc1_peak.max(gpu_at(group("cc1"), k));
+        }
+        assert!(cc1_peak >= 2 * GPU_MEMORY_CC1, "cc1s overlap: {cc1_peak}");
+        assert_eq!(
+            model.groups[group("cc1")].agg_peak_gpu_memory,
+            Some(cc1_peak)
+        );
+        assert_eq!(model.groups[group("sh")].agg_peak_gpu_memory, Some(0));
+
+        // The plot: before the device-wide GPU plots, one line per group that used the GPU,
+        // with the marks.
+        let ids: Vec<&str> = report.plots.iter().map(|p| p.id.as_str()).collect();
+        let at = ids.iter().position(|&id| id == "gpu-tree-memory").unwrap();
+        assert_eq!(ids[at + 1], "gpu-utilization-gpu-percent");
+        let svg = &report.plots[at].svg;
+        for text in ["cc1", "make", "compile begins", "link"] {
+            assert!(svg.contains(&format!(">\n{text}\n</text>")), "{text}");
+        }
+        for text in ["sh", "as"] {
+            assert!(!svg.contains(&format!(">\n{text}\n</text>")), "{text}");
+        }
+        // The table: one more column, after agg. peak PSS.
+        let table = render::group_table_markdown(&report);
+        assert!(
+            table.starts_with(
+                "| | group | instances | samples | peak USS / instance | agg. peak USS | \
+                 agg. peak RSS | agg. peak PSS | agg. peak GPU mem | peak CPU |"
+            ),
+            "{table}"
+        );
+        let row = |name: &str| {
+            let row = table
+                .lines()
+                .find(|l| l.split(" | ").nth(1) == Some(name))
+                .unwrap();
+            row.split(" | ").nth(8).unwrap().to_string()
+        };
+        assert_eq!(row("make"), fmt_bytes(GPU_MEMORY_MAKE));
+        assert_eq!(row("cc1"), fmt_bytes(cc1_peak));
+        assert_eq!(row("sh"), "0 B");
+
+        // The Markdown report has it as a file; the HTML inline.
+        let (markdown, files, html) = rendered(run);
+        assert!(
+            markdown.contains("![GPU memory of the tree per group](report-gpu-tree-memory.svg)")
+        );
+        assert!(files.iter().any(|f| f.0 == "report-gpu-tree-memory.svg"));
+        assert!(html.contains("GPU memory of the tree per group"));
+
+        // Without gpu_processes.parquet, or with only accounting rows in it, the reports are
+        // byte for byte what they were.
+        std::fs::remove_file(run.join("gpu_processes.parquet")).unwrap();
+        assert!(rendered(run) == before);
+        let mut table = crate::writer::PartedTable::gpu_processes(run).unwrap();
+        let make = &prepare(run, "exe").unwrap().data.processes[0];
+        table
+            .push(crate::model::GpuProcessRecord {
+                time_ns: sweep_time,
+                pid: make.pid,
+                start_time_ns: make.start_ns,
+                source: crate::model::GpuProcessSource::Accounting,
+                gpu_memory_bytes: Some(1 << 40),
+                ..Default::default()
+            })
+            .unwrap();
+        table.finish().unwrap();
+        assert!(rendered(run) == before);
+    }
+
     #[test]
     fn bad_inputs_are_usage_errors() {
         let dir = tempfile::tempdir().unwrap();

@@ -6,6 +6,9 @@
 //!   *aggregate* figure of a group is the sum over its processes at one sweep; its *peak* is the
 //!   largest such sum. Exit rows (`source = 'exit'`) have times of their own and no USS/PSS, so
 //!   they are left out of the sums (they do count for the cumulative CPU time).
+//! - GPU memory (gpu_processes.parquet) adds to the same per-sweep sums: its `sample` rows carry
+//!   their sweep's time. Its `accounting` rows are whole-life figures stamped at an exit, not a
+//!   moment of a sweep, and are left out.
 //! - CPU seconds are the kernel's exact exit figures from processes.parquet; a process without
 //!   them (still running at the end, or its exit event lost) counts with its last sample.
 
@@ -89,7 +92,9 @@ pub struct SweepSum {
     pub rss: Option<u64>,
     pub pss: Option<u64>,
     pub cpu_percent: f64,
-    /// Processes of the group in the sweep.
+    /// GPU memory its processes held, over all GPUs (gpu_processes.parquet `sample` rows).
+    pub gpu_memory: Option<u64>,
+    /// Processes of the group in the sweep (procfs rows).
     pub live: u32,
 }
 
@@ -114,6 +119,9 @@ pub struct GroupStats {
     pub agg_peak_pss: Option<u64>,
     /// Largest per-sweep sum of CPU% (100 = one core).
     pub peak_cpu_percent: Option<f64>,
+    /// Largest per-sweep sum of GPU memory over all GPUs: 0 for a group that held none, None
+    /// for every group when the run has no GPU samples.
+    pub agg_peak_gpu_memory: Option<u64>,
     pub cpu_user_ns: u64,
     pub cpu_system_ns: u64,
     /// Processes whose CPU time came from their last sample, not from their exit.
@@ -278,6 +286,20 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
             uss_total[g].1 += 1;
         }
     }
+    // The recorder stamps a sweep's GPU rows with the time of its procfs rows (one clock read
+    // per sweep). A GPU row at a time with no procfs row has no sweep to join: it is left out
+    // rather than made a sweep at which every group's memory and CPU would draw as 0.
+    let gpu_samples: Vec<_> = data
+        .gpu_processes
+        .iter()
+        .filter(|r| !r.accounting)
+        .collect();
+    for r in &gpu_samples {
+        if let Some(&sweep) = sweep_of.get(&r.time_ns) {
+            let sum = sums.entry((first_group[r.process], sweep)).or_default();
+            add(&mut sum.gpu_memory, r.gpu_memory_bytes);
+        }
+    }
     let mut group_sweeps: Vec<Vec<(usize, SweepSum)>> = vec![Vec::new(); names.len()];
     for ((g, sweep), sum) in sums {
         group_sweeps[g].push((sweep, sum));
@@ -293,10 +315,17 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
             st.agg_peak_uss = max_opt(st.agg_peak_uss, sum.uss);
             st.agg_peak_rss = max_opt(st.agg_peak_rss, sum.rss);
             st.agg_peak_pss = max_opt(st.agg_peak_pss, sum.pss);
-            st.peak_cpu_percent = Some(
-                st.peak_cpu_percent
-                    .map_or(sum.cpu_percent, |p| p.max(sum.cpu_percent)),
-            );
+            st.agg_peak_gpu_memory = max_opt(st.agg_peak_gpu_memory, sum.gpu_memory);
+            // A sum made only of GPU rows has no CPU% to count.
+            if sum.live > 0 {
+                st.peak_cpu_percent = Some(
+                    st.peak_cpu_percent
+                        .map_or(sum.cpu_percent, |p| p.max(sum.cpu_percent)),
+                );
+            }
+        }
+        if !gpu_samples.is_empty() {
+            st.agg_peak_gpu_memory.get_or_insert(0);
         }
         if uss_total[g].1 > 0 {
             st.avg_uss = Some(uss_total[g].0 / uss_total[g].1 as f64);
@@ -647,7 +676,7 @@ pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::load::Sample;
+    use crate::report::load::{GpuProcessRow, Sample};
 
     const S: i64 = 1_000_000_000;
 
@@ -797,6 +826,90 @@ mod tests {
         assert_eq!(model.group_of, [0, 0, 1]);
         // The exit row (rss 0) is not a sweep, and does not lower the peak RSS.
         assert_eq!(model.procs[0].peak_rss, Some(300));
+    }
+
+    fn gpu_row(time_s: f64, process: usize, gpu_index: u32, bytes: u64) -> GpuProcessRow {
+        GpuProcessRow {
+            time_ns: (time_s * 1e9) as i64,
+            gpu_index,
+            process,
+            accounting: false,
+            gpu_memory_bytes: Some(bytes),
+        }
+    }
+
+    #[test]
+    fn gpu_memory_sums_the_sample_rows_of_each_group() {
+        let mut data = two_workers();
+        data.gpu_processes = vec![
+            // work: both processes, one of them on two GPUs.
+            gpu_row(12.0, 0, 0, 100),
+            gpu_row(12.0, 0, 1, 50),
+            gpu_row(12.0, 1, 0, 30),
+            gpu_row(12.0, 2, 1, 7),
+            gpu_row(13.0, 1, 0, 40),
+            // Whole-life figures at an exit, even one with a memory figure at a sweep's time,
+            // are not a moment of the sweep.
+            GpuProcessRow {
+                accounting: true,
+                ..gpu_row(13.0, 0, 0, 1_000)
+            },
+            // No sweep at 12.5 s to join.
+            gpu_row(12.5, 1, 0, 999),
+        ];
+        let model = build(&data, &GroupBy::Exe);
+        assert_eq!(model.sweeps, [12 * S, 13 * S]);
+        let gpu = |g: usize| -> Vec<(usize, Option<u64>)> {
+            model.group_sweeps[g]
+                .iter()
+                .map(|(sweep, sum)| (*sweep, sum.gpu_memory))
+                .collect()
+        };
+        // work: 100 + 50 + 30, then 40; sh's 7 is not work's.
+        assert_eq!(gpu(0), [(0, Some(180)), (1, Some(40))]);
+        assert_eq!(gpu(1), [(0, Some(7)), (1, None)]);
+        assert_eq!(model.groups[0].agg_peak_gpu_memory, Some(180));
+        assert_eq!(model.groups[1].agg_peak_gpu_memory, Some(7));
+        let series = sweep_series(&model, |s| s.gpu_memory.map(|v| v as f64));
+        let points: Vec<(&str, &[(f64, f64)])> = series
+            .iter()
+            .map(|s| (s.name.as_str(), s.points.as_slice()))
+            .collect();
+        assert_eq!(
+            points,
+            [
+                ("work", &[(2.0, 180.0), (3.0, 40.0)][..]),
+                ("sh", &[(2.0, 7.0), (3.0, 0.0)][..])
+            ]
+        );
+        // The procfs figures are those of the run without GPU rows.
+        let without = build(&two_workers(), &GroupBy::Exe);
+        for (with, without) in model.groups.iter().zip(&without.groups) {
+            assert_eq!(
+                GroupStats {
+                    agg_peak_gpu_memory: None,
+                    ..with.clone()
+                },
+                *without
+            );
+        }
+        assert!(without
+            .groups
+            .iter()
+            .all(|g| g.agg_peak_gpu_memory.is_none()));
+    }
+
+    #[test]
+    fn a_group_without_gpu_rows_peaks_at_zero_when_the_run_has_them() {
+        let mut data = two_workers();
+        data.gpu_processes = vec![gpu_row(13.0, 2, 0, 7)];
+        let model = build(&data, &GroupBy::Exe);
+        assert_eq!(model.groups[0].agg_peak_gpu_memory, Some(0));
+        assert_eq!(model.groups[1].agg_peak_gpu_memory, Some(7));
+        // Accounting rows alone are no GPU samples.
+        data.gpu_processes[0].accounting = true;
+        let model = build(&data, &GroupBy::Exe);
+        assert!(model.groups.iter().all(|g| g.agg_peak_gpu_memory.is_none()));
     }
 
     #[test]

@@ -260,102 +260,91 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
     let x_max = model.secs(model.t1_ns);
     let mut plots = Vec::new();
 
+    let plot = |id: &str, title: &str, caption: &str, unit: Unit, series: &[Series]| {
+        group_plot(id, title, caption, unit, series, &marks, x_max)
+    };
     let uss = model::sweep_series(model, |s| s.uss.map(|v| v as f64));
-    if has_data(&uss) {
-        plots.push(Plot {
-            id: "uss".into(),
-            title: "Private memory (USS) per group".into(),
-            caption: "Sum of the USS of each group's processes at every sweep: the memory that \
-                      ending them would give back."
-                .into(),
-            svg: line_chart(
-                "Private memory (USS) per group",
+    match plot(
+        "uss",
+        "Private memory (USS) per group",
+        "Sum of the USS of each group's processes at every sweep: the memory that ending them \
+         would give back.",
+        Unit::Bytes,
+        &uss,
+    )? {
+        Some(uss) => plots.push(uss),
+        None => {
+            // `--memory-detail basic` records no USS: resident memory is what there is.
+            let rss = model::sweep_series(model, |s| s.rss.map(|v| v as f64));
+            plots.extend(plot(
+                "rss",
+                "Resident memory (RSS) per group",
+                "Sum of the RSS of each group's processes at every sweep. The run has no USS \
+                 (recorded with --memory-detail basic), so memory shared by several processes \
+                 counts once per process here.",
                 Unit::Bytes,
-                &uss,
-                &marks,
-                x_max,
-                &[],
-            )?,
-        });
-    }
-    if !has_data(&uss) {
-        // `--memory-detail basic` records no USS: resident memory is what there is.
-        let rss = model::sweep_series(model, |s| s.rss.map(|v| v as f64));
-        if has_data(&rss) {
-            plots.push(Plot {
-                id: "rss".into(),
-                title: "Resident memory (RSS) per group".into(),
-                caption: "Sum of the RSS of each group's processes at every sweep. The run has \
-                          no USS (recorded with --memory-detail basic), so memory shared by \
-                          several processes counts once per process here."
-                    .into(),
-                svg: line_chart(
-                    "Resident memory (RSS) per group",
-                    Unit::Bytes,
-                    &rss,
-                    &marks,
-                    x_max,
-                    &[],
-                )?,
-            });
+                &rss,
+            )?);
         }
     }
-    if let Some(plot) = rss_vs_uss(model, &marks, x_max)? {
-        plots.push(plot);
-    }
-    if let Some(plot) = stacked_private(data, model, &marks, x_max)? {
-        plots.push(plot);
-    }
-    let cpu = model::sweep_series(model, |s| Some(s.cpu_percent));
-    if has_data(&cpu) {
-        plots.push(Plot {
-            id: "cpu".into(),
-            title: "CPU per group".into(),
-            caption: "Sum of the CPU% of each group's processes at every sweep (100% = one \
-                      core busy). Processes shorter than the sampling interval do not show \
-                      here; the cumulative plot below counts them."
-                .into(),
-            svg: line_chart("CPU per group", Unit::Percent, &cpu, &marks, x_max, &[])?,
-        });
-    }
-    let cumulative = model::cumulative_cpu(data, model);
-    if has_data(&cumulative) {
-        plots.push(Plot {
-            id: "cpu-time".into(),
-            title: "Cumulative CPU time per group".into(),
-            caption: "CPU seconds used so far by each group (user + system). A process that \
-                      exited keeps its final, exact CPU time."
-                .into(),
-            svg: line_chart(
-                "Cumulative CPU time per group",
-                Unit::Seconds,
-                &cumulative,
-                &marks,
-                x_max,
-                &[],
-            )?,
-        });
-    }
-    let active = model::active_instances(data, model);
-    if has_data(&active) {
-        plots.push(Plot {
-            id: "instances".into(),
-            title: "Active instances per group".into(),
-            caption: "Processes of each group alive at each moment, from their exact start and \
-                      end times."
-                .into(),
-            svg: line_chart(
-                "Active instances per group",
-                Unit::Count,
-                &active,
-                &marks,
-                x_max,
-                &[],
-            )?,
-        });
-    }
+    plots.extend(rss_vs_uss(model, &marks, x_max)?);
+    plots.extend(stacked_private(data, model, &marks, x_max)?);
+    plots.extend(plot(
+        "cpu",
+        "CPU per group",
+        "Sum of the CPU% of each group's processes at every sweep (100% = one core busy). \
+         Processes shorter than the sampling interval do not show here; the cumulative plot \
+         below counts them.",
+        Unit::Percent,
+        &model::sweep_series(model, |s| Some(s.cpu_percent)),
+    )?);
+    plots.extend(plot(
+        "cpu-time",
+        "Cumulative CPU time per group",
+        "CPU seconds used so far by each group (user + system). A process that exited keeps its \
+         final, exact CPU time.",
+        Unit::Seconds,
+        &model::cumulative_cpu(data, model),
+    )?);
+    plots.extend(plot(
+        "instances",
+        "Active instances per group",
+        "Processes of each group alive at each moment, from their exact start and end times.",
+        Unit::Count,
+        &model::active_instances(data, model),
+    )?);
+    plots.extend(plot(
+        "gpu-tree-memory",
+        "GPU memory of the tree per group",
+        "Sum of the GPU memory held by each group's processes at every sweep, over all GPUs \
+         (gpu_processes.parquet). Only the tree's processes count; other programs on the GPU \
+         show in the device-wide GPU memory plot.",
+        Unit::Bytes,
+        &model::sweep_series(model, |s| s.gpu_memory.map(|v| v as f64)),
+    )?);
     plots.extend(gpu_plots(data, model, &marks, x_max)?);
     Ok(plots)
+}
+
+/// A line per group of `series` with the marks, or None when no point is above 0.
+fn group_plot(
+    id: &str,
+    title: &str,
+    caption: &str,
+    unit: Unit,
+    series: &[Series],
+    marks: &[MarkLine],
+    x_max: f64,
+) -> PlotResult<Option<Plot>> {
+    if !has_data(series) {
+        return Ok(None);
+    }
+    Ok(Some(Plot {
+        id: id.into(),
+        title: title.into(),
+        caption: caption.into(),
+        svg: line_chart(title, unit, series, marks, x_max, &[])?,
+    }))
 }
 
 /// RSS and USS of the largest groups (by aggregate peak RSS), one small panel each: the gap

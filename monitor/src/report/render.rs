@@ -126,6 +126,28 @@ pub const GROUP_COLUMNS: [Column; 13] = [
     },
 ];
 
+/// The per-group table's GPU column, after "agg. peak PSS", only for runs with GPU samples (so
+/// the table of a run without them is as it always was).
+pub const GPU_MEMORY_COLUMN: Column = Column {
+    label: "agg. peak GPU mem",
+    title: "largest sum of the GPU memory the group's processes held at one sweep, all GPUs",
+};
+/// Where [`GPU_MEMORY_COLUMN`] goes among [`GROUP_COLUMNS`].
+const GPU_MEMORY_AT: usize = 6;
+
+/// The columns of the per-group table of `model`, after the group's name.
+pub fn group_columns(model: &Model) -> Vec<Column> {
+    let mut columns = GROUP_COLUMNS.to_vec();
+    if has_gpu_memory(model) {
+        columns.insert(GPU_MEMORY_AT, GPU_MEMORY_COLUMN);
+    }
+    columns
+}
+
+fn has_gpu_memory(model: &Model) -> bool {
+    model.groups.iter().any(|g| g.agg_peak_gpu_memory.is_some())
+}
+
 /// The columns of the top-process tables, after pid.
 pub const PROCESS_COLUMNS: [Column; 8] = [
     Column {
@@ -194,6 +216,7 @@ fn secs_cell(ns: u64) -> Cell {
 
 /// The per-group table: the first [`TABLE_GROUPS`] groups.
 pub fn group_rows(model: &Model) -> Vec<GroupRow> {
+    let gpu = has_gpu_memory(model);
     model
         .groups
         .iter()
@@ -205,27 +228,31 @@ pub fn group_rows(model: &Model) -> Vec<GroupRow> {
                 // Some processes had no exit figures: their CPU time is a lower bound.
                 cpu_total.text.push('*');
             }
+            let mut cells = vec![
+                cell(st.instances.to_string(), st.instances as f64),
+                cell(st.samples.to_string(), st.samples as f64),
+                bytes_cell(st.peak_uss_instance),
+                bytes_cell(st.agg_peak_uss),
+                bytes_cell(st.agg_peak_rss),
+                bytes_cell(st.agg_peak_pss),
+                percent_cell(st.peak_cpu_percent),
+                secs_cell(st.cpu_user_ns),
+                secs_cell(st.cpu_system_ns),
+                cpu_total,
+                float_bytes_cell(st.avg_uss),
+                percent_cell(st.avg_cpu_percent),
+                {
+                    let s = st.duration_ns() as f64 / 1e9;
+                    cell(fmt_secs(s), s)
+                },
+            ];
+            if gpu {
+                cells.insert(GPU_MEMORY_AT, bytes_cell(st.agg_peak_gpu_memory));
+            }
             GroupRow {
                 color: color_hex(Some(g)),
                 name: st.name.clone(),
-                cells: vec![
-                    cell(st.instances.to_string(), st.instances as f64),
-                    cell(st.samples.to_string(), st.samples as f64),
-                    bytes_cell(st.peak_uss_instance),
-                    bytes_cell(st.agg_peak_uss),
-                    bytes_cell(st.agg_peak_rss),
-                    bytes_cell(st.agg_peak_pss),
-                    percent_cell(st.peak_cpu_percent),
-                    secs_cell(st.cpu_user_ns),
-                    secs_cell(st.cpu_system_ns),
-                    cpu_total,
-                    float_bytes_cell(st.avg_uss),
-                    percent_cell(st.avg_cpu_percent),
-                    {
-                        let s = st.duration_ns() as f64 / 1e9;
-                        cell(fmt_secs(s), s)
-                    },
-                ],
+                cells,
             }
         })
         .collect()
@@ -503,7 +530,7 @@ fn view(report: &Report) -> View {
         header: header(report),
         notes: data.notes.clone(),
         group_by: report.group_by.describe(),
-        group_columns: GROUP_COLUMNS.to_vec(),
+        group_columns: group_columns(model),
         groups: group_rows(model),
         more_groups,
         process_columns: PROCESS_COLUMNS.to_vec(),
@@ -609,12 +636,13 @@ pub fn markdown(report: &Report) -> anyhow::Result<(String, Vec<(String, String)
 
 /// The per-group table alone, as Markdown (what the snapshot test pins).
 pub fn group_table_markdown(report: &Report) -> String {
+    let columns = group_columns(&report.model);
     let mut out = String::from("| | group |");
-    for c in &GROUP_COLUMNS {
+    for c in &columns {
         out.push_str(&format!(" {} |", c.label));
     }
     out.push_str("\n|---|---|");
-    out.push_str(&"--:|".repeat(GROUP_COLUMNS.len()));
+    out.push_str(&"--:|".repeat(columns.len()));
     out.push('\n');
     for (k, row) in group_rows(&report.model).iter().enumerate() {
         out.push_str(&format!("| {} | {} |", k + 1, md_escape(&row.name)));

@@ -254,9 +254,8 @@ pub fn synthetic_run(
             ..Default::default()
         }
     };
-    let mut t = T0;
     let end = T0 + duration_ns;
-    while t <= end {
+    for t in sweep_times(duration, interval) {
         // Exits up to this sweep, in time order, with their exit rows.
         while next_end < by_end.len() && specs[by_end[next_end]].end <= t {
             let i = by_end[next_end];
@@ -303,7 +302,6 @@ pub fn synthetic_run(
             load_15: live.len() as f64,
             ..Default::default()
         })?;
-        t += interval_ns;
     }
     // Processes that end after the last sweep (between it and the end of the run).
     for &i in &by_end[next_end..] {
@@ -365,6 +363,15 @@ pub fn synthetic_run(
     Ok(())
 }
 
+/// The sweep times of a synthetic run: every `interval` from its start to `duration` after it.
+fn sweep_times(duration: Duration, interval: Duration) -> impl Iterator<Item = i64> {
+    let duration_ns = duration.as_nanos().max(1) as i64;
+    let interval_ns = interval.as_nanos().max(1_000_000) as i64;
+    (0..)
+        .map(move |k| T0 + k * interval_ns)
+        .take_while(move |&t| t <= T0 + duration_ns)
+}
+
 /// Adds a gpu.parquet of `gpus` busy GPUs (80 GiB each) to a synthetic run, sampled every
 /// `interval` for `duration` from the run's start.
 pub fn add_synthetic_gpu(
@@ -374,10 +381,8 @@ pub fn add_synthetic_gpu(
     gpus: u32,
 ) -> anyhow::Result<()> {
     let duration_ns = duration.as_nanos().max(1) as i64;
-    let interval_ns = interval.as_nanos().max(1_000_000) as i64;
     let mut table = PartedTable::gpu(dir)?;
-    let mut t = T0;
-    while t <= T0 + duration_ns {
+    for t in sweep_times(duration, interval) {
         let f = (t - T0) as f64 / duration_ns as f64;
         for gpu in 0..gpus {
             let busy = 100.0 * (0.5 + 0.45 * (f * 12.0 + f64::from(gpu)).sin());
@@ -393,7 +398,72 @@ pub fn add_synthetic_gpu(
                 ..Default::default()
             })?;
         }
-        t += interval_ns;
+    }
+    table.finish()?;
+    Ok(())
+}
+
+/// GPU memory `make` holds on GPU 0 for the whole run in [`add_synthetic_gpu_processes`].
+pub const GPU_MEMORY_MAKE: u64 = 1 << 30;
+/// GPU memory each `cc1` holds while it runs, on GPU `pid % 2`.
+pub const GPU_MEMORY_CC1: u64 = 512 * MIB;
+
+/// Adds a gpu_processes.parquet to a synthetic run made by [`synthetic_run`] with the same
+/// `processes`, `duration` and `interval`: at every sweep a `sample` row for `make` and for each
+/// live `cc1` (the other processes use no GPU), and an `accounting` row for each `cc1` after it
+/// exits, as the recorder writes them.
+pub fn add_synthetic_gpu_processes(
+    dir: &Path,
+    processes: usize,
+    duration: Duration,
+    interval: Duration,
+) -> anyhow::Result<()> {
+    use crate::model::{GpuProcessRecord, GpuProcessSource};
+    let specs = specs(processes.max(1), duration.as_nanos().max(1) as i64);
+    let holders: Vec<(&Spec, u64)> = specs
+        .iter()
+        .filter_map(|s| match s.exe {
+            "make" => Some((s, GPU_MEMORY_MAKE)),
+            "cc1" => Some((s, GPU_MEMORY_CC1)),
+            _ => None,
+        })
+        .collect();
+    let mut by_end: Vec<&Spec> = specs.iter().filter(|s| s.exe == "cc1").collect();
+    by_end.sort_by_key(|s| s.end);
+    let mut exited = by_end.into_iter().peekable();
+    let row = |s: &Spec, time_ns, source| GpuProcessRecord {
+        time_ns,
+        gpu_index: s.pid % 2,
+        pid: s.pid,
+        start_time_ns: s.start,
+        source,
+        ..Default::default()
+    };
+    let accounting = |s: &Spec| GpuProcessRecord {
+        max_gpu_memory_bytes: Some(GPU_MEMORY_CC1),
+        lifetime_gpu_utilization_percent: Some(100.0 * s.cpu),
+        lifetime_memory_utilization_percent: Some(50.0 * s.cpu),
+        context_time_ns: Some((s.end - s.start) as u64 / 1_000_000 * 1_000_000),
+        ..row(s, s.end, GpuProcessSource::Accounting)
+    };
+    let mut table = PartedTable::gpu_processes(dir)?;
+    for t in sweep_times(duration, interval) {
+        // Live as in `synthetic_run`'s sweeps: from its start to before its end.
+        for &(s, bytes) in holders.iter().filter(|(s, _)| s.start <= t && t < s.end) {
+            table.push(GpuProcessRecord {
+                gpu_memory_bytes: Some(bytes),
+                sm_utilization_percent: Some(100.0 * s.cpu),
+                memory_utilization_percent: Some(50.0 * s.cpu),
+                ..row(s, t, GpuProcessSource::Sample)
+            })?;
+        }
+        while let Some(s) = exited.next_if(|s| s.end <= t) {
+            table.push(accounting(s))?;
+        }
+    }
+    // Processes that end after the last sweep: read when the run ends.
+    for s in exited {
+        table.push(accounting(s))?;
     }
     table.finish()?;
     Ok(())

@@ -24,12 +24,15 @@ use procfs::{
 
 /// How much memory detail each process sample reads.
 ///
-/// Measured cost of one `read_process` (release build, Linux 6.18, 2-vCPU VM, this machine's live
-/// processes): `Basic` about 13 µs for any process (opening /proc/PID 1 µs, stat 5, io 4, fd
-/// count under 1). `Full` adds one read of smaps_rollup, for which the kernel walks every page
-/// table of the process, so it grows with resident memory: about 36 µs in all for small
-/// processes (a shell, a few MiB resident), 0.65 ms at 130 MiB resident, 13 ms at 2 GiB (about
-/// 6 ms per GiB of 4 KiB pages). For a tree of large processes sampled often, use `Basic`.
+/// Measured cost of one `read_process`, opening /proc/PID each time (release build, Linux 6.18,
+/// 2-vCPU VM, this machine's live processes): `Basic` about 13 µs for any process. A sweep reads
+/// through handles kept open (`ProcessHandle`), which about halves that: a process-sample of a
+/// `sleep` (reading, rates and row together) costs about 14 µs with `Full`, where smaps_rollup
+/// is read again only when RSS moved or every 2 s. smaps_rollup is the costly read: the kernel
+/// walks every page table of the process, so it grows with resident memory, from about 20 µs
+/// for small processes (a shell, a few MiB resident) to 0.65 ms at 130 MiB resident and 13 ms
+/// at 2 GiB (about 6 ms per GiB of 4 KiB pages). For a tree of large processes sampled often,
+/// use `Basic`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryDetail {
     /// RSS, USS, PSS and swap (reads smaps_rollup).

@@ -43,6 +43,20 @@ pub fn page_size() -> u64 {
     }
 }
 
+/// The soft limit on open descriptors (RLIMIT_NOFILE); 1024, the usual default, if unknown.
+pub fn open_files_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one struct rlimit, which `limit` is.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur
+    } else {
+        1024
+    }
+}
+
 fn ticks_per_second() -> u64 {
     // SAFETY: as above.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

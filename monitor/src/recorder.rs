@@ -11,7 +11,9 @@ use crate::{
     decode::{self, KernelEvent},
     gpu::{GpuMonitor, GpuSummary},
     host, limits, rates,
-    sampler::{MemoryDetail, ProcReader, ReadError, SystemReading},
+    sampler::{
+        self, HandleCache, MemoryDetail, ProcReader, ProcessHandle, ReadError, SystemReading,
+    },
     summary,
     tracker::Tracker,
     writer,
@@ -32,6 +34,8 @@ pub struct Recorder<'g> {
     gpu_table: Option<writer::GpuTable>,
     gpu_processes: Option<writer::GpuProcessTable>,
     reader: ProcReader,
+    /// /proc/PID of each live process, open from one sweep to the next.
+    handles: HandleCache<ProcessHandle>,
     detail: MemoryDetail,
     /// Processes that ended lately: pid -> (start time, end time), so a phase mark from a
     /// process that exited right after sending it still finds its process.
@@ -104,6 +108,7 @@ impl<'g> Recorder<'g> {
                 .transpose()?,
             gpu,
             reader: ProcReader::new(),
+            handles: HandleCache::new(sampler::handle_capacity(host::open_files_limit())),
             detail,
             previous: HashMap::new(),
             smaps: HashMap::new(),
@@ -154,6 +159,7 @@ impl<'g> Recorder<'g> {
         for record in self.tracker.take_finished() {
             self.previous.remove(&(record.pid, record.start_time_ns));
             self.smaps.remove(&(record.pid, record.start_time_ns));
+            self.handles.remove((record.pid, record.start_time_ns));
             self.ended
                 .insert(record.pid, (record.start_time_ns, record.end_time_ns));
             if let (Some(gpu), Some(end)) = (self.gpu.as_deref_mut(), record.end_time_ns) {
@@ -175,15 +181,22 @@ impl<'g> Recorder<'g> {
             let key = (pid, start_time_ns);
             let cached = self.smaps.get(&key).copied();
             let full = self.detail == MemoryDetail::Full;
-            let reading = self.reader.read_process_if(pid, |rss| {
-                full && cached.is_none_or(|(cached_rss, read_at, _)| {
-                    cached_rss != rss || now - read_at > SMAPS_MAX_AGE_NS
-                })
+            let reading = match self.handles.take(key) {
+                Some(handle) => Ok(handle),
+                None => self.reader.open_process(pid),
+            }
+            .and_then(|mut handle| {
+                let reading = self.reader.read_open_process(&mut handle, |rss| {
+                    full && cached.is_none_or(|(cached_rss, read_at, _)| {
+                        cached_rss != rss || now - read_at > SMAPS_MAX_AGE_NS
+                    })
+                })?;
+                Ok((handle, reading))
             });
             // /proc/PID/stat (the CPU figure) is the first file read.
             let measured = host::realtime_ns();
-            let mut reading = match reading {
-                Ok(reading) => reading,
+            let (handle, mut reading) = match reading {
+                Ok(read) => read,
                 // It exited since the last drain; its exit event brings its last figures.
                 Err(ReadError::Gone(_)) => continue,
                 Err(err) => {
@@ -196,6 +209,9 @@ impl<'g> Recorder<'g> {
             if !host::same_start(reading.start_ticks, start_boot_ns) {
                 continue;
             }
+            // The handle is this process's for good (see `ProcessHandle`): the next sweep
+            // reads through it.
+            self.handles.keep(key, handle);
             match (reading.smaps, cached) {
                 (Some(fresh), _) => {
                     self.smaps.insert(key, (reading.rss_bytes, now, fresh));
@@ -215,6 +231,7 @@ impl<'g> Recorder<'g> {
                 .insert(key, rates::Previous::of(&sample, measured));
             sweep.push(sample);
         }
+        self.handles.end_sweep();
         self.memory_peaks.add_sweep(&sweep);
         self.last_sweep_rss = Some(sweep.iter().filter_map(|s| s.rss_bytes).sum());
         self.last_sweep_cpu_percent = Some(sweep.iter().filter_map(|s| s.cpu_percent).sum());

@@ -1,28 +1,38 @@
 //! Reads /proc: the raw figures of one process, or of the whole machine. This is the edge of the
-//! sampling pipeline (`sampler` reads -> `rates` derives the rows of `model`); nothing here keeps
-//! state or knows about time, so there are no rates here, only counters as the kernel shows them.
+//! sampling pipeline (`sampler` reads -> `rates` derives the rows of `model`); nothing here knows
+//! about time, so there are no rates here, only counters as the kernel shows them. The only state
+//! is open /proc/PID handles, which the recorder keeps from one sweep to the next because reading
+//! a process through them costs half as much as opening its files again.
 //!
-//! Parsing goes through the procfs crate; every reader takes a root directory so tests run on a
-//! fake /proc tree in a temp dir.
+//! A process is read at every sweep, so its files are parsed here from a reused buffer, with no
+//! allocation; the system files, read once per sweep, go through the procfs crate. Every reader
+//! takes a root directory so tests run on a fake /proc tree in a temp dir.
 
-use std::fs;
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::fs::{self, File};
 use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use procfs::process::{Process, Stat};
 use procfs::{
     parse_pressure_record, ExplicitSystemInfo, FromRead, FromReadSI, KernelStats, LoadAverage,
-    Meminfo, ProcError, ProcResult,
+    Meminfo, ProcError,
 };
 
 /// How much memory detail each process sample reads.
 ///
-/// Measured cost of one `read_process` (release build, Linux 6.18, 2-vCPU VM, this machine's live
-/// processes): `Basic` about 13 µs for any process (opening /proc/PID 1 µs, stat 5, io 4, fd
-/// count under 1). `Full` adds one read of smaps_rollup, for which the kernel walks every page
-/// table of the process, so it grows with resident memory: about 36 µs in all for small
-/// processes (a shell, a few MiB resident), 0.65 ms at 130 MiB resident, 13 ms at 2 GiB (about
-/// 6 ms per GiB of 4 KiB pages). For a tree of large processes sampled often, use `Basic`.
+/// Measured cost of one `read_process`, opening /proc/PID each time (release build, Linux 6.18,
+/// 2-vCPU VM, this machine's live processes): `Basic` about 13 µs for any process. A sweep reads
+/// through handles kept open (`ProcessHandle`), which about halves that: a process-sample of a
+/// `sleep` (reading, rates and row together) costs about 14 µs with `Full`, where smaps_rollup
+/// is read again only when RSS moved or every 2 s. smaps_rollup is the costly read: the kernel
+/// walks every page table of the process, so it grows with resident memory, from about 20 µs
+/// for small processes (a shell, a few MiB resident) to 0.65 ms at 130 MiB resident and 13 ms
+/// at 2 GiB (about 6 ms per GiB of 4 KiB pages). For a tree of large processes sampled often,
+/// use `Basic`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryDetail {
     /// RSS, USS, PSS and swap (reads smaps_rollup).
@@ -142,6 +152,8 @@ pub struct ProcReader {
     /// a listing, for which the kernel builds a dentry per fd). Only procfs does this, so a fake
     /// tree is always listed.
     fd_count_in_dir_size: bool,
+    /// Where each process file is read: reused, so a reading allocates nothing.
+    buf: Vec<u8>,
 }
 
 impl Default for ProcReader {
@@ -152,7 +164,89 @@ impl Default for ProcReader {
 
 /// `PF_KTHREAD` in the stat flags word (include/linux/sched.h): a kernel thread, which has no
 /// address space to summarize.
-const PF_KTHREAD: u32 = 0x0020_0000;
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// /proc/PID of one process, kept open from one sweep to the next: a sweep then reads stat and
+/// io with one `pread` each, where opening them by path cost a walk of /proc, a check of the
+/// directory, an open and a close per file, about half of a reading's time.
+///
+/// The descriptors refer to the process, not to its number: once it is reaped, every read or
+/// lookup through them fails (ESRCH or ENOENT), even after the pid is reused, so a reused pid
+/// reads as `Gone`, never as another process.
+#[derive(Debug)]
+pub struct ProcessHandle {
+    pid: u32,
+    /// O_PATH descriptor of /proc/PID: io and smaps_rollup are opened relative to it.
+    dir: OwnedFd,
+    stat: File,
+    /// O_PATH descriptor of /proc/PID/fd where its size is the fd count (`fstat` of it is a
+    /// third of the cost of an `fstatat` that looks "fd" up at every reading).
+    fd_dir: Option<OwnedFd>,
+    /// None until /proc/PID/io opens (a process may hide it from a user who is not root, and a
+    /// kernel without task I/O accounting has none): tried again at each reading, as permission
+    /// can change when the process execs.
+    io: Option<File>,
+}
+
+impl ProcessHandle {
+    /// Descriptors one handle holds at most, for budgeting against RLIMIT_NOFILE.
+    pub const MAX_FDS: u64 = 4;
+}
+
+/// Handles of live processes carried from one sweep to the next, keyed by (pid, start time) as
+/// the recorder knows processes. A sweep takes each process's handle out and keeps it again
+/// after a good reading; the sweep's end closes every handle not kept: processes that exited or
+/// left the tree. At most `capacity` are kept, so the descriptors stay within RLIMIT_NOFILE;
+/// processes beyond it are opened again at each sweep.
+#[derive(Debug)]
+pub struct HandleCache<H> {
+    current: HashMap<(u32, i64), H>,
+    /// What this sweep kept, for the next one.
+    kept: HashMap<(u32, i64), H>,
+    capacity: usize,
+}
+
+impl<H> HandleCache<H> {
+    pub fn new(capacity: usize) -> Self {
+        HandleCache {
+            current: HashMap::new(),
+            kept: HashMap::new(),
+            capacity,
+        }
+    }
+
+    /// The handle the last sweep kept for this process.
+    pub fn take(&mut self, key: (u32, i64)) -> Option<H> {
+        self.current.remove(&key)
+    }
+
+    /// Keeps a handle for the next sweep (or closes it, when the cache is full).
+    pub fn keep(&mut self, key: (u32, i64), handle: H) {
+        if self.kept.len() < self.capacity {
+            self.kept.insert(key, handle);
+        }
+    }
+
+    /// Closes the handles this sweep did not keep.
+    pub fn end_sweep(&mut self) {
+        std::mem::swap(&mut self.current, &mut self.kept);
+        self.kept.clear();
+    }
+
+    /// Closes the handle of a process that ended, without waiting for the next sweep.
+    pub fn remove(&mut self, key: (u32, i64)) {
+        self.current.remove(&key);
+    }
+}
+
+/// How many processes a `HandleCache` may keep open under this RLIMIT_NOFILE soft limit: what is
+/// left after a reserve for montrace itself (its tables, eBPF maps and programs, the files a
+/// reading opens for a moment), a quarter of the limit and at least 256.
+pub fn handle_capacity(open_files_limit: u64) -> usize {
+    let reserve = (open_files_limit / 4).max(256);
+    let handles = open_files_limit.saturating_sub(reserve) / ProcessHandle::MAX_FDS;
+    usize::try_from(handles).unwrap_or(usize::MAX)
+}
 
 impl ProcReader {
     /// The live /proc, with this system's clock tick rate and page size.
@@ -171,12 +265,16 @@ impl ProcReader {
             ticks_per_second > 0 && page_size > 0,
             "ticks_per_second and page_size must be positive"
         );
-        let fd_count_in_dir_size = root == Path::new("/proc");
+        // montrace itself always has descriptors open, so a size of 0 here means a kernel
+        // before 6.2, where the size of /proc/PID/fd says nothing.
+        let fd_count_in_dir_size =
+            root == Path::new("/proc") && fs::metadata("/proc/self/fd").is_ok_and(|m| m.len() > 0);
         ProcReader {
             root,
             ticks_per_second,
             page_size,
             fd_count_in_dir_size,
+            buf: vec![0; 4096],
         }
     }
 
@@ -184,122 +282,143 @@ impl ProcReader {
     /// /proc/PID/io, plus /proc/PID/smaps_rollup with `MemoryDetail::Full`. A process that is gone
     /// at any point of the read gives `ReadError::Gone`.
     pub fn read_process(
-        &self,
+        &mut self,
         pid: u32,
         detail: MemoryDetail,
     ) -> Result<ProcessReading, ReadError> {
-        self.read_process_if(pid, |_| detail == MemoryDetail::Full)
+        let mut handle = self.open_process(pid)?;
+        self.read_open_process(&mut handle, |_| detail == MemoryDetail::Full)
     }
 
-    /// As `read_process`, asking `want_smaps(rss_bytes)` whether smaps_rollup, by far the
-    /// costliest read (a walk of the page tables), is worth reading this time.
-    pub fn read_process_if(
-        &self,
-        pid: u32,
+    /// Opens /proc/PID and its stat file, for `read_open_process` to read at every sweep.
+    pub fn open_process(&self, pid: u32) -> Result<ProcessHandle, ReadError> {
+        let dir_path = self.root.join(pid.to_string());
+        let dir = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(&dir_path)
+            .map_err(|e| fail(&self.root, pid, "", e))?;
+        let dir = OwnedFd::from(dir);
+        let stat = open_at(&dir, c"stat").map_err(|e| fail(&self.root, pid, "stat", e))?;
+        let fd_dir = if self.fd_count_in_dir_size {
+            let fd_dir = openat(&dir, c"fd", libc::O_PATH | libc::O_DIRECTORY);
+            Some(fd_dir.map_err(|e| fail(&self.root, pid, "fd", e))?)
+        } else {
+            None
+        };
+        Ok(ProcessHandle {
+            pid,
+            dir,
+            stat,
+            fd_dir,
+            io: None,
+        })
+    }
+
+    /// Reads the process of `handle` as `read_process` does, asking `want_smaps(rss_bytes)`
+    /// whether smaps_rollup, by far the costliest read (a walk of the page tables), is worth
+    /// reading this time.
+    pub fn read_open_process(
+        &mut self,
+        handle: &mut ProcessHandle,
         want_smaps: impl FnOnce(u64) -> bool,
     ) -> Result<ProcessReading, ReadError> {
-        let dir = self.root.join(pid.to_string());
-        // The Process holds an O_PATH descriptor of /proc/PID: every later file is opened
-        // relative to it, so a pid reused mid-read reads as gone, never as another process.
-        let process = Process::new_with_root(dir.clone()).map_err(|e| fail(pid, &dir, e))?;
-        let stat = process
-            .stat()
-            .map_err(|e| fail(pid, &dir.join("stat"), e))?;
-        let detail = if want_smaps(stat.rss.saturating_mul(self.page_size)) {
+        let pid = handle.pid;
+        let stat = read_whole(&handle.stat, &mut self.buf)
+            .map_err(|e| fail(&self.root, pid, "stat", e))?;
+        let stat = parse_stat(stat).ok_or_else(|| ReadError::Io {
+            path: process_path(&self.root, pid, "stat"),
+            message: "the contents are incomplete or malformed".to_string(),
+        })?;
+        let rss_bytes = stat.rss_pages.saturating_mul(self.page_size);
+        let detail = if want_smaps(rss_bytes) {
             MemoryDetail::Full
         } else {
             MemoryDetail::Basic
         };
-        self.read_after_stat(&process, &dir, pid, &stat, detail)
-    }
-
-    fn read_after_stat(
-        &self,
-        process: &Process,
-        dir: &Path,
-        pid: u32,
-        stat: &Stat,
-        detail: MemoryDetail,
-    ) -> Result<ProcessReading, ReadError> {
-        let io = self
-            .optional(process, dir, pid, process.io())?
-            .map(|io| IoReading {
-                read_bytes: io.read_bytes,
-                write_bytes: io.write_bytes,
-                read_chars: io.rchar,
-                write_chars: io.wchar,
-            });
-        let fds = self.optional(process, dir, pid, self.count_fds(dir))?;
+        let io = self.read_io(handle);
+        let io = self.optional(handle, "io", io)?;
+        let fds = self.count_fds(handle);
+        let fds = self.optional(handle, "fd", fds.map(Some))?;
         // A zombie or a kernel thread has no address space: the kernel answers ESRCH.
         let has_address_space = !matches!(stat.state, 'Z' | 'X') && stat.flags & PF_KTHREAD == 0;
         let smaps = if detail == MemoryDetail::Full && has_address_space {
-            self.optional(process, dir, pid, process.smaps_rollup())?
-                .and_then(|rollup| smaps_reading(&rollup.memory_map_rollup))
+            let smaps = open_at(&handle.dir, c"smaps_rollup")
+                .and_then(|file| read_whole(&file, &mut self.buf).map(parse_smaps_rollup));
+            self.optional(handle, "smaps_rollup", smaps)?
         } else {
             None
         };
         Ok(ProcessReading {
             pid,
-            start_ticks: stat.starttime,
-            cpu_user_ns: ticks_to_ns(stat.utime, self.ticks_per_second),
-            cpu_system_ns: ticks_to_ns(stat.stime, self.ticks_per_second),
+            start_ticks: stat.start_ticks,
+            cpu_user_ns: ticks_to_ns(stat.utime_ticks, self.ticks_per_second),
+            cpu_system_ns: ticks_to_ns(stat.stime_ticks, self.ticks_per_second),
             // The same figures as statm's size and resident (and status's VmSize/VmRSS), so
             // neither of those files is read.
-            rss_bytes: stat.rss.saturating_mul(self.page_size),
-            vms_bytes: stat.vsize,
-            threads: u32::try_from(stat.num_threads).unwrap_or(0),
+            rss_bytes,
+            vms_bytes: stat.vsize_bytes,
+            threads: u32::try_from(stat.threads).unwrap_or(0),
             state: stat.state,
-            minor_faults: stat.minflt,
-            major_faults: stat.majflt,
+            minor_faults: stat.minor_faults,
+            major_faults: stat.major_faults,
             fds,
             io,
             smaps,
         })
     }
 
-    /// A file some processes lack or hide: permission denied is None. Not found is None while
-    /// the process is still there (a kernel without the file, a zombie's smaps_rollup) and
-    /// `Gone` once it is not. procfs reports an error in the middle of smaps_rollup (ESRCH when
-    /// the address space went away) as Incomplete, so that is checked the same way.
+    /// /proc/PID/io, opened the first time it can be; None when its contents do not parse.
+    fn read_io(&mut self, handle: &mut ProcessHandle) -> io::Result<Option<IoReading>> {
+        let file = match handle.io.take() {
+            Some(file) => file,
+            None => open_at(&handle.dir, c"io")?,
+        };
+        let io = read_whole(&file, &mut self.buf).map(parse_io);
+        handle.io = Some(file);
+        io
+    }
+
+    /// A file some processes lack or hide: permission denied, or contents that do not parse,
+    /// give None. Not found (ENOENT, or ESRCH when the process died while the file was read) is
+    /// None while the process is still there (a kernel without the file) and `Gone` once it is
+    /// not.
     fn optional<T>(
         &self,
-        process: &Process,
-        dir: &Path,
-        pid: u32,
-        result: ProcResult<T>,
+        handle: &ProcessHandle,
+        name: &str,
+        result: io::Result<Option<T>>,
     ) -> Result<Option<T>, ReadError> {
         match result {
-            Ok(value) => Ok(Some(value)),
-            Err(ProcError::PermissionDenied(_)) => Ok(None),
-            Err(ProcError::NotFound(_) | ProcError::Incomplete(_)) => match process.stat() {
-                Ok(_) => Ok(None),
-                Err(e) => Err(fail(pid, &dir.join("stat"), e)),
+            Ok(value) => Ok(value),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EACCES | libc::EPERM) => Ok(None),
+                Some(libc::ENOENT | libc::ESRCH) if stat_at(&handle.dir, c"stat").is_ok() => {
+                    Ok(None)
+                }
+                _ => Err(fail(&self.root, handle.pid, name, e)),
             },
-            // procfs's errors from opening or reading a process file carry its path.
-            Err(e) => Err(fail(pid, dir, e)),
         }
     }
 
-    /// procfs's `Process::fd_count` is not used: when the fast path gives 0 (a zombie, or a
-    /// kernel before 6.2) it lists the directory and counts "." and "..", and on a fake tree it
-    /// returns the directory's size in bytes.
-    fn count_fds(&self, process_dir: &Path) -> ProcResult<u32> {
-        let path = process_dir.join("fd");
-        let count = || -> io::Result<u32> {
-            if self.fd_count_in_dir_size {
-                let size = fs::metadata(&path)?.len();
-                if size > 0 {
-                    return Ok(u32::try_from(size).unwrap_or(u32::MAX));
-                }
-            }
-            let mut count = 0;
-            for entry in fs::read_dir(&path)? {
-                entry?;
-                count += 1;
-            }
-            Ok(count)
-        };
-        count().map_err(|e| proc_error(e, path.clone()))
+    /// The number of open descriptors. Not procfs's `Process::fd_count`: when the size gives 0
+    /// (a zombie, or a kernel before 6.2) it lists the directory and counts "." and "..".
+    fn count_fds(&self, handle: &ProcessHandle) -> io::Result<u32> {
+        if let Some(fd_dir) = &handle.fd_dir {
+            // fs/proc/fd.c, proc_fd_getattr: the size is the number of open descriptors (0 for a
+            // zombie, which has none).
+            let size = fstat(fd_dir)?.st_size;
+            return Ok(u32::try_from(size).unwrap_or(u32::MAX));
+        }
+        let fd_dir = open_dir_at(&handle.dir, c"fd")?;
+        // std lists a directory only by path: /proc/self/fd/N is the directory just opened, so
+        // the listing is of this process even if its pid was reused meanwhile.
+        let mut count = 0;
+        for entry in fs::read_dir(format!("/proc/self/fd/{}", fd_dir.as_raw_fd()))? {
+            entry?;
+            count += 1;
+        }
+        Ok(count)
     }
 
     /// Reads /proc/stat, /proc/meminfo, /proc/loadavg and /proc/pressure/{cpu,memory,io}.
@@ -390,13 +509,220 @@ fn read_pressure(path: &Path) -> Result<Option<(f64, Option<f64>)>, ReadError> {
     }
 }
 
-fn smaps_reading(maps: &procfs::process::MemoryMaps) -> Option<SmapsReading> {
-    // smaps_rollup is one pseudo-mapping ("[rollup]") whose fields procfs gives in bytes.
-    let fields = &maps.0.first()?.extension.map;
+/// /proc/PID/`name`, or /proc/PID itself when `name` is empty: for error messages.
+fn process_path(root: &Path, pid: u32, name: &str) -> PathBuf {
+    let dir = root.join(pid.to_string());
+    if name.is_empty() {
+        dir
+    } else {
+        dir.join(name)
+    }
+}
+
+/// A failed read of a process's file (`name` as in `process_path`): not found (ENOENT, ESRCH)
+/// means the process is gone.
+fn fail(root: &Path, pid: u32, name: &str, error: io::Error) -> ReadError {
+    match error.raw_os_error() {
+        Some(libc::ENOENT | libc::ESRCH) => ReadError::Gone(pid),
+        _ => {
+            let path = process_path(root, pid, name);
+            io_error(&path, proc_error(error, path.clone()))
+        }
+    }
+}
+
+/// Opens `name` in a /proc/PID directory for reading.
+fn open_at(dir: &OwnedFd, name: &CStr) -> io::Result<File> {
+    openat(dir, name, libc::O_RDONLY).map(File::from)
+}
+
+fn open_dir_at(dir: &OwnedFd, name: &CStr) -> io::Result<OwnedFd> {
+    openat(dir, name, libc::O_RDONLY | libc::O_DIRECTORY)
+}
+
+/// std opens files only by path; openat relative to /proc/PID is what ties a file to the
+/// process rather than to its number.
+fn openat(dir: &OwnedFd, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: `dir` is an open descriptor and `name` a NUL-terminated string, both alive for
+    // the call.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat just returned this descriptor, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fstatat` of `name` in a /proc/PID directory, or of the directory itself when `name` is
+/// empty (`AT_EMPTY_PATH`, which also works on an O_PATH descriptor).
+fn stat_at(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
+    let flags = if name.is_empty() {
+        libc::AT_EMPTY_PATH
+    } else {
+        0
+    };
+    let mut stat = MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `dir` is an open descriptor, `name` a NUL-terminated string and `stat` room for
+    // one struct stat, all alive for the call.
+    let rc = unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), stat.as_mut_ptr(), flags) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatat succeeded, so it filled `stat`.
+    Ok(unsafe { stat.assume_init() })
+}
+
+fn fstat(file: &OwnedFd) -> io::Result<libc::stat> {
+    stat_at(file, c"")
+}
+
+/// The whole of a process file, read with `pread` from offset 0 into `buf` (grown when a file
+/// fills it). Reading at offset 0 makes the kernel produce the contents anew (`seq_read_iter`
+/// starts over at position 0, fs/seq_file.c), so one open descriptor serves every sweep. A read
+/// shorter than the room left is the end: these files are one seq_file record, produced whole
+/// and copied out as far as it fits, so no second read is spent to find the end.
+fn read_whole<'b>(file: &File, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]> {
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len().max(4096) * 2, 0);
+        }
+        match file.read_at(&mut buf[len..], len as u64) {
+            Ok(n) => {
+                len += n;
+                if n == 0 || len < buf.len() {
+                    return Ok(&buf[..len]);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The fields of /proc/PID/stat a reading uses (numbers as in proc_pid_stat(5)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct StatFields {
+    /// 3
+    state: char,
+    /// 9
+    flags: u64,
+    /// 10
+    minor_faults: u64,
+    /// 12
+    major_faults: u64,
+    /// 14
+    utime_ticks: u64,
+    /// 15
+    stime_ticks: u64,
+    /// 20
+    threads: u64,
+    /// 22
+    start_ticks: u64,
+    /// 23
+    vsize_bytes: u64,
+    /// 24
+    rss_pages: u64,
+}
+
+/// Parses /proc/PID/stat in place: no String, no UTF-8 check (comm is whatever bytes the
+/// process chose). comm (field 2) may hold spaces and ')', so fields are counted after the
+/// LAST ')'. None when a field up to rss (24) is missing or not a number.
+fn parse_stat(stat: &[u8]) -> Option<StatFields> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let mut fields = stat[close + 1..]
+        .split(u8::is_ascii_whitespace)
+        .filter(|field| !field.is_empty());
+    let state = match fields.next()? {
+        [state] => char::from(*state),
+        _ => return None,
+    };
+    let mut parsed = StatFields {
+        state,
+        ..StatFields::default()
+    };
+    for (number, field) in (4..=24).zip(fields.by_ref()) {
+        let slot = match number {
+            9 => &mut parsed.flags,
+            10 => &mut parsed.minor_faults,
+            12 => &mut parsed.major_faults,
+            14 => &mut parsed.utime_ticks,
+            15 => &mut parsed.stime_ticks,
+            20 => &mut parsed.threads,
+            22 => &mut parsed.start_ticks,
+            23 => &mut parsed.vsize_bytes,
+            24 => {
+                parsed.rss_pages = parse_u64(field)?;
+                return Some(parsed);
+            }
+            _ => continue,
+        };
+        *slot = parse_u64(field)?;
+    }
+    None
+}
+
+/// Parses /proc/PID/io ("name: value" lines). None when a field it needs is missing.
+fn parse_io(io: &[u8]) -> Option<IoReading> {
+    let (mut rchar, mut wchar, mut read_bytes, mut write_bytes) = (None, None, None, None);
+    for (name, value) in colon_fields(io) {
+        let slot = match name {
+            b"rchar" => &mut rchar,
+            b"wchar" => &mut wchar,
+            b"read_bytes" => &mut read_bytes,
+            b"write_bytes" => &mut write_bytes,
+            _ => continue,
+        };
+        *slot = Some(parse_u64(value)?);
+    }
+    Some(IoReading {
+        read_bytes: read_bytes?,
+        write_bytes: write_bytes?,
+        read_chars: rchar?,
+        write_chars: wchar?,
+    })
+}
+
+/// Parses /proc/PID/smaps_rollup: one pseudo-mapping ("[rollup]") whose fields are in kB. None
+/// when a field it needs is missing (an empty file, for one).
+fn parse_smaps_rollup(rollup: &[u8]) -> Option<SmapsReading> {
+    let (mut pss, mut private_clean, mut private_dirty, mut swap) = (None, None, None, None);
+    for (name, value) in colon_fields(rollup) {
+        let slot = match name {
+            b"Pss" => &mut pss,
+            b"Private_Clean" => &mut private_clean,
+            b"Private_Dirty" => &mut private_dirty,
+            b"Swap" => &mut swap,
+            _ => continue,
+        };
+        let kib = parse_u64(value.strip_suffix(b"kB")?.trim_ascii())?;
+        *slot = Some(kib.saturating_mul(1024));
+    }
     Some(SmapsReading {
-        uss_bytes: fields.get("Private_Clean")? + fields.get("Private_Dirty")?,
-        pss_bytes: *fields.get("Pss")?,
-        swap_bytes: *fields.get("Swap")?,
+        uss_bytes: private_clean?.saturating_add(private_dirty?),
+        pss_bytes: pss?,
+        swap_bytes: swap?,
+    })
+}
+
+/// The "name: value" lines of a file, value trimmed (a line without ':' is skipped: the
+/// header line of smaps_rollup).
+fn colon_fields(text: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    text.split(|&b| b == b'\n').filter_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        Some((&line[..colon], line[colon + 1..].trim_ascii()))
+    })
+}
+
+/// A decimal number, digits only (what the kernel prints for these fields); None on anything
+/// else or on overflow.
+fn parse_u64(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
     })
 }
 
@@ -421,14 +747,6 @@ fn proc_error(error: io::Error, path: PathBuf) -> ProcError {
     }
 }
 
-/// A failed read of a process's file: not found (ENOENT, ESRCH) means the process is gone.
-fn fail(pid: u32, path: &Path, error: ProcError) -> ReadError {
-    match error {
-        ProcError::NotFound(_) => ReadError::Gone(pid),
-        error => io_error(path, error),
-    }
-}
-
 fn io_error(path: &Path, error: ProcError) -> ReadError {
     let (error_path, message) = match error {
         ProcError::PermissionDenied(p) => (p, "permission denied (run as root)".to_string()),
@@ -447,7 +765,9 @@ fn io_error(path: &Path, error: ProcError) -> ReadError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
     use std::os::unix::fs::symlink;
+    use std::rc::Rc;
     use std::time::{Duration, Instant};
 
     /// Shaped like a real /proc/PID/stat; comm has a space and a ')' to check the parser finds
@@ -678,17 +998,49 @@ DirectMap1G:    25165824 kB
     }
 
     #[test]
-    fn process_vanishing_after_its_stat_was_read_is_gone() {
+    fn process_vanishing_after_its_handle_opened_is_gone() {
         let root = fake_proc();
-        let reader = reader(&root);
-        let dir = root.path().join("123");
-        let process = Process::new_with_root(dir.clone()).unwrap();
-        let stat = process.stat().unwrap();
-        fs::remove_dir_all(&dir).unwrap();
-        let error = reader
-            .read_after_stat(&process, &dir, 123, &stat, MemoryDetail::Full)
-            .unwrap_err();
+        let mut reader = reader(&root);
+        let mut handle = reader.open_process(123).unwrap();
+        fs::remove_dir_all(root.path().join("123")).unwrap();
+        let error = reader.read_open_process(&mut handle, |_| true).unwrap_err();
         assert!(matches!(error, ReadError::Gone(123)), "{error:?}");
+    }
+
+    #[test]
+    fn open_handle_reads_the_files_anew_each_time() {
+        let root = fake_proc();
+        let mut reader = reader(&root);
+        let mut handle = reader.open_process(123).unwrap();
+        let first = reader.read_open_process(&mut handle, |_| true).unwrap();
+        assert_eq!(first, expected_process());
+        write(
+            &root.path().join("123/stat"),
+            &STAT.replace(" 250 75 ", " 300 75 "),
+        );
+        write(
+            &root.path().join("123/io"),
+            &IO.replace("rchar: 6976", "rchar: 7000"),
+        );
+        let second = reader.read_open_process(&mut handle, |_| true).unwrap();
+        assert_eq!(second.cpu_user_ns, 3_000_000_000);
+        assert_eq!(second.io.unwrap().read_chars, 7000);
+    }
+
+    #[test]
+    fn want_smaps_gets_the_rss_and_decides() {
+        let root = fake_proc();
+        let mut reader = reader(&root);
+        let mut handle = reader.open_process(123).unwrap();
+        let mut asked = None;
+        let reading = reader
+            .read_open_process(&mut handle, |rss| {
+                asked = Some(rss);
+                false
+            })
+            .unwrap();
+        assert_eq!(asked, Some(1024 * 4096));
+        assert_eq!(reading.smaps, None);
     }
 
     #[test]
@@ -838,7 +1190,7 @@ DirectMap1G:    25165824 kB
 
     #[test]
     fn live_own_process_reads_plausibly() {
-        let reader = ProcReader::new();
+        let mut reader = ProcReader::new();
         let reading = reader
             .read_process(std::process::id(), MemoryDetail::Full)
             .unwrap();
@@ -860,12 +1212,13 @@ DirectMap1G:    25165824 kB
 
     #[test]
     fn live_zombie_reads_and_reaped_child_is_gone() {
-        let reader = ProcReader::new();
+        let mut reader = ProcReader::new();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
+        let mut handle = reader.open_process(pid).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let zombie = loop {
-            let reading = reader.read_process(pid, MemoryDetail::Full).unwrap();
+            let reading = reader.read_open_process(&mut handle, |_| true).unwrap();
             if reading.state == 'Z' {
                 break reading;
             }
@@ -876,8 +1229,189 @@ DirectMap1G:    25165824 kB
         assert_eq!(zombie.smaps, None, "{zombie:?}");
         assert_eq!(zombie.rss_bytes, 0, "{zombie:?}");
         child.wait().unwrap();
+        // Through the handle kept open, as a sweep reads it, and by pid, as a first reading.
+        let error = reader.read_open_process(&mut handle, |_| true).unwrap_err();
+        assert!(matches!(error, ReadError::Gone(p) if p == pid), "{error:?}");
         let error = reader.read_process(pid, MemoryDetail::Full).unwrap_err();
         assert!(matches!(error, ReadError::Gone(p) if p == pid), "{error:?}");
+    }
+
+    #[test]
+    fn live_child_killed_while_its_handle_is_open_is_gone() {
+        let mut reader = ProcReader::new();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut handle = reader.open_process(child.id()).unwrap();
+        let alive = reader.read_open_process(&mut handle, |_| true).unwrap();
+        assert!(alive.io.is_some() && alive.fds.is_some(), "{alive:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let error = reader.read_open_process(&mut handle, |_| true).unwrap_err();
+        assert!(matches!(error, ReadError::Gone(_)), "{error:?}");
+    }
+
+    #[test]
+    fn stat_parses_from_the_last_paren() {
+        let parsed = parse_stat(STAT.as_bytes()).unwrap();
+        assert_eq!(
+            parsed,
+            StatFields {
+                state: 'S',
+                flags: 4194560,
+                minor_faults: 5432,
+                major_faults: 12,
+                utime_ticks: 250,
+                stime_ticks: 75,
+                threads: 4,
+                start_ticks: 206709,
+                vsize_bytes: 12345344,
+                rss_pages: 1024,
+            }
+        );
+        // comm is up to 16 arbitrary bytes: spaces, parentheses, a newline, invalid UTF-8, and
+        // what looks like the fields that follow it.
+        for comm in [
+            &b"a) b ) (c"[..],
+            b") R 9 9 9 9 9 9 9 9 9 9 9 9 9 (",
+            b"x\ny",
+            b"\xff\xfe)",
+            b"",
+        ] {
+            let mut stat = b"123 (".to_vec();
+            stat.extend_from_slice(comm);
+            stat.extend_from_slice(&STAT.as_bytes()[STAT.find(")) ").unwrap() + 1..]);
+            assert_eq!(
+                parse_stat(&stat),
+                Some(parsed),
+                "{}",
+                String::from_utf8_lossy(&stat)
+            );
+        }
+    }
+
+    #[test]
+    fn stat_cut_short_or_not_numeric_does_not_parse() {
+        let rss_end = STAT.find(" 1024 ").unwrap() + " 1024".len();
+        assert!(parse_stat(&STAT.as_bytes()[..rss_end]).is_some());
+        assert_eq!(
+            parse_stat(&STAT.as_bytes()[..rss_end - 1]).map(|s| s.rss_pages),
+            Some(102)
+        );
+        assert_eq!(parse_stat(&STAT.as_bytes()[..rss_end - 5]), None);
+        assert_eq!(parse_stat(STAT.replace(" 250 ", " 2x0 ").as_bytes()), None);
+        assert_eq!(parse_stat(STAT.replace(" 250 ", " -250 ").as_bytes()), None);
+        assert_eq!(parse_stat(STAT.replace(")) S ", ")) SS ").as_bytes()), None);
+        assert_eq!(parse_stat(b"123 no comm S 1"), None);
+        assert_eq!(parse_stat(b""), None);
+    }
+
+    #[test]
+    fn io_parses_and_needs_its_four_fields() {
+        assert_eq!(
+            parse_io(IO.as_bytes()),
+            Some(IoReading {
+                read_bytes: 4096,
+                write_bytes: 8192,
+                read_chars: 6976,
+                write_chars: 1234,
+            })
+        );
+        assert_eq!(parse_io(IO.replace("wchar: 1234\n", "").as_bytes()), None);
+        assert_eq!(
+            parse_io(IO.replace("wchar: 1234", "wchar: x").as_bytes()),
+            None
+        );
+        assert_eq!(parse_io(b""), None);
+    }
+
+    #[test]
+    fn smaps_rollup_parses_kib_and_needs_its_fields() {
+        assert_eq!(
+            parse_smaps_rollup(SMAPS_ROLLUP.as_bytes()),
+            Some(SmapsReading {
+                uss_bytes: (44 + 112) * 1024,
+                pss_bytes: 275 * 1024,
+                swap_bytes: 8 * 1024,
+            })
+        );
+        let without_swap = SMAPS_ROLLUP.replace("Swap:                  8 kB\n", "");
+        assert_eq!(parse_smaps_rollup(without_swap.as_bytes()), None);
+        assert_eq!(parse_smaps_rollup(b""), None);
+    }
+
+    #[test]
+    fn numbers_are_plain_digits_without_overflow() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b""), None);
+        assert_eq!(parse_u64(b"+1"), None);
+        assert_eq!(parse_u64(b"1 "), None);
+    }
+
+    /// A handle that counts how many of its kind were closed.
+    struct Counted(Rc<Cell<usize>>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    #[test]
+    fn handle_cache_closes_handles_of_processes_a_sweep_did_not_read() {
+        let closed = Rc::new(Cell::new(0));
+        let mut cache = HandleCache::new(10);
+        for key in [(1, 10), (2, 20), (3, 30)] {
+            assert!(cache.take(key).is_none());
+            cache.keep(key, Counted(closed.clone()));
+        }
+        cache.end_sweep();
+        assert_eq!(closed.get(), 0);
+        // Process 2 exited: the next sweep reads only 1 and 3.
+        for key in [(1, 10), (3, 30)] {
+            let handle = cache.take(key).expect("kept by the last sweep");
+            cache.keep(key, handle);
+        }
+        cache.end_sweep();
+        assert_eq!(closed.get(), 1);
+        assert!(cache.take((2, 20)).is_none());
+        // Its pid reused by a new process of the tree: a different key, no handle yet.
+        assert!(cache.take((1, 99)).is_none());
+    }
+
+    #[test]
+    fn handle_cache_closes_an_ended_process_at_once() {
+        let closed = Rc::new(Cell::new(0));
+        let mut cache = HandleCache::new(10);
+        cache.keep((1, 10), Counted(closed.clone()));
+        cache.end_sweep();
+        cache.remove((1, 10));
+        assert_eq!(closed.get(), 1);
+        assert!(cache.take((1, 10)).is_none());
+    }
+
+    #[test]
+    fn handle_cache_beyond_capacity_closes_at_once() {
+        let closed = Rc::new(Cell::new(0));
+        let mut cache = HandleCache::new(2);
+        for pid in 1..=3 {
+            cache.keep((pid, 0), Counted(closed.clone()));
+        }
+        assert_eq!(closed.get(), 1);
+        cache.end_sweep();
+        assert!(cache.take((1, 0)).is_some() && cache.take((2, 0)).is_some());
+        assert!(cache.take((3, 0)).is_none());
+    }
+
+    #[test]
+    fn handle_capacity_leaves_a_reserve_under_the_fd_limit() {
+        assert_eq!(handle_capacity(1024), 192);
+        assert_eq!(handle_capacity(20_000), 3_750);
+        assert_eq!(handle_capacity(256), 0);
+        assert_eq!(handle_capacity(0), 0);
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
         eprintln!("montrace: there is no process {pid} (it may have exited): nothing to attach to");
         return Ok(EXIT_USAGE);
     };
+    // Room for the sampler's open /proc handles.
+    host::raise_open_files_limit();
     if !host::can_load_ebpf() {
         bail!(
             "montrace attach needs root to load its eBPF programs (CAP_BPF and CAP_PERFMON): run it \

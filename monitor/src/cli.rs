@@ -65,8 +65,9 @@ pub struct RecordOptions {
     #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_interval)]
     pub interval: Duration,
 
-    /// `full` reads smaps_rollup for USS/PSS/swap (about 30 µs per process, about 6 ms more per
-    /// GiB resident); `basic` skips it (about 13 µs per process)
+    /// `full` adds USS/PSS/swap from smaps_rollup, read again when a process's RSS moved or every
+    /// 2 s (about 20 µs for a small process, 6 ms more per GiB resident); `basic` skips it. A
+    /// process-sample costs about 14 µs besides
     #[arg(long, value_enum, default_value = "full")]
     pub memory_detail: MemoryDetail,
 

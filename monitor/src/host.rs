@@ -43,6 +43,39 @@ pub fn page_size() -> u64 {
     }
 }
 
+/// RLIMIT_NOFILE as montrace found it, when [`raise_open_files_limit`] changed it.
+static ORIGINAL_OPEN_FILES_LIMIT: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// Raises montrace's soft limit on open descriptors to the hard limit. The sampler keeps a few
+/// descriptors open per live process ([`crate::sampler::handle_capacity`]), and the usual soft
+/// limit of 1024 would leave a large build's processes to be opened again at every sweep. The
+/// command does not inherit the raise: [`original_open_files_limit`] is what it gets back.
+pub fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one struct rlimit, which `limit` is.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
+        || limit.rlim_cur >= limit.rlim_max
+    {
+        return;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: limit.rlim_max,
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: setrlimit reads one struct rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        let _ = ORIGINAL_OPEN_FILES_LIMIT.set(limit);
+    }
+}
+
+/// RLIMIT_NOFILE as it was before [`raise_open_files_limit`] raised it; None if it did not.
+pub fn original_open_files_limit() -> Option<libc::rlimit> {
+    ORIGINAL_OPEN_FILES_LIMIT.get().copied()
+}
+
 /// The soft limit on open descriptors (RLIMIT_NOFILE); 1024, the usual default, if unknown.
 pub fn open_files_limit() -> u64 {
     let mut limit = libc::rlimit {

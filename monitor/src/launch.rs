@@ -194,12 +194,13 @@ pub fn spawn_held(
     let mut env_ptrs: Vec<*const libc::c_char> = c_env.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
     let ids = identity.map(|id| (id.uid, id.gid, id.groups.clone()));
+    let open_files_limit = crate::host::original_open_files_limit();
 
     let (barrier_r, barrier_w) = pipe().context("creating the start barrier")?;
     let (status_r, status_w) = pipe().context("creating the exec status pipe")?;
 
     // SAFETY: after fork the child only calls async-signal-safe functions (read, write,
-    // sigprocmask, setgroups, setgid, setuid, execve, _exit) on data prepared above.
+    // sigprocmask, setrlimit, setgroups, setgid, setuid, execve, _exit) on data prepared above.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(io::Error::last_os_error()).context("fork failed");
@@ -211,6 +212,7 @@ pub fn spawn_held(
                 barrier_r.as_raw_fd(),
                 status_w.as_raw_fd(),
                 child_sigmask,
+                open_files_limit.as_ref(),
                 ids.as_ref(),
                 &c_path,
                 &argv_ptrs,
@@ -228,11 +230,14 @@ pub fn spawn_held(
 }
 
 /// What the forked child does: wait for the go, become the user, exec. A failure is reported
-/// to the parent as (stage, errno) through the close-on-exec status pipe.
+/// to the parent as (stage, errno) through the close-on-exec status pipe. `open_files_limit`:
+/// RLIMIT_NOFILE as montrace found it, before it raised its own.
+#[allow(clippy::too_many_arguments)]
 unsafe fn child_after_fork(
     barrier: libc::c_int,
     status: libc::c_int,
     sigmask: &libc::sigset_t,
+    open_files_limit: Option<&libc::rlimit>,
     ids: Option<&(u32, u32, Vec<u32>)>,
     path: &CString,
     argv: &[*const libc::c_char],
@@ -250,6 +255,10 @@ unsafe fn child_after_fork(
     // Rust's runtime ignores SIGPIPE, and an ignored signal stays ignored across exec: give the
     // command the default, or `yes | head -n1` would end with an error instead of SIGPIPE.
     libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    // The command starts with the limit montrace was given, not the one it raised for itself.
+    if let Some(limit) = open_files_limit {
+        libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+    }
     let mut byte = 0u8;
     loop {
         let n = libc::read(barrier, (&mut byte as *mut u8).cast(), 1);

@@ -53,6 +53,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         return Ok(EXIT_NOT_FOUND);
     };
 
+    // Room for the sampler's open /proc handles; the command gets the limit back.
+    host::raise_open_files_limit();
     let offsets = ebpf_offsets(&args, &program)?;
     // Before any thread exists (NVML may start some), so every thread has the forwarded
     // signals blocked and montrace receives them through a signalfd; the command gets the

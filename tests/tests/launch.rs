@@ -70,3 +70,58 @@ fn pipelines_end_by_sigpipe_as_in_a_shell() {
     );
     assert!(!run.stderr.contains("Broken pipe"), "{run:?}");
 }
+
+#[test]
+fn the_command_keeps_the_open_files_limit_montrace_was_given() {
+    // montrace raises its own soft RLIMIT_NOFILE to the hard limit (it keeps /proc files of the
+    // live processes open); the command must start with the limit montrace was started with.
+    tests::require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut command = tests::montrace_command(
+        &tmp.path().join("run"),
+        &[],
+        &[
+            "sh",
+            "-c",
+            "ulimit -Sn; grep 'Max open files' /proc/$PPID/limits",
+        ],
+    );
+    // SAFETY: the hook only calls getrlimit and setrlimit, which are async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            limit.rlim_cur = 1000.min(limit.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            Ok(())
+        })
+    };
+    let run = tests::run_with_timeout(&mut command, tests::TIMEOUT);
+    assert_eq!(run.code(), 0, "{run:?}");
+    let mut lines = run.stdout.lines();
+    let own = lines.next().unwrap_or_default();
+    let hard = {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one struct rlimit.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        limit.rlim_max
+    };
+    assert_eq!(own, 1000.min(hard).to_string(), "{run:?}");
+    // The command's parent is montrace: its soft limit is the hard one.
+    let montrace: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        montrace.get(3..5),
+        Some(&[hard.to_string().as_str(), hard.to_string().as_str()][..]),
+        "montrace's own soft and hard limits: {run:?}"
+    );
+}

@@ -121,14 +121,15 @@ fn every_cookbook_query_answers_correctly() {
             sql
         })
         .collect();
-    queries.push(format!("SELECT count(*) AS n FROM '{dir}/system.parquet'"));
+    queries.push(format!(
+        "SELECT epoch_ns(time) AS t FROM '{dir}/system.parquet' ORDER BY t"
+    ));
     let mut results = duckdb_queries(&queries);
-    let system_rows = results
-        .pop()
-        .unwrap()
-        .expect("counting system.parquet")
-        .u64(0, "n")
-        .unwrap();
+    let system = results.pop().unwrap().expect("reading system.parquet");
+    let system_times: Vec<i64> = (0..system.rows.len())
+        .map(|i| system.u64(i, "t").unwrap() as i64)
+        .collect();
+    let system_rows = system_times.len() as u64;
     // The GPU tables exist only when montrace monitored GPUs (schema.md): without a GPU, their
     // recipes must fail for want of those files, and nothing else. With one, they must run;
     // this workload holds no GPU memory, so some may answer with no rows.
@@ -348,10 +349,27 @@ fn every_cookbook_query_answers_correctly() {
     // The machine over time: one row per sweep.
     let machine = under(&answers, "The machine over time")[0];
     assert_eq!(machine.rows.len() as u64, system_rows);
-    assert_eq!(
-        system_rows as usize,
-        sweeps.len(),
-        "one system row per sweep"
+    // Every sweep has its system row, at its time. A sweep can find no process of the tree only
+    // at the very end: the last process reaped, its exit event not in yet (it is sent at the
+    // dying task's last context switch, which can come after its parent reaped it).
+    for time in sweeps.keys() {
+        assert!(
+            system_times.contains(time),
+            "no system row for the sweep at {time}: {system_times:?}"
+        );
+    }
+    let without_processes: Vec<&i64> = system_times
+        .iter()
+        .filter(|t| !sweeps.contains_key(t))
+        .collect();
+    assert!(
+        without_processes.len() <= 1
+            && without_processes
+                .iter()
+                .all(|&&t| t > *sweeps.keys().last().unwrap()),
+        "sweeps that found no process, other than one after the last process: \
+         {without_processes:?}, sweeps {:?}",
+        sweeps.keys().collect::<Vec<_>>()
     );
     for i in 0..machine.rows.len() {
         if let Some(busy) = machine.f64(i, "cpu_busy_percent") {

@@ -440,16 +440,20 @@ fn agent_section(
 }
 
 const AGENT_NOTE: &str = "**What remains (sampling cost).** At 200 processes and 10 Hz (2,000 \
-process-samples a second) the 2 % target leaves 10 µs per process-sample. A process-sample opens, \
-reads and closes `/proc/PID/stat`, `status`, `io` and the `fd` directory (and `smaps_rollup` when \
-the process's RSS moved, or every 2 s, since revision abd7cb1). A `perf` profile of montrace \
-(revision e97e5a9, 200 `sleep`s at 10 Hz, full detail) puts half of its CPU in the kernel: \
-reading the files 20 % (`do_task_stat` alone 10 %), opening them 15 %, `statx` 8 % (the procfs \
-crate's `Process::new` checks the directory), closing 6 %, `smaps_rollup` only 4 % now; the other \
-half is user space: the procfs crate's parsers, UTF-8 checks, `malloc`/`free`/`realloc`. What \
-would bring it near 10 µs: keep each process's `/proc/PID` directory open between sweeps and \
-`openat` relative to it (no path walk, no `statx`), read `status`, `io` and `fd` less often than \
-`stat` (they change slowly for most processes), reuse read buffers and parse without allocating.";
+process-samples a second) the 2 % target leaves 10 µs per process-sample, less montrace's fixed \
+cost (the 1-process run alone costs over 1 % of a core: start-up with its BTF parsing, a system \
+sweep every 100 ms, closing the tables). Since revision 2f8b271 each live process's `/proc/PID`, \
+`stat` and `io` stay open between sweeps and are read again with one `pread` each into a reused \
+buffer and parsed without allocating; the fd count is one `fstat` of the kept `/proc/PID/fd`; \
+`smaps_rollup` is opened when the process's RSS moved, or every 2 s. That halved the cost of a \
+process-sample (29 µs before, at revision eef9a6d). A `perf` profile of montrace (revision \
+78c3d4c, 200 `sleep`s at 10 Hz for 12 s, full detail) now puts two thirds of its CPU in the \
+kernel, a third in those `pread`s alone: the kernel formatting `/proc/PID/stat` (`do_task_stat`, \
+`num_to_str`, `vsnprintf`, the ptrace access check) and `io`, and walking page tables for \
+`smaps_rollup` (5 %); parsing is 2 %. What is left would need montrace to ask the kernel for less \
+per process: `io` and the fd count every few sweeps rather than every sweep, or a BPF task \
+iterator that reads the counters of every tracked task in one system call instead of the kernel \
+formatting text files for each.";
 
 const EVENTS_NOTE: &str = "Per event: a `perf` profile of montrace during a fork + exec storm \
 (revision e97e5a9, ring-buffer wake-ups batched since abd7cb1, so `epoll_wait` is down to about \

@@ -21,7 +21,7 @@ use anyhow::Context as _;
 
 use crate::cli::{ReportArgs, ReportFormat};
 
-pub use synthetic::synthetic_run;
+pub use synthetic::{add_synthetic_gpu, add_synthetic_gpu_processes, synthetic_run};
 
 /// Exit status for a missing or invalid run directory, or a bad `--group-by`.
 pub const EXIT_USAGE: i32 = 2;

@@ -351,3 +351,66 @@ pub struct Finished {
     pub sample_rows: u64,
     pub exec_time_boot_ns: Option<u64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::fake::{FakeBackend, FakeDevice};
+    use crate::gpu::{GpuDevice, GpuProcess};
+    use crate::limits::{first_breach, Limit};
+    use crate::tracker::Clock;
+
+    /// `--limit gpu-mem` through the recorder: a sweep reads the fake GPU's process list, and
+    /// `usage` carries the tree's share of it (this test process is the tree; pid 1 is not).
+    #[test]
+    fn usage_carries_the_trees_gpu_memory_for_the_limit() {
+        let own = std::process::id();
+        let fake = FakeBackend::new(vec![FakeDevice {
+            info: GpuDevice {
+                index: 0,
+                uuid: None,
+                name: None,
+                memory_total_bytes: Some(80 << 30),
+            },
+            processes: Some(vec![
+                GpuProcess {
+                    pid: own,
+                    used_memory_bytes: Some(3 << 30),
+                },
+                GpuProcess {
+                    pid: 1,
+                    used_memory_bytes: Some(50 << 30),
+                },
+            ]),
+            ..Default::default()
+        }]);
+        let mut gpu = GpuMonitor::new(fake.boxed()).unwrap();
+        let clock = Clock {
+            boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
+        };
+        let mut tracker = Tracker::new(clock);
+        tracker.add_root(own, host::proc_start_boot_ns(own).unwrap(), "test");
+        let dir = tempfile::tempdir().unwrap();
+        let mut recorder = Recorder::create(
+            dir.path(),
+            tracker,
+            own,
+            MemoryDetail::Basic,
+            Some(&mut gpu),
+        )
+        .unwrap();
+        let limit = Limit::GpuMem(2 << 30);
+        let usage = recorder.usage(Duration::ZERO);
+        assert_eq!(usage.tree_gpu_memory_bytes, None, "no GPU sample yet");
+        assert_eq!(first_breach(&[limit], &usage), None);
+
+        recorder.sample().unwrap();
+        let usage = recorder.usage(Duration::from_secs(1));
+        assert_eq!(usage.tree_gpu_memory_bytes, Some(3 << 30));
+        assert_eq!(
+            first_breach(&[limit], &usage),
+            Some((limit, (3u64 << 30) as f64))
+        );
+        assert_eq!(first_breach(&[Limit::GpuMem(4 << 30)], &usage), None);
+    }
+}

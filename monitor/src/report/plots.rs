@@ -3,6 +3,7 @@
 //! user's marks as dashed vertical lines, and at most [`TOP_GROUPS`](super::model::TOP_GROUPS)
 //! groups plus "other". Long series are downsampled first (see [`super::downsample`]).
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -127,6 +128,37 @@ fn legend(
     Ok(())
 }
 
+/// The frame of a full-size plot on `area`: `title` above, the time since the start (0 to `x_max`
+/// s) across, 0 to `y_max` up with labels in the axis unit `suffix`, and the grid.
+fn time_chart<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    x_max: f64,
+    y_max: f64,
+    suffix: &str,
+) -> PlotResult<ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FONT, 17))
+        .margin(8)
+        .x_label_area_size(34)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("time since start (s)")
+        .x_labels(10)
+        .y_labels(6)
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(RGBColor(228, 231, 235))
+        .x_label_formatter(&|v| time_label(*v, x_max))
+        .y_label_formatter(&|v| axis_label(*v, suffix))
+        .label_style((FONT, 12))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 /// A line chart of `series` (already in the plot's units) with marks and optional horizontal
 /// reference lines.
 fn line_chart(
@@ -156,25 +188,7 @@ fn line_chart(
         let (div, suffix) = scale(unit, y_max);
         let y_max = y_max / div;
         let x_max = x_max.max(1e-3);
-        let mut chart = ChartBuilder::on(&plot_area)
-            .caption(title, (FONT, 17))
-            .margin(8)
-            .x_label_area_size(34)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("time since start (s)")
-            .x_labels(10)
-            .y_labels(6)
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(228, 231, 235))
-            .x_label_formatter(&|v| time_label(*v, x_max))
-            .y_label_formatter(&|v| axis_label(*v, suffix))
-            .label_style((FONT, 12))
-            .draw()
-            .map_err(err)?;
+        let mut chart = time_chart(&plot_area, title, x_max, y_max, suffix)?;
         let mut entries = Vec::new();
         for (k, s) in series.iter().enumerate() {
             let color = series_color(s, k);
@@ -519,25 +533,13 @@ fn stacked_private(
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
-        let mut chart = ChartBuilder::on(&plot_area)
-            .caption("Total private memory (USS), stacked by group", (FONT, 17))
-            .margin(8)
-            .x_label_area_size(34)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0f64..x_max.max(1e-3), 0f64..y_max)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("time since start (s)")
-            .x_labels(10)
-            .y_labels(6)
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(228, 231, 235))
-            .x_label_formatter(&|v| time_label(*v, x_max))
-            .y_label_formatter(&|v| axis_label(*v, suffix))
-            .label_style((FONT, 12))
-            .draw()
-            .map_err(err)?;
+        let mut chart = time_chart(
+            &plot_area,
+            "Total private memory (USS), stacked by group",
+            x_max.max(1e-3),
+            y_max,
+            suffix,
+        )?;
         let mut entries = Vec::new();
         // Top layer first, so each lower layer is drawn over the ones above it.
         for (k, layer) in layers.iter().enumerate().rev() {

@@ -13,8 +13,7 @@ use crate::{
     cli::AttachArgs,
     decode::KernelEvent,
     ebpf::Probes,
-    gpu::GpuMonitor,
-    host, launch, limits, metrics,
+    host, launch, metrics,
     polling::Poller,
     recorder::Recorder,
     run::{self, Ended, FollowConfig, Source},
@@ -58,16 +57,7 @@ fn follow_attached(
 ) -> anyhow::Result<i32> {
     let pid = args.pid;
     launch::block_forwarded_signals().context("blocking signals")?;
-    let mut gpu = GpuMonitor::open(args.record.gpu)?;
-    if let Some(error) = gpu
-        .unavailable_reason()
-        .and_then(|reason| limits::needs_gpu(&args.record.limits, &reason))
-    {
-        bail!(error);
-    }
-    if let (Some(notice), false) = (gpu.notice(), args.record.quiet) {
-        eprintln!("{notice}");
-    }
+    let mut gpu = run::open_gpu(&args.record)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()

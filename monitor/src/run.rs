@@ -43,6 +43,22 @@ pub(crate) struct Outcome {
     pub stopped_by_signal: Option<i32>,
 }
 
+/// Starts GPU monitoring as `--gpu` asks, and says why there is none (`--gpu auto`). Fails with
+/// `--gpu require` and no GPU, or a `--limit gpu-mem` that no GPU can enforce.
+pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
+    let gpu = GpuMonitor::open(record.gpu)?;
+    if let Some(error) = gpu
+        .unavailable_reason()
+        .and_then(|reason| limits::needs_gpu(&record.limits, &reason))
+    {
+        bail!(error);
+    }
+    if let (Some(notice), false) = (gpu.notice(), record.quiet) {
+        eprintln!("{notice}");
+    }
+    Ok(gpu)
+}
+
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let started_boot_ns = host::boottime_ns();
     let started_wall_ns = host::realtime_ns();
@@ -61,16 +77,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     // original mask back before it execs.
     let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
     // `--gpu require` fails here, before anything is created or started.
-    let mut gpu = GpuMonitor::open(args.record.gpu)?;
-    if let Some(error) = gpu
-        .unavailable_reason()
-        .and_then(|reason| limits::needs_gpu(&args.record.limits, &reason))
-    {
-        bail!(error);
-    }
-    if let (Some(notice), false) = (gpu.notice(), args.record.quiet) {
-        eprintln!("{notice}");
-    }
+    let mut gpu = open_gpu(&args.record)?;
     // Only root can become another user; without root the command keeps montrace's identity.
     // SAFETY: geteuid has no preconditions.
     let identity = if args.as_root || unsafe { libc::geteuid() } != 0 {

@@ -11,7 +11,7 @@ use anyhow::{bail, Context as _};
 use crate::{
     btf,
     cli::AttachArgs,
-    decode::KernelEvent,
+    decode::{self, KernelEvent},
     ebpf::Probes,
     host, launch, metrics,
     polling::Poller,
@@ -63,7 +63,7 @@ fn follow_attached(
         .enable_time()
         .build()
         .context("starting the event loop")?;
-    let (mut probes, ring) = Probes::load(
+    let (mut probes, mut ring) = Probes::load(
         offsets,
         args.record.ring_buffer_size,
         args.record.tracepoints,
@@ -102,13 +102,25 @@ fn follow_attached(
         args.record.memory_detail,
         gpu.monitor_mut(),
     )?;
-    for event in &existing {
-        recorder.on_event(event)?;
-    }
     let (argv, executable) = match &existing[0] {
         KernelEvent::Exec { argv, filename, .. } => (argv.clone(), filename.clone()),
         _ => (Vec::new(), String::new()),
     };
+    // What the kernel reported while the tree was being scanned: the forks of tracked processes
+    // among it. A child forked then is in those events from its birth, and was often found in
+    // /proc too: it is recorded once, from the kernel's events.
+    let mut reported = Vec::new();
+    while let Some(item) = ring.next() {
+        reported.push(decode::decode(&item, host::page_size())?);
+    }
+    for event in &seen_only_in_proc(existing, &reported) {
+        recorder.on_event(event)?;
+        // Should its fork event come late after all, the kernel's record takes over.
+        recorder.tracker.seen_in_proc(event.pid());
+    }
+    for event in &reported {
+        recorder.on_event(event)?;
+    }
 
     let signals = launch::signal_fd().context("creating the signal fd")?;
     let cfg = FollowConfig {
@@ -170,4 +182,89 @@ fn follow_attached(
     let repetition: metrics::Repetition = info.repetition(".");
     run::write_summary(out_dir, argv, 0, vec![repetition], breach, None)?;
     Ok(exit_status)
+}
+
+/// The events made from /proc for the tree found at the attach, less those of the processes
+/// whose fork is among the kernel's `reported` events (same pid, and a start time /proc's clock
+/// ticks cannot tell apart): the kernel tracked those from their fork, so its own events tell
+/// their whole life, and the /proc ones would make a second row of the same process.
+fn seen_only_in_proc(seeded: Vec<KernelEvent>, reported: &[KernelEvent]) -> Vec<KernelEvent> {
+    let forked: Vec<(u32, u64)> = reported
+        .iter()
+        .filter_map(|e| match e {
+            KernelEvent::Fork { pid, start_ns, .. } => Some((*pid, *start_ns)),
+            _ => None,
+        })
+        .collect();
+    seeded
+        .into_iter()
+        .filter(|e| {
+            let start_ns = match e {
+                KernelEvent::Fork { start_ns, .. }
+                | KernelEvent::Exec { start_ns, .. }
+                | KernelEvent::Exit { start_ns, .. } => *start_ns,
+            };
+            !forked
+                .iter()
+                .any(|&(pid, start)| pid == e.pid() && host::same_start_ns(start_ns, start))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn fork(pid: u32, start_ns: u64, parent_pid: u32) -> KernelEvent {
+        KernelEvent::Fork {
+            time_ns: start_ns,
+            pid,
+            start_ns,
+            parent_pid,
+            comm: "sh".into(),
+        }
+    }
+
+    fn exec(pid: u32, start_ns: u64) -> KernelEvent {
+        KernelEvent::Exec {
+            time_ns: start_ns + MS,
+            pid,
+            start_ns,
+            old_tid: pid,
+            comm: "sleep".into(),
+            filename: "/usr/bin/sleep".into(),
+            argv: vec!["sleep".into(), "1".into()],
+            argv_truncated: false,
+        }
+    }
+
+    #[test]
+    fn a_child_the_kernel_saw_fork_is_not_seeded_from_proc_again() {
+        // /proc start times are whole clock ticks; the kernel's are exact.
+        let tick = 1_000_000_000 / procfs::ticks_per_second();
+        let seeded = vec![
+            exec(100, 50 * tick), // the attached process
+            fork(101, 60 * tick, 100),
+            exec(101, 60 * tick), // alive before the attach: only /proc knows its fork
+            fork(102, 70 * tick, 100),
+            exec(102, 70 * tick),      // forked while the tree was scanned
+            fork(103, 80 * tick, 100), // pid 103 of another start: a different process
+        ];
+        let reported = vec![
+            fork(102, 70 * tick + tick / 3, 100),
+            exec(102, 70 * tick + tick / 3),
+            fork(103, 90 * tick, 100),
+        ];
+        let kept: Vec<(u32, u64)> = seen_only_in_proc(seeded, &reported)
+            .iter()
+            .map(|e| match e {
+                KernelEvent::Fork { pid, start_ns, .. }
+                | KernelEvent::Exec { pid, start_ns, .. }
+                | KernelEvent::Exit { pid, start_ns, .. } => (*pid, *start_ns / tick),
+            })
+            .collect();
+        assert_eq!(kept, [(100, 50), (101, 60), (101, 60), (103, 80)]);
+    }
 }

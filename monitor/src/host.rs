@@ -120,9 +120,15 @@ pub fn uname() -> (String, String) {
 /// Whether a start time read from /proc (clock ticks since boot) is the process whose exact start
 /// time montrace knows: they agree to within a tick (/proc truncates to ticks).
 pub fn same_start(start_ticks: u64, start_boot_ns: u64) -> bool {
-    let tick_ns = 1_000_000_000 / ticks_per_second();
-    let from_proc = start_ticks * tick_ns;
-    from_proc.abs_diff(start_boot_ns) <= 2 * tick_ns
+    same_start_ns(
+        start_ticks * (1_000_000_000 / ticks_per_second()),
+        start_boot_ns,
+    )
+}
+
+/// As [`same_start`], with the /proc start time already in ns since boot (ticks × tick length).
+pub fn same_start_ns(from_proc_ns: u64, start_boot_ns: u64) -> bool {
+    from_proc_ns.abs_diff(start_boot_ns) <= 2 * (1_000_000_000 / ticks_per_second())
 }
 
 /// Start time of a process, ns since boot, from /proc/PID/stat (clock-tick resolution).

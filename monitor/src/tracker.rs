@@ -28,6 +28,8 @@ struct Entry {
     start_exact: bool,
     /// Sum of the figures of its threads that already exited.
     exited_threads: ExitStats,
+    /// Known from a /proc scan ([`Tracker::seen_in_proc`]), not from the kernel's fork event.
+    seen_in_proc: bool,
 }
 
 /// Holds only live processes: a process that exits moves to `finished`, which the caller drains
@@ -98,6 +100,7 @@ impl Tracker {
             record,
             start_exact,
             exited_threads: ExitStats::default(),
+            seen_in_proc: false,
         });
         entry
     }
@@ -153,7 +156,25 @@ impl Tracker {
                     comm: comm.clone(),
                     ..ProcessRecord::default()
                 };
-                let r = &self.insert(record, *start_ns != 0).record;
+                let r = match self.live.get_mut(pid) {
+                    // Found in /proc first (montrace attach scans the tree while the kernel
+                    // already follows it): the same process, which the kernel now tells from
+                    // its fork on, so its record is the kernel's.
+                    Some(seen)
+                        if seen.seen_in_proc
+                            && *start_ns != 0
+                            && crate::host::same_start_ns(
+                                seen.record.start_time_ns as u64,
+                                record.start_time_ns as u64,
+                            ) =>
+                    {
+                        seen.record = record;
+                        seen.start_exact = true;
+                        seen.seen_in_proc = false;
+                        &seen.record
+                    }
+                    _ => &self.insert(record, *start_ns != 0).record,
+                };
                 EventRecord {
                     parent_pid: r.parent_pid,
                     parent_start_time_ns: r.parent_start_time_ns,
@@ -349,6 +370,15 @@ impl Tracker {
         self.root_exit_code
     }
 
+    /// Marks a live process as known from a /proc scan (`montrace attach` seeds the tree that
+    /// way): if the kernel's fork event of the same process comes after all, it takes the record
+    /// over instead of counting as a second process.
+    pub fn seen_in_proc(&mut self, pid: u32) {
+        if let Some(entry) = self.live.get_mut(&pid) {
+            entry.seen_in_proc = true;
+        }
+    }
+
     /// Records of processes that ended since the last call.
     pub fn take_finished(&mut self) -> Vec<ProcessRecord> {
         std::mem::take(&mut self.finished)
@@ -498,6 +528,41 @@ mod tests {
         assert_ne!(sevens[0].start_time_ns, sevens[1].start_time_ns);
         assert_eq!(sevens[1].exit_signal, Some(9));
         assert_eq!(sevens[1].exit_code, None);
+    }
+
+    #[test]
+    fn a_late_fork_event_takes_over_the_process_seen_in_proc() {
+        // `montrace attach`: the scan found 7 (start truncated to a clock tick) before the
+        // kernel's fork event of the same process was read.
+        let tick = 1_000_000_000 / procfs::ticks_per_second();
+        let exact = 5 * tick + tick / 3;
+        let mut t = Tracker::new(CLOCK);
+        t.add_root(1, 1, "x");
+        t.apply(&KernelEvent::Fork {
+            time_ns: 6 * tick,
+            pid: 7,
+            start_ns: 5 * tick,
+            parent_pid: 1,
+            comm: "sh".into(),
+        });
+        t.apply(&exec(6 * tick, 7, 5 * tick, "/usr/bin/sleep"));
+        t.seen_in_proc(7);
+        t.apply(&fork(exact, 7, 1));
+        t.apply(&exec(exact + 1, 7, exact, "/usr/bin/sleep"));
+        t.apply(&exit(exact + 2, 7, exact, 0, true));
+        let sevens: Vec<_> = t.finish().into_iter().filter(|r| r.pid == 7).collect();
+        assert_eq!(sevens.len(), 1, "{sevens:#?}");
+        assert_eq!(sevens[0].start_time_ns, CLOCK.wall(exact));
+        assert_eq!(sevens[0].exec_count, 1, "the kernel's exec only");
+        assert_eq!(sevens[0].exit_code, Some(0));
+
+        // Not seen in /proc: a fork of a live pid is a reused pid, whatever the start times.
+        let mut t = Tracker::new(CLOCK);
+        t.add_root(1, 1, "x");
+        t.apply(&fork(5 * tick, 7, 1));
+        t.apply(&fork(exact, 7, 1));
+        assert_eq!(t.vanished_count(), 1);
+        assert_eq!(t.finish().iter().filter(|r| r.pid == 7).count(), 2);
     }
 
     #[test]

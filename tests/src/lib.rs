@@ -284,6 +284,36 @@ impl MontraceLaunch {
     }
 }
 
+/// Runs `montrace attach --out <fresh dir>/run ARGS PID` as root and waits for it (at most
+/// [`TIMEOUT`]).
+pub fn attach_montrace(pid: u32, args: &[&str]) -> Run {
+    require_root();
+    let tmp = tempfile::tempdir().expect("creating a temporary directory");
+    let dir = tmp.path().join("run");
+    let mut command = Command::new(montrace_bin());
+    command
+        .arg("attach")
+        .arg("--out")
+        .arg(&dir)
+        .args(args)
+        .arg(pid.to_string());
+    let command_line = format!(
+        "montrace attach --out {} {} {pid}",
+        dir.display(),
+        args.join(" ")
+    );
+    let finished = run_with_timeout(&mut command, TIMEOUT);
+    Run {
+        status: finished.status,
+        stdout: finished.stdout,
+        stderr: finished.stderr,
+        wall: finished.wall,
+        dir,
+        command_line,
+        _tmp: tmp,
+    }
+}
+
 /// The `pre_exec` hook of [`MontraceLaunch::ahead_of_the_machine`]. `setsid` also makes the
 /// process the leader of a new process group, which the timeout kills as a whole.
 fn go_ahead() -> std::io::Result<()> {

@@ -1,0 +1,131 @@
+//! `montrace attach PID`: a tree that was running before montrace started is followed from the
+//! processes alive at the attach to every child started afterwards.
+use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use tests::{attach_montrace, require_root, wait_for_file};
+
+/// A shell loop started outside montrace: one long-lived child first (its pid in `sleeper`),
+/// then a short-lived child every ~20 ms, each of which appends its own pid to `log`.
+const LOOP: &str = r#"
+sleep 30 & echo $! > "$1/sleeper.tmp"; mv "$1/sleeper.tmp" "$1/sleeper"
+while :; do sh -c 'echo $$ >> "$0/log"' "$1"; sleep 0.02; done
+"#;
+
+#[test]
+fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
+    require_root();
+    let work = tempfile::tempdir().unwrap();
+    let mut shell = Command::new("sh")
+        .args(["-c", LOOP, "loop"])
+        .arg(work.path())
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let shell_pid = shell.id();
+    wait_for_file(&work.path().join("sleeper"));
+    let sleeper: u32 = std::fs::read_to_string(work.path().join("sleeper"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Children already came and went before the attach.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let run = attach_montrace(shell_pid, &["--duration", "2s", "-q"]);
+    // SAFETY: plain syscall on the process group made for the loop.
+    unsafe { libc::kill(-(shell_pid as libc::pid_t), libc::SIGKILL) };
+    let _ = shell.wait();
+    run.assert_code(0);
+    let json = run.run_json();
+    for counter in ["ringbuf_full", "track_map_full", "read_errors"] {
+        assert_eq!(
+            json["lost_events"][counter], 0,
+            "lost_events.{counter}: {json}"
+        );
+    }
+    let rows = run.processes();
+    // A process can vanish (end without an exit event) only if it was alive at the attach: found
+    // in /proc, it may exit before it is in the kernel's map of tracked processes. Every process
+    // forked after the attach has its fork event, and its exit must come too.
+    let events = run.events();
+    let forked: BTreeSet<(u32, i64)> = events
+        .iter()
+        .filter(|e| e.kind == "fork")
+        .map(|e| (e.pid, e.start_time))
+        .collect();
+    let vanished: Vec<&tests::Proc> = rows
+        .iter()
+        .filter(|p| !p.alive_at_end && p.cpu_user_ns.is_none())
+        .collect();
+    assert_eq!(
+        vanished.len() as u64,
+        json["vanished_processes"].as_u64().unwrap(),
+        "{vanished:#?}\n{json}"
+    );
+    for p in &vanished {
+        assert!(
+            !forked.contains(&(p.pid, p.start_time)),
+            "a child forked while attached vanished (its exit event was lost): {p:#?}\n{:#?}\n{json}",
+            events.iter().filter(|e| e.pid == p.pid).collect::<Vec<_>>()
+        );
+    }
+
+    let shell_row = rows
+        .iter()
+        .find(|p| p.pid == shell_pid)
+        .unwrap_or_else(|| panic!("no row of the attached shell {shell_pid}: {rows:#?}"));
+    assert!(
+        rows.iter()
+            .any(|p| p.pid == sleeper && p.is_child_of(shell_row) && p.comm == "sleep"),
+        "the `sleep` alive before the attach ({sleeper}) is the shell's child: {rows:#?}"
+    );
+    // The children that logged their pid: every one montrace saw start after the attach, and
+    // in the log's order no child between the first and the last of them is missing.
+    let logged: Vec<u32> = std::fs::read_to_string(work.path().join("log"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    let seen: BTreeSet<u32> = rows
+        .iter()
+        .filter(|p| p.is_child_of(shell_row) && p.pid != sleeper)
+        .map(|p| p.pid)
+        .collect();
+    let first = logged.iter().position(|pid| seen.contains(pid));
+    let last = logged.iter().rposition(|pid| seen.contains(pid));
+    let (Some(first), Some(last)) = (first, last) else {
+        panic!(
+            "none of the {} logged children was recorded: {rows:#?}",
+            logged.len()
+        );
+    };
+    assert!(
+        first > 0,
+        "children logged before the attach are not in the run: {logged:?}"
+    );
+    let missed: Vec<u32> = logged[first..=last]
+        .iter()
+        .copied()
+        .filter(|pid| !seen.contains(pid))
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "children started while attached but not recorded: {missed:?}"
+    );
+    let recorded = last - first + 1;
+    eprintln!(
+        "attached for 2 s: {recorded} children recorded in a row, {} logged in all, {} vanished",
+        logged.len(),
+        vanished.len()
+    );
+    // The loop starts a child every 25-30 ms on an idle machine; a busy one slows the loop, not
+    // montrace's view of it.
+    assert!(
+        recorded >= 5,
+        "only {recorded} children recorded in 2 s: {rows:#?}"
+    );
+}

@@ -41,7 +41,6 @@ struct Pairs {
 
 pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     let p = &ctx.plan;
-    let make_dir = ctx.tools.make_dir.display().to_string();
     let workloads = [
         Timed {
             key: "fork_storm",
@@ -60,20 +59,8 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         Timed {
             key: "build",
             label: format!("build: `make -j2` of {} C files", tools::MAKE_FILES + 1),
-            cmd: vec![
-                "make".into(),
-                "-s".into(),
-                "-j2".into(),
-                "-C".into(),
-                make_dir.clone(),
-            ],
-            before: Some(vec![
-                "make".into(),
-                "-s".into(),
-                "-C".into(),
-                make_dir,
-                "clean".into(),
-            ]),
+            cmd: ctx.tools.make_build(),
+            before: Some(ctx.tools.make_clean()),
             target: 1.01,
         },
     ];

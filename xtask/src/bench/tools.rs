@@ -83,6 +83,20 @@ impl Tools {
         })
     }
 
+    /// The build of the generated C project: `make -s -j2 -C DIR`.
+    pub fn make_build(&self) -> Vec<String> {
+        let dir = self.make_dir.display().to_string();
+        ["make", "-s", "-j2", "-C", &dir].map(String::from).to_vec()
+    }
+
+    /// What runs before every build, so each one compiles every file: `make -s -C DIR clean`.
+    pub fn make_clean(&self) -> Vec<String> {
+        let dir = self.make_dir.display().to_string();
+        ["make", "-s", "-C", &dir, "clean"]
+            .map(String::from)
+            .to_vec()
+    }
+
     /// The path of a compiled helper.
     pub fn helper(&self, name: &str) -> String {
         self.work.join("bin").join(name).display().to_string()

@@ -56,7 +56,6 @@ fn sh(script: String) -> Vec<String> {
 fn workloads(ctx: &Ctx) -> Vec<Workload> {
     let p = &ctx.plan;
     let t = &ctx.tools;
-    let make_dir = t.make_dir.display().to_string();
     let burn = t.helper("burn");
     vec![
         Workload {
@@ -97,20 +96,8 @@ fn workloads(ctx: &Ctx) -> Vec<Workload> {
         Workload {
             key: "make",
             label: format!("`make -j2` of {} small C files", tools::MAKE_FILES + 1),
-            cmd: vec![
-                "make".into(),
-                "-s".into(),
-                "-j2".into(),
-                "-C".into(),
-                make_dir.clone(),
-            ],
-            before: Some(vec![
-                "make".into(),
-                "-s".into(),
-                "-C".into(),
-                make_dir,
-                "clean".into(),
-            ]),
+            cmd: t.make_build(),
+            before: Some(t.make_clean()),
             runs: p.tree_reps,
             completeness: true,
         },

@@ -28,7 +28,9 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     let started = (host::boottime_ns(), host::realtime_ns());
     let pid = args.pid;
     let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
-        eprintln!("montrace: there is no process {pid} (it may have exited): nothing to attach to");
+        crate::say!(
+            "montrace: there is no process {pid} (it may have exited): nothing to attach to"
+        );
         return Ok(EXIT_USAGE);
     };
     // Room for the sampler's open /proc handles.

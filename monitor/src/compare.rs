@@ -708,7 +708,7 @@ pub fn compare_main(args: CompareArgs) -> anyhow::Result<i32> {
     let report = match prepare(&args) {
         Ok(report) => report,
         Err(message) => {
-            eprintln!("montrace: error: {message}");
+            crate::say!("montrace: error: {message}");
             return Ok(EXIT_USAGE);
         }
     };

@@ -32,23 +32,23 @@ pub const EXIT_USAGE: i32 = 2;
 /// `montrace export RUN_DIR --format perfetto|csv [--out PATH]`.
 pub fn export_main(args: ExportArgs) -> anyhow::Result<i32> {
     if let Err(err) = load::check_run_dir(&args.run_dir) {
-        eprintln!("montrace: error: {err}");
+        crate::say!("montrace: error: {err}");
         return Ok(EXIT_USAGE);
     }
     match args.format {
         ExportFormat::Perfetto => {
             let out = args.out.unwrap_or_else(|| args.run_dir.join("trace.json"));
             write_perfetto(&args.run_dir, &out)?;
-            println!("{}", out.display());
-            eprintln!("montrace: open it in https://ui.perfetto.dev (Open trace file)");
+            crate::say_out!("{}", out.display());
+            crate::say!("montrace: open it in https://ui.perfetto.dev (Open trace file)");
         }
         ExportFormat::Csv => {
             let out = args.out.unwrap_or_else(|| args.run_dir.join("csv"));
             let written = write_csv(&args.run_dir, &out)?;
             for file in &written {
-                println!("{}", file.path.display());
+                crate::say_out!("{}", file.path.display());
                 for warning in &file.skipped_columns {
-                    eprintln!("montrace: warning: {}: {warning}", file.path.display());
+                    crate::say!("montrace: warning: {}: {warning}", file.path.display());
                 }
             }
         }

@@ -29,6 +29,8 @@ pub mod run;
 pub mod sampler;
 pub mod schema;
 pub mod summary;
+pub mod term;
 pub mod tracker;
 pub mod units;
+pub mod userfs;
 pub mod writer;

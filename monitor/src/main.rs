@@ -14,7 +14,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            eprintln!("montrace: error: {err:#}");
+            monitor::say!("montrace: error: {err:#}");
             std::process::exit(EXIT_MONTRACE_FAILED);
         }
     }

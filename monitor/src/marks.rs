@@ -450,7 +450,7 @@ pub fn mark_main(args: MarkArgs) -> anyhow::Result<i32> {
 
 fn send_mark(socket_path: Option<OsString>, args: &MarkArgs) -> anyhow::Result<i32> {
     let Some(path) = socket_path.filter(|p| !p.is_empty()) else {
-        eprintln!("montrace mark works inside `montrace run`: {SOCKET_ENV} is not set");
+        crate::say!("montrace mark works inside `montrace run`: {SOCKET_ENV} is not set");
         return Ok(EXIT_USAGE);
     };
     let kind = if args.begin {
@@ -463,7 +463,7 @@ fn send_mark(socket_path: Option<OsString>, args: &MarkArgs) -> anyhow::Result<i
     let line = format_line(kind, &args.label);
     // Check here what montrace would reject, so the error reaches the script's author.
     if let Err(err) = parse_line(&line) {
-        eprintln!("montrace mark: {err}");
+        crate::say!("montrace mark: {err}");
         return Ok(EXIT_USAGE);
     }
     let socket = UnixDatagram::unbound().context("cannot create a socket")?;

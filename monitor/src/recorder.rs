@@ -200,7 +200,7 @@ impl<'g> Recorder<'g> {
                 // It exited since the last drain; its exit event brings its last figures.
                 Err(ReadError::Gone(_)) => continue,
                 Err(err) => {
-                    eprintln!("montrace: warning: {err}");
+                    crate::say!("montrace: warning: {err}");
                     continue;
                 }
             };
@@ -262,7 +262,7 @@ impl<'g> Recorder<'g> {
                 ))?;
                 self.previous_system = Some(reading);
             }
-            Err(err) => eprintln!("montrace: warning: {err}"),
+            Err(err) => crate::say!("montrace: warning: {err}"),
         }
         Ok(())
     }

@@ -54,7 +54,7 @@ pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
         bail!(error);
     }
     if let (Some(notice), false) = (gpu.notice(), record.quiet) {
-        eprintln!("{notice}");
+        crate::say!("{notice}");
     }
     Ok(gpu)
 }
@@ -65,7 +65,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let program = args.command[0].clone();
     let Some(executable) = launch::resolve_command(&program, std::env::var_os("PATH").as_deref())
     else {
-        eprintln!("montrace: {}: command not found", program.to_string_lossy());
+        crate::say!("montrace: {}: command not found", program.to_string_lossy());
         return Ok(EXIT_NOT_FOUND);
     };
 
@@ -170,7 +170,7 @@ fn repeat(
             false,
         )?;
         if !args.record.quiet {
-            eprintln!(
+            crate::say!(
                 "montrace: {name}: exit {}, wall {:.3}s, CPU {:.3}s, peak RSS {}",
                 info.exit_status,
                 info.duration_s,
@@ -185,7 +185,7 @@ fn repeat(
             repetitions.push(info.repetition(&name));
         }
         if failed {
-            eprintln!(
+            crate::say!(
                 "montrace: {name} failed (exit {}): no further repetitions",
                 info.exit_status
             );
@@ -210,7 +210,7 @@ fn repeat(
         identity,
     )?;
     if !args.record.quiet {
-        eprint!(
+        crate::say_raw!(
             "{}",
             summary::format_repeat_stats(&summary, &out_dir.display().to_string())
         );
@@ -266,8 +266,8 @@ fn ebpf_offsets(
     if args.require_ebpf {
         bail!("{why_not} (--require-ebpf is set, so montrace does not fall back to polling /proc)");
     }
-    eprintln!("montrace: warning: no eBPF ({why_not}).");
-    eprintln!(
+    crate::say!("montrace: warning: no eBPF ({why_not}).");
+    crate::say!(
         "montrace: warning: following the tree by polling /proc every {:?} instead: processes that \
          live shorter than that may be missed (tracking_mode \"polling\" in run.json)",
         args.record.interval
@@ -301,7 +301,7 @@ fn record(
         ) {
             Ok(loaded) => Some(loaded),
             Err(err) if !args.require_ebpf => {
-                eprintln!(
+                crate::say!(
                     "montrace: warning: {err:#}; following the tree by polling /proc instead"
                 );
                 None
@@ -325,7 +325,7 @@ fn record(
     let cgroup = match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
         Ok(cgroup) => Some(cgroup),
         Err(err) => {
-            eprintln!(
+            crate::say!(
                 "montrace: no cgroup for the run, so no kernel totals to compare with: {err}"
             );
             cgroup_report.error = Some(err.to_string());
@@ -337,7 +337,7 @@ fn record(
     let marks = match MarkServer::bind(identity.map(|id| (id.uid, id.gid))) {
         Ok(server) => Some(server),
         Err(err) => {
-            eprintln!("montrace: warning: no phase marks for this run: {err:#}");
+            crate::say!("montrace: warning: no phase marks for this run: {err:#}");
             None
         }
     };
@@ -379,7 +379,7 @@ fn record(
     )?;
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
-        eprintln!("montrace: {err}");
+        crate::say!("montrace: {err}");
     }
 
     let signals = launch::signal_fd().context("creating the signal fd")?;
@@ -557,7 +557,7 @@ pub(crate) fn write_run_info(
         if let Err(err) =
             crate::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe")
         {
-            eprintln!(
+            crate::say!(
                 "montrace: warning: no report for {}: {err:#}",
                 out_dir.display()
             );
@@ -568,7 +568,7 @@ pub(crate) fn write_run_info(
             .with_context(|| format!("cannot hand {} to uid {}", out_dir.display(), id.uid))?;
     }
     if print_summary {
-        eprint!("{}", summary::format_summary(info));
+        crate::say_raw!("{}", summary::format_summary(info));
     }
     Ok(())
 }
@@ -860,7 +860,7 @@ pub(crate) async fn follow(
     live.clear();
     if let Some(server) = &marks {
         if let Some(first) = server.get_ref().first_invalid() {
-            eprintln!(
+            crate::say!(
                 "montrace: warning: ignored {} datagrams on the mark socket that were not marks; \
                  the first, from pid {}: {}",
                 server.get_ref().invalid(),

@@ -1,7 +1,11 @@
 //! Parsing and formatting of durations, byte sizes and UTC times. Pure functions.
 use std::time::Duration;
 
-/// Parses `500ms`, `2s`, `1.5s`, `5m`, `1h`, `250us` (a bare number is seconds).
+/// Longest duration montrace takes (about 31.7 years): beyond it, time arithmetic overflows.
+const MAX_DURATION_S: f64 = 1e9;
+
+/// Parses `500ms`, `2s`, `1.5s`, `5m`, `1h`, `250us`. A bare number is refused: `--interval 100`
+/// would mean 100 seconds to one reader and 100 ms to another.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -12,7 +16,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("`{text}` is not a duration: use e.g. 500ms, 2s, 1.5m, 1h"))?;
     let seconds = match unit.trim() {
-        "" | "s" | "sec" => value,
+        "" => return Err(format!(
+            "`{text}` has no unit: write e.g. {number}ms or {number}s (units: ns, us, ms, s, m, h)"
+        )),
+        "s" | "sec" => value,
         "ms" => value / 1e3,
         "us" | "µs" => value / 1e6,
         "ns" => value / 1e9,
@@ -27,7 +34,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !seconds.is_finite() || seconds < 0.0 {
         return Err(format!("`{text}` is not a valid duration"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    if seconds > MAX_DURATION_S {
+        return Err(format!(
+            "`{text}` is too long: montrace takes durations up to {MAX_DURATION_S:.0}s"
+        ));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is not a valid duration"))
 }
 
 /// Parses `4096`, `64KiB`, `8MiB`, `1GiB` (also KB/MB/GB as binary multiples, K/M/G).
@@ -123,7 +135,12 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("1.5").unwrap_err().contains("1.5ms or 1.5s"));
+        assert!(parse_duration("100").unwrap_err().contains("has no unit"));
+        assert!(parse_duration("99999999999999999999s")
+            .unwrap_err()
+            .contains("too long"));
+        assert!(parse_duration("1e400s").is_err());
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(parse_duration("50us").unwrap(), Duration::from_micros(50));

@@ -111,11 +111,11 @@ pub fn write_report(
 /// run directory and a bad `--group-by` exit with 2.
 pub fn report_main(args: ReportArgs) -> anyhow::Result<i32> {
     if let Err(message) = model::GroupBy::parse(&args.group_by) {
-        eprintln!("montrace: error: {message}");
+        crate::say!("montrace: error: {message}");
         return Ok(EXIT_USAGE);
     }
     if let Err(err) = load::check_run_dir(&args.run_dir) {
-        eprintln!("montrace: error: {err}");
+        crate::say!("montrace: error: {err}");
         return Ok(EXIT_USAGE);
     }
     let written = write_report(&args.run_dir, args.format, &args.group_by)?;
@@ -123,7 +123,7 @@ pub fn report_main(args: ReportArgs) -> anyhow::Result<i32> {
         .iter()
         .filter(|p| p.extension().is_none_or(|e| e != "svg"))
     {
-        println!("{}", path.display());
+        crate::say_out!("{}", path.display());
     }
     Ok(0)
 }

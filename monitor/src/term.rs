@@ -1,0 +1,56 @@
+//! Writing to the terminal without ever failing the run. `eprintln!` and `println!` panic when
+//! stderr or stdout is closed or full (`2>/dev/full`, a pipe whose reader went away): montrace's
+//! messages are not worth the command's supervision, so every message goes through these macros,
+//! which drop what cannot be written.
+
+/// `eprintln!` that never panics: a line to stderr, or nothing when stderr cannot take it.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics.
+#[macro_export]
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::write!(::std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+/// `println!` that never panics: a line to stdout, or nothing when stdout cannot take it.
+#[macro_export]
+macro_rules! say_out {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd as _;
+
+    /// With stderr pointed at /dev/full (ENOSPC on every write), `say!` returns normally where
+    /// `eprintln!` would panic.
+    #[test]
+    fn say_survives_a_full_stderr() {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        // SAFETY: dup/dup2 on valid descriptors; stderr is restored before the test ends.
+        unsafe {
+            let saved = libc::dup(libc::STDERR_FILENO);
+            assert!(saved >= 0);
+            libc::dup2(full.as_raw_fd(), libc::STDERR_FILENO);
+            say!("this line goes nowhere {}", 1);
+            say_raw!("nor this");
+            libc::dup2(saved, libc::STDERR_FILENO);
+            libc::close(saved);
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Ordinary users for the tests that run montrace the way a user does (under `sudo`, or without
+//! privilege), and a copy of the binary such a user can reach.
+//!
+//! The workspace may sit under a directory only root can enter (a clone in /root, CI's own
+//! checkout): `target/debug/montrace` is then out of another user's reach. [`reachable_montrace`]
+//! copies it to a fresh directory under /tmp that every user can traverse.
+use std::{
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+};
+
+use crate::{montrace_bin, require_root};
+
+/// A copy of the montrace binary under test in a directory every user can enter and run from
+/// (`/tmp/montrace-bin-<pid>/montrace`, mode 0755), made once per test process.
+pub fn reachable_montrace() -> PathBuf {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = PathBuf::from(format!("/tmp/montrace-bin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).expect("creating the directory for the binary's copy");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = dir.join("montrace");
+        std::fs::copy(montrace_bin(), &copy).unwrap_or_else(|e| {
+            panic!(
+                "copying {} to {} so another user can run it: {e}",
+                montrace_bin().display(),
+                copy.display()
+            )
+        });
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_reachable(&copy);
+        copy
+    })
+    .clone()
+}
+
+/// Fails with a clear message when `path` is not reachable by every user: each directory above
+/// it must be searchable by others.
+pub fn assert_reachable(path: &Path) {
+    for dir in path.ancestors().skip(1) {
+        if dir.as_os_str().is_empty() {
+            continue;
+        }
+        let mode = std::fs::metadata(dir)
+            .unwrap_or_else(|e| panic!("stat {}: {e}", dir.display()))
+            .permissions()
+            .mode();
+        assert!(
+            mode & 0o001 != 0,
+            "{} is not searchable by other users (mode {mode:o}), so they cannot reach {}",
+            dir.display(),
+            path.display()
+        );
+    }
+}
+
+/// An ordinary user made for a test (`useradd`), with a home directory; removed with its home
+/// when dropped.
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+}
+
+impl TestUser {
+    /// Creates user `mt<tag><pid>` (names stay under 32 characters).
+    pub fn create(tag: &str) -> TestUser {
+        require_root();
+        let name = format!("mt{tag}{}", std::process::id());
+        let _ = Command::new("userdel").args(["-r", &name]).output();
+        let out = Command::new("useradd")
+            .args(["--create-home", "--shell", "/bin/sh", "--user-group", &name])
+            .output()
+            .expect("running useradd");
+        assert!(
+            out.status.success(),
+            "useradd {name} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let id = |flag: &str| -> u32 {
+            let out = Command::new("id").args([flag, &name]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+        };
+        let home = PathBuf::from(format!("/home/{name}"));
+        assert!(home.is_dir(), "useradd made no home {}", home.display());
+        TestUser {
+            uid: id("-u"),
+            gid: id("-g"),
+            name,
+            home,
+        }
+    }
+
+    /// `montrace ARGS` as root with the `SUDO_*` variables of this user, as `sudo montrace` from
+    /// the user's shell would start it (sudo itself may not be installed), in `cwd`.
+    pub fn sudo_montrace(&self, cwd: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(reachable_montrace());
+        cmd.current_dir(cwd)
+            .args(args)
+            .env("SUDO_UID", self.uid.to_string())
+            .env("SUDO_GID", self.gid.to_string())
+            .env("SUDO_USER", &self.name)
+            .env("SUDO_COMMAND", "montrace");
+        cmd
+    }
+
+    /// A command run as this user (real and effective ids, no supplementary groups but its own).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        use std::os::unix::process::CommandExt as _;
+        let mut cmd = Command::new(program);
+        let gid = self.gid;
+        // SAFETY: setgroups is async-signal-safe; the data is copied before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(1, &gid) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.uid(self.uid).gid(self.gid);
+        cmd.env("HOME", &self.home).env("USER", &self.name);
+        cmd
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        // Processes the user left (a test that failed half-way) would block userdel.
+        let _ = Command::new("pkill").args(["-9", "-u", &self.name]).output();
+        let _ = Command::new("userdel").args(["-r", &self.name]).output();
+    }
+}

@@ -21,8 +21,7 @@ use crate::{
     tracker::{Clock, Tracker},
 };
 
-/// Exit status for a usage error (no such process).
-const EXIT_USAGE: i32 = 2;
+use crate::cli::EXIT_USAGE;
 
 pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     let started = (host::boottime_ns(), host::realtime_ns());
@@ -43,10 +42,17 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     }
     let offsets = btf::kernel_offsets(&btf::Btf::from_file(Path::new(btf::VMLINUX_BTF))?)?;
     let name = OsString::from(format!("attach-{}", comm.trim()));
-    let out_dir = run::create_out_dir(args.record.out.as_deref(), &name, started.1, None)?;
+    let out_dir = match run::create_out_dir(args.record.out.as_deref(), &name, started.1) {
+        Ok(dir) => dir,
+        Err(err @ run::OutDirError::NotEmpty(_)) => {
+            crate::say!("montrace: error: {err}");
+            return Ok(EXIT_USAGE);
+        }
+        Err(run::OutDirError::Other(err)) => return Err(err),
+    };
     let result = follow_attached(&args, &offsets, &out_dir, started);
     if result.is_err() && run::dir_is_empty(&out_dir) {
-        let _ = std::fs::remove_dir(&out_dir);
+        let _ = crate::userfs::remove_dir(&out_dir);
     }
     result
 }
@@ -116,12 +122,12 @@ fn follow_attached(
         reported.push(decode::decode(&item, host::page_size())?);
     }
     for event in &seen_only_in_proc(existing, &reported) {
-        recorder.on_event(event)?;
+        recorder.on_event(event);
         // Should its fork event come late after all, the kernel's record takes over.
         recorder.tracker.seen_in_proc(event.pid());
     }
     for event in &reported {
-        recorder.on_event(event)?;
+        recorder.on_event(event);
     }
 
     let signals = launch::signal_fd().context("creating the signal fd")?;
@@ -145,7 +151,7 @@ fn follow_attached(
     let lost = probes.lost()?;
     let (tracking_mode, ebpf_load_ms) = (probes.mode, Some(probes.load_ms));
     drop(probes);
-    let mut finished = recorder.finish()?;
+    let mut finished = recorder.finish();
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
     let breach = outcome.breach.clone();
     // Stopped by a limit: 124 like `run`; otherwise attach itself succeeded.
@@ -174,15 +180,9 @@ fn follow_attached(
         interval: args.record.interval,
         out_dir,
     });
-    run::write_run_info(
-        &info,
-        out_dir,
-        None,
-        !args.record.quiet,
-        !args.record.no_report,
-    )?;
+    run::write_run_info(&info, out_dir, !args.record.quiet, !args.record.no_report);
     let repetition: metrics::Repetition = info.repetition(".");
-    run::write_summary(out_dir, argv, 0, vec![repetition], breach, None)?;
+    run::write_summary(out_dir, argv, 0, vec![repetition], breach);
     Ok(exit_status)
 }
 

@@ -387,6 +387,7 @@ fn create_v2(root: PathBuf, offered: &[String], name: &str) -> Result<RunCgroup,
     let parent = root.join(PARENT);
     enable_controllers(&root, &wanted)?;
     make_dir(&parent, true)?;
+    remove_stale(&parent);
     enable_controllers(&parent, &wanted)?;
     let dir = parent.join(name);
     make_dir(&dir, false)?;
@@ -409,7 +410,10 @@ fn create_v1(
     for (mount, controllers) in hierarchies {
         let parent = mount.join(PARENT);
         let dir = parent.join(name);
-        let result = make_dir(&parent, true).and_then(|()| make_dir(&dir, false));
+        let result = make_dir(&parent, true).and_then(|()| {
+            remove_stale(&parent);
+            make_dir(&dir, false)
+        });
         if let Err(e) = result {
             // Undo the hierarchies already made; the error that stopped us is the one to report.
             for h in made.iter().rev() {
@@ -455,6 +459,35 @@ fn enable_controllers(dir: &Path, wanted: &[&'static str]) -> Result<(), CgroupE
         }
     }
     Ok(())
+}
+
+/// The pid in a run cgroup's name (`run-<pid>-<ns>`).
+fn run_pid(name: &str) -> Option<u32> {
+    name.strip_prefix("run-")?.split('-').next()?.parse().ok()
+}
+
+/// Removes the run cgroups under `parent` (`montrace/`) that a montrace killed before its end
+/// left behind: those whose montrace pid is gone, and that hold no process (the kernel refuses
+/// to remove one that does, and a tree that outlived its montrace keeps its cgroup). A pid in
+/// use again by another process keeps its leftover until that process is gone too.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(run_pid) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            if let Ok(0) = count_procs(&entry.path()) {
+                let _ = remove_cgroup_dir(&entry.path());
+            }
+        }
+    }
 }
 
 /// `mkdir`; `existing_ok` for the shared `montrace/` parent, not for a run's own directory.
@@ -921,6 +954,32 @@ mod tests {
         );
         assert!(RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "a/b").is_err());
         assert!(RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "..").is_err());
+    }
+
+    #[test]
+    fn leftovers_of_dead_montraces_are_removed_by_the_next_run() {
+        let (tmp, root) = fake_v2();
+        let first = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "run-1-1").unwrap();
+        let parent = root.join(PARENT);
+        // pid 4194305 is above the kernel's largest pid: that montrace is certainly gone.
+        let dead_empty = parent.join("run-4194305-7");
+        let dead_busy = parent.join("run-4194305-8");
+        let ours = parent.join(format!("run-{}-9", std::process::id()));
+        for dir in [&dead_empty, &dead_busy, &ours] {
+            fs::create_dir(dir).unwrap();
+            write(&dir.join("cgroup.procs"), "");
+        }
+        write(&dead_busy.join("cgroup.procs"), "4242\n");
+        let second = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "run-2-2").unwrap();
+        assert!(
+            !dead_empty.exists(),
+            "an empty leftover of a dead montrace is removed"
+        );
+        assert!(dead_busy.exists(), "a leftover that holds a process stays");
+        assert!(ours.exists(), "a live montrace's cgroup stays");
+        // pid 1 is alive: its cgroup is not a leftover.
+        assert!(parent.join("run-1-1").exists());
+        drop((first, second));
     }
 
     #[test]

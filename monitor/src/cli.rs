@@ -7,6 +7,9 @@ use crate::ebpf::TracepointChoice;
 use crate::sampler::MemoryDetail;
 use crate::units;
 
+/// Exit status for a usage error: bad arguments, a missing or unusable input, an `--out` that
+/// already holds files.
+pub const EXIT_USAGE: i32 = 2;
 /// Exit status of montrace when it fails itself (before or instead of the command's own).
 pub const EXIT_MONTRACE_FAILED: i32 = 125;
 /// The command exists but could not be executed (as in POSIX shells).

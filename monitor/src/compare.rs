@@ -27,7 +27,7 @@ use crate::{
 pub const EXIT_REGRESSED: i32 = 1;
 /// Exit status for usage errors (missing or unreadable inputs, different commands, bad `--max`),
 /// as clap uses for its own.
-pub const EXIT_USAGE: i32 = 2;
+pub use crate::cli::EXIT_USAGE;
 
 /// Version of the `--format json` layout.
 pub const COMPARE_JSON_VERSION: u32 = 1;

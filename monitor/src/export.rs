@@ -11,7 +11,6 @@
 //!   empty field, quoting as RFC 4180.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
@@ -27,7 +26,7 @@ use crate::report::load::{self, RunData, GPU_COLUMNS};
 use crate::report::model::exit_text;
 
 /// Exit status for a missing or invalid run directory.
-pub const EXIT_USAGE: i32 = 2;
+pub use crate::cli::EXIT_USAGE;
 
 /// `montrace export RUN_DIR --format perfetto|csv [--out PATH]`.
 pub fn export_main(args: ExportArgs) -> anyhow::Result<i32> {
@@ -64,15 +63,23 @@ pub fn write_perfetto(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
         ".{}.tmp",
         out.file_name().unwrap_or_default().to_string_lossy()
     ));
-    let file = File::create(&temp).with_context(|| format!("cannot create {}", temp.display()))?;
-    let mut writer = BufWriter::new(file);
-    serde_json::to_writer(&mut writer, &trace)
-        .map_err(anyhow::Error::from)
-        .and_then(|()| writer.flush().map_err(anyhow::Error::from))
-        .with_context(|| format!("cannot write {}", temp.display()))?;
-    drop(writer);
-    std::fs::rename(&temp, out)
-        .with_context(|| format!("cannot rename {} to {}", temp.display(), out.display()))
+    let written = (|| {
+        let file = crate::userfs::create_replacing(&temp)
+            .with_context(|| format!("cannot create {}", temp.display()))?;
+        let mut writer = BufWriter::new(file);
+        serde_json::to_writer(&mut writer, &trace)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| writer.flush().map_err(anyhow::Error::from))
+            .with_context(|| format!("cannot write {}", temp.display()))?;
+        drop(writer);
+        crate::userfs::rename(&temp, out)
+            .with_context(|| format!("cannot rename {} to {}", temp.display(), out.display()))
+    })();
+    if written.is_err() {
+        // No half-written leftover.
+        let _ = crate::userfs::remove_file(&temp);
+    }
+    written
 }
 
 /// Above the kernel's largest pid (`PID_MAX_LIMIT`, 2^22): stand-in ids for reused pids.
@@ -293,7 +300,7 @@ pub struct CsvFile {
 
 /// Writes one CSV per table of `run_dir` into `out_dir` (created if needed).
 pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>> {
-    std::fs::create_dir_all(out_dir)
+    crate::userfs::create_dir_all(out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let mut written = Vec::new();
     for table in load::table_names(run_dir) {
@@ -303,16 +310,40 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
         }
         let path = out_dir.join(format!("{table}.csv"));
         let temp = out_dir.join(format!(".{table}.csv.tmp"));
-        let file =
-            File::create(&temp).with_context(|| format!("cannot create {}", temp.display()))?;
+        let result = write_csv_table(&files, &temp, &path);
+        if result.is_err() {
+            // No half-written leftover.
+            let _ = crate::userfs::remove_file(&temp);
+        }
+        let (rows, skipped) = result?;
+        written.push(CsvFile {
+            table,
+            path,
+            rows,
+            skipped_columns: skipped,
+        });
+    }
+    Ok(written)
+}
+
+/// One table's files as CSV into `temp`, renamed to `path` once complete; returns the rows
+/// written and the columns left empty.
+fn write_csv_table(
+    files: &[PathBuf],
+    temp: &Path,
+    path: &Path,
+) -> anyhow::Result<(u64, Vec<String>)> {
+    {
+        let file = crate::userfs::create_replacing(temp)
+            .with_context(|| format!("cannot create {}", temp.display()))?;
         let mut w = BufWriter::new(file);
         let mut header_done = false;
         let mut rows = 0;
         let mut skipped = Vec::new();
         // The header comes from the schema, so an empty table still has one.
-        for source in &files {
-            let f =
-                File::open(source).with_context(|| format!("cannot open {}", source.display()))?;
+        for source in files {
+            let f = crate::userfs::open(source)
+                .with_context(|| format!("cannot open {}", source.display()))?;
             let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
                 .with_context(|| format!("cannot read {}", source.display()))?;
             if !header_done {
@@ -336,16 +367,10 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
         w.flush()
             .with_context(|| format!("cannot write {}", temp.display()))?;
         drop(w);
-        std::fs::rename(&temp, &path)
+        crate::userfs::rename(temp, path)
             .with_context(|| format!("cannot rename {} to {}", temp.display(), path.display()))?;
-        written.push(CsvFile {
-            table,
-            path,
-            rows,
-            skipped_columns: skipped,
-        });
+        Ok((rows, skipped))
     }
-    Ok(written)
 }
 
 /// One CSV field: quoted when it holds a comma, a quote, a line break, or edge spaces.
@@ -506,7 +531,7 @@ mod tests {
     }
 
     fn parquet_rows(path: &Path) -> u64 {
-        let f = File::open(path).unwrap();
+        let f = std::fs::File::open(path).unwrap();
         let b = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
         b.metadata().file_metadata().num_rows() as u64
     }

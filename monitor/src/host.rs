@@ -1,6 +1,6 @@
 //! Small reads of the host: clocks, uname, page size, capabilities, /proc start times, and
 //! handing files back to the invoking user.
-use std::{io, os::unix::ffi::OsStrExt, path::Path};
+use std::io;
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     // SAFETY: zeroed timespec is a valid out-parameter.
@@ -168,21 +168,6 @@ pub fn can_load_ebpf() -> bool {
     const CAP_PERFMON: u64 = 1 << 38;
     const CAP_BPF: u64 = 1 << 39;
     caps & CAP_SYS_ADMIN != 0 || (caps & CAP_BPF != 0 && caps & CAP_PERFMON != 0)
-}
-
-/// Gives `path` (and, for a directory, everything under it) to uid:gid.
-pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
-    // SAFETY: valid C string.
-    if unsafe { libc::lchown(c.as_ptr(), uid, gid) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if path.is_dir() && !path.is_symlink() {
-        for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path(), uid, gid)?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -200,7 +200,8 @@ pub fn spawn_held(
     let (status_r, status_w) = pipe().context("creating the exec status pipe")?;
 
     // SAFETY: after fork the child only calls async-signal-safe functions (read, write,
-    // sigprocmask, setrlimit, setgroups, setgid, setuid, execve, _exit) on data prepared above.
+    // sigprocmask, setrlimit, setgroups, setgid, setuid, execve, _exit, close) on data prepared
+    // above.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(io::Error::last_os_error()).context("fork failed");
@@ -210,6 +211,7 @@ pub fn spawn_held(
         unsafe {
             child_after_fork(
                 barrier_r.as_raw_fd(),
+                barrier_w.as_raw_fd(),
                 status_w.as_raw_fd(),
                 child_sigmask,
                 open_files_limit.as_ref(),
@@ -229,12 +231,15 @@ pub fn spawn_held(
     })
 }
 
-/// What the forked child does: wait for the go, become the user, exec. A failure is reported
+/// What the forked child does: wait for the go, become the user, exec. If montrace goes away
+/// before the go (it failed, or was killed), the barrier reads EOF and the child exits with 125
+/// without running anything. A failure is reported
 /// to the parent as (stage, errno) through the close-on-exec status pipe. `open_files_limit`:
 /// RLIMIT_NOFILE as montrace found it, before it raised its own.
 #[allow(clippy::too_many_arguments)]
 unsafe fn child_after_fork(
     barrier: libc::c_int,
+    barrier_parent_end: libc::c_int,
     status: libc::c_int,
     sigmask: &libc::sigset_t,
     open_files_limit: Option<&libc::rlimit>,
@@ -243,6 +248,10 @@ unsafe fn child_after_fork(
     argv: &[*const libc::c_char],
     env: &[*const libc::c_char],
 ) -> ! {
+    // The parent's end of the barrier, inherited through fork: while the child holds it, the
+    // barrier never reads EOF, and a child whose montrace died would wait forever (holding
+    // montrace's eBPF programs and ring buffer, which it inherited too, until exec closes them).
+    libc::close(barrier_parent_end);
     let fail = |stage: u8, code: i32| -> ! {
         let errno = *libc::__errno_location();
         let mut msg = [0u8; 5];
@@ -423,10 +432,16 @@ pub fn read_signals(fd: &OwnedFd) -> Vec<Received> {
 
 /// Sends `signal` to each pid, in the order given (callers pass parents before children, so a
 /// parent cannot see a child die and carry on before its own signal arrives); ones already gone
-/// are ignored.
+/// are ignored. A terminating signal is followed by SIGCONT: a stopped process acts on SIGTERM
+/// only once it runs again, and would otherwise hold the run open until someone continues it.
 pub fn kill_all(pids: &[u32], signal: i32) {
+    let continue_after = matches!(signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP);
     for &pid in pids {
         // SAFETY: plain syscall; ESRCH for a process that just exited is fine.
         unsafe { libc::kill(pid as libc::pid_t, signal) };
+        if continue_after {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        }
     }
 }

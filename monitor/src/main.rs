@@ -1,21 +1,55 @@
 use clap::Parser as _;
 use monitor::cli::{Cli, Command, EXIT_MONTRACE_FAILED};
+use monitor::userfs;
 
 fn main() {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Run(args) => monitor::run::run(args),
-        Command::Attach(args) => monitor::attach::attach_main(args),
-        Command::Compare(args) => monitor::compare::compare_main(args),
-        Command::Mark(args) => monitor::marks::mark_main(args),
-        Command::Report(args) => monitor::report::report_main(args),
-        Command::Export(args) => monitor::export::export_main(args),
-    };
+    let result = take_owner(&cli.command).and_then(|()| dispatch(cli.command));
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            monitor::say!("montrace: error: {err:#}");
+            monitor::say!("montrace: error: {}", monitor::term::error_line(&err));
             std::process::exit(EXIT_MONTRACE_FAILED);
         }
     }
+}
+
+fn dispatch(command: Command) -> anyhow::Result<i32> {
+    match command {
+        Command::Run(args) => monitor::run::run(args),
+        Command::Attach(args) => monitor::attach::attach_main(args),
+        // These need no privilege at all: under sudo they run with the user's filesystem
+        // identity throughout, so every path they are given is opened as the user would.
+        Command::Compare(args) => as_user(|| monitor::compare::compare_main(args)),
+        Command::Report(args) => as_user(|| monitor::report::report_main(args)),
+        Command::Export(args) => as_user(|| monitor::export::export_main(args)),
+        Command::Mark(args) => monitor::marks::mark_main(args),
+    }
+}
+
+/// Under sudo, the invoking user owns every file montrace reads or writes for them (see
+/// `userfs`), unless `run --as-root` hands the whole run to root.
+fn take_owner(command: &Command) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || matches!(command, Command::Run(args) if args.as_root) {
+        return Ok(());
+    }
+    if let Some(id) = monitor::launch::sudo_identity()? {
+        userfs::set_owner(userfs::Owner {
+            uid: id.uid,
+            gid: id.gid,
+            groups: id.groups,
+        })?;
+    }
+    Ok(())
+}
+
+fn as_user(f: impl FnOnce() -> anyhow::Result<i32>) -> anyhow::Result<i32> {
+    let mut result = None;
+    userfs::as_user(|| {
+        result = Some(f());
+        Ok(())
+    })?;
+    result.expect("as_user ran the command")
 }

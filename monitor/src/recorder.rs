@@ -1,6 +1,11 @@
 //! The recorder: where a run's data goes. Kernel events (or, without eBPF, events synthesized
 //! from /proc) and /proc sweeps come in; rows go out to the crash-safe tables as they are made,
 //! and the running totals that run.json, the summary and `--limit` need are kept up to date.
+//!
+//! Recording never ends the run: when a write fails (a full disk, a removed directory), the
+//! recorder says so once, writes nothing more (what reached the disk stays readable), and goes on
+//! following the tree, so that montrace still supervises the command to its end and exits with
+//! its status. A panic inside a recorder call ([`Recorder::guarded`]) stops recording likewise.
 use std::{collections::HashMap, path::Path, time::Duration};
 
 /// Longest time USS/PSS/swap of a process whose RSS did not move are repeated without reading
@@ -56,6 +61,12 @@ pub struct Recorder<'g> {
     page_size: u64,
     root_pid: u32,
     exec_time_boot_ns: Option<u64>,
+    /// Why recording stopped, once it has: no row is written after that.
+    failure: Option<String>,
+    /// A recorder call panicked: its state cannot be trusted, so it is not called again.
+    broken: bool,
+    /// Ring-buffer records that could not be decoded (said once).
+    bad_records: u64,
 }
 
 impl<'g> Recorder<'g> {
@@ -122,18 +133,80 @@ impl<'g> Recorder<'g> {
             page_size: host::page_size(),
             root_pid,
             exec_time_boot_ns: None,
+            failure: None,
+            broken: false,
+            bad_records: 0,
         })
+    }
+
+    /// Why recording stopped, if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// A recorder call panicked: only the command's own end is waited for now.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Stops recording (the first reason is kept and said once); the tree is still followed.
+    pub fn stop_recording(&mut self, why: &str) {
+        if self.failure.is_none() {
+            crate::say!(
+                "montrace: error: recording stopped: {why}. What was written so far stays in the \
+                 run directory; montrace goes on supervising the command and exits with its status"
+            );
+            self.failure = Some(why.to_owned());
+        }
+    }
+
+    /// Runs `f` (a call into the recorder from the run loop), catching a panic: that stops
+    /// recording for good, and None is returned, as it is for every call after it.
+    pub fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> Option<T> {
+        if self.broken {
+            return None;
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))) {
+            Ok(value) => Some(value),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown".into());
+                self.broken = true;
+                self.stop_recording(&format!("internal error (a panic: {what})"));
+                None
+            }
+        }
+    }
+
+    /// One write into the tables, unless recording has stopped; a failure stops it.
+    fn write(&mut self, f: impl FnOnce(&mut Self) -> Result<(), writer::WriteError>) {
+        if self.failure.is_some() {
+            return;
+        }
+        if let Err(err) = f(self) {
+            self.stop_recording(&err.to_string());
+        }
     }
 
     /// One ring-buffer record: the tree changes, an event row is written, and a process that
     /// ended leaves its exit figures as its last sample.
-    pub fn on_record(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        let event = decode::decode(bytes, self.page_size)?;
-        self.on_event(&event)
+    pub fn on_record(&mut self, bytes: &[u8]) {
+        match decode::decode(bytes, self.page_size) {
+            Ok(event) => self.on_event(&event),
+            Err(err) => {
+                self.bad_records += 1;
+                if self.bad_records == 1 {
+                    crate::say!("montrace: warning: an event from the kernel was skipped: {err}");
+                }
+            }
+        }
     }
 
     /// One lifecycle event, from the kernel or synthesized by polling.
-    pub fn on_event(&mut self, event: &KernelEvent) -> anyhow::Result<()> {
+    pub fn on_event(&mut self, event: &KernelEvent) {
         if let KernelEvent::Exec { pid, time_ns, .. } = event {
             if *pid == self.root_pid && self.exec_time_boot_ns.is_none() {
                 self.exec_time_boot_ns = Some(*time_ns);
@@ -142,20 +215,21 @@ impl<'g> Recorder<'g> {
         let row = self.tracker.apply(event);
         if let Some(figures) = self.tracker.take_last_exit() {
             let previous = self.previous.remove(&(row.pid, row.start_time_ns));
-            self.samples.push(rates::exit_sample(
+            let exit = rates::exit_sample(
                 row.pid,
                 &figures,
                 row.time_ns,
                 row.start_time_ns,
                 previous.as_ref(),
-            ))?;
+            );
+            self.write(|r| r.samples.push(exit));
             self.sample_rows += 1;
         }
-        self.events.push(row)?;
+        self.write(|r| r.events.push(row));
         self.store_finished()
     }
 
-    pub fn store_finished(&mut self) -> anyhow::Result<()> {
+    pub fn store_finished(&mut self) {
         for record in self.tracker.take_finished() {
             self.previous.remove(&(record.pid, record.start_time_ns));
             self.smaps.remove(&(record.pid, record.start_time_ns));
@@ -167,13 +241,12 @@ impl<'g> Recorder<'g> {
                 gpu.on_exit(record.pid, record.start_time_ns, end);
             }
             self.totals.add(&record);
-            self.processes.push(record)?;
+            self.write(|r| r.processes.push(record));
         }
-        Ok(())
     }
 
     /// One sweep: every live process of the tree and the system, stamped with one time.
-    pub fn sample(&mut self) -> anyhow::Result<()> {
+    pub fn sample(&mut self) {
         let clock = self.tracker.clock();
         let now = host::realtime_ns();
         let mut sweep = Vec::new();
@@ -236,41 +309,36 @@ impl<'g> Recorder<'g> {
         self.last_sweep_rss = Some(sweep.iter().filter_map(|s| s.rss_bytes).sum());
         self.last_sweep_cpu_percent = Some(sweep.iter().filter_map(|s| s.cpu_percent).sum());
         self.sample_rows += sweep.len() as u64;
-        for sample in sweep {
-            self.samples.push(sample)?;
-        }
-        if let (Some(gpu), Some(devices), Some(processes)) = (
-            self.gpu.as_deref_mut(),
-            &mut self.gpu_table,
-            &mut self.gpu_processes,
-        ) {
+        self.write(|r| sweep.into_iter().try_for_each(|s| r.samples.push(s)));
+        if let Some(gpu) = self.gpu.as_deref_mut() {
             let tracker = &self.tracker;
             let (device_rows, process_rows) = gpu.sample(now, |pid| tracker.start_time_of(pid));
-            for row in device_rows {
-                devices.push(row)?;
-            }
-            for row in process_rows {
-                processes.push(row)?;
-            }
+            self.write(|r| {
+                if let (Some(devices), Some(processes)) = (&mut r.gpu_table, &mut r.gpu_processes) {
+                    device_rows
+                        .into_iter()
+                        .try_for_each(|row| devices.push(row))?;
+                    process_rows
+                        .into_iter()
+                        .try_for_each(|row| processes.push(row))?;
+                }
+                Ok(())
+            });
         }
         match self.reader.read_system() {
             Ok(reading) => {
-                self.system.push(rates::system_sample(
-                    &reading,
-                    now,
-                    self.previous_system.as_ref(),
-                ))?;
+                let row = rates::system_sample(&reading, now, self.previous_system.as_ref());
+                self.write(|r| r.system.push(row));
                 self.previous_system = Some(reading);
             }
             Err(err) => crate::say!("montrace: warning: {err}"),
         }
-        Ok(())
     }
 
     /// Phase marks the command sent; a mark from a process of the tree carries its start time.
-    pub fn on_marks(&mut self, marks: Vec<crate::marks::ReceivedMark>) -> anyhow::Result<()> {
+    pub fn on_marks(&mut self, marks: Vec<crate::marks::ReceivedMark>) {
         for mark in marks {
-            self.marks.push(crate::model::MarkRecord {
+            let row = crate::model::MarkRecord {
                 time_ns: mark.time_ns,
                 pid: mark.pid,
                 start_time_ns: self.tracker.start_time_of(mark.pid).or_else(|| {
@@ -282,52 +350,88 @@ impl<'g> Recorder<'g> {
                 }),
                 label: mark.label,
                 kind: mark.kind,
-            })?;
+            };
+            self.write(|r| r.marks.push(row));
         }
-        Ok(())
     }
 
-    pub fn flush(&mut self) -> anyhow::Result<()> {
-        if let Some(table) = &mut self.gpu_table {
-            table.flush()?;
-        }
-        if let Some(table) = &mut self.gpu_processes {
-            table.flush()?;
-        }
-        self.marks.flush()?;
-        self.events.flush()?;
-        self.processes.flush()?;
-        self.samples.flush()?;
-        self.system.flush()?;
-        Ok(())
+    pub fn flush(&mut self) {
+        self.write(|r| {
+            if let Some(table) = &mut r.gpu_table {
+                table.flush()?;
+            }
+            if let Some(table) = &mut r.gpu_processes {
+                table.flush()?;
+            }
+            r.marks.flush()?;
+            r.events.flush()?;
+            r.processes.flush()?;
+            r.samples.flush()?;
+            r.system.flush()
+        });
     }
 
-    /// Writes the processes still alive and closes every table into its final file.
-    pub fn finish(mut self) -> anyhow::Result<Finished> {
+    /// Writes the processes still alive and closes every table into its final file. After a
+    /// failure (recording stopped) nothing more is written: the parts on disk are the record.
+    pub fn finish(mut self) -> Finished {
         let max_concurrent = self.tracker.max_concurrent();
         let vanished = self.tracker.vanished_count();
         let started = self.tracker.processes_started();
-        for record in self.tracker.finish() {
-            self.totals.add(&record);
-            self.processes.push(record)?;
-        }
-        self.events.finish()?;
-        self.processes.finish()?;
-        self.samples.finish()?;
-        self.system.finish()?;
-        self.marks.finish()?;
-        let gpu = match (self.gpu.as_deref_mut(), self.gpu_table, self.gpu_processes) {
-            (Some(gpu), Some(devices), Some(mut processes)) => {
-                for row in gpu.finish(host::realtime_ns()) {
-                    processes.push(row)?;
-                }
-                devices.finish()?;
-                processes.finish()?;
-                Some(gpu.summary())
+        if !self.broken {
+            let clock = self.tracker.clock();
+            let tracker = std::mem::replace(&mut self.tracker, Tracker::new(clock));
+            for record in tracker.finish() {
+                self.totals.add(&record);
+                self.write(|r| r.processes.push(record));
             }
-            _ => None,
-        };
-        Ok(Finished {
+        }
+        let gpu_rows = self
+            .gpu
+            .as_deref_mut()
+            .filter(|_| !self.broken)
+            .map(|gpu| gpu.finish(host::realtime_ns()));
+        let gpu_summary = self.gpu.as_deref().map(GpuMonitor::summary);
+        let Recorder {
+            events,
+            processes,
+            samples,
+            system,
+            marks,
+            gpu_table,
+            gpu_processes,
+            mut failure,
+            ..
+        } = self;
+        if failure.is_none() {
+            let closed = (|| {
+                events.finish()?;
+                processes.finish()?;
+                samples.finish()?;
+                system.finish()?;
+                marks.finish()?;
+                if let (Some(devices), Some(mut gpu_processes)) = (gpu_table, gpu_processes) {
+                    for row in gpu_rows.into_iter().flatten() {
+                        gpu_processes.push(row)?;
+                    }
+                    devices.finish()?;
+                    gpu_processes.finish()?;
+                }
+                Ok::<(), writer::WriteError>(())
+            })();
+            if let Err(err) = closed {
+                crate::say!(
+                    "montrace: error: the run's tables could not be closed: {err}. Their parts \
+                     (`*.parts/*.parquet`) hold every row flushed"
+                );
+                failure = Some(err.to_string());
+            }
+        } else {
+            // Dropped without `finish`: what is buffered is flushed if it can be (errors
+            // ignored), the parts stay.
+            drop((events, processes, samples, system, marks));
+        }
+        let gpu = gpu_summary;
+        Finished {
             gpu,
             max_concurrent,
             vanished,
@@ -336,7 +440,8 @@ impl<'g> Recorder<'g> {
             memory_peaks: self.memory_peaks,
             sample_rows: self.sample_rows,
             exec_time_boot_ns: self.exec_time_boot_ns,
-        })
+            recording_error: failure,
+        }
     }
 }
 
@@ -350,6 +455,8 @@ pub struct Finished {
     pub memory_peaks: summary::TreeMemoryPeaks,
     pub sample_rows: u64,
     pub exec_time_boot_ns: Option<u64>,
+    /// Why recording stopped before the end, if it did (see the module's doc).
+    pub recording_error: Option<String>,
 }
 
 #[cfg(test)]
@@ -404,7 +511,7 @@ mod tests {
         assert_eq!(usage.tree_gpu_memory_bytes, None, "no GPU sample yet");
         assert_eq!(first_breach(&[limit], &usage), None);
 
-        recorder.sample().unwrap();
+        recorder.sample();
         let usage = recorder.usage(Duration::from_secs(1));
         assert_eq!(usage.tree_gpu_memory_bytes, Some(3 << 30));
         assert_eq!(

@@ -29,7 +29,7 @@ use crate::{
     recorder::Recorder,
     summary::{self, RunInfo},
     tracker::{Clock, Tracker},
-    units,
+    units, userfs,
 };
 
 /// What the event loop learnt.
@@ -86,12 +86,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         launch::sudo_identity()?
     };
 
-    let out_dir = create_out_dir(
-        args.record.out.as_deref(),
-        &program,
-        started_wall_ns,
-        identity.as_ref(),
-    )?;
+    let out_dir = match create_out_dir(args.record.out.as_deref(), &program, started_wall_ns) {
+        Ok(dir) => dir,
+        Err(err @ OutDirError::NotEmpty(_)) => {
+            crate::say!("montrace: error: {err}");
+            return Ok(crate::cli::EXIT_USAGE);
+        }
+        Err(OutDirError::Other(err)) => return Err(err),
+    };
     let offsets = offsets.as_ref();
     let result = if args.repeat == 1 && args.warmup == 0 {
         record(
@@ -105,17 +107,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             (started_boot_ns, started_wall_ns),
             !args.record.quiet,
         )
-        .and_then(|info| {
+        .map(|info| {
             let breach = info.limit_breach.clone();
+            // The command's status is montrace's last word, summary.json or not.
             write_summary(
                 &out_dir,
                 command_argv(&args),
                 0,
                 vec![info.repetition(".")],
                 breach,
-                identity.as_ref(),
-            )?;
-            Ok(info.exit_status)
+            );
+            info.exit_status
         })
     } else {
         repeat(
@@ -130,7 +132,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     };
     if result.is_err() && dir_is_empty(&out_dir) {
         // Nothing was recorded: leave no litter behind.
-        let _ = std::fs::remove_dir(&out_dir);
+        let _ = userfs::remove_dir(&out_dir);
     }
     result
 }
@@ -157,7 +159,7 @@ fn repeat(
             format!("rep-{:03}", i - args.warmup + 1)
         };
         let dir = out_dir.join(&name);
-        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        userfs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let info = record(
             args,
             executable,
@@ -196,8 +198,7 @@ fn repeat(
                 args.warmup as usize,
                 repetitions,
                 breach,
-                identity,
-            )?;
+            );
             return Ok(info.exit_status);
         }
     }
@@ -207,8 +208,7 @@ fn repeat(
         args.warmup as usize,
         repetitions,
         None,
-        identity,
-    )?;
+    );
     if !args.record.quiet {
         crate::say_raw!(
             "{}",
@@ -218,14 +218,15 @@ fn repeat(
     Ok(summary.exit_status)
 }
 
+/// Writes summary.json (with the user's identity, see `userfs`). A failure is said, not
+/// returned: the command has run, and its status stays montrace's exit status.
 pub(crate) fn write_summary(
     out_dir: &Path,
     argv: Vec<String>,
     warmup: usize,
     repetitions: Vec<metrics::Repetition>,
     breach: Option<metrics::LimitBreach>,
-    identity: Option<&Identity>,
-) -> anyhow::Result<metrics::Summary> {
+) -> metrics::Summary {
     let summary = metrics::Summary::new(
         shell_words(&argv),
         argv,
@@ -235,12 +236,13 @@ pub(crate) fn write_summary(
         breach,
     );
     let path = out_dir.join(metrics::SUMMARY_FILE);
-    std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    if let Some(id) = identity {
-        host::chown_tree(out_dir, id.uid, id.gid)?;
+    let written = serde_json::to_string_pretty(&summary)
+        .map_err(std::io::Error::other)
+        .and_then(|json| userfs::write_atomic(&path, (json + "\n").as_bytes()));
+    if let Err(err) = written {
+        crate::say!("montrace: error: cannot write {}: {err}", path.display());
     }
-    Ok(summary)
+    summary
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -395,18 +397,35 @@ fn record(
         stop_after: None,
         started_boot_ns,
     };
-    let outcome = runtime.block_on(follow(source, signals, marks, &mut recorder, &cfg))?;
+    let outcome = match runtime.block_on(follow(source, signals, marks, &mut recorder, &cfg)) {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            // The command is still montrace's to supervise: record no more, wait for it.
+            recorder.stop_recording(&format!("{err:#}"));
+            let wait_status =
+                launch::wait_status(root_pid).unwrap_or(crate::cli::EXIT_MONTRACE_FAILED << 8);
+            Outcome {
+                wait_status,
+                linger_expired: false,
+                signals_forwarded: Vec::new(),
+                breach: None,
+                stopped_by_signal: None,
+            }
+        }
+    };
     let end_wall_ns = host::realtime_ns();
     let end_boot_ns = host::boottime_ns();
-    let lost = probes
-        .as_ref()
-        .map(Probes::lost)
-        .transpose()?
-        .unwrap_or_default();
+    let lost = match probes.as_ref().map(Probes::lost).transpose() {
+        Ok(lost) => lost.unwrap_or_default(),
+        Err(err) => {
+            crate::say!("montrace: warning: cannot read the lost-event counters: {err:#}");
+            Default::default()
+        }
+    };
     let tracking_mode = probes.as_ref().map_or(TrackingMode::Polling, |p| p.mode);
     let ebpf_load_ms = probes.as_ref().map(|p| p.load_ms);
     drop(probes);
-    let mut finished = recorder.finish()?;
+    let mut finished = recorder.finish();
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
     let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
     close_cgroup(cgroup, &mut cgroup_report, tree_cpu);
@@ -439,13 +458,7 @@ fn record(
         interval: args.record.interval,
         out_dir,
     });
-    write_run_info(
-        &info,
-        out_dir,
-        identity,
-        print_summary,
-        !args.record.no_report,
-    )?;
+    write_run_info(&info, out_dir, print_summary, !args.record.no_report);
     Ok(info)
 }
 
@@ -537,40 +550,39 @@ pub(crate) fn build_run_info(e: Ended<'_>) -> RunInfo {
         signals_forwarded: e.outcome.signals_forwarded,
         limit_breach: e.outcome.breach,
         out_dir: e.out_dir.display().to_string(),
+        recording_error: finished.recording_error,
     }
 }
 
-/// Writes run.json, hands the run directory to the invoking user, prints the summary.
-pub(crate) fn write_run_info(
-    info: &RunInfo,
-    out_dir: &Path,
-    identity: Option<&Identity>,
-    print_summary: bool,
-    report: bool,
-) -> anyhow::Result<()> {
-    let json = serde_json::to_string_pretty(info)? + "\n";
+/// Writes run.json and the report (with the user's identity, see `userfs`), prints the summary.
+/// Failures are said, not returned: the command has run, and its status stays montrace's exit
+/// status.
+pub(crate) fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, report: bool) {
     let run_json = out_dir.join("run.json");
-    std::fs::write(&run_json, json)
-        .with_context(|| format!("cannot write {}", run_json.display()))?;
-    if report {
+    let written = serde_json::to_string_pretty(info)
+        .map_err(std::io::Error::other)
+        .and_then(|json| userfs::write_atomic(&run_json, (json + "\n").as_bytes()));
+    if let Err(err) = &written {
+        crate::say!(
+            "montrace: error: cannot write {}: {err}",
+            run_json.display()
+        );
+    }
+    if report && written.is_ok() && info.recording_error.is_none() {
         // The data is on disk already: a report that fails is a warning, not a failed run.
         if let Err(err) =
             crate::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe")
         {
             crate::say!(
-                "montrace: warning: no report for {}: {err:#}",
-                out_dir.display()
+                "montrace: warning: no report for {}: {}",
+                out_dir.display(),
+                crate::term::error_line(&err)
             );
         }
-    }
-    if let Some(id) = identity {
-        host::chown_tree(out_dir, id.uid, id.gid)
-            .with_context(|| format!("cannot hand {} to uid {}", out_dir.display(), id.uid))?;
     }
     if print_summary {
         crate::say_raw!("{}", summary::format_summary(info));
     }
-    Ok(())
 }
 
 /// Follows the tree until the command has exited and every tracked process is gone (or the
@@ -681,23 +693,22 @@ pub(crate) async fn follow(
     liveness_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     /// Takes in every lifecycle event available now. Polling may also find the command
-    /// reaped, and returns its wait status then.
+    /// reaped, and returns its wait status then. Recorder calls are guarded: a panic stops
+    /// recording, never the supervision of the command.
     fn drain(
         ring: &mut Option<AsyncFd<RingBuf<MapData>>>,
         poller: &mut Option<Poller>,
         recorder: &mut Recorder<'_>,
         root_pid: u32,
-    ) -> anyhow::Result<Option<i32>> {
+    ) -> Option<i32> {
         if let Some(ring) = ring {
             let ring = ring.get_mut();
             while let Some(item) = ring.next() {
-                recorder.on_record(&item)?;
+                recorder.guarded(|r| r.on_record(&item));
             }
-            return Ok(None);
+            return None;
         }
-        let Some(poller) = poller else {
-            return Ok(None);
-        };
+        let poller = poller.as_mut()?;
         let now = host::boottime_ns();
         let mut root_status = None;
         // Scan, reap, and scan again after a reap: a process reaped now may have forked a child
@@ -705,39 +716,44 @@ pub(crate) async fn follow(
         // could look empty.
         loop {
             let (events, vanished) = poller.scan(now);
-            for event in &events {
-                recorder.on_event(event)?;
-            }
-            for gone in vanished {
-                recorder
-                    .tracker
-                    .ended_unobserved(gone.pid, now, &gone.figures, gone.exit_code);
-            }
+            recorder.guarded(|r| {
+                for event in &events {
+                    r.on_event(event);
+                }
+                for gone in vanished {
+                    r.tracker
+                        .ended_unobserved(gone.pid, now, &gone.figures, gone.exit_code);
+                }
+            });
             let (exits, status) = poller.reap(root_pid, now);
-            for event in &exits {
-                recorder.on_event(event)?;
-            }
+            recorder.guarded(|r| exits.iter().for_each(|event| r.on_event(event)));
             root_status = root_status.or(status);
             if exits.is_empty() {
                 break;
             }
         }
-        recorder.store_finished()?;
-        Ok(root_status)
+        recorder.guarded(Recorder::store_finished);
+        root_status
     }
 
+    // Interrupting signals (SIGINT, SIGTERM, SIGHUP) received so far: the second sends SIGTERM
+    // to the whole tree, the third SIGKILL (see `escalation`).
+    let mut interrupts = 0u32;
+    let mut root_exited_at: Option<tokio::time::Instant> = None;
+    let mut said_lingering = false;
     // The command was reaped: from now on only its descendants keep the run going.
     macro_rules! root_exited {
         ($status:expr) => {{
             outcome.wait_status = $status;
             root_done = true;
+            root_exited_at = Some(tokio::time::Instant::now());
             deadline = cfg.linger.map(|d| tokio::time::Instant::now() + d);
         }};
     }
     // Takes in the events available now (polling may reap the command on the way).
     macro_rules! take_in {
         () => {
-            if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid)? {
+            if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid) {
                 root_exited!(status);
             }
         };
@@ -749,7 +765,7 @@ pub(crate) async fn follow(
                 let mut guard = guard?;
                 let ring = guard.get_inner_mut();
                 while let Some(item) = ring.next() {
-                    recorder.on_record(&item)?;
+                    recorder.guarded(|r| r.on_record(&item));
                 }
                 guard.clear_ready();
             }
@@ -760,16 +776,32 @@ pub(crate) async fn follow(
                 if !cfg.root_is_child && !received.is_empty() {
                     // Attached to someone else's processes: Ctrl-C stops watching them.
                     outcome.stopped_by_signal = received.first().map(|r| r.signal);
-                    drain(&mut ring, &mut poller, recorder, root_pid)?;
+                    drain(&mut ring, &mut poller, recorder, root_pid);
                     outcome.linger_expired = recorder.tracker.live_count() > 0;
                     break;
                 }
                 for received in received {
-                    // A terminal's Ctrl-C already reached the command's process group; a signal
-                    // sent to montrace itself (kill, a CI runner's timeout) is passed on.
-                    if !received.from_terminal {
-                        launch::kill_all(&recorder.tracker.live_pids(), received.signal);
-                        outcome.signals_forwarded.push(received.signal);
+                    interrupts += 1;
+                    let pids = recorder.tracker.live_pids();
+                    match escalation(interrupts, received) {
+                        Some(signal) if signal == received.signal => {
+                            // A signal sent to montrace itself (kill, a CI runner's timeout) is
+                            // passed on.
+                            launch::kill_all(&pids, signal);
+                            outcome.signals_forwarded.push(signal);
+                        }
+                        Some(signal) => {
+                            launch::kill_all(&pids, signal);
+                            outcome.signals_forwarded.push(signal);
+                            crate::say!(
+                                "montrace: {} sent to the {} processes of the tree{}",
+                                signal_name(signal),
+                                pids.len(),
+                                if signal == libc::SIGKILL { "" } else { " (once more: SIGKILL)" }
+                            );
+                        }
+                        // A terminal's Ctrl-C already reached the command's process group.
+                        None => {}
                     }
                 }
             }
@@ -779,7 +811,7 @@ pub(crate) async fn follow(
             _ = sample_tick.tick() => {
                 // Exits first, so a process that just ended is not sampled as gone.
                 take_in!();
-                recorder.sample()?;
+                recorder.guarded(Recorder::sample);
             }
             _ = sleep_until(if outcome.breach.is_none() { wall_limit } else { None }) => {}
             guard = marks_readable(marks.as_mut()) => {
@@ -789,7 +821,7 @@ pub(crate) async fn follow(
                 // Every sender forked before it sent: with the events drained, the tracker
                 // knows each one (or has just seen it end).
                 take_in!();
-                recorder.on_marks(received)?;
+                recorder.guarded(|r| r.on_marks(received));
             }
             _ = drain_tick.tick(), if ring.is_some() => {
                 take_in!();
@@ -803,7 +835,7 @@ pub(crate) async fn follow(
             }
             _ = flush_tick.tick() => {
                 take_in!();
-                recorder.flush()?;
+                recorder.guarded(Recorder::flush);
             }
             _ = liveness_tick.tick(), if root_done && ring.is_some() => {
                 take_in!();
@@ -816,20 +848,23 @@ pub(crate) async fn follow(
                     .into_iter()
                     .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
                     .collect();
-                for &pid in gone.intersection(&missing_before) {
-                    recorder.tracker.vanished(pid, host::boottime_ns());
-                }
+                let vanished: Vec<u32> = gone.intersection(&missing_before).copied().collect();
+                recorder.guarded(|r| {
+                    for pid in vanished {
+                        r.tracker.vanished(pid, host::boottime_ns());
+                    }
+                    r.store_finished();
+                });
                 missing_before = gone;
-                recorder.store_finished()?;
             }
             _ = sleep_until(deadline) => {
                 // The command is reaped already (the deadline starts then).
-                drain(&mut ring, &mut poller, recorder, root_pid)?;
+                drain(&mut ring, &mut poller, recorder, root_pid);
                 outcome.linger_expired = recorder.tracker.live_count() > 0;
                 break;
             }
         }
-        if outcome.breach.is_none() && !opts.limits.is_empty() {
+        if outcome.breach.is_none() && !opts.limits.is_empty() && !recorder.is_broken() {
             let usage = recorder.usage(started.elapsed());
             if let Some((limit, value)) = limits::first_breach(&opts.limits, &usage) {
                 outcome.breach = Some(metrics::LimitBreach {
@@ -844,19 +879,35 @@ pub(crate) async fn follow(
                 kill_at = Some(tokio::time::Instant::now() + opts.kill_grace);
             }
         }
-        if root_done && recorder.tracker.live_count() == 0 {
+        // A broken recorder cannot say when the descendants are gone: the command's end is.
+        if root_done && (recorder.tracker.live_count() == 0 || recorder.is_broken()) {
             break;
+        }
+        if let (Some(at), false, false) = (root_exited_at, said_lingering, opts.quiet) {
+            if at.elapsed() >= LINGER_NOTICE_AFTER {
+                said_lingering = true;
+                crate::say!(
+                    "{}",
+                    lingering_notice(
+                        &recorder.tracker.live_names(5),
+                        recorder.tracker.live_count(),
+                        cfg.linger
+                    )
+                );
+            }
         }
     }
     // Marks sent just before the tree ended.
     let last_marks = marks
         .as_mut()
         .map(|m| m.get_mut().receive(host::realtime_ns));
-    if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid)? {
+    if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid) {
         outcome.wait_status = status;
     }
-    recorder.store_finished()?;
-    recorder.on_marks(last_marks.unwrap_or_default())?;
+    recorder.guarded(|r| {
+        r.store_finished();
+        r.on_marks(last_marks.unwrap_or_default());
+    });
     live.clear();
     if let Some(server) = &marks {
         if let Some(first) = server.get_ref().first_invalid() {
@@ -870,6 +921,52 @@ pub(crate) async fn follow(
         }
     }
     Ok(outcome)
+}
+
+/// How long after the command's exit montrace says which descendants it still waits for.
+const LINGER_NOTICE_AFTER: Duration = Duration::from_secs(1);
+
+/// What montrace says, once, while it waits for the processes the command left running.
+fn lingering_notice(oldest: &[(u32, String)], live: usize, linger: Option<Duration>) -> String {
+    let mut names: Vec<String> = oldest
+        .iter()
+        .map(|(pid, comm)| format!("{comm} ({pid})"))
+        .collect();
+    if live > oldest.len() {
+        names.push(format!("and {} more", live - oldest.len()));
+    }
+    let until = match linger {
+        Some(d) => format!("at most {:?} (--linger)", d),
+        None => "until they end (--linger DURATION limits the wait)".into(),
+    };
+    format!(
+        "montrace: the command exited; waiting {until} for {live} processes it left running: {}. \
+         Ctrl-C twice sends them SIGTERM, three times SIGKILL",
+        names.join(", ")
+    )
+}
+
+/// What montrace sends to the tree for the `count`-th interrupting signal it received: the
+/// first is passed on as it is (unless the terminal already delivered it to the command's
+/// process group), the second becomes SIGTERM to every process of the tree, the third and later
+/// SIGKILL. (`kill_all` adds SIGCONT to a terminating signal, for stopped processes.)
+fn escalation(count: u32, received: launch::Received) -> Option<i32> {
+    match count {
+        0 | 1 if received.from_terminal => None,
+        0 | 1 => Some(received.signal),
+        2 => Some(libc::SIGTERM),
+        _ => Some(libc::SIGKILL),
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
 }
 
 /// The mark socket once it has datagrams; never, without one.
@@ -889,16 +986,54 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-/// The default run directory, or the one asked for; created (and handed to the invoking user)
-/// before the command starts, so an unwritable place fails early.
+/// Why there is no run directory.
+#[derive(Debug, thiserror::Error)]
+pub enum OutDirError {
+    /// `--out` names a directory that already holds files: a run directory is never reused.
+    #[error(
+        "{} is not empty: montrace never writes a run into a directory that holds files (an \
+         earlier run's would be mixed with this one's, or overwritten). Choose a new --out, or \
+         leave --out out for a fresh ./montrace-runs/<time>-<command>",
+        .0.display()
+    )]
+    NotEmpty(PathBuf),
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+/// The default run directory, or the one asked for, created with the invoking user's identity
+/// before the command starts (so an unwritable place fails early). An existing `--out` is used
+/// only when it is an empty directory.
 pub(crate) fn create_out_dir(
     requested: Option<&Path>,
     program: &OsString,
     now_wall_ns: i64,
-    identity: Option<&Identity>,
-) -> anyhow::Result<PathBuf> {
+) -> Result<PathBuf, OutDirError> {
     let dir = match requested {
-        Some(dir) => dir.to_path_buf(),
+        Some(dir) => {
+            match userfs::list_dir(dir) {
+                Ok(names) if !names.is_empty() => return Err(OutDirError::NotEmpty(dir.into())),
+                // An empty directory the user made for the run.
+                Ok(_) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                    userfs::create_dir_all(dir).with_context(|| {
+                        format!(
+                            "cannot create the run directory {}: choose a writable place with --out",
+                            dir.display()
+                        )
+                    })?;
+                }
+                Err(err) => {
+                    return Err(anyhow::Error::new(err)
+                        .context(format!(
+                            "cannot use {} as the run directory: choose another with --out",
+                            dir.display()
+                        ))
+                        .into())
+                }
+            }
+            dir.to_path_buf()
+        }
         None => {
             let name = Path::new(program)
                 .file_name()
@@ -915,55 +1050,54 @@ pub(crate) fn create_out_dir(
                 })
                 .collect();
             let parent = PathBuf::from("montrace-runs");
-            let created_parent = !parent.exists();
-            std::fs::create_dir_all(&parent).with_context(|| {
+            userfs::create_dir_all(&parent).with_context(|| {
                 format!(
                     "cannot create {}: choose another place with --out",
                     parent.display()
                 )
             })?;
-            if let (true, Some(id)) = (created_parent, identity) {
-                host::chown_tree(&parent, id.uid, id.gid)?;
-            }
-            unique_dir(
+            new_dir(
                 &parent,
                 &format!("{}-{name}", units::compact_utc(now_wall_ns)),
             )
+            .with_context(|| {
+                format!(
+                    "cannot create a run directory in {}: choose another place with --out",
+                    parent.display()
+                )
+            })?
         }
     };
-    std::fs::create_dir_all(&dir).with_context(|| {
-        format!(
-            "cannot create the run directory {}: choose a writable place with --out",
-            dir.display()
-        )
-    })?;
     let probe = dir.join(".montrace-write-test");
-    std::fs::write(&probe, b"").with_context(|| {
-        format!(
-            "the run directory {} is not writable: choose another with --out",
-            dir.display()
-        )
-    })?;
-    std::fs::remove_file(&probe)?;
-    if let Some(id) = identity {
-        host::chown_tree(&dir, id.uid, id.gid)?;
-    }
+    userfs::create_new(&probe)
+        .and_then(|_| userfs::remove_file(&probe))
+        .with_context(|| {
+            format!(
+                "the run directory {} is not writable: choose another with --out",
+                dir.display()
+            )
+        })?;
     Ok(dir)
 }
 
-/// `parent/name`, or `parent/name-2`, ... when runs start within the same second.
-fn unique_dir(parent: &Path, name: &str) -> PathBuf {
+/// Creates `parent/name`, or `parent/name-2`, ... when runs start within the same second: a new
+/// directory each time, never one that exists (mkdir fails on any existing name, a symlink too).
+fn new_dir(parent: &Path, name: &str) -> std::io::Result<PathBuf> {
     let mut candidate = parent.join(name);
-    let mut n = 2;
-    while candidate.exists() {
-        candidate = parent.join(format!("{name}-{n}"));
-        n += 1;
+    for n in 2.. {
+        match userfs::create_dir(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+                candidate = parent.join(format!("{name}-{n}"));
+            }
+            Err(err) => return Err(err),
+        }
     }
-    candidate
+    unreachable!("one of infinitely many names is free")
 }
 
 pub(crate) fn dir_is_empty(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
+    userfs::list_dir(dir).is_ok_and(|names| names.is_empty())
 }
 
 fn command_argv(args: &RunArgs) -> Vec<String> {
@@ -1001,11 +1135,32 @@ mod tests {
     }
 
     #[test]
-    fn unique_dir_never_reuses_a_run_directory() {
+    fn new_dir_never_reuses_a_run_directory() {
         let tmp = tempfile::tempdir().unwrap();
-        let first = unique_dir(tmp.path(), "x");
-        std::fs::create_dir(&first).unwrap();
-        let second = unique_dir(tmp.path(), "x");
-        assert_eq!(second, tmp.path().join("x-2"));
+        let first = new_dir(tmp.path(), "x").unwrap();
+        assert_eq!(first, tmp.path().join("x"));
+        // A planted symlink takes a name too, and is not followed.
+        std::os::unix::fs::symlink("/nonexistent", tmp.path().join("x-2")).unwrap();
+        let next = new_dir(tmp.path(), "x").unwrap();
+        assert_eq!(next, tmp.path().join("x-3"));
+        assert!(next.is_dir());
+    }
+
+    #[test]
+    fn an_existing_out_is_used_only_when_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let program = OsString::from("true");
+        let empty = tmp.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        assert_eq!(create_out_dir(Some(&empty), &program, 0).unwrap(), empty);
+        let used = tmp.path().join("used");
+        std::fs::create_dir(&used).unwrap();
+        std::fs::write(used.join("run.json"), b"{}").unwrap();
+        let err = create_out_dir(Some(&used), &program, 0).unwrap_err();
+        assert!(matches!(err, OutDirError::NotEmpty(_)), "{err}");
+        assert_eq!(std::fs::read(used.join("run.json")).unwrap(), b"{}");
+        let nested = tmp.path().join("a/b/c");
+        assert_eq!(create_out_dir(Some(&nested), &program, 0).unwrap(), nested);
+        assert!(dir_is_empty(&nested));
     }
 }

@@ -142,6 +142,9 @@ pub struct RunInfo {
     /// The `--limit` that stopped the run, if one did.
     pub limit_breach: Option<crate::metrics::LimitBreach>,
     pub out_dir: String,
+    /// Why recording stopped before the run ended (a full disk, a write error, an internal
+    /// error): the tables hold what was written until then. None when the record is whole.
+    pub recording_error: Option<String>,
 }
 
 impl RunInfo {
@@ -247,18 +250,28 @@ pub fn format_summary(info: &RunInfo) -> String {
             format_bytes(t.read_bytes),
             format_bytes(t.write_bytes)
         ),
-        format!(
-            "  lost events          {lost}{}",
-            if lost > 0 {
-                format!(
+        if info.tracking_mode == crate::ebpf::TrackingMode::Polling {
+            // Polling cannot know what it missed between two scans.
+            "  lost events          unknown (polling /proc: processes shorter than the interval may be missed)".to_string()
+        } else {
+            format!(
+                "  lost events          {lost}{}",
+                if lost > 0 {
+                    format!(
                     " (ring buffer full: {}, tracked map full: {}) - figures are incomplete; try --ring-buffer-size",
                     info.lost_events.ringbuf_full, info.lost_events.track_map_full
                 )
-            } else {
-                String::new()
-            }
-        ),
+                } else {
+                    String::new()
+                }
+            )
+        },
     ];
+    if let Some(why) = &info.recording_error {
+        lines.push(format!(
+            "  RECORDING STOPPED    {why}: the run directory holds what was written before"
+        ));
+    }
     if t.alive_at_end > 0 {
         lines.push(format!(
             "  still running        {} (recorded as alive_at_end)",
@@ -430,6 +443,7 @@ mod tests {
                 elapsed_s: 1.25,
             }),
             out_dir: "runs/x".into(),
+            recording_error: None,
         };
         let text = format_summary(&info);
         for needle in [

@@ -30,9 +30,42 @@ macro_rules! say_out {
     }};
 }
 
+/// An error and its causes on one line, `outer: cause: root cause`, leaving out a cause whose
+/// text the line already holds (an error type that prints its source, wrapped by a context that
+/// does too, would otherwise say "File exists (os error 17): File exists (os error 17)").
+pub fn error_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsRawFd as _;
+
+    #[test]
+    fn error_line_says_each_cause_once() {
+        let io = std::io::Error::from_raw_os_error(libc::EEXIST);
+        let err = anyhow::Error::new(crate::writer::WriteError::Io {
+            op: "create",
+            path: "/x/events.parts".into(),
+            source: io,
+        })
+        .context("cannot start the run");
+        assert_eq!(
+            super::error_line(&err),
+            "cannot start the run: cannot create /x/events.parts: File exists (os error 17)"
+        );
+    }
 
     /// With stderr pointed at /dev/full (ENOSPC on every write), `say!` returns normally where
     /// `eprintln!` would panic.

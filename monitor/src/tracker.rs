@@ -340,6 +340,20 @@ impl Tracker {
         live.into_iter().map(|(_, pid)| pid).collect()
     }
 
+    /// (pid, command name) of the oldest `n` live processes, to say which ones montrace waits for.
+    pub fn live_names(&self, n: usize) -> Vec<(u32, String)> {
+        let mut live: Vec<(i64, u32, &str)> = self
+            .live
+            .values()
+            .map(|e| (e.record.start_time_ns, e.record.pid, e.record.comm.as_str()))
+            .collect();
+        live.sort_unstable();
+        live.into_iter()
+            .take(n)
+            .map(|(_, pid, comm)| (pid, comm.to_owned()))
+            .collect()
+    }
+
     /// (pid, start time) of every live process, for the sampler.
     pub fn live_processes(&self) -> Vec<(u32, i64)> {
         self.live

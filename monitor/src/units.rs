@@ -16,9 +16,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("`{text}` is not a duration: use e.g. 500ms, 2s, 1.5m, 1h"))?;
     let seconds = match unit.trim() {
-        "" => return Err(format!(
+        "" => {
+            return Err(format!(
             "`{text}` has no unit: write e.g. {number}ms or {number}s (units: ns, us, ms, s, m, h)"
-        )),
+        ))
+        }
         "s" | "sec" => value,
         "ms" => value / 1e3,
         "us" | "µs" => value / 1e6,

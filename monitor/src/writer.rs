@@ -77,7 +77,8 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
-    /// Creates (or truncates) `path` for rows of `schema`.
+    /// Creates `path` for rows of `schema`: a new file (a leftover or a symlink at `path` is
+    /// removed first, never written through), with the run directory owner's identity.
     pub fn create(path: &Path, schema: SchemaRef) -> Result<Self, WriteError> {
         let path = path.to_path_buf();
         let metadata = schema
@@ -92,7 +93,7 @@ impl TableWriter {
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
             .build();
-        let file = File::create(&path).map_err(io_error("create", &path))?;
+        let file = crate::userfs::create_replacing(&path).map_err(io_error("create", &path))?;
         match ArrowWriter::try_new(file, schema.clone(), Some(props)) {
             Ok(inner) => Ok(TableWriter {
                 path,
@@ -175,7 +176,7 @@ fn write_file(
         fill(&mut writer)?;
         writer.close(sync)
     });
-    let result = result.and_then(|rows| match std::fs::rename(&temp, path) {
+    let result = result.and_then(|rows| match crate::userfs::rename(&temp, path) {
         Ok(()) => Ok(rows),
         Err(source) => Err(WriteError::Rename {
             from: temp.clone(),
@@ -184,7 +185,7 @@ fn write_file(
         }),
     });
     if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
+        let _ = crate::userfs::remove_file(&temp);
     }
     result
 }
@@ -340,7 +341,7 @@ impl<R> PartedTable<R> {
         to_batch: fn(&[R]) -> Result<RecordBatch, ArrowError>,
     ) -> Result<Self, WriteError> {
         let parts_dir = dir.join(format!("{name}.parts"));
-        std::fs::create_dir(&parts_dir).map_err(io_error("create", &parts_dir))?;
+        crate::userfs::create_dir(&parts_dir).map_err(io_error("create", &parts_dir))?;
         Ok(PartedTable {
             path: dir.join(format!("{name}.parquet")),
             parts_dir,
@@ -408,7 +409,8 @@ impl<R> PartedTable<R> {
         let rows = write_file(&self.path, self.schema.clone(), true, |writer| {
             (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))
         })?;
-        std::fs::remove_dir_all(&self.parts_dir).map_err(io_error("remove", &self.parts_dir))?;
+        crate::userfs::remove_dir_all(&self.parts_dir)
+            .map_err(io_error("remove", &self.parts_dir))?;
         Ok(rows)
     }
 
@@ -433,7 +435,7 @@ fn copy_rows(part: &Path, writer: &mut TableWriter) -> Result<(), WriteError> {
         path: part.to_path_buf(),
         source,
     };
-    let file = File::open(part).map_err(io_error("open", part))?;
+    let file = crate::userfs::open(part).map_err(io_error("open", part))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(read_error)?
         .with_batch_size(MERGE_BATCH_ROWS)

@@ -131,7 +131,9 @@ impl TestUser {
 impl Drop for TestUser {
     fn drop(&mut self) {
         // Processes the user left (a test that failed half-way) would block userdel.
-        let _ = Command::new("pkill").args(["-9", "-u", &self.name]).output();
+        let _ = Command::new("pkill")
+            .args(["-9", "-u", &self.name])
+            .output();
         let _ = Command::new("userdel").args(["-r", &self.name]).output();
     }
 }

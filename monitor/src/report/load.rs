@@ -4,7 +4,6 @@
 //! files under `T.parts/` while a run goes or after it was killed (see docs/schema.md).
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -45,11 +44,10 @@ pub fn check_run_dir(dir: &Path) -> Result<(), RunDirError> {
     if !table_files(dir, "processes").is_empty() || dir.join("processes.parts").is_dir() {
         return Ok(());
     }
-    let mut reps: Vec<PathBuf> = std::fs::read_dir(dir)
+    let mut reps: Vec<PathBuf> = crate::userfs::list_dir(dir)
         .into_iter()
         .flatten()
-        .flatten()
-        .map(|e| e.path())
+        .map(|name| dir.join(name))
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
@@ -74,11 +72,11 @@ pub fn table_files(dir: &Path, name: &str) -> Vec<PathBuf> {
     if whole.is_file() {
         return vec![whole];
     }
-    let mut parts: Vec<PathBuf> = std::fs::read_dir(dir.join(format!("{name}.parts")))
+    let parts_dir = dir.join(format!("{name}.parts"));
+    let mut parts: Vec<PathBuf> = crate::userfs::list_dir(&parts_dir)
         .into_iter()
         .flatten()
-        .flatten()
-        .map(|e| e.path())
+        .map(|name| parts_dir.join(name))
         .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
         .collect();
     parts.sort();
@@ -87,12 +85,11 @@ pub fn table_files(dir: &Path, name: &str) -> Vec<PathBuf> {
 
 /// The names of the tables in a run directory (`processes`, `samples`, ...), sorted.
 pub fn table_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
+    let mut names: Vec<String> = crate::userfs::list_dir(dir)
         .into_iter()
         .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_str()?.to_string();
+        .filter_map(|name| {
+            let name = name.to_str()?.to_string();
             let stem = name
                 .strip_suffix(".parquet")
                 .or_else(|| name.strip_suffix(".parts"))?;
@@ -106,7 +103,8 @@ pub fn table_names(dir: &Path) -> Vec<String> {
 
 /// Every batch of one file.
 pub fn read_file(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file =
+        crate::userfs::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .and_then(|b| b.with_batch_size(65_536).build())
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -391,7 +389,7 @@ impl RunData {
 pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     let mut data = RunData::default();
     let run_json = dir.join("run.json");
-    match std::fs::read_to_string(&run_json) {
+    match crate::userfs::read(&run_json).map(|b| String::from_utf8_lossy(&b).into_owned()) {
         Ok(text) => match serde_json::from_str(&text) {
             Ok(value) => data.info = Some(value),
             Err(err) => data.notes.push(format!(

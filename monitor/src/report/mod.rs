@@ -24,7 +24,7 @@ use crate::cli::{ReportArgs, ReportFormat};
 pub use synthetic::{add_synthetic_gpu, add_synthetic_gpu_processes, synthetic_run};
 
 /// Exit status for a missing or invalid run directory, or a bad `--group-by`.
-pub const EXIT_USAGE: i32 = 2;
+pub use crate::cli::EXIT_USAGE;
 
 /// The file names written into the run directory.
 pub const HTML_FILE: &str = "report.html";
@@ -128,15 +128,11 @@ pub fn report_main(args: ReportArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Writes `path` under a temporary name and renames it, so a reader never sees half a file.
+/// Writes `path` under a temporary name and renames it, so a reader never sees half a file
+/// (see [`crate::userfs::write_atomic`]: no symlink is followed, no leftover stays).
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let temp = path.with_file_name(format!(".{name}.tmp"));
-    std::fs::write(&temp, bytes).with_context(|| format!("cannot write {}", temp.display()))?;
-    std::fs::rename(&temp, path).with_context(|| {
-        let _ = std::fs::remove_file(&temp);
-        format!("cannot rename {} to {}", temp.display(), path.display())
-    })
+    crate::userfs::write_atomic(path, bytes)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Group colours: Tableau 10, a palette made to tell categories apart. A group's colour is its

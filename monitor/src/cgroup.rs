@@ -302,6 +302,19 @@ impl RunCgroup {
     }
 }
 
+impl Drop for RunCgroup {
+    /// On every path out of a run (an error after the cgroup was made included), its
+    /// directories go: best effort, leaf first; one that still holds processes stays (and the
+    /// next run removes it once they are gone, see `remove_stale`).
+    fn drop(&mut self) {
+        for h in self.hierarchies.iter().rev() {
+            if matches!(count_procs(&h.dir), Ok(0)) {
+                let _ = remove_cgroup_dir(&h.dir);
+            }
+        }
+    }
+}
+
 /// Which layout to use, and where.
 enum Layout {
     V2 {

@@ -243,9 +243,21 @@ pub struct MontraceLaunch {
 }
 
 impl MontraceLaunch {
-    /// Extra environment variables for montrace.
+    /// Extra environment variables for montrace. With `SUDO_UID` and `SUDO_GID` (montrace as
+    /// `sudo` starts it), the directory that will hold the run directory is given to that user:
+    /// montrace creates the run with the user's identity, in a place the user can write, as a
+    /// user's `sudo montrace run --out ~/x` does.
     pub fn envs(mut self, env: &[(&str, &str)]) -> Self {
         self.command.envs(env.iter().copied());
+        let id = |key: &str| {
+            env.iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, v)| v.parse::<u32>().ok())
+        };
+        if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
+            std::os::unix::fs::chown(self.tmp.path(), Some(uid), Some(gid))
+                .expect("giving the test's directory to the sudo user");
+        }
         self
     }
 

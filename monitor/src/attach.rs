@@ -13,11 +13,14 @@ use crate::{
     cli::AttachArgs,
     decode::{self, KernelEvent},
     ebpf::Probes,
+    follow::{
+        end::{self, Ended},
+        FollowConfig, Source,
+    },
     host, launch, metrics,
     polling::Poller,
     recorder::Recorder,
-    run::{self, Ended, FollowConfig, Source},
-    summary,
+    run, summary,
     tracker::{Clock, Tracker},
 };
 
@@ -65,7 +68,7 @@ fn follow_attached(
 ) -> anyhow::Result<i32> {
     let pid = args.pid;
     launch::block_forwarded_signals().context("blocking signals")?;
-    let mut gpu = run::open_gpu(&args.record)?;
+    let mut gpu = end::open_gpu(&args.record)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -140,14 +143,14 @@ fn follow_attached(
         started_boot_ns: started.0,
     };
     // No phase marks: the processes were started without montrace's socket in their environment.
-    let outcome = runtime.block_on(run::follow(
+    let outcome = runtime.block_on(crate::follow::follow(
         Source::Ebpf(ring),
         signals,
         None,
         &mut recorder,
         &cfg,
     ))?;
-    let ended = (host::boottime_ns(), host::realtime_ns());
+    let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
     let lost = probes.lost()?;
     let (tracking_mode, ebpf_load_ms) = (probes.mode, Some(probes.load_ms));
     drop(probes);
@@ -160,17 +163,21 @@ fn follow_attached(
     } else {
         0
     };
-    let info = run::build_run_info(Ended {
+    let info = end::build_run_info(Ended {
         argv: argv.clone(),
         executable,
-        started,
-        ended,
+        started_boot_ns: started.0,
+        started_wall_ns: started.1,
+        ended_boot_ns,
+        ended_wall_ns,
         gpu: gpu_summary,
         tracking_mode,
         lost,
         ebpf_load_ms,
         identity: None,
-        exit: (None, None, exit_status),
+        exit_code: None,
+        exit_signal: None,
+        exit_status,
         outcome,
         finished,
         cgroup: summary::CgroupReport {
@@ -180,9 +187,9 @@ fn follow_attached(
         interval: args.record.interval,
         out_dir,
     });
-    run::write_run_info(&info, out_dir, !args.record.quiet, !args.record.no_report);
+    end::write_run_info(&info, out_dir, !args.record.quiet, !args.record.no_report);
     let repetition: metrics::Repetition = info.repetition(".");
-    run::write_summary(out_dir, argv, 0, vec![repetition], breach);
+    end::write_summary(out_dir, argv, 0, vec![repetition], breach);
     Ok(exit_status)
 }
 

@@ -13,6 +13,7 @@ pub mod compare;
 pub mod decode;
 pub mod ebpf;
 pub mod export;
+pub mod follow;
 pub mod gpu;
 pub mod host;
 pub mod launch;

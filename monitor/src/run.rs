@@ -2,62 +2,31 @@
 //! then loads the probes, starts the command held at a barrier, tracks it, and follows the tree
 //! until the command and every descendant are gone; finally writes the run directory.
 use std::{
-    collections::HashSet,
     ffi::OsString,
-    os::fd::OwnedFd,
     path::{Path, PathBuf},
-    time::Duration,
 };
 
 use anyhow::{bail, Context as _};
-use aya::maps::{MapData, RingBuf};
-use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
     btf,
     cgroup::RunCgroup,
-    cli::{RecordOptions, RunArgs, EXIT_NOT_FOUND},
+    cli::{RunArgs, EXIT_NOT_FOUND},
     ebpf::{Probes, TrackingMode},
-    gpu::{GpuMonitor, GpuStatus},
+    follow::{
+        end::{build_run_info, close_cgroup, open_gpu, write_run_info, write_summary, Ended},
+        follow, FollowConfig, Outcome, Source,
+    },
+    gpu::GpuStatus,
     host,
     launch::{self, Identity},
-    limits,
-    live::LiveLine,
     marks::{self, MarkServer},
-    metrics,
     polling::{self, Poller},
     recorder::Recorder,
     summary::{self, RunInfo},
     tracker::{Clock, Tracker},
     units, userfs,
 };
-
-/// What the event loop learnt.
-pub(crate) struct Outcome {
-    pub wait_status: i32,
-    /// The wait ended (--linger, attach's --duration or Ctrl-C) with processes still running.
-    pub linger_expired: bool,
-    pub signals_forwarded: Vec<i32>,
-    pub breach: Option<metrics::LimitBreach>,
-    /// attach: the signal that ended the monitoring.
-    pub stopped_by_signal: Option<i32>,
-}
-
-/// Starts GPU monitoring as `--gpu` asks, and says why there is none (`--gpu auto`). Fails with
-/// `--gpu require` and no GPU, or a `--limit gpu-mem` that no GPU can enforce.
-pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
-    let gpu = GpuMonitor::open(record.gpu)?;
-    if let Some(error) = gpu
-        .unavailable_reason()
-        .and_then(|reason| limits::needs_gpu(&record.limits, &reason))
-    {
-        bail!(error);
-    }
-    if let (Some(notice), false) = (gpu.notice(), record.quiet) {
-        crate::say!("{notice}");
-    }
-    Ok(gpu)
-}
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let started_boot_ns = host::boottime_ns();
@@ -216,33 +185,6 @@ fn repeat(
         );
     }
     Ok(summary.exit_status)
-}
-
-/// Writes summary.json (with the user's identity, see `userfs`). A failure is said, not
-/// returned: the command has run, and its status stays montrace's exit status.
-pub(crate) fn write_summary(
-    out_dir: &Path,
-    argv: Vec<String>,
-    warmup: usize,
-    repetitions: Vec<metrics::Repetition>,
-    breach: Option<metrics::LimitBreach>,
-) -> metrics::Summary {
-    let summary = metrics::Summary::new(
-        shell_words(&argv),
-        argv,
-        host::uname().0,
-        warmup,
-        repetitions,
-        breach,
-    );
-    let path = out_dir.join(metrics::SUMMARY_FILE);
-    let written = serde_json::to_string_pretty(&summary)
-        .map_err(std::io::Error::other)
-        .and_then(|json| userfs::write_atomic(&path, (json + "\n").as_bytes()));
-    if let Err(err) = written {
-        crate::say!("montrace: error: cannot write {}: {err}", path.display());
-    }
-    summary
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -444,14 +386,18 @@ fn record(
     let info = build_run_info(Ended {
         argv: command_argv(args),
         executable: executable.display().to_string(),
-        started: (started_boot_ns, started_wall_ns),
-        ended: (end_boot_ns, end_wall_ns),
+        started_boot_ns,
+        started_wall_ns,
+        ended_boot_ns: end_boot_ns,
+        ended_wall_ns: end_wall_ns,
         gpu: gpu_summary,
         tracking_mode,
         lost,
         ebpf_load_ms,
         identity,
-        exit: (exit_code, exit_signal, exit_status),
+        exit_code,
+        exit_signal,
+        exit_status,
         outcome,
         finished,
         cgroup: cgroup_report,
@@ -460,530 +406,6 @@ fn record(
     });
     write_run_info(&info, out_dir, print_summary, !args.record.no_report);
     Ok(info)
-}
-
-/// Reads the run cgroup's totals (and the per-process coverage of its CPU), then removes it.
-pub(crate) fn close_cgroup(
-    cgroup: Option<RunCgroup>,
-    report: &mut summary::CgroupReport,
-    tree_cpu_ns: u64,
-) {
-    let Some(cgroup) = cgroup else { return };
-    report.version = Some(cgroup.version());
-    report.path = Some(cgroup.path());
-    match cgroup.totals() {
-        Ok(totals) => {
-            report.cpu_coverage = totals
-                .cpu_usage_ns
-                .filter(|&ns| ns > 0)
-                .map(|ns| tree_cpu_ns as f64 / ns as f64);
-            report.totals = Some(totals);
-        }
-        Err(err) => report.error = Some(err.to_string()),
-    }
-    match cgroup.remove() {
-        Ok(()) => report.removed = true,
-        Err(err) => report.error = Some(err.to_string()),
-    }
-}
-
-/// What `run` and `attach` know when the tree is done.
-pub(crate) struct Ended<'a> {
-    pub argv: Vec<String>,
-    pub executable: String,
-    /// (boot, wall) ns.
-    pub started: (u64, i64),
-    pub ended: (u64, i64),
-    pub gpu: crate::gpu::GpuSummary,
-    pub tracking_mode: TrackingMode,
-    pub lost: crate::ebpf::LostEvents,
-    pub ebpf_load_ms: Option<f64>,
-    pub identity: Option<&'a Identity>,
-    /// (exit code, signal, montrace's own exit status).
-    pub exit: (Option<i32>, Option<i32>, i32),
-    pub outcome: Outcome,
-    pub finished: crate::recorder::Finished,
-    pub cgroup: summary::CgroupReport,
-    pub interval: Duration,
-    pub out_dir: &'a Path,
-}
-
-pub(crate) fn build_run_info(e: Ended<'_>) -> RunInfo {
-    let (host_name, kernel) = host::uname();
-    let (start_time, end_time, duration_s) = RunInfo::new_times(e.started.1, e.ended.1);
-    let finished = e.finished;
-    RunInfo {
-        schema_version: summary::RUN_JSON_VERSION,
-        montrace_version: env!("CARGO_PKG_VERSION").to_string(),
-        command: shell_words(&e.argv),
-        argv: e.argv,
-        executable: e.executable,
-        start_time,
-        end_time,
-        duration_s,
-        command_wall_s: finished
-            .exec_time_boot_ns
-            .map(|t| e.ended.0.saturating_sub(t) as f64 / 1e9),
-        host: host_name,
-        kernel,
-        tracking_mode: e.tracking_mode,
-        exit_code: e.exit.0,
-        exit_signal: e.exit.1,
-        exit_status: e.exit.2,
-        lost_events: e.lost,
-        vanished_processes: finished.vanished,
-        processes_started: finished.started,
-        max_concurrent: finished.max_concurrent,
-        totals: finished.totals,
-        tree_memory_peaks: finished.memory_peaks,
-        samples: finished.sample_rows,
-        sample_interval_ms: e.interval.as_secs_f64() * 1e3,
-        cgroup: e.cgroup,
-        gpu: e.gpu,
-        startup_ms: finished
-            .exec_time_boot_ns
-            .map(|t| t.saturating_sub(e.started.0) as f64 / 1e6),
-        ebpf_load_ms: e.ebpf_load_ms,
-        uid: e.identity.map_or(0, |id| id.uid),
-        gid: e.identity.map_or(0, |id| id.gid),
-        linger_expired: e.outcome.linger_expired,
-        signals_forwarded: e.outcome.signals_forwarded,
-        limit_breach: e.outcome.breach,
-        out_dir: e.out_dir.display().to_string(),
-        recording_error: finished.recording_error,
-    }
-}
-
-/// Writes run.json and the report (with the user's identity, see `userfs`), prints the summary.
-/// Failures are said, not returned: the command has run, and its status stays montrace's exit
-/// status.
-pub(crate) fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, report: bool) {
-    let run_json = out_dir.join("run.json");
-    let written = serde_json::to_string_pretty(info)
-        .map_err(std::io::Error::other)
-        .and_then(|json| userfs::write_atomic(&run_json, (json + "\n").as_bytes()));
-    if let Err(err) = &written {
-        crate::say!(
-            "montrace: error: cannot write {}: {err}",
-            run_json.display()
-        );
-    }
-    if report && written.is_ok() && info.recording_error.is_none() {
-        // The data is on disk already: a report that fails is a warning, not a failed run.
-        if let Err(err) =
-            crate::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe")
-        {
-            crate::say!(
-                "montrace: warning: no report for {}: {}",
-                out_dir.display(),
-                crate::term::error_line(&err)
-            );
-        }
-    }
-    if print_summary {
-        crate::say_raw!("{}", summary::format_summary(info));
-    }
-}
-
-/// Follows the tree until the command has exited and every tracked process is gone (or the
-/// linger time after the command's exit has passed), sampling and flushing on the way.
-/// Where lifecycle events come from.
-pub(crate) enum Source {
-    Ebpf(RingBuf<MapData>),
-    Polling(Poller),
-}
-
-/// The ring buffer once it has records; never, when polling.
-async fn readable(
-    ring: Option<&mut AsyncFd<RingBuf<MapData>>>,
-) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, RingBuf<MapData>>> {
-    match ring {
-        Some(ring) => ring.readable_mut().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// How `follow` runs: `run` follows the command it started; `attach` a process it did not.
-pub(crate) struct FollowConfig<'a> {
-    pub opts: &'a RecordOptions,
-    pub root_pid: u32,
-    /// False for `attach`: nothing waits for the root (it is not montrace's child), and a
-    /// SIGINT/SIGTERM/SIGHUP to montrace ends the monitoring instead of being forwarded.
-    pub root_is_child: bool,
-    /// `run --linger`: how long to wait for descendants once the root exited.
-    pub linger: Option<Duration>,
-    /// `attach --duration`: stop after this long.
-    pub stop_after: Option<Duration>,
-    pub started_boot_ns: u64,
-}
-
-pub(crate) async fn follow(
-    source: Source,
-    signals: OwnedFd,
-    marks: Option<MarkServer>,
-    recorder: &mut Recorder<'_>,
-    cfg: &FollowConfig<'_>,
-) -> anyhow::Result<Outcome> {
-    let root_pid = cfg.root_pid;
-    let opts = cfg.opts;
-    let (mut ring, mut poller) = match source {
-        Source::Ebpf(ring) => {
-            // SAFETY: the ring buffer owns its map fd and keeps it open and unchanged until the
-            // AsyncFd drops it.
-            let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-                .map_err(|e| e.into_parts().1)
-                .context("watching the ring buffer")?;
-            (Some(ring), None)
-        }
-        Source::Polling(poller) => (None, Some(poller)),
-    };
-    let mut marks = match marks {
-        // SAFETY: the server owns its socket and keeps it open until the AsyncFd drops it.
-        Some(server) => Some(
-            unsafe { AsyncFd::register_with_interest(server, Interest::READABLE) }
-                .map_err(|e| e.into_parts().1)
-                .context("watching the mark socket")?,
-        ),
-        None => None,
-    };
-    // SAFETY: the signalfd is owned and stays open until the AsyncFd drops it.
-    let signals = unsafe { AsyncFd::register_with_interest(signals, Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
-        .context("watching signals")?;
-    // With eBPF a thread waits for the command; polling reaps every child of montrace itself.
-    let (status_tx, mut status_rx) = tokio::sync::oneshot::channel();
-    if cfg.root_is_child && poller.is_none() {
-        std::thread::spawn(move || {
-            let _ = status_tx.send(launch::wait_status(root_pid));
-        });
-    }
-
-    let mut outcome = Outcome {
-        wait_status: 0,
-        linger_expired: false,
-        signals_forwarded: Vec::new(),
-        breach: None,
-        stopped_by_signal: None,
-    };
-    // After a limit breach: when the stragglers get SIGKILL.
-    let mut kill_at: Option<tokio::time::Instant> = None;
-    let wall_limit = opts.limits.iter().find_map(|l| match l {
-        limits::Limit::Wall(d) => Some(tokio::time::Instant::now() + *d),
-        _ => None,
-    });
-    let started = std::time::Instant::now()
-        - Duration::from_nanos(host::boottime_ns().saturating_sub(cfg.started_boot_ns));
-    let mut root_done = !cfg.root_is_child;
-    let mut deadline: Option<tokio::time::Instant> =
-        cfg.stop_after.map(|d| tokio::time::Instant::now() + d);
-    let live = LiveLine::new(opts.quiet);
-    let mut live_tick = tokio::time::interval(Duration::from_millis(500));
-    live_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sample_tick = tokio::time::interval(opts.interval);
-    sample_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut flush_tick = tokio::time::interval(opts.flush_interval);
-    flush_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut liveness_tick = tokio::time::interval(Duration::from_millis(500));
-    // The eBPF programs wake montrace only once the ring buffer fills up (a quarter of it);
-    // below that, events are drained on this timer: one wake-up per 20 ms, not one per event.
-    let mut drain_tick = tokio::time::interval(Duration::from_millis(20));
-    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Tracked pids missing from /proc at the last liveness check.
-    let mut missing_before: HashSet<u32> = HashSet::new();
-    liveness_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-
-    /// Takes in every lifecycle event available now. Polling may also find the command
-    /// reaped, and returns its wait status then. Recorder calls are guarded: a panic stops
-    /// recording, never the supervision of the command.
-    fn drain(
-        ring: &mut Option<AsyncFd<RingBuf<MapData>>>,
-        poller: &mut Option<Poller>,
-        recorder: &mut Recorder<'_>,
-        root_pid: u32,
-    ) -> Option<i32> {
-        if let Some(ring) = ring {
-            let ring = ring.get_mut();
-            while let Some(item) = ring.next() {
-                recorder.guarded(|r| r.on_record(&item));
-            }
-            return None;
-        }
-        let poller = poller.as_mut()?;
-        let now = host::boottime_ns();
-        let mut root_status = None;
-        // Scan, reap, and scan again after a reap: a process reaped now may have forked a child
-        // since the scan, and that child is still in /proc: the second scan finds it before the tree
-        // could look empty.
-        loop {
-            let (events, vanished) = poller.scan(now);
-            recorder.guarded(|r| {
-                for event in &events {
-                    r.on_event(event);
-                }
-                for gone in vanished {
-                    r.tracker
-                        .ended_unobserved(gone.pid, now, &gone.figures, gone.exit_code);
-                }
-            });
-            let (exits, status) = poller.reap(root_pid, now);
-            recorder.guarded(|r| exits.iter().for_each(|event| r.on_event(event)));
-            root_status = root_status.or(status);
-            if exits.is_empty() {
-                break;
-            }
-        }
-        recorder.guarded(Recorder::store_finished);
-        root_status
-    }
-
-    // Interrupting signals (SIGINT, SIGTERM, SIGHUP) received so far: the second sends SIGTERM
-    // to the whole tree, the third SIGKILL (see `escalation`).
-    let mut interrupts = 0u32;
-    let mut root_exited_at: Option<tokio::time::Instant> = None;
-    let mut said_lingering = false;
-    // The command was reaped: from now on only its descendants keep the run going.
-    macro_rules! root_exited {
-        ($status:expr) => {{
-            outcome.wait_status = $status;
-            root_done = true;
-            root_exited_at = Some(tokio::time::Instant::now());
-            deadline = cfg.linger.map(|d| tokio::time::Instant::now() + d);
-        }};
-    }
-    // Takes in the events available now (polling may reap the command on the way).
-    macro_rules! take_in {
-        () => {
-            if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid) {
-                root_exited!(status);
-            }
-        };
-    }
-
-    loop {
-        tokio::select! {
-            guard = readable(ring.as_mut()) => {
-                let mut guard = guard?;
-                let ring = guard.get_inner_mut();
-                while let Some(item) = ring.next() {
-                    recorder.guarded(|r| r.on_record(&item));
-                }
-                guard.clear_ready();
-            }
-            guard = signals.readable() => {
-                let mut guard = guard?;
-                let received = launch::read_signals(guard.get_inner());
-                guard.clear_ready();
-                if !cfg.root_is_child && !received.is_empty() {
-                    // Attached to someone else's processes: Ctrl-C stops watching them.
-                    outcome.stopped_by_signal = received.first().map(|r| r.signal);
-                    drain(&mut ring, &mut poller, recorder, root_pid);
-                    outcome.linger_expired = recorder.tracker.live_count() > 0;
-                    break;
-                }
-                for received in received {
-                    interrupts += 1;
-                    let pids = recorder.tracker.live_pids();
-                    match escalation(interrupts, received) {
-                        Some(signal) if signal == received.signal => {
-                            // A signal sent to montrace itself (kill, a CI runner's timeout) is
-                            // passed on.
-                            launch::kill_all(&pids, signal);
-                            outcome.signals_forwarded.push(signal);
-                        }
-                        Some(signal) => {
-                            launch::kill_all(&pids, signal);
-                            outcome.signals_forwarded.push(signal);
-                            crate::say!(
-                                "montrace: {} sent to the {} processes of the tree{}",
-                                signal_name(signal),
-                                pids.len(),
-                                if signal == libc::SIGKILL { "" } else { " (once more: SIGKILL)" }
-                            );
-                        }
-                        // A terminal's Ctrl-C already reached the command's process group.
-                        None => {}
-                    }
-                }
-            }
-            status = &mut status_rx, if !root_done && poller.is_none() => {
-                root_exited!(status.context("waiter thread ended")?.context("waiting for the command")?);
-            }
-            _ = sample_tick.tick() => {
-                // Exits first, so a process that just ended is not sampled as gone.
-                take_in!();
-                recorder.guarded(Recorder::sample);
-            }
-            _ = sleep_until(if outcome.breach.is_none() { wall_limit } else { None }) => {}
-            guard = marks_readable(marks.as_mut()) => {
-                let mut guard = guard?;
-                let received = guard.get_inner_mut().receive(host::realtime_ns);
-                guard.clear_ready();
-                // Every sender forked before it sent: with the events drained, the tracker
-                // knows each one (or has just seen it end).
-                take_in!();
-                recorder.guarded(|r| r.on_marks(received));
-            }
-            _ = drain_tick.tick(), if ring.is_some() => {
-                take_in!();
-            }
-            _ = live_tick.tick(), if live.enabled() => {
-                live.show(&recorder.live_status(started.elapsed()));
-            }
-            _ = sleep_until(kill_at) => {
-                launch::kill_all(&recorder.tracker.live_pids(), libc::SIGKILL);
-                kill_at = None;
-            }
-            _ = flush_tick.tick() => {
-                take_in!();
-                recorder.guarded(Recorder::flush);
-            }
-            _ = liveness_tick.tick(), if root_done && ring.is_some() => {
-                take_in!();
-                // An exit event is queued at the process's final context switch, which its parent
-                // can beat by microseconds when it reaps it: a tracked pid gone from /proc on two
-                // ticks in a row (with drains between) lost its exit event.
-                let gone: HashSet<u32> = recorder
-                    .tracker
-                    .live_pids()
-                    .into_iter()
-                    .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-                    .collect();
-                let vanished: Vec<u32> = gone.intersection(&missing_before).copied().collect();
-                recorder.guarded(|r| {
-                    for pid in vanished {
-                        r.tracker.vanished(pid, host::boottime_ns());
-                    }
-                    r.store_finished();
-                });
-                missing_before = gone;
-            }
-            _ = sleep_until(deadline) => {
-                // The command is reaped already (the deadline starts then).
-                drain(&mut ring, &mut poller, recorder, root_pid);
-                outcome.linger_expired = recorder.tracker.live_count() > 0;
-                break;
-            }
-        }
-        if outcome.breach.is_none() && !opts.limits.is_empty() && !recorder.is_broken() {
-            let usage = recorder.usage(started.elapsed());
-            if let Some((limit, value)) = limits::first_breach(&opts.limits, &usage) {
-                outcome.breach = Some(metrics::LimitBreach {
-                    limit: limit.name().to_string(),
-                    threshold: limit.threshold(),
-                    value,
-                    time: units::rfc3339(host::realtime_ns()),
-                    elapsed_s: started.elapsed().as_secs_f64(),
-                });
-                // Parents first, so none carries on after a child it waits for is killed.
-                launch::kill_all(&recorder.tracker.live_pids(), libc::SIGTERM);
-                kill_at = Some(tokio::time::Instant::now() + opts.kill_grace);
-            }
-        }
-        // A broken recorder cannot say when the descendants are gone: the command's end is.
-        if root_done && (recorder.tracker.live_count() == 0 || recorder.is_broken()) {
-            break;
-        }
-        if let (Some(at), false, false) = (root_exited_at, said_lingering, opts.quiet) {
-            if at.elapsed() >= LINGER_NOTICE_AFTER {
-                said_lingering = true;
-                crate::say!(
-                    "{}",
-                    lingering_notice(
-                        &recorder.tracker.live_names(5),
-                        recorder.tracker.live_count(),
-                        cfg.linger
-                    )
-                );
-            }
-        }
-    }
-    // Marks sent just before the tree ended.
-    let last_marks = marks
-        .as_mut()
-        .map(|m| m.get_mut().receive(host::realtime_ns));
-    if let Some(status) = drain(&mut ring, &mut poller, recorder, root_pid) {
-        outcome.wait_status = status;
-    }
-    recorder.guarded(|r| {
-        r.store_finished();
-        r.on_marks(last_marks.unwrap_or_default());
-    });
-    live.clear();
-    if let Some(server) = &marks {
-        if let Some(first) = server.get_ref().first_invalid() {
-            crate::say!(
-                "montrace: warning: ignored {} datagrams on the mark socket that were not marks; \
-                 the first, from pid {}: {}",
-                server.get_ref().invalid(),
-                first.pid,
-                first.error
-            );
-        }
-    }
-    Ok(outcome)
-}
-
-/// How long after the command's exit montrace says which descendants it still waits for.
-const LINGER_NOTICE_AFTER: Duration = Duration::from_secs(1);
-
-/// What montrace says, once, while it waits for the processes the command left running.
-fn lingering_notice(oldest: &[(u32, String)], live: usize, linger: Option<Duration>) -> String {
-    let mut names: Vec<String> = oldest
-        .iter()
-        .map(|(pid, comm)| format!("{comm} ({pid})"))
-        .collect();
-    if live > oldest.len() {
-        names.push(format!("and {} more", live - oldest.len()));
-    }
-    let until = match linger {
-        Some(d) => format!("at most {:?} (--linger)", d),
-        None => "until they end (--linger DURATION limits the wait)".into(),
-    };
-    format!(
-        "montrace: the command exited; waiting {until} for {live} processes it left running: {}. \
-         Ctrl-C twice sends them SIGTERM, three times SIGKILL",
-        names.join(", ")
-    )
-}
-
-/// What montrace sends to the tree for the `count`-th interrupting signal it received: the
-/// first is passed on as it is (unless the terminal already delivered it to the command's
-/// process group), the second becomes SIGTERM to every process of the tree, the third and later
-/// SIGKILL. (`kill_all` adds SIGCONT to a terminating signal, for stopped processes.)
-fn escalation(count: u32, received: launch::Received) -> Option<i32> {
-    match count {
-        0 | 1 if received.from_terminal => None,
-        0 | 1 => Some(received.signal),
-        2 => Some(libc::SIGTERM),
-        _ => Some(libc::SIGKILL),
-    }
-}
-
-fn signal_name(signal: i32) -> &'static str {
-    match signal {
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGINT => "SIGINT",
-        libc::SIGHUP => "SIGHUP",
-        _ => "a signal",
-    }
-}
-
-/// The mark socket once it has datagrams; never, without one.
-async fn marks_readable(
-    marks: Option<&mut AsyncFd<MarkServer>>,
-) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, MarkServer>> {
-    match marks {
-        Some(marks) => marks.readable_mut().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Why there is no run directory.
@@ -1107,26 +529,11 @@ fn command_argv(args: &RunArgs) -> Vec<String> {
         .collect()
 }
 
-/// Joins argv for display, quoting words a shell would split.
-fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-            {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::follow::end::shell_words;
 
     #[test]
     fn shell_words_quotes_what_needs_it() {

@@ -1,0 +1,208 @@
+//! The end of a followed tree: the run cgroup's totals, run.json (`RunInfo`), summary.json, the
+//! report and the printed summary, shared by `run` and `attach`. Every file goes through
+//! `userfs` (the invoking user's identity), and a failure to write one is said, never returned:
+//! by now the command has run, and its status is montrace's exit status.
+use std::{path::Path, time::Duration};
+
+use crate::{
+    cgroup::RunCgroup,
+    cli::RecordOptions,
+    ebpf::TrackingMode,
+    gpu::{GpuMonitor, GpuStatus},
+    host,
+    launch::Identity,
+    limits, metrics,
+    summary::{self, RunInfo},
+    userfs,
+};
+
+use super::Outcome;
+
+/// Starts GPU monitoring as `--gpu` asks, and says why there is none (`--gpu auto`). Fails with
+/// `--gpu require` and no GPU, or a `--limit gpu-mem` that no GPU can enforce.
+pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
+    let gpu = GpuMonitor::open(record.gpu)?;
+    if let Some(error) = gpu
+        .unavailable_reason()
+        .and_then(|reason| limits::needs_gpu(&record.limits, &reason))
+    {
+        anyhow::bail!(error);
+    }
+    if let (Some(notice), false) = (gpu.notice(), record.quiet) {
+        crate::say!("{notice}");
+    }
+    Ok(gpu)
+}
+
+/// Writes summary.json (with the user's identity, see `userfs`). A failure is said, not
+/// returned: the command has run, and its status stays montrace's exit status.
+pub fn write_summary(
+    out_dir: &Path,
+    argv: Vec<String>,
+    warmup: usize,
+    repetitions: Vec<metrics::Repetition>,
+    breach: Option<metrics::LimitBreach>,
+) -> metrics::Summary {
+    let summary = metrics::Summary::new(
+        shell_words(&argv),
+        argv,
+        host::uname().0,
+        warmup,
+        repetitions,
+        breach,
+    );
+    let path = out_dir.join(metrics::SUMMARY_FILE);
+    let written = serde_json::to_string_pretty(&summary)
+        .map_err(std::io::Error::other)
+        .and_then(|json| userfs::write_atomic(&path, (json + "\n").as_bytes()));
+    if let Err(err) = written {
+        crate::say!("montrace: error: cannot write {}: {err}", path.display());
+    }
+    summary
+}
+
+/// Reads the run cgroup's totals (and the per-process coverage of its CPU), then removes it.
+pub fn close_cgroup(
+    cgroup: Option<RunCgroup>,
+    report: &mut summary::CgroupReport,
+    tree_cpu_ns: u64,
+) {
+    let Some(cgroup) = cgroup else { return };
+    report.version = Some(cgroup.version());
+    report.path = Some(cgroup.path());
+    match cgroup.totals() {
+        Ok(totals) => {
+            report.cpu_coverage = totals
+                .cpu_usage_ns
+                .filter(|&ns| ns > 0)
+                .map(|ns| tree_cpu_ns as f64 / ns as f64);
+            report.totals = Some(totals);
+        }
+        Err(err) => report.error = Some(err.to_string()),
+    }
+    match cgroup.remove() {
+        Ok(()) => report.removed = true,
+        Err(err) => report.error = Some(err.to_string()),
+    }
+}
+
+/// What `run` and `attach` know when the tree is done.
+pub struct Ended<'a> {
+    pub argv: Vec<String>,
+    pub executable: String,
+    /// When montrace started: boot-clock and wall-clock ns.
+    pub started_boot_ns: u64,
+    pub started_wall_ns: i64,
+    /// When the tree was done.
+    pub ended_boot_ns: u64,
+    pub ended_wall_ns: i64,
+    pub gpu: crate::gpu::GpuSummary,
+    pub tracking_mode: TrackingMode,
+    pub lost: crate::ebpf::LostEvents,
+    pub ebpf_load_ms: Option<f64>,
+    pub identity: Option<&'a Identity>,
+    /// The command's exit code, or the signal that killed it.
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    /// What montrace exits with.
+    pub exit_status: i32,
+    pub outcome: Outcome,
+    pub finished: crate::recorder::Finished,
+    pub cgroup: summary::CgroupReport,
+    pub interval: Duration,
+    pub out_dir: &'a Path,
+}
+
+pub fn build_run_info(e: Ended<'_>) -> RunInfo {
+    let (host_name, kernel) = host::uname();
+    let (start_time, end_time, duration_s) = RunInfo::new_times(e.started_wall_ns, e.ended_wall_ns);
+    let finished = e.finished;
+    RunInfo {
+        schema_version: summary::RUN_JSON_VERSION,
+        montrace_version: env!("CARGO_PKG_VERSION").to_string(),
+        command: shell_words(&e.argv),
+        argv: e.argv,
+        executable: e.executable,
+        start_time,
+        end_time,
+        duration_s,
+        command_wall_s: finished
+            .exec_time_boot_ns
+            .map(|t| e.ended_boot_ns.saturating_sub(t) as f64 / 1e9),
+        host: host_name,
+        kernel,
+        tracking_mode: e.tracking_mode,
+        exit_code: e.exit_code,
+        exit_signal: e.exit_signal,
+        exit_status: e.exit_status,
+        lost_events: e.lost,
+        vanished_processes: finished.vanished,
+        processes_started: finished.started,
+        max_concurrent: finished.max_concurrent,
+        totals: finished.totals,
+        tree_memory_peaks: finished.memory_peaks,
+        samples: finished.sample_rows,
+        sample_interval_ms: e.interval.as_secs_f64() * 1e3,
+        cgroup: e.cgroup,
+        gpu: e.gpu,
+        startup_ms: finished
+            .exec_time_boot_ns
+            .map(|t| t.saturating_sub(e.started_boot_ns) as f64 / 1e6),
+        ebpf_load_ms: e.ebpf_load_ms,
+        uid: e.identity.map_or(0, |id| id.uid),
+        gid: e.identity.map_or(0, |id| id.gid),
+        linger_expired: e.outcome.linger_expired,
+        signals_forwarded: e.outcome.signals_forwarded,
+        limit_breach: e.outcome.breach,
+        out_dir: e.out_dir.display().to_string(),
+        recording_error: finished.recording_error,
+    }
+}
+
+/// Writes run.json and the report (with the user's identity, see `userfs`), prints the summary.
+/// Failures are said, not returned: the command has run, and its status stays montrace's exit
+/// status.
+pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, report: bool) {
+    let run_json = out_dir.join("run.json");
+    let written = serde_json::to_string_pretty(info)
+        .map_err(std::io::Error::other)
+        .and_then(|json| userfs::write_atomic(&run_json, (json + "\n").as_bytes()));
+    if let Err(err) = &written {
+        crate::say!(
+            "montrace: error: cannot write {}: {err}",
+            run_json.display()
+        );
+    }
+    if report && written.is_ok() && info.recording_error.is_none() {
+        // The data is on disk already: a report that fails is a warning, not a failed run.
+        if let Err(err) =
+            crate::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe")
+        {
+            crate::say!(
+                "montrace: warning: no report for {}: {}",
+                out_dir.display(),
+                crate::term::error_line(&err)
+            );
+        }
+    }
+    if print_summary {
+        crate::say_raw!("{}", summary::format_summary(info));
+    }
+}
+
+/// Joins argv for display, quoting words a shell would split.
+pub fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,333 @@
+//! Following a tree, shared by `run` and `attach`: the event loop ([`follow`]) and what happens
+//! when the tree is done ([`end`]).
+//!
+//! ```text
+//!  ring buffer / polling ─┐                         ┌─> Recorder (tracker + tables)
+//!  sampler tick ──────────┤                         │
+//!  mark socket ───────────┼─> follow (select!) ─────┤
+//!  signalfd ──────────────┤      │                  └─> Follower (decisions: linger, limits,
+//!  the command's exit ────┘      │                        signals, vanished; pure, unit-tested)
+//!                                └─> Outcome ─> end::build_run_info ─> run.json, summary.json
+//! ```
+//! The loop only waits and routes: each input is one call into the [`Recorder`] (guarded: a
+//! panic there stops recording, never the supervision of the command) or the [`Follower`].
+pub mod end;
+pub mod state;
+
+use std::{
+    collections::HashSet,
+    os::fd::OwnedFd,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use aya::maps::{MapData, RingBuf};
+use tokio::io::{unix::AsyncFd, Interest};
+
+use crate::{
+    cli::RecordOptions, host, launch, live::LiveLine, marks::MarkServer, metrics, polling::Poller,
+    recorder::Recorder,
+};
+use state::{Follower, Next};
+
+/// What the event loop learnt.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub wait_status: i32,
+    /// The wait ended (--linger, attach's --duration or Ctrl-C) with processes still running.
+    pub linger_expired: bool,
+    pub signals_forwarded: Vec<i32>,
+    pub breach: Option<metrics::LimitBreach>,
+    /// attach: the signal that ended the monitoring.
+    pub stopped_by_signal: Option<i32>,
+}
+
+/// Where lifecycle events come from.
+pub enum Source {
+    Ebpf(RingBuf<MapData>),
+    Polling(Poller),
+}
+
+/// How `follow` runs: `run` follows the command it started; `attach` a process it did not.
+pub struct FollowConfig<'a> {
+    pub opts: &'a RecordOptions,
+    pub root_pid: u32,
+    /// False for `attach`: nothing waits for the root (it is not montrace's child), and a
+    /// SIGINT/SIGTERM/SIGHUP to montrace ends the monitoring instead of being forwarded.
+    pub root_is_child: bool,
+    /// `run --linger`: how long to wait for descendants once the root exited.
+    pub linger: Option<Duration>,
+    /// `attach --duration`: stop after this long.
+    pub stop_after: Option<Duration>,
+    pub started_boot_ns: u64,
+}
+
+/// The inputs the loop waits on, registered with the event loop.
+struct Inputs {
+    ring: Option<AsyncFd<RingBuf<MapData>>>,
+    poller: Option<Poller>,
+    marks: Option<AsyncFd<MarkServer>>,
+    signals: AsyncFd<OwnedFd>,
+}
+
+impl Inputs {
+    fn register(
+        source: Source,
+        signals: OwnedFd,
+        marks: Option<MarkServer>,
+    ) -> anyhow::Result<Inputs> {
+        let (ring, poller) = match source {
+            Source::Ebpf(ring) => {
+                // SAFETY: the ring buffer owns its map fd and keeps it open and unchanged until
+                // the AsyncFd drops it.
+                let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+                    .map_err(|e| e.into_parts().1)
+                    .context("watching the ring buffer")?;
+                (Some(ring), None)
+            }
+            Source::Polling(poller) => (None, Some(poller)),
+        };
+        let marks = match marks {
+            // SAFETY: the server owns its socket and keeps it open until the AsyncFd drops it.
+            Some(server) => Some(
+                unsafe { AsyncFd::register_with_interest(server, Interest::READABLE) }
+                    .map_err(|e| e.into_parts().1)
+                    .context("watching the mark socket")?,
+            ),
+            None => None,
+        };
+        // SAFETY: the signalfd is owned and stays open until the AsyncFd drops it.
+        let signals = unsafe { AsyncFd::register_with_interest(signals, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)
+            .context("watching signals")?;
+        Ok(Inputs {
+            ring,
+            poller,
+            marks,
+            signals,
+        })
+    }
+
+    /// Takes in every lifecycle event available now. Polling may also find the command reaped,
+    /// and returns its wait status then.
+    fn drain(&mut self, recorder: &mut Recorder<'_>, root_pid: u32) -> Option<i32> {
+        if let Some(ring) = &mut self.ring {
+            let ring = ring.get_mut();
+            while let Some(item) = ring.next() {
+                recorder.guarded(|r| r.on_record(&item));
+            }
+            return None;
+        }
+        let poller = self.poller.as_mut()?;
+        let now = host::boottime_ns();
+        let mut root_status = None;
+        // Scan, reap, and scan again after a reap: a process reaped now may have forked a child
+        // since the scan, and that child is still in /proc: the second scan finds it before the
+        // tree could look empty.
+        loop {
+            let (events, vanished) = poller.scan(now);
+            recorder.guarded(|r| {
+                for event in &events {
+                    r.on_event(event);
+                }
+                for gone in vanished {
+                    r.tracker
+                        .ended_unobserved(gone.pid, now, &gone.figures, gone.exit_code);
+                }
+            });
+            let (exits, status) = poller.reap(root_pid, now);
+            recorder.guarded(|r| exits.iter().for_each(|event| r.on_event(event)));
+            root_status = root_status.or(status);
+            if exits.is_empty() {
+                break;
+            }
+        }
+        recorder.guarded(Recorder::store_finished);
+        root_status
+    }
+}
+
+fn interval(period: Duration) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+/// Follows the tree until the command has exited and every tracked process is gone (or the
+/// linger time after the command's exit has passed, or attach's `--duration`, or a signal to an
+/// attach), sampling and flushing on the way.
+pub async fn follow(
+    source: Source,
+    signals: OwnedFd,
+    marks: Option<MarkServer>,
+    recorder: &mut Recorder<'_>,
+    cfg: &FollowConfig<'_>,
+) -> anyhow::Result<Outcome> {
+    let root_pid = cfg.root_pid;
+    let opts = cfg.opts;
+    let mut inputs = Inputs::register(source, signals, marks)?;
+    // With eBPF a thread waits for the command; polling reaps every child of montrace itself.
+    let (status_tx, mut status_rx) = tokio::sync::oneshot::channel();
+    if cfg.root_is_child && inputs.poller.is_none() {
+        std::thread::spawn(move || {
+            let _ = status_tx.send(launch::wait_status(root_pid));
+        });
+    }
+    let started = Instant::now()
+        - Duration::from_nanos(host::boottime_ns().saturating_sub(cfg.started_boot_ns));
+    let mut f = Follower::new(cfg, started, Instant::now(), Box::new(launch::kill_all));
+    let live = LiveLine::new(opts.quiet);
+    let mut live_tick = interval(Duration::from_millis(500));
+    let mut sample_tick = interval(opts.interval);
+    let mut flush_tick = interval(opts.flush_interval);
+    let mut liveness_tick = interval(Duration::from_millis(500));
+    // The eBPF programs wake montrace only once the ring buffer fills up (a quarter of it);
+    // below that, events are drained on this timer: one wake-up per 20 ms, not one per event.
+    let mut drain_tick = interval(Duration::from_millis(20));
+    let ebpf = inputs.ring.is_some();
+
+    // Takes in the events available now (polling may reap the command on the way).
+    macro_rules! take_in {
+        () => {
+            if let Some(status) = inputs.drain(recorder, root_pid) {
+                f.root_exited(status, Instant::now());
+            }
+        };
+    }
+
+    loop {
+        tokio::select! {
+            guard = readable(inputs.ring.as_mut()) => {
+                let mut guard = guard?;
+                let ring = guard.get_inner_mut();
+                while let Some(item) = ring.next() {
+                    recorder.guarded(|r| r.on_record(&item));
+                }
+                guard.clear_ready();
+            }
+            guard = inputs.signals.readable() => {
+                let mut guard = guard?;
+                let received = launch::read_signals(guard.get_inner());
+                guard.clear_ready();
+                if f.on_signals(&received, recorder) == Next::Stop {
+                    inputs.drain(recorder, root_pid);
+                    f.outcome.linger_expired = recorder.tracker.live_count() > 0;
+                    break;
+                }
+            }
+            status = &mut status_rx, if !f.root_done() && inputs.poller.is_none() => {
+                let status = status
+                    .context("waiter thread ended")?
+                    .context("waiting for the command")?;
+                f.root_exited(status, Instant::now());
+            }
+            _ = sample_tick.tick() => {
+                // Exits first, so a process that just ended is not sampled as gone.
+                take_in!();
+                recorder.guarded(Recorder::sample);
+            }
+            _ = sleep_until(f.wall_limit_at()) => {}
+            guard = marks_readable(inputs.marks.as_mut()) => {
+                let mut guard = guard?;
+                let received = guard.get_inner_mut().receive(host::realtime_ns);
+                guard.clear_ready();
+                // Every sender forked before it sent: with the events drained, the tracker
+                // knows each one (or has just seen it end).
+                take_in!();
+                recorder.guarded(|r| r.on_marks(received));
+            }
+            _ = drain_tick.tick(), if ebpf => {
+                take_in!();
+            }
+            _ = live_tick.tick(), if live.enabled() => {
+                live.show(&recorder.live_status(started.elapsed()));
+            }
+            _ = sleep_until(f.kill_at()) => {
+                f.on_kill_time(recorder);
+            }
+            _ = flush_tick.tick() => {
+                take_in!();
+                recorder.guarded(Recorder::flush);
+            }
+            _ = liveness_tick.tick(), if f.root_done() && ebpf => {
+                take_in!();
+                let gone: HashSet<u32> = recorder
+                    .tracker
+                    .live_pids()
+                    .into_iter()
+                    .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+                    .collect();
+                f.on_liveness(gone, recorder, host::boottime_ns());
+            }
+            _ = sleep_until(f.deadline()) => {
+                // The command is reaped already (the deadline starts then), or attach's
+                // --duration is over.
+                inputs.drain(recorder, root_pid);
+                if f.on_deadline(recorder) == Next::Stop {
+                    break;
+                }
+            }
+        }
+        let now = Instant::now();
+        f.check_limits(recorder, now);
+        if f.is_done(recorder) {
+            break;
+        }
+        if let Some(notice) = f.lingering_notice(recorder, now) {
+            crate::say!("{notice}");
+        }
+    }
+    // Marks sent just before the tree ended.
+    let last_marks = inputs
+        .marks
+        .as_mut()
+        .map(|m| m.get_mut().receive(host::realtime_ns));
+    if let Some(status) = inputs.drain(recorder, root_pid) {
+        f.outcome.wait_status = status;
+    }
+    recorder.guarded(|r| {
+        r.store_finished();
+        r.on_marks(last_marks.unwrap_or_default());
+    });
+    live.clear();
+    if let Some(server) = &inputs.marks {
+        if let Some(first) = server.get_ref().first_invalid() {
+            crate::say!(
+                "montrace: warning: ignored {} datagrams on the mark socket that were not marks; \
+                 the first, from pid {}: {}",
+                server.get_ref().invalid(),
+                first.pid,
+                first.error
+            );
+        }
+    }
+    Ok(f.outcome)
+}
+
+/// The ring buffer once it has records; never, when polling.
+async fn readable(
+    ring: Option<&mut AsyncFd<RingBuf<MapData>>>,
+) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, RingBuf<MapData>>> {
+    match ring {
+        Some(ring) => ring.readable_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The mark socket once it has datagrams; never, without one.
+async fn marks_readable(
+    marks: Option<&mut AsyncFd<MarkServer>>,
+) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, MarkServer>> {
+    match marks {
+        Some(marks) => marks.readable_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}

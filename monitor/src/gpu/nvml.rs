@@ -1,0 +1,218 @@
+//! The real GPUs, through NVML (libnvidia-ml.so.1, loaded at run time).
+use super::*;
+
+/// The real GPUs, through NVML.
+pub struct NvmlBackend {
+    nvml: Nvml,
+}
+
+impl NvmlBackend {
+    /// Loads libnvidia-ml.so.1 and starts NVML.
+    pub fn init() -> Result<NvmlBackend, GpuError> {
+        Self::init_from(None)
+    }
+
+    /// `lib`: the driver library to load instead of the default.
+    pub(super) fn init_from(lib: Option<&OsStr>) -> Result<NvmlBackend, GpuError> {
+        let mut builder = Nvml::builder();
+        if let Some(lib) = lib {
+            builder.lib_path(lib);
+        }
+        builder
+            .init()
+            .map(|nvml| NvmlBackend { nvml })
+            .map_err(|err| GpuError::Unavailable {
+                reason: init_failure(&err),
+            })
+    }
+
+    fn device(&self, index: u32) -> Option<nvml_wrapper::Device<'_>> {
+        self.nvml.device_by_index(index).ok()
+    }
+}
+
+/// How many GPUs NVML finds here; None where NVML does not start (no driver). For tests that
+/// need a real GPU.
+pub fn nvml_device_count() -> Option<u32> {
+    NvmlBackend::init().ok()?.nvml.device_count().ok()
+}
+
+/// Why NVML did not start, for people.
+fn init_failure(err: &NvmlError) -> String {
+    match err {
+        NvmlError::LibloadingError(err) => format!("no NVIDIA driver library ({err})"),
+        NvmlError::DriverNotLoaded => {
+            "the NVIDIA driver library is installed but the driver is not loaded".into()
+        }
+        NvmlError::NoPermission => "no permission to talk to the NVIDIA driver".into(),
+        NvmlError::FailedToLoadSymbol(err) => {
+            format!("the NVIDIA driver library is too old for montrace ({err})")
+        }
+        err => format!("NVML failed to start: {err}"),
+    }
+}
+
+fn used_memory(memory: UsedGpuMemory) -> Option<u64> {
+    match memory {
+        UsedGpuMemory::Used(bytes) => Some(bytes),
+        UsedGpuMemory::Unavailable => None,
+    }
+}
+
+impl GpuBackend for NvmlBackend {
+    fn devices(&self) -> Result<Vec<GpuDevice>, GpuError> {
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(|err| GpuError::Unavailable {
+                reason: format!("NVML cannot count the GPUs: {err}"),
+            })?;
+        let mut devices = Vec::new();
+        let mut failures = Vec::new();
+        for index in 0..count {
+            match self.nvml.device_by_index(index) {
+                Ok(device) => devices.push(GpuDevice {
+                    index,
+                    uuid: device.uuid().ok(),
+                    name: device.name().ok(),
+                    memory_total_bytes: device.memory_info().ok().map(|m| m.total),
+                }),
+                // A GPU this process may not open (a container's device cgroup) is left out.
+                Err(err) => failures.push(format!("GPU {index}: {err}")),
+            }
+        }
+        if devices.is_empty() && !failures.is_empty() {
+            return Err(GpuError::Unavailable {
+                reason: format!("NVML cannot open any GPU ({})", failures.join("; ")),
+            });
+        }
+        Ok(devices)
+    }
+
+    fn reading(&self, index: u32) -> DeviceReading {
+        let Some(device) = self.device(index) else {
+            return DeviceReading::default();
+        };
+        let utilization = device.utilization_rates().ok();
+        let memory = device.memory_info().ok();
+        DeviceReading {
+            utilization_gpu_percent: utilization.as_ref().map(|u| u.gpu),
+            utilization_memory_percent: utilization.as_ref().map(|u| u.memory),
+            memory_used_bytes: memory.as_ref().map(|m| m.used),
+            memory_total_bytes: memory.as_ref().map(|m| m.total),
+            power_mw: device.power_usage().ok(),
+            energy_mj: device.total_energy_consumption().ok(),
+            temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
+            sm_clock_mhz: device.clock_info(Clock::SM).ok(),
+            memory_clock_mhz: device.clock_info(Clock::Memory).ok(),
+            throttle_reasons: device.current_throttle_reasons().ok().map(|r| r.bits()),
+        }
+    }
+
+    fn processes(&self, index: u32) -> Option<Vec<GpuProcess>> {
+        let device = self.device(index)?;
+        let compute = device.running_compute_processes();
+        let graphics = device.running_graphics_processes();
+        if compute.is_err() && graphics.is_err() {
+            return None;
+        }
+        let listed: Vec<ProcessInfo> = compute
+            .unwrap_or_default()
+            .into_iter()
+            .chain(graphics.unwrap_or_default())
+            .collect();
+        Some(merge_processes(listed.into_iter().map(|p| GpuProcess {
+            pid: p.pid,
+            used_memory_bytes: used_memory(p.used_gpu_memory),
+        })))
+    }
+
+    fn process_utilization(
+        &self,
+        index: u32,
+        since_us: Option<u64>,
+    ) -> Option<Vec<ProcessUtilization>> {
+        let device = self.device(index)?;
+        match device.process_utilization_stats(since_us) {
+            Ok(samples) => Some(
+                samples
+                    .into_iter()
+                    .map(|s| ProcessUtilization {
+                        pid: s.pid,
+                        timestamp_us: s.timestamp,
+                        sm_percent: s.sm_util,
+                        memory_percent: s.mem_util,
+                    })
+                    .collect(),
+            ),
+            // The driver says NOT_FOUND when it took no sample since `since_us`.
+            Err(NvmlError::NotFound) => Some(Vec::new()),
+            Err(_) => None,
+        }
+    }
+
+    fn accounting_enabled(&self, index: u32) -> bool {
+        self.device(index)
+            .and_then(|d| d.is_accounting_enabled().ok())
+            .unwrap_or(false)
+    }
+
+    fn accounting_pids(&self, index: u32) -> Option<Vec<u32>> {
+        self.device(index)?.accounting_pids().ok()
+    }
+
+    fn accounting_stats(&self, index: u32, pid: u32) -> Option<AccountingReading> {
+        let stats = self.device(index)?.accounting_stats_for(pid).ok()?;
+        Some(AccountingReading {
+            gpu_utilization_percent: stats.gpu_utilization,
+            memory_utilization_percent: stats.memory_utilization,
+            max_memory_bytes: stats.max_memory_usage,
+            start_time_us: stats.start_time,
+            time_ms: stats.time,
+            is_running: stats.is_running,
+        })
+    }
+}
+
+/// One entry per pid: a process with both a compute and a graphics context is listed twice,
+/// with the same memory.
+pub(super) fn merge_processes(listed: impl Iterator<Item = GpuProcess>) -> Vec<GpuProcess> {
+    let mut merged: Vec<GpuProcess> = Vec::new();
+    for process in listed {
+        match merged.iter_mut().find(|p| p.pid == process.pid) {
+            Some(seen) => {
+                seen.used_memory_bytes = seen.used_memory_bytes.max(process.used_memory_bytes)
+            }
+            None => merged.push(process),
+        }
+    }
+    merged
+}
+
+/// The `nvmlClocksThrottleReason*` bits (nvml.h) and the names montrace writes for them.
+const THROTTLE_REASONS: &[(u64, &str)] = &[
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// The names of the reasons set in `bits`, in bit order; bits montrace does not know come last,
+/// as one hexadecimal number (`0x1000`). Empty when nothing holds the clocks down.
+pub fn throttle_reason_names(bits: u64) -> Vec<String> {
+    let mut names: Vec<String> = THROTTLE_REASONS
+        .iter()
+        .filter(|(bit, _)| bits & bit != 0)
+        .map(|(_, name)| (*name).to_owned())
+        .collect();
+    let known = THROTTLE_REASONS.iter().fold(0, |all, (bit, _)| all | bit);
+    if bits & !known != 0 {
+        names.push(format!("{:#x}", bits & !known));
+    }
+    names
+}

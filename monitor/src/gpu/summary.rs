@@ -1,0 +1,125 @@
+//! `gpu` in run.json and the printed summary.
+use super::*;
+
+/// `gpu.status` in run.json.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuState {
+    Monitored,
+    Unavailable,
+    Off,
+}
+
+/// `gpu` in run.json.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuSummary {
+    pub status: GpuState,
+    /// Why no GPU was monitored (`unavailable`).
+    pub reason: Option<String>,
+    /// The GPUs seen, in index order.
+    pub devices: Vec<GpuDeviceSummary>,
+    /// Most GPU memory the tree held at one sweep (sum over its processes and GPUs); 0 when
+    /// none of its processes held any, None when no GPU could list its processes.
+    pub tree_peak_memory_bytes: Option<u64>,
+    /// When that was (the first sweep with it), RFC 3339.
+    pub tree_peak_memory_time: Option<String>,
+    /// Energy all GPUs used from the first sweep to the last; None when none reports energy.
+    pub energy_joules: Option<f64>,
+}
+
+/// One GPU in run.json, over the run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuDeviceSummary {
+    pub index: u32,
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    pub memory_total_bytes: Option<u64>,
+    /// Accounting mode was on when the run started (lifetime figures of exited processes).
+    pub accounting_mode: bool,
+    pub samples: u64,
+    pub utilization_gpu_mean_percent: Option<f64>,
+    pub utilization_gpu_max_percent: Option<f64>,
+    /// Most memory in use on the GPU, by any process.
+    pub memory_used_max_bytes: Option<u64>,
+    pub power_max_watts: Option<f64>,
+    /// Energy it used from the first sweep to the last.
+    pub energy_joules: Option<f64>,
+}
+
+impl GpuSummary {
+    pub(super) fn not_monitored(status: GpuState, reason: Option<String>) -> GpuSummary {
+        GpuSummary {
+            status,
+            reason,
+            devices: Vec::new(),
+            tree_peak_memory_bytes: None,
+            tree_peak_memory_time: None,
+            energy_joules: None,
+        }
+    }
+
+    /// The figures summary.json keeps (names from `metrics::METRICS`); None: absent.
+    pub fn metrics(&self) -> [(&'static str, Option<f64>); 2] {
+        [
+            (
+                "gpu_peak_memory_bytes",
+                self.tree_peak_memory_bytes.map(|b| b as f64),
+            ),
+            ("gpu_energy_joules", self.energy_joules),
+        ]
+    }
+
+    /// Lines for the printed summary, aligned with `summary::format_summary`'s; none for
+    /// `--gpu off`.
+    pub fn format_lines(&self) -> Vec<String> {
+        match self.status {
+            GpuState::Off => Vec::new(),
+            GpuState::Unavailable => vec![format!(
+                "  GPU                  unavailable ({})",
+                self.reason.as_deref().unwrap_or("unknown reason")
+            )],
+            GpuState::Monitored => {
+                let mut lines: Vec<String> = self
+                    .devices
+                    .iter()
+                    .map(|d| {
+                        let mut parts = Vec::new();
+                        if let (Some(mean), Some(max)) = (
+                            d.utilization_gpu_mean_percent,
+                            d.utilization_gpu_max_percent,
+                        ) {
+                            parts.push(format!("busy {mean:.1}% mean, {max:.0}% max"));
+                        }
+                        if let Some(used) = d.memory_used_max_bytes {
+                            parts.push(format!("memory {} max", format_bytes(used)));
+                        }
+                        if let Some(joules) = d.energy_joules {
+                            parts.push(format!("{joules:.1} J"));
+                        }
+                        format!(
+                            "  {:<20} {}: {}",
+                            format!("GPU {}", d.index),
+                            d.name.as_deref().unwrap_or("unnamed GPU"),
+                            if parts.is_empty() {
+                                "no figures".to_owned()
+                            } else {
+                                parts.join(", ")
+                            }
+                        )
+                    })
+                    .collect();
+                lines.push(format!(
+                    "  GPU memory, tree     {}",
+                    self.tree_peak_memory_bytes
+                        .map_or("n/a".to_owned(), |b| format!("{} peak", format_bytes(b)))
+                ));
+                if self.devices.len() > 1 {
+                    if let Some(joules) = self.energy_joules {
+                        lines.push(format!("  GPU energy, all      {joules:.1} J"));
+                    }
+                }
+                lines
+            }
+        }
+    }
+}

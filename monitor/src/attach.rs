@@ -6,19 +6,20 @@
 //! montrace watches; threads that ended before the attach are in its /proc samples only.
 use std::{ffi::OsString, path::Path};
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 
 use crate::{
     btf,
     cli::AttachArgs,
     decode::{self, KernelEvent},
-    ebpf::Probes,
+    ebpf::{Probes, TrackingMode},
     follow::{
         end::{self, Ended},
         FollowConfig, Source,
     },
     host, launch, metrics,
     polling::Poller,
+    privilege,
     recorder::Recorder,
     run, summary,
     tracker::{Clock, Tracker},
@@ -35,15 +36,13 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
         );
         return Ok(EXIT_USAGE);
     };
+    if let Err(why) = may_attach(pid) {
+        crate::say!("montrace: error: {why}");
+        return Ok(EXIT_USAGE);
+    }
     // Room for the sampler's open /proc handles.
     host::raise_open_files_limit();
-    if !host::can_load_ebpf() {
-        bail!(
-            "montrace attach needs root to load its eBPF programs (CAP_BPF and CAP_PERFMON): run it \
-             with sudo, e.g. `sudo montrace attach {pid}`"
-        );
-    }
-    let offsets = btf::kernel_offsets(&btf::Btf::from_file(Path::new(btf::VMLINUX_BTF))?)?;
+    let offsets = ebpf_offsets(pid);
     let name = OsString::from(format!("attach-{}", comm.trim()));
     let out_dir = match run::create_out_dir(args.record.out.as_deref(), &name, started.1) {
         Ok(dir) => dir,
@@ -53,16 +52,70 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
         }
         Err(run::OutDirError::Other(err)) => return Err(err),
     };
-    let result = follow_attached(&args, &offsets, &out_dir, started);
+    let result = follow_attached(&args, offsets.as_ref(), &out_dir, started);
     if result.is_err() && run::dir_is_empty(&out_dir) {
         let _ = crate::userfs::remove_dir(&out_dir);
     }
     result
 }
 
+/// An ordinary user may follow only the processes they could ptrace themselves: every one of the
+/// target's user and group ids (real, effective, saved) is theirs. Root may follow any.
+fn may_attach(pid: u32) -> Result<(), String> {
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    if uid == 0 {
+        return Ok(());
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    let (uids, gids) =
+        status_ids(&status).ok_or_else(|| format!("malformed /proc/{pid}/status"))?;
+    if uids.iter().all(|&u| u == uid) && gids.iter().all(|&g| g == gid) {
+        return Ok(());
+    }
+    Err(format!(
+        "process {pid} runs as uid {} / gid {}: without root, montrace attaches only to your own \
+         processes (those you could trace with a debugger); use `sudo montrace attach {pid}`",
+        uids[1], gids[1]
+    ))
+}
+
+/// The real, effective and saved user and group ids of a /proc/PID/status text.
+fn status_ids(status: &str) -> Option<([u32; 3], [u32; 3])> {
+    let ids = |key: &str| -> Option<[u32; 3]> {
+        let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+        let mut fields = line.split_whitespace().map(|f| f.parse::<u32>().ok());
+        Some([fields.next()??, fields.next()??, fields.next()??])
+    };
+    Some((ids("Uid:")?, ids("Gid:")?))
+}
+
+/// The kernel's field offsets, or None when attach must poll /proc (no privilege, no BTF): said
+/// once.
+fn ebpf_offsets(pid: u32) -> Option<monitor_common::Offsets> {
+    let why_not = if !host::can_load_ebpf() {
+        format!(
+            "exact tracking needs root or the granted binary (`sudo montrace setcap`), e.g. \
+             `sudo montrace attach {pid}`"
+        )
+    } else {
+        match btf::Btf::from_file(Path::new(btf::VMLINUX_BTF)).and_then(|b| btf::kernel_offsets(&b))
+        {
+            Ok(offsets) => return Some(offsets),
+            Err(err) => err.to_string(),
+        }
+    };
+    crate::say!(
+        "montrace: warning: no eBPF ({why_not}); following the tree by polling /proc instead: \
+         processes that live shorter than --interval may be missed (tracking_mode \"polling\")"
+    );
+    None
+}
+
 fn follow_attached(
     args: &AttachArgs,
-    offsets: &monitor_common::Offsets,
+    offsets: Option<&monitor_common::Offsets>,
     out_dir: &Path,
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
@@ -74,11 +127,30 @@ fn follow_attached(
         .enable_time()
         .build()
         .context("starting the event loop")?;
-    let (mut probes, mut ring) = Probes::load(
-        offsets,
-        args.record.ring_buffer_size,
-        args.record.tracepoints,
-    )?;
+    let loaded = match offsets {
+        Some(offsets) => match Probes::load(
+            offsets,
+            args.record.ring_buffer_size,
+            args.record.tracepoints,
+        ) {
+            Ok(loaded) => Some(loaded),
+            Err(err) => {
+                crate::say!(
+                    "montrace: warning: {err:#}; following the tree by polling /proc instead"
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    // The granted binary's capabilities were for loading and attaching only.
+    if privilege::capable_user() {
+        privilege::drop_all().context("dropping capabilities after loading the eBPF programs")?;
+    }
+    let (mut probes, mut ring) = match loaded {
+        Some((probes, ring)) => (Some(probes), Some(ring)),
+        None => (None, None),
+    };
 
     // The tree as it is now: the process and its descendants, found in /proc and put in the
     // kernel's tracked map. A fork between a scan and the map insert would escape, so scan
@@ -88,7 +160,9 @@ fn follow_attached(
     let root = poller
         .adopt(pid, now)
         .with_context(|| format!("process {pid} exited before montrace could attach"))?;
-    probes.track(pid)?;
+    if let Some(probes) = &mut probes {
+        probes.track(pid)?;
+    }
     let mut existing = vec![root];
     loop {
         let (found, _) = poller.scan(host::boottime_ns());
@@ -96,7 +170,7 @@ fn follow_attached(
             break;
         }
         for event in &found {
-            if let KernelEvent::Fork { pid, .. } = event {
+            if let (KernelEvent::Fork { pid, .. }, Some(probes)) = (event, &mut probes) {
                 probes.track(*pid)?;
             }
         }
@@ -121,8 +195,10 @@ fn follow_attached(
     // among it. A child forked then is in those events from its birth, and was often found in
     // /proc too: it is recorded once, from the kernel's events.
     let mut reported = Vec::new();
-    while let Some(item) = ring.next() {
-        reported.push(decode::decode(&item, host::page_size())?);
+    if let Some(ring) = &mut ring {
+        while let Some(item) = ring.next() {
+            reported.push(decode::decode(&item, host::page_size())?);
+        }
     }
     for event in &seen_only_in_proc(existing, &reported) {
         recorder.on_event(event);
@@ -143,16 +219,26 @@ fn follow_attached(
         started_boot_ns: started.0,
     };
     // No phase marks: the processes were started without montrace's socket in their environment.
+    // Without eBPF the poller that found the tree goes on following it.
+    let source = match ring {
+        Some(ring) => Source::Ebpf(ring),
+        None => Source::Polling(poller),
+    };
     let outcome = runtime.block_on(crate::follow::follow(
-        Source::Ebpf(ring),
+        source,
         signals,
         None,
         &mut recorder,
         &cfg,
     ))?;
     let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
-    let lost = probes.lost()?;
-    let (tracking_mode, ebpf_load_ms) = (probes.mode, Some(probes.load_ms));
+    let lost = probes
+        .as_ref()
+        .map(Probes::lost)
+        .transpose()?
+        .unwrap_or_default();
+    let tracking_mode = probes.as_ref().map_or(TrackingMode::Polling, |p| p.mode);
+    let ebpf_load_ms = probes.as_ref().map(|p| p.load_ms);
     drop(probes);
     let mut finished = recorder.finish();
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
@@ -223,6 +309,15 @@ fn seen_only_in_proc(seeded: Vec<KernelEvent>, reported: &[KernelEvent]) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_ids_reads_real_effective_and_saved() {
+        let status = "Name:\tsh\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n";
+        assert_eq!(status_ids(status), Some(([1000, 0, 0], [1000, 1000, 1000])));
+        assert_eq!(status_ids("Name:\tsh\n"), None);
+        // This test process may attach to itself, whoever runs it.
+        assert_eq!(may_attach(std::process::id()), Ok(()));
+    }
 
     const MS: u64 = 1_000_000;
 

@@ -45,6 +45,18 @@ pub enum Command {
     Export(ExportArgs),
     /// Mark a phase of a monitored program (run it inside `montrace run`)
     Mark(MarkArgs),
+    /// Give this binary the two capabilities (CAP_BPF, CAP_PERFMON) that let every user of the
+    /// machine track their own commands exactly, without sudo (run once, with sudo)
+    Setcap(SetcapArgs),
+    /// Say which tracking mode a run would get here, and why: kernel, BTF, capabilities,
+    /// cgroups, NVIDIA GPUs
+    Doctor,
+}
+
+#[derive(Debug, Args)]
+pub struct SetcapArgs {
+    /// The installed binary to grant (default: this montrace)
+    pub path: Option<PathBuf>,
 }
 
 /// `--gpu`: NVIDIA GPU monitoring through NVML.

@@ -287,6 +287,11 @@ unsafe fn child_after_fork(
             fail(1, crate::cli::EXIT_CANNOT_EXECUTE);
         }
     }
+    if libc::geteuid() != 0 {
+        // An ordinary user's montrace (the granted binary) dropped its capabilities before the
+        // fork; this makes sure the command starts with none, whatever montrace held.
+        crate::privilege::clear_in_child();
+    }
     libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
     let code = if *libc::__errno_location() == libc::ENOENT {
         crate::cli::EXIT_NOT_FOUND

@@ -24,6 +24,8 @@ fn dispatch(command: Command) -> anyhow::Result<i32> {
         Command::Report(args) => as_user(|| monitor::report::report_main(args)),
         Command::Export(args) => as_user(|| monitor::export::export_main(args)),
         Command::Mark(args) => monitor::marks::mark_main(args),
+        Command::Setcap(args) => monitor::doctor::setcap_main(args),
+        Command::Doctor => monitor::doctor::doctor_main(),
     }
 }
 

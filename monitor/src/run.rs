@@ -22,6 +22,7 @@ use crate::{
     launch::{self, Identity},
     marks::{self, MarkServer},
     polling::{self, Poller},
+    privilege,
     recorder::Recorder,
     summary::{self, RunInfo},
     tracker::{Clock, Tracker},
@@ -75,6 +76,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             &mut gpu,
             (started_boot_ns, started_wall_ns),
             !args.record.quiet,
+            true,
         )
         .map(|info| {
             let breach = info.limit_breach.clone();
@@ -139,6 +141,7 @@ fn repeat(
             gpu,
             (host::boottime_ns(), host::realtime_ns()),
             false,
+            i + 1 == total,
         )?;
         if !args.record.quiet {
             crate::say!(
@@ -196,8 +199,9 @@ fn ebpf_offsets(
 ) -> anyhow::Result<Option<monitor_common::Offsets>> {
     let why_not = if !host::can_load_ebpf() {
         format!(
-            "montrace needs root to load its eBPF programs (CAP_BPF and CAP_PERFMON): run it with sudo, \
-             e.g. `sudo montrace run -- {}`",
+            "exact tracking needs CAP_BPF and CAP_PERFMON: grant them to the installed binary once \
+             with `sudo montrace setcap` (then every user gets it, with their own environment), or \
+             run `sudo montrace run -- {}`",
             program.to_string_lossy()
         )
     } else {
@@ -230,6 +234,7 @@ fn record(
     gpu: &mut GpuStatus,
     (started_boot_ns, started_wall_ns): (u64, i64),
     print_summary: bool,
+    last: bool,
 ) -> anyhow::Result<RunInfo> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -237,6 +242,10 @@ fn record(
         .build()
         .context("starting the event loop")?;
 
+    if privilege::capable_user() {
+        // A repetition after the first: take up the capabilities kept for loading again.
+        privilege::set_effective(true).context("raising capabilities to load eBPF")?;
+    }
     let loaded = match offsets {
         Some(offsets) => match Probes::load(
             offsets,
@@ -254,6 +263,17 @@ fn record(
         },
         None => None,
     };
+    // An ordinary user's capabilities (the granted binary) are for loading and attaching only:
+    // from here on montrace acts with the user's rights alone, and the command starts with none.
+    // Before the last repetition only the effective set goes (the next one loads again).
+    if privilege::capable_user() {
+        if last {
+            privilege::drop_all()
+        } else {
+            privilege::set_effective(false)
+        }
+        .context("dropping capabilities after loading the eBPF programs")?;
+    }
     let (mut probes, ring) = match loaded {
         Some((probes, ring)) => (Some(probes), Some(ring)),
         None => {
@@ -269,8 +289,14 @@ fn record(
     let cgroup = match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
         Ok(cgroup) => Some(cgroup),
         Err(err) => {
+            // SAFETY: geteuid has no preconditions.
+            let why = if unsafe { libc::geteuid() } != 0 {
+                " (without root, cgroups here are not writable: no delegated cgroup v2 subtree)"
+            } else {
+                ""
+            };
             crate::say!(
-                "montrace: no cgroup for the run, so no kernel totals to compare with: {err}"
+                "montrace: no cgroup for the run{why}, so no kernel totals to compare with: {err}"
             );
             cgroup_report.error = Some(err.to_string());
             None

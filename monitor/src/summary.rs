@@ -288,11 +288,14 @@ pub fn format_summary(info: &RunInfo) -> String {
         ));
     }
     lines.extend(info.gpu.format_lines());
-    if let Some(coverage) = info.cgroup.cpu_coverage {
-        lines.push(format!(
+    match (info.cgroup.cpu_coverage, &info.cgroup.path) {
+        (Some(coverage), _) => lines.push(format!(
             "  CPU coverage         {:.1}% of the cgroup's total",
             coverage * 100.0
-        ));
+        )),
+        // Unknown is not 0 %.
+        (None, None) => lines.push("  CPU coverage         unavailable (no run cgroup)".into()),
+        (None, Some(_)) => {}
     }
     lines.push(format!("  run directory        {}", info.out_dir));
     lines.join("\n") + "\n"

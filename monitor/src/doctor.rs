@@ -1,0 +1,287 @@
+//! `montrace doctor`: which tracking mode a run would get on this machine, and why. Every check
+//! is made the way a run makes it (the eBPF programs are really loaded and attached, a run
+//! cgroup really created, NVML really opened), then undone; nothing is started.
+//!
+//! `montrace setcap`: the install-time grant (see `privilege`).
+use std::path::{Path, PathBuf};
+
+use crate::{
+    btf,
+    cgroup::RunCgroup,
+    cli::{GpuMode, SetcapArgs, EXIT_MONTRACE_FAILED, EXIT_USAGE},
+    ebpf::{Probes, TracepointChoice},
+    gpu::GpuMonitor,
+    host, privilege,
+};
+
+/// One line of the doctor's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    pub what: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// What the doctor found, before it is judged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Facts {
+    pub kernel: String,
+    pub root: bool,
+    /// This process's effective capabilities.
+    pub effective_caps: u64,
+    pub binary: Option<PathBuf>,
+    /// The binary's file capabilities (permitted), if it has any.
+    pub file_caps: Option<u64>,
+    /// The kernel's field offsets from BTF, or why not.
+    pub btf: Result<(), String>,
+    /// Loading and attaching the programs: the mode and the time, or why not.
+    pub ebpf: Result<(String, f64), String>,
+    /// A run cgroup: its version and where, or why not.
+    pub cgroup: Result<String, String>,
+    /// NVIDIA GPUs: what a run would say.
+    pub gpu: Result<String, String>,
+}
+
+/// The checks and the verdict, from the facts (pure).
+pub fn judge(f: &Facts) -> (Vec<Check>, String) {
+    let mut checks = vec![Check {
+        what: "kernel",
+        ok: true,
+        detail: f.kernel.clone(),
+    }];
+    checks.push(match &f.btf {
+        Ok(()) => Check {
+            what: "BTF",
+            ok: true,
+            detail: format!("{} gives the task fields montrace reads", btf::VMLINUX_BTF),
+        },
+        Err(why) => Check {
+            what: "BTF",
+            ok: false,
+            detail: why.clone(),
+        },
+    });
+    let caps = privilege::CapSets {
+        effective: f.effective_caps,
+        ..Default::default()
+    };
+    let granted = f
+        .file_caps
+        .map(|c| privilege::names(c).join(", "))
+        .unwrap_or_else(|| "none".into());
+    let binary = f
+        .binary
+        .as_deref()
+        .map_or("this binary".into(), |b| b.display().to_string());
+    checks.push(Check {
+        what: "privilege",
+        ok: f.root || caps.can_trace(),
+        detail: if f.root {
+            "root (under sudo the command runs as the invoking user, SUDO_UID)".into()
+        } else if caps.can_trace() {
+            format!("capabilities {granted} from {binary}: dropped once the programs are attached")
+        } else {
+            format!(
+                "none: {binary} has file capabilities {granted}. Exact tracking needs root, or \
+                 CAP_BPF + CAP_PERFMON given once with `sudo montrace setcap`"
+            )
+        },
+    });
+    checks.push(match &f.ebpf {
+        Ok((mode, ms)) => Check {
+            what: "eBPF programs",
+            ok: true,
+            detail: format!("loaded and attached ({mode}) in {ms:.0} ms"),
+        },
+        Err(why) => Check {
+            what: "eBPF programs",
+            ok: false,
+            detail: why.clone(),
+        },
+    });
+    checks.push(match &f.cgroup {
+        Ok(what) => Check {
+            what: "run cgroup",
+            ok: true,
+            detail: format!("{what}: run.json gets the kernel's totals for the tree"),
+        },
+        Err(why) => Check {
+            what: "run cgroup",
+            ok: false,
+            detail: format!("none ({why}): runs record no cgroup totals and no CPU coverage"),
+        },
+    });
+    checks.push(match &f.gpu {
+        Ok(what) => Check {
+            what: "NVIDIA GPUs",
+            ok: true,
+            detail: what.clone(),
+        },
+        Err(why) => Check {
+            what: "NVIDIA GPUs",
+            ok: false,
+            detail: why.clone(),
+        },
+    });
+    let verdict = match &f.ebpf {
+        Ok((mode, _)) => format!(
+            "montrace run here: exact tracking with eBPF ({mode}): every process of the tree, \
+             however short, with its exit figures"
+        ),
+        Err(_) => "montrace run here: polling /proc every --interval (processes shorter than \
+                   that may be missed); see above for what exact tracking needs"
+            .into(),
+    };
+    (checks, verdict)
+}
+
+/// Makes every check for real, and undoes what it made.
+pub fn gather() -> Facts {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let binary = std::env::current_exe().ok();
+    let file_caps = binary
+        .as_deref()
+        .and_then(|b| privilege::file_caps(b).ok().flatten());
+    let effective_caps = privilege::current().map_or(0, |c| c.effective);
+    let offsets = btf::Btf::from_file(Path::new(btf::VMLINUX_BTF))
+        .and_then(|b| btf::kernel_offsets(&b))
+        .map_err(|e| e.to_string());
+    let ebpf = match (&offsets, root || host::can_load_ebpf()) {
+        (Err(why), _) => Err(format!("cannot be loaded: no BTF ({why})")),
+        (Ok(_), false) => Err("cannot be loaded: no privilege (see above)".into()),
+        (Ok(offsets), true) => Probes::load(offsets, 1 << 20, TracepointChoice::Auto)
+            .map(|(probes, _ring)| {
+                let mode = serde_json::to_value(probes.mode)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                (mode, probes.load_ms)
+            })
+            .map_err(|e| format!("{e:#}")),
+    };
+    let cgroup = match RunCgroup::create(&format!("doctor-{}", std::process::id())) {
+        Ok(cg) => {
+            let what = format!("cgroup {:?} at {}", cg.version(), cg.path());
+            let _ = cg.remove();
+            Ok(what)
+        }
+        Err(err) => Err(err.to_string()),
+    };
+    let gpu = match GpuMonitor::open(GpuMode::Auto) {
+        Ok(status) => match status.unavailable_reason() {
+            Some(why) => Err(why),
+            None => Ok(status.notice().unwrap_or_else(|| "monitored".into())),
+        },
+        Err(err) => Err(err.to_string()),
+    };
+    Facts {
+        kernel: host::uname().1,
+        root,
+        effective_caps,
+        binary,
+        file_caps,
+        btf: offsets.map(|_| ()),
+        ebpf,
+        cgroup,
+        gpu,
+    }
+}
+
+pub fn doctor_main() -> anyhow::Result<i32> {
+    let (checks, verdict) = judge(&gather());
+    for c in &checks {
+        crate::say_out!(
+            "{:<14} {:<3} {}",
+            c.what,
+            if c.ok { "ok" } else { "no" },
+            c.detail
+        );
+    }
+    crate::say_out!("\n{verdict}");
+    Ok(0)
+}
+
+/// `montrace setcap [PATH]`.
+pub fn setcap_main(args: SetcapArgs) -> anyhow::Result<i32> {
+    let path = match args.path {
+        Some(path) => path,
+        None => std::env::current_exe()?,
+    };
+    // The file itself, not a link to it: capabilities live on the inode that is executed.
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    match privilege::grant(&path) {
+        Ok(caps) => {
+            crate::say_out!(
+                "montrace: {} now has {}: every user of this machine gets exact tracking of their \
+                 own commands with `montrace run -- CMD`, without sudo (`montrace doctor` checks)",
+                path.display(),
+                privilege::names(caps).join(" and ")
+            );
+            Ok(0)
+        }
+        Err(err @ privilege::GrantError::NotRoot(_)) => {
+            crate::say!("montrace: error: {err}");
+            Ok(EXIT_USAGE)
+        }
+        Err(err) => {
+            crate::say!("montrace: error: {err}");
+            Ok(EXIT_MONTRACE_FAILED)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> Facts {
+        Facts {
+            kernel: "6.18.44".into(),
+            root: false,
+            effective_caps: 0,
+            binary: Some("/usr/local/bin/montrace".into()),
+            file_caps: None,
+            btf: Ok(()),
+            ebpf: Err("cannot be loaded: no privilege (see above)".into()),
+            cgroup: Err("Permission denied".into()),
+            gpu: Err("no NVIDIA driver library".into()),
+        }
+    }
+
+    #[test]
+    fn an_ordinary_user_without_the_grant_is_told_how() {
+        let (checks, verdict) = judge(&facts());
+        let privilege = checks.iter().find(|c| c.what == "privilege").unwrap();
+        assert!(!privilege.ok);
+        assert!(
+            privilege.detail.contains("sudo montrace setcap"),
+            "{privilege:?}"
+        );
+        assert!(verdict.contains("polling"), "{verdict}");
+    }
+
+    #[test]
+    fn the_granted_binary_gives_exact_tracking() {
+        let caps = (1 << privilege::CAP_BPF) | (1 << privilege::CAP_PERFMON);
+        let f = Facts {
+            effective_caps: caps,
+            file_caps: Some(caps),
+            ebpf: Ok(("tp_btf".into(), 120.0)),
+            ..facts()
+        };
+        let (checks, verdict) = judge(&f);
+        let privilege = checks.iter().find(|c| c.what == "privilege").unwrap();
+        assert!(privilege.ok);
+        assert!(
+            privilege.detail.contains("CAP_PERFMON, CAP_BPF"),
+            "{privilege:?}"
+        );
+        assert!(
+            verdict.contains("exact tracking with eBPF (tp_btf)"),
+            "{verdict}"
+        );
+        let cgroup = checks.iter().find(|c| c.what == "run cgroup").unwrap();
+        assert!(!cgroup.ok && cgroup.detail.contains("no CPU coverage"));
+    }
+}

@@ -108,20 +108,11 @@ impl TestUser {
         cmd
     }
 
-    /// A command run as this user (real and effective ids, no supplementary groups but its own).
+    /// A command run as this user (real and effective ids, no supplementary groups).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         use std::os::unix::process::CommandExt as _;
         let mut cmd = Command::new(program);
-        let gid = self.gid;
-        // SAFETY: setgroups is async-signal-safe; the data is copied before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setgroups(1, &gid) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // std drops the supplementary groups when it switches from root to another uid.
         cmd.uid(self.uid).gid(self.gid);
         cmd.env("HOME", &self.home).env("USER", &self.name);
         cmd

@@ -149,8 +149,14 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
             .exec_time_boot_ns
             .map(|t| t.saturating_sub(e.started_boot_ns) as f64 / 1e6),
         ebpf_load_ms: e.ebpf_load_ms,
-        uid: e.identity.map_or(0, |id| id.uid),
-        gid: e.identity.map_or(0, |id| id.gid),
+        // The command's identity: the sudo user's, else montrace's own.
+        // SAFETY: getuid/getgid have no preconditions.
+        uid: e
+            .identity
+            .map_or_else(|| unsafe { libc::getuid() }, |id| id.uid),
+        gid: e
+            .identity
+            .map_or_else(|| unsafe { libc::getgid() }, |id| id.gid),
         linger_expired: e.outcome.linger_expired,
         signals_forwarded: e.outcome.signals_forwarded,
         limit_breach: e.outcome.breach,

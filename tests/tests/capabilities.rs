@@ -1,0 +1,325 @@
+//! Exact tracking without sudo: an ordinary user runs a copy of montrace granted CAP_BPF and
+//! CAP_PERFMON by `montrace setcap`, and gets the eBPF record of their own commands, with their
+//! own environment, files they own, and no capability left to montrace or the command.
+//! Without the grant, `run` and `attach` poll /proc and say so; the grant refuses a filesystem
+//! that cannot keep file capabilities; an ordinary user cannot attach to root's processes.
+use std::{
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use arrow_array::{Array, StringArray};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tests::{
+    montrace_bin, read_json, require_root, run_with_timeout, users::TestUser, Finished, TIMEOUT,
+};
+
+/// A root-owned copy of montrace (mode 0755) under /tmp, granted with its own `setcap`.
+struct CapableCopy {
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl CapableCopy {
+    fn new() -> CapableCopy {
+        require_root();
+        let dir = PathBuf::from(format!("/tmp/montrace-cap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let bin = dir.join("montrace");
+        let installed = Command::new("install")
+            .args(["-o", "root", "-g", "root", "-m", "0755"])
+            .arg(montrace_bin())
+            .arg(&bin)
+            .status()
+            .unwrap();
+        assert!(installed.success());
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let grant = run_with_timeout(
+            Command::new(&bin).arg("setcap").arg(&bin),
+            Duration::from_secs(20),
+        );
+        assert_eq!(grant.code(), 0, "montrace setcap: {grant:?}");
+        assert!(grant.stdout.contains("CAP_BPF"), "{grant:?}");
+        CapableCopy { dir, bin }
+    }
+}
+
+impl Drop for CapableCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A plain copy (no capabilities) the user can run.
+fn plain_copy(dir: &Path) -> PathBuf {
+    let bin = dir.join("montrace-plain");
+    std::fs::copy(montrace_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// `BIN run --out OUT ARGS -- sh -c SCRIPT` as `user`, with the user's own environment plus
+/// `env`.
+fn run_as(
+    user: &TestUser,
+    bin: &Path,
+    out: &Path,
+    args: &[&str],
+    script: &str,
+    env: &[(&str, &str)],
+) -> Finished {
+    let mut cmd = user.command(bin);
+    cmd.current_dir(&user.home)
+        .env_clear()
+        .env("HOME", &user.home)
+        .env("USER", &user.name)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .envs(env.iter().copied())
+        .arg("run")
+        .arg("--out")
+        .arg(out)
+        .args(args)
+        .args(["--", "sh", "-c", script]);
+    run_with_timeout(&mut cmd, TIMEOUT)
+}
+
+/// Rows of processes.parquet whose filename is `filename`.
+fn rows_with_filename(dir: &Path, filename: &str) -> usize {
+    let file = std::fs::File::open(dir.join("processes.parquet")).unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut n = 0;
+    for batch in reader {
+        let batch = batch.unwrap();
+        let col = batch
+            .column_by_name("filename")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .clone();
+        n += (0..col.len())
+            .filter(|&i| !col.is_null(i) && col.value(i) == filename)
+            .count();
+    }
+    n
+}
+
+/// The capability lines of a /proc/PID/status text, as (name, mask).
+fn caps(text: &str, prefix: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter_map(|l| {
+            let (name, hex) = l.split_once(':')?;
+            name.starts_with("Cap").then(|| {
+                (
+                    name.to_string(),
+                    u64::from_str_radix(hex.trim(), 16).unwrap(),
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn the_granted_binary_tracks_an_ordinary_users_command_exactly() {
+    let copy = CapableCopy::new();
+    let user = TestUser::create("cap");
+    let out = user.home.join("run");
+    // The command prints its own capabilities and montrace's (its parent), its PATH and an
+    // exported variable, then starts exactly 1000 /bin/true.
+    let script = "grep ^Cap /proc/self/status | sed 's/^/self /'; \
+                  grep ^Cap /proc/$PPID/status | sed 's/^/montrace /'; \
+                  echo \"path $PATH\"; echo \"var $MONTRACE_TEST_VAR\"; \
+                  i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done";
+    let path = format!("{}/bin:/usr/local/bin:/usr/bin:/bin", user.home.display());
+    let run = run_as(
+        &user,
+        &copy.bin,
+        &out,
+        &["--no-report", "-q"],
+        script,
+        &[("PATH", &path), ("MONTRACE_TEST_VAR", "kept-42")],
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    let json = read_json(&out.join("run.json")).unwrap();
+    assert_eq!(json["tracking_mode"], "tp_btf", "{json}");
+    assert_eq!(json["uid"], user.uid, "{json}");
+    assert_eq!(rows_with_filename(&out, "/bin/true"), 1000, "{run:?}");
+    assert!(
+        run.stdout.contains(&format!("path {path}\n")),
+        "the command sees the user's own PATH: {run:?}"
+    );
+    assert!(run.stdout.contains("var kept-42\n"), "{run:?}");
+    let own = caps(&run.stdout, "self ");
+    assert_eq!(own.len(), 5, "CapInh/Prm/Eff/Bnd/Amb: {run:?}");
+    for (name, mask) in own.iter().filter(|(n, _)| n != "CapBnd") {
+        assert_eq!(*mask, 0, "the command's {name} must be empty: {run:?}");
+    }
+    let montrace = caps(&run.stdout, "montrace ");
+    for (name, mask) in montrace.iter().filter(|(n, _)| n != "CapBnd") {
+        assert_eq!(
+            *mask, 0,
+            "montrace's {name} after start-up must be empty: {run:?}"
+        );
+    }
+    assert_eq!(montrace.len(), 5, "{run:?}");
+    // Every file and directory of the run is the user's.
+    let mut paths = vec![out.clone()];
+    for entry in std::fs::read_dir(&out).unwrap() {
+        paths.push(entry.unwrap().path());
+    }
+    assert!(paths.len() > 5, "{paths:?}");
+    for path in paths {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (user.uid, user.gid),
+            "{} belongs to the user",
+            path.display()
+        );
+    }
+}
+
+/// A shell loop of the user's: a `sleep` child alive at the attach, and a short child every
+/// ~20 ms. Killed on drop.
+struct Loop(std::process::Child);
+
+impl Loop {
+    fn start(user: &TestUser) -> Loop {
+        let child = user
+            .command("sh")
+            .args([
+                "-c",
+                "sleep 30 & while true; do /bin/true; sleep 0.02; done",
+            ])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // The loop's first children exist before the attach.
+        std::thread::sleep(Duration::from_millis(200));
+        Loop(child)
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill")
+            .args(["-9", "-P", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn attach_as(user: &TestUser, bin: &Path, out: &Path, pid: u32) -> Finished {
+    let mut cmd = user.command(bin);
+    cmd.current_dir(&user.home)
+        .args(["attach", "--no-report", "-q", "--duration", "1s", "--out"])
+        .arg(out)
+        .arg(pid.to_string());
+    run_with_timeout(&mut cmd, TIMEOUT)
+}
+
+#[test]
+fn an_ordinary_user_attaches_to_their_own_processes_only() {
+    let copy = CapableCopy::new();
+    let user = TestUser::create("att");
+    let lp = Loop::start(&user);
+    let out = user.home.join("attached");
+    let run = attach_as(&user, &copy.bin, &out, lp.0.id());
+    assert_eq!(run.code(), 0, "{run:?}");
+    let json = read_json(&out.join("run.json")).unwrap();
+    assert_eq!(json["tracking_mode"], "tp_btf", "{json}");
+    // The sleep alive at the attach and the loop's children since.
+    assert!(json["processes_started"].as_u64().unwrap() >= 5, "{json}");
+    assert!(rows_with_filename(&out, "/bin/true") >= 3, "{run:?}");
+
+    // Root's process: refused before anything is loaded or created.
+    let refused = user.home.join("refused");
+    let run = attach_as(&user, &copy.bin, &refused, 1);
+    assert_eq!(run.code(), 2, "{run:?}");
+    assert!(run.stderr.contains("your own"), "{run:?}");
+    assert!(!refused.exists(), "no run directory for a refused attach");
+}
+
+#[test]
+fn without_the_grant_run_and_attach_poll_and_say_so() {
+    require_root();
+    let user = TestUser::create("pol");
+    let bin = plain_copy(&user.home);
+    let out = user.home.join("polled");
+    let run = run_as(
+        &user,
+        &bin,
+        &out,
+        &["--no-report", "-q"],
+        "/bin/true; sleep 0.3",
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert_eq!(
+        read_json(&out.join("run.json")).unwrap()["tracking_mode"],
+        "polling"
+    );
+    assert_eq!(
+        run.stderr.matches("no eBPF").count(),
+        1,
+        "said once: {run:?}"
+    );
+    assert!(run.stderr.contains("montrace setcap"), "{run:?}");
+
+    let lp = Loop::start(&user);
+    let out = user.home.join("attach-polled");
+    let run = attach_as(&user, &bin, &out, lp.0.id());
+    assert_eq!(run.code(), 0, "{run:?}");
+    let json = read_json(&out.join("run.json")).unwrap();
+    assert_eq!(json["tracking_mode"], "polling", "{json}");
+    assert!(json["processes_started"].as_u64().unwrap() >= 2, "{json}");
+    assert_eq!(run.stderr.matches("no eBPF").count(), 1, "{run:?}");
+}
+
+#[test]
+fn the_grant_on_a_filesystem_without_xattrs_says_what_to_do() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("ramfs");
+    std::fs::create_dir(&mnt).unwrap();
+    // ramfs keeps no extended attributes, so no file capabilities.
+    let mounted = Command::new("mount")
+        .args(["-t", "ramfs", "ramfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount -t ramfs");
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let bin = mnt.join("montrace");
+    std::fs::copy(montrace_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let grant = run_with_timeout(
+        Command::new(&bin).arg("setcap").arg(&bin),
+        Duration::from_secs(20),
+    );
+    assert_eq!(grant.code(), 125, "{grant:?}");
+    assert!(
+        grant.stderr.contains("does not keep file capabilities"),
+        "{grant:?}"
+    );
+    assert!(
+        grant.stderr.contains("/usr/local/bin"),
+        "says where instead: {grant:?}"
+    );
+}

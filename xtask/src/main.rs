@@ -4,6 +4,7 @@
 //! - `cargo xtask run [-- CMD ARGS...]`: set-up, release build, then montrace on CMD (or a demo workload).
 //! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
 //! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
+//! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
 
 mod bench;
 mod run;
@@ -51,6 +52,14 @@ enum Command {
     /// Benchmarks (as root): completeness, accuracy, overhead, agent cost, throughput and
     /// start-up, side by side with psrecord; writes BENCHMARKS.md and bench/results.json.
     Bench(bench::BenchArgs),
+    /// Build montrace (release), install it (root, 0755) and give it CAP_BPF + CAP_PERFMON
+    /// (`montrace setcap`): every user then gets exact tracking without sudo. Uses sudo when
+    /// not root.
+    Setcap {
+        /// Where to install it.
+        #[arg(long, default_value = run::INSTALL_PATH)]
+        to: std::path::PathBuf,
+    },
 }
 
 fn main() {
@@ -63,6 +72,7 @@ fn main() {
             suite::test(cli.verbose, suite::Tiers::from_flags(unit, e2e))
         }
         Command::Bench(args) => bench::bench(cli.verbose, args),
+        Command::Setcap { to } => run::setcap(cli.verbose, &to),
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");

@@ -49,6 +49,35 @@ pub fn run(verbose: bool, cmd: &[String]) -> Result<()> {
     Err(err).with_context(|| format!("could not start `{}`", util::describe(&montrace_cmd)))
 }
 
+/// Where `cargo xtask setcap` installs montrace by default.
+pub const INSTALL_PATH: &str = "/usr/local/bin/montrace";
+
+/// `cargo xtask setcap [--to PATH]`: release build, install as root (owner root, mode 0755),
+/// then the install-time grant, `montrace setcap PATH` (CAP_BPF + CAP_PERFMON). Every user of
+/// the machine then gets exact tracking without sudo.
+pub fn setcap(verbose: bool, to: &std::path::Path) -> Result<()> {
+    crate::setup::setup(verbose)?;
+    check(util::cargo().args(["build", "--release", "-p", "monitor"]))
+        .context("building montrace (release) failed")?;
+    let built = util::target_dir().join("release/montrace");
+    if !util::is_root() {
+        eprintln!(
+            "xtask: installing {} and granting it needs root: through `sudo`",
+            to.display()
+        );
+    }
+    let mut install = util::as_root("install", &[]);
+    install
+        .args(["-o", "root", "-g", "root", "-m", "0755"])
+        .arg(&built)
+        .arg(to);
+    check(&mut install).with_context(|| format!("installing montrace to {}", to.display()))?;
+    let mut grant = util::as_root(to, &[]);
+    grant.arg("setcap").arg(to);
+    check(&mut grant).context("granting the capabilities failed")?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

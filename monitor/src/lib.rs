@@ -1,39 +1,38 @@
 //! montrace: follows a command's exact process tree with eBPF and records what every process used.
 //!
-//! Data flow: `ebpf` (load, attach; the kernel edge) -> `decode` (ring bytes -> events) ->
-//! `tracker` (process tree state machine) -> `schema` + `writer` (Arrow/Parquet, crash-safe parts)
-//! and `summary` (run.json, the printed summary). `sampler` reads /proc and `rates` derives
-//! per-interval figures from two readings; `cgroup` gives the kernel's totals for the tree.
-//! `launch` starts the command; `run` ties it together.
+//! The folders follow the flow of a run:
+//!
+//! ```text
+//! cli ─> run / attach ─> follow::launch (the command, held until tracked, then exec'd)
+//!                  │
+//!   kernel (btf, ebpf, decode, privilege) ──events──> tracking (tracker, polling)
+//!   sampling (sampler, rates, cgroup, gpu, host) ─────────────┐        │
+//!                  └─> follow (the loop, its decisions, recorder) <────┘
+//!                                 └─> store (records, schema, writer, run_json, summary_json,
+//!                                             userfs) ─> the run directory
+//!   analysis (report, compare, export) <── the run directory
+//! ```
+//! `doctor` says which mode a run gets; `term` writes to the terminal without ever failing;
+//! `units` parses and formats durations, sizes and times.
+pub mod analysis;
 pub mod attach;
-pub mod btf;
-pub mod cgroup;
 pub mod cli;
-pub mod compare;
-pub mod decode;
 pub mod doctor;
-pub mod ebpf;
-pub mod export;
 pub mod follow;
-pub mod gpu;
-pub mod host;
-pub mod launch;
-pub mod limits;
-pub mod live;
-pub mod marks;
-pub mod metrics;
-pub mod model;
-pub mod polling;
-pub mod privilege;
-pub mod rates;
-pub mod recorder;
-pub mod report;
+pub mod kernel;
 pub mod run;
-pub mod sampler;
-pub mod schema;
-pub mod summary;
+pub mod sampling;
+pub mod store;
 pub mod term;
-pub mod tracker;
+pub mod tracking;
 pub mod units;
-pub mod userfs;
-pub mod writer;
+
+// Short paths to the modules of each stage, used across the crate.
+pub use analysis::{compare, export, report};
+pub use follow::{launch, limits, live, marks, recorder};
+pub use kernel::{btf, decode, ebpf, privilege};
+pub use sampling::{cgroup, gpu, host, rates, sampler};
+pub use store::{
+    records as model, run_json as summary, schema, summary_json as metrics, userfs, writer,
+};
+pub use tracking::{polling, tracker};

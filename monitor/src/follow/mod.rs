@@ -1,5 +1,6 @@
-//! Following a tree, shared by `run` and `attach`: the event loop ([`follow`]) and what happens
-//! when the tree is done ([`end`]).
+//! Following a tree, shared by `run` and `attach`: starting the command (`launch`), the event
+//! loop ([`follow`]) and its decisions (`state`), where each input goes (`recorder`), limits,
+//! phase marks, the live line, and what happens when the tree is done ([`end`]).
 //!
 //! ```text
 //!  ring buffer / polling ─┐                         ┌─> Recorder (tracker + tables)
@@ -12,6 +13,11 @@
 //! The loop only waits and routes: each input is one call into the [`Recorder`] (guarded: a
 //! panic there stops recording, never the supervision of the command) or the [`Follower`].
 pub mod end;
+pub mod launch;
+pub mod limits;
+pub mod live;
+pub mod marks;
+pub mod recorder;
 pub mod state;
 
 use std::{
@@ -26,7 +32,7 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
-    cli::RecordOptions, host, launch, live::LiveLine, marks::MarkServer, metrics, polling::Poller,
+    cli::RecordOptions, host, live::LiveLine, marks::MarkServer, metrics, polling::Poller,
     recorder::Recorder,
 };
 use state::{Follower, Next};

@@ -1,0 +1,10 @@
+//! The run directory, its one owner: the rows (`records`), the Arrow schemas (`schema`, the one
+//! place they live), the crash-safe Parquet writer (`writer`), run.json (`run_json`) and
+//! summary.json (`summary_json`), all written and read with the invoking user's identity
+//! (`userfs`).
+pub mod records;
+pub mod run_json;
+pub mod schema;
+pub mod summary_json;
+pub mod userfs;
+pub mod writer;

@@ -12,7 +12,7 @@ use crate::{
     btf,
     cli::AttachArgs,
     decode::{self, KernelEvent},
-    ebpf::{Probes, TrackingMode},
+    ebpf::Probes,
     follow::{
         end::{self, Ended},
         FollowConfig, Source,
@@ -113,20 +113,16 @@ fn ebpf_offsets(pid: u32) -> Option<monitor_common::Offsets> {
     None
 }
 
-fn follow_attached(
+/// Loads and attaches the programs where `offsets` says montrace can (a failure falls back to
+/// polling, said once); a capable user's capabilities go right after.
+#[allow(clippy::type_complexity)]
+fn load_probes(
     args: &AttachArgs,
     offsets: Option<&monitor_common::Offsets>,
-    out_dir: &Path,
-    started: (u64, i64),
-) -> anyhow::Result<i32> {
-    let pid = args.pid;
-    launch::block_forwarded_signals().context("blocking signals")?;
-    let mut gpu = end::open_gpu(&args.record)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .context("starting the event loop")?;
+) -> anyhow::Result<(
+    Option<Probes>,
+    Option<aya::maps::RingBuf<aya::maps::MapData>>,
+)> {
     let loaded = match offsets {
         Some(offsets) => match Probes::load(
             offsets,
@@ -147,35 +143,59 @@ fn follow_attached(
     if privilege::capable_user() {
         privilege::drop_all().context("dropping capabilities after loading the eBPF programs")?;
     }
-    let (mut probes, mut ring) = match loaded {
+    Ok(match loaded {
         Some((probes, ring)) => (Some(probes), Some(ring)),
         None => (None, None),
-    };
+    })
+}
 
-    // The tree as it is now: the process and its descendants, found in /proc and put in the
-    // kernel's tracked map. A fork between a scan and the map insert would escape, so scan
-    // again until a scan finds nobody new; from then on the kernel follows every fork.
-    let mut poller = Poller::new();
-    let now = host::boottime_ns();
+/// The tree as it is now: the process and its descendants, found in /proc (events made from it,
+/// the root first) and put in the kernel's tracked map. A fork between a scan and the map insert
+/// would escape, so scan again until a scan finds nobody new; from then on the kernel follows
+/// every fork (or, polling, `poller` goes on from here).
+fn find_tree(
+    pid: u32,
+    poller: &mut Poller,
+    mut probes: Option<&mut Probes>,
+) -> anyhow::Result<Vec<KernelEvent>> {
     let root = poller
-        .adopt(pid, now)
+        .adopt(pid, host::boottime_ns())
         .with_context(|| format!("process {pid} exited before montrace could attach"))?;
-    if let Some(probes) = &mut probes {
+    if let Some(probes) = probes.as_deref_mut() {
         probes.track(pid)?;
     }
     let mut existing = vec![root];
     loop {
         let (found, _) = poller.scan(host::boottime_ns());
         if found.is_empty() {
-            break;
+            return Ok(existing);
         }
         for event in &found {
-            if let (KernelEvent::Fork { pid, .. }, Some(probes)) = (event, &mut probes) {
+            if let (KernelEvent::Fork { pid, .. }, Some(probes)) = (event, probes.as_deref_mut()) {
                 probes.track(*pid)?;
             }
         }
         existing.extend(found);
     }
+}
+
+fn follow_attached(
+    args: &AttachArgs,
+    offsets: Option<&monitor_common::Offsets>,
+    out_dir: &Path,
+    started: (u64, i64),
+) -> anyhow::Result<i32> {
+    let pid = args.pid;
+    launch::block_forwarded_signals().context("blocking signals")?;
+    let mut gpu = end::open_gpu(&args.record)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the event loop")?;
+    let (mut probes, mut ring) = load_probes(args, offsets)?;
+    let mut poller = Poller::new();
+    let existing = find_tree(pid, &mut poller, probes.as_mut())?;
 
     let tracker = Tracker::new(Clock {
         boot_to_wall_ns: host::boot_to_wall_ns(),
@@ -232,14 +252,7 @@ fn follow_attached(
         &cfg,
     ))?;
     let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
-    let lost = probes
-        .as_ref()
-        .map(Probes::lost)
-        .transpose()?
-        .unwrap_or_default();
-    let tracking_mode = probes.as_ref().map_or(TrackingMode::Polling, |p| p.mode);
-    let ebpf_load_ms = probes.as_ref().map(|p| p.load_ms);
-    drop(probes);
+    let (lost, tracking_mode, ebpf_load_ms) = end::probe_figures(probes);
     let mut finished = recorder.finish();
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
     let breach = outcome.breach.clone();

@@ -12,9 +12,9 @@ use crate::{
     btf,
     cgroup::RunCgroup,
     cli::{RunArgs, EXIT_NOT_FOUND},
-    ebpf::{Probes, TrackingMode},
+    ebpf::Probes,
     follow::{
-        end::{build_run_info, close_cgroup, open_gpu, write_run_info, write_summary, Ended},
+        end::{self, build_run_info, close_cgroup, open_gpu, write_run_info, write_summary, Ended},
         follow, FollowConfig, Outcome, Source,
     },
     gpu::GpuStatus,
@@ -242,75 +242,9 @@ fn record(
         .build()
         .context("starting the event loop")?;
 
-    if privilege::capable_user() {
-        // A repetition after the first: take up the capabilities kept for loading again.
-        privilege::set_effective(true).context("raising capabilities to load eBPF")?;
-    }
-    let loaded = match offsets {
-        Some(offsets) => match Probes::load(
-            offsets,
-            args.record.ring_buffer_size,
-            args.record.tracepoints,
-        ) {
-            Ok(loaded) => Some(loaded),
-            Err(err) if !args.require_ebpf => {
-                crate::say!(
-                    "montrace: warning: {err:#}; following the tree by polling /proc instead"
-                );
-                None
-            }
-            Err(err) => return Err(err),
-        },
-        None => None,
-    };
-    // An ordinary user's capabilities (the granted binary) are for loading and attaching only:
-    // from here on montrace acts with the user's rights alone, and the command starts with none.
-    // Before the last repetition only the effective set goes (the next one loads again).
-    if privilege::capable_user() {
-        if last {
-            privilege::drop_all()
-        } else {
-            privilege::set_effective(false)
-        }
-        .context("dropping capabilities after loading the eBPF programs")?;
-    }
-    let (mut probes, ring) = match loaded {
-        Some((probes, ring)) => (Some(probes), Some(ring)),
-        None => {
-            polling::become_subreaper()
-                .context("becoming the subreaper of the command's orphans")?;
-            (None, None)
-        }
-    };
-    let clock = Clock {
-        boot_to_wall_ns: host::boot_to_wall_ns(),
-    };
-    let mut cgroup_report = summary::CgroupReport::default();
-    let cgroup = match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
-        Ok(cgroup) => Some(cgroup),
-        Err(err) => {
-            // SAFETY: geteuid has no preconditions.
-            let why = if unsafe { libc::geteuid() } != 0 {
-                " (without root, cgroups here are not writable: no delegated cgroup v2 subtree)"
-            } else {
-                ""
-            };
-            crate::say!(
-                "montrace: no cgroup for the run{why}, so no kernel totals to compare with: {err}"
-            );
-            cgroup_report.error = Some(err.to_string());
-            None
-        }
-    };
-
-    // Phase marks: the command finds the socket in its environment.
-    let marks = match MarkServer::bind(identity.map(|id| (id.uid, id.gid))) {
-        Ok(server) => Some(server),
-        Err(err) => {
-            crate::say!("montrace: warning: no phase marks for this run: {err:#}");
-            None
-        }
-    };
+    let (mut probes, ring) = load_probes(args, offsets, last)?;
+    let (cgroup, mut cgroup_report) = create_cgroup(started_wall_ns);
+    let marks = bind_marks(identity);
     let extra_env: Vec<(OsString, OsString)> = marks
         .iter()
         .map(|m| (marks::SOCKET_ENV.into(), m.path().as_os_str().to_owned()))
@@ -332,7 +266,9 @@ fn record(
             cgroup_report.error = Some(err.to_string());
         }
     }
-    let mut tracker = Tracker::new(clock);
+    let mut tracker = Tracker::new(Clock {
+        boot_to_wall_ns: host::boot_to_wall_ns(),
+    });
     let approx_start = host::proc_start_boot_ns(root_pid).unwrap_or_else(|_| host::boottime_ns());
     tracker.add_root(root_pid, approx_start, &args.command[0].to_string_lossy());
     // A repetition starts from nothing: its peaks and energy are its own.
@@ -370,52 +306,27 @@ fn record(
         Err(err) => {
             // The command is still montrace's to supervise: record no more, wait for it.
             recorder.stop_recording(&format!("{err:#}"));
-            let wait_status =
-                launch::wait_status(root_pid).unwrap_or(crate::cli::EXIT_MONTRACE_FAILED << 8);
             Outcome {
-                wait_status,
-                linger_expired: false,
-                signals_forwarded: Vec::new(),
-                breach: None,
-                stopped_by_signal: None,
+                wait_status: launch::wait_status(root_pid)
+                    .unwrap_or(crate::cli::EXIT_MONTRACE_FAILED << 8),
+                ..Outcome::default()
             }
         }
     };
-    let end_wall_ns = host::realtime_ns();
-    let end_boot_ns = host::boottime_ns();
-    let lost = match probes.as_ref().map(Probes::lost).transpose() {
-        Ok(lost) => lost.unwrap_or_default(),
-        Err(err) => {
-            crate::say!("montrace: warning: cannot read the lost-event counters: {err:#}");
-            Default::default()
-        }
-    };
-    let tracking_mode = probes.as_ref().map_or(TrackingMode::Polling, |p| p.mode);
-    let ebpf_load_ms = probes.as_ref().map(|p| p.load_ms);
-    drop(probes);
+    let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
+    let (lost, tracking_mode, ebpf_load_ms) = end::probe_figures(probes);
     let mut finished = recorder.finish();
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
     let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
     close_cgroup(cgroup, &mut cgroup_report, tree_cpu);
-
-    let status = outcome.wait_status;
-    let (exit_code, exit_signal) = if libc::WIFSIGNALED(status) {
-        (None, Some(libc::WTERMSIG(status)))
-    } else {
-        (Some(libc::WEXITSTATUS(status)), None)
-    };
-    let exit_status = if outcome.breach.is_some() {
-        crate::limits::EXIT_LIMIT_BREACHED
-    } else {
-        exit_code.unwrap_or_else(|| 128 + exit_signal.unwrap_or(0))
-    };
+    let (exit_code, exit_signal, exit_status) = end::exit_of(&outcome);
     let info = build_run_info(Ended {
         argv: command_argv(args),
         executable: executable.display().to_string(),
         started_boot_ns,
         started_wall_ns,
-        ended_boot_ns: end_boot_ns,
-        ended_wall_ns: end_wall_ns,
+        ended_boot_ns,
+        ended_wall_ns,
         gpu: gpu_summary,
         tracking_mode,
         lost,
@@ -432,6 +343,92 @@ fn record(
     });
     write_run_info(&info, out_dir, print_summary, !args.record.no_report);
     Ok(info)
+}
+
+/// Loads and attaches the eBPF programs (when `offsets` says montrace can), or makes montrace the
+/// subreaper that polling needs. A capable user's capabilities go right after (before the last
+/// repetition, only the effective set).
+#[allow(clippy::type_complexity)]
+fn load_probes(
+    args: &RunArgs,
+    offsets: Option<&monitor_common::Offsets>,
+    last: bool,
+) -> anyhow::Result<(
+    Option<Probes>,
+    Option<aya::maps::RingBuf<aya::maps::MapData>>,
+)> {
+    if privilege::capable_user() {
+        // A repetition after the first: take up the capabilities kept for loading again.
+        privilege::set_effective(true).context("raising capabilities to load eBPF")?;
+    }
+    let loaded = match offsets {
+        Some(offsets) => match Probes::load(
+            offsets,
+            args.record.ring_buffer_size,
+            args.record.tracepoints,
+        ) {
+            Ok(loaded) => Some(loaded),
+            Err(err) if !args.require_ebpf => {
+                crate::say!(
+                    "montrace: warning: {err:#}; following the tree by polling /proc instead"
+                );
+                None
+            }
+            Err(err) => return Err(err),
+        },
+        None => None,
+    };
+    // An ordinary user's capabilities (the granted binary) are for loading and attaching only:
+    // from here on montrace acts with the user's rights alone, and the command starts with none.
+    // Before the last repetition only the effective set goes (the next one loads again).
+    if privilege::capable_user() {
+        if last {
+            privilege::drop_all()
+        } else {
+            privilege::set_effective(false)
+        }
+        .context("dropping capabilities after loading the eBPF programs")?;
+    }
+    match loaded {
+        Some((probes, ring)) => Ok((Some(probes), Some(ring))),
+        None => {
+            polling::become_subreaper()
+                .context("becoming the subreaper of the command's orphans")?;
+            Ok((None, None))
+        }
+    }
+}
+
+/// The run's cgroup (and what run.json says of it), or none, said once.
+fn create_cgroup(started_wall_ns: i64) -> (Option<RunCgroup>, summary::CgroupReport) {
+    let mut report = summary::CgroupReport::default();
+    match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
+        Ok(cgroup) => (Some(cgroup), report),
+        Err(err) => {
+            // SAFETY: geteuid has no preconditions.
+            let why = if unsafe { libc::geteuid() } != 0 {
+                " (without root, cgroups here are not writable: no delegated cgroup v2 subtree)"
+            } else {
+                ""
+            };
+            crate::say!(
+                "montrace: no cgroup for the run{why}, so no kernel totals to compare with: {err}"
+            );
+            report.error = Some(err.to_string());
+            (None, report)
+        }
+    }
+}
+
+/// The phase-mark socket the command finds in its environment, or none, said once.
+fn bind_marks(identity: Option<&Identity>) -> Option<MarkServer> {
+    match MarkServer::bind(identity.map(|id| (id.uid, id.gid))) {
+        Ok(server) => Some(server),
+        Err(err) => {
+            crate::say!("montrace: warning: no phase marks for this run: {err:#}");
+            None
+        }
+    }
 }
 
 /// Why there is no run directory.

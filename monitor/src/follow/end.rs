@@ -61,6 +61,40 @@ pub fn write_summary(
     summary
 }
 
+/// The lost-event counters, the tracking mode and the load time of the programs (polling: no
+/// programs), then detaches them.
+pub fn probe_figures(
+    probes: Option<crate::ebpf::Probes>,
+) -> (crate::ebpf::LostEvents, TrackingMode, Option<f64>) {
+    let lost = match probes.as_ref().map(crate::ebpf::Probes::lost).transpose() {
+        Ok(lost) => lost.unwrap_or_default(),
+        Err(err) => {
+            crate::say!("montrace: warning: cannot read the lost-event counters: {err:#}");
+            Default::default()
+        }
+    };
+    let mode = probes.as_ref().map_or(TrackingMode::Polling, |p| p.mode);
+    let load_ms = probes.as_ref().map(|p| p.load_ms);
+    (lost, mode, load_ms)
+}
+
+/// The command's exit code or signal from its wait status, and what montrace exits with: 124
+/// after a `--limit` breach, else the code, or 128 + the signal as shells do.
+pub fn exit_of(outcome: &Outcome) -> (Option<i32>, Option<i32>, i32) {
+    let status = outcome.wait_status;
+    let (code, signal) = if libc::WIFSIGNALED(status) {
+        (None, Some(libc::WTERMSIG(status)))
+    } else {
+        (Some(libc::WEXITSTATUS(status)), None)
+    };
+    let exit_status = if outcome.breach.is_some() {
+        limits::EXIT_LIMIT_BREACHED
+    } else {
+        code.unwrap_or_else(|| 128 + signal.unwrap_or(0))
+    };
+    (code, signal, exit_status)
+}
+
 /// Reads the run cgroup's totals (and the per-process coverage of its CPU), then removes it.
 pub fn close_cgroup(
     cgroup: Option<RunCgroup>,

@@ -154,6 +154,45 @@ impl Inputs {
     }
 }
 
+impl Inputs {
+    /// After the loop: the last events (polling may reap the command here: its status is
+    /// returned) and the marks sent just before the tree ended; a word on datagrams that were not
+    /// marks.
+    fn wind_down(&mut self, recorder: &mut Recorder<'_>, root_pid: u32) -> Option<i32> {
+        let last_marks = self
+            .marks
+            .as_mut()
+            .map(|m| m.get_mut().receive(host::realtime_ns));
+        let status = self.drain(recorder, root_pid);
+        recorder.guarded(|r| {
+            r.store_finished();
+            r.on_marks(last_marks.unwrap_or_default());
+        });
+        if let Some(server) = &self.marks {
+            if let Some(first) = server.get_ref().first_invalid() {
+                crate::say!(
+                    "montrace: warning: ignored {} datagrams on the mark socket that were not \
+                     marks; the first, from pid {}: {}",
+                    server.get_ref().invalid(),
+                    first.pid,
+                    first.error
+                );
+            }
+        }
+        status
+    }
+}
+
+/// The tracked pids that /proc no longer shows.
+fn gone_from_proc(recorder: &Recorder<'_>) -> HashSet<u32> {
+    recorder
+        .tracker
+        .live_pids()
+        .into_iter()
+        .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .collect()
+}
+
 fn interval(period: Duration) -> tokio::time::Interval {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -184,13 +223,7 @@ pub async fn follow(
         - Duration::from_nanos(host::boottime_ns().saturating_sub(cfg.started_boot_ns));
     let mut f = Follower::new(cfg, started, Instant::now(), Box::new(launch::kill_all));
     let live = LiveLine::new(opts.quiet);
-    let mut live_tick = interval(Duration::from_millis(500));
-    let mut sample_tick = interval(opts.interval);
-    let mut flush_tick = interval(opts.flush_interval);
-    let mut liveness_tick = interval(Duration::from_millis(500));
-    // The eBPF programs wake montrace only once the ring buffer fills up (a quarter of it);
-    // below that, events are drained on this timer: one wake-up per 20 ms, not one per event.
-    let mut drain_tick = interval(Duration::from_millis(20));
+    let mut ticks = Ticks::new(opts);
     let ebpf = inputs.ring.is_some();
 
     // Takes in the events available now (polling may reap the command on the way).
@@ -228,7 +261,7 @@ pub async fn follow(
                     .context("waiting for the command")?;
                 f.root_exited(status, Instant::now());
             }
-            _ = sample_tick.tick() => {
+            _ = ticks.sample.tick() => {
                 // Exits first, so a process that just ended is not sampled as gone.
                 take_in!();
                 recorder.guarded(Recorder::sample);
@@ -243,28 +276,22 @@ pub async fn follow(
                 take_in!();
                 recorder.guarded(|r| r.on_marks(received));
             }
-            _ = drain_tick.tick(), if ebpf => {
+            _ = ticks.drain.tick(), if ebpf => {
                 take_in!();
             }
-            _ = live_tick.tick(), if live.enabled() => {
+            _ = ticks.live.tick(), if live.enabled() => {
                 live.show(&recorder.live_status(started.elapsed()));
             }
             _ = sleep_until(f.kill_at()) => {
                 f.on_kill_time(recorder);
             }
-            _ = flush_tick.tick() => {
+            _ = ticks.flush.tick() => {
                 take_in!();
                 recorder.guarded(Recorder::flush);
             }
-            _ = liveness_tick.tick(), if f.root_done() && ebpf => {
+            _ = ticks.liveness.tick(), if f.root_done() && ebpf => {
                 take_in!();
-                let gone: HashSet<u32> = recorder
-                    .tracker
-                    .live_pids()
-                    .into_iter()
-                    .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-                    .collect();
-                f.on_liveness(gone, recorder, host::boottime_ns());
+                f.on_liveness(gone_from_proc(recorder), recorder, host::boottime_ns());
             }
             _ = sleep_until(f.deadline()) => {
                 // The command is reaped already (the deadline starts then), or attach's
@@ -284,31 +311,39 @@ pub async fn follow(
             crate::say!("{notice}");
         }
     }
-    // Marks sent just before the tree ended.
-    let last_marks = inputs
-        .marks
-        .as_mut()
-        .map(|m| m.get_mut().receive(host::realtime_ns));
-    if let Some(status) = inputs.drain(recorder, root_pid) {
-        f.outcome.wait_status = status;
-    }
-    recorder.guarded(|r| {
-        r.store_finished();
-        r.on_marks(last_marks.unwrap_or_default());
-    });
     live.clear();
-    if let Some(server) = &inputs.marks {
-        if let Some(first) = server.get_ref().first_invalid() {
-            crate::say!(
-                "montrace: warning: ignored {} datagrams on the mark socket that were not marks; \
-                 the first, from pid {}: {}",
-                server.get_ref().invalid(),
-                first.pid,
-                first.error
-            );
+    let mut outcome = f.outcome;
+    if let Some(status) = inputs.wind_down(recorder, root_pid) {
+        outcome.wait_status = status;
+    }
+    Ok(outcome)
+}
+
+/// The loop's timers.
+struct Ticks {
+    /// The live status line, twice a second.
+    live: tokio::time::Interval,
+    /// A sweep of every live process and the system (`--interval`).
+    sample: tokio::time::Interval,
+    /// Buffered rows to closed Parquet parts (`--flush-interval`).
+    flush: tokio::time::Interval,
+    /// After the command's exit: which tracked pids are gone from /proc (see `on_liveness`).
+    liveness: tokio::time::Interval,
+    /// The eBPF programs wake montrace only once the ring buffer fills up (a quarter of it);
+    /// below that, events are drained on this timer: one wake-up per 20 ms, not one per event.
+    drain: tokio::time::Interval,
+}
+
+impl Ticks {
+    fn new(opts: &RecordOptions) -> Ticks {
+        Ticks {
+            live: interval(Duration::from_millis(500)),
+            sample: interval(opts.interval),
+            flush: interval(opts.flush_interval),
+            liveness: interval(Duration::from_millis(500)),
+            drain: interval(Duration::from_millis(20)),
         }
     }
-    Ok(f.outcome)
 }
 
 /// The ring buffer once it has records; never, when polling.

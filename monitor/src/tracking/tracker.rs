@@ -134,7 +134,6 @@ impl Tracker {
 
     /// Applies one kernel event and returns the row for the lifecycle stream.
     pub fn apply(&mut self, event: &KernelEvent) -> EventRecord {
-        let clock = self.clock;
         let row = match event {
             KernelEvent::Fork {
                 time_ns,
@@ -142,45 +141,7 @@ impl Tracker {
                 start_ns,
                 parent_pid,
                 comm,
-            } => {
-                let parent = self.live.get(parent_pid).map(|e| &e.record);
-                let record = ProcessRecord {
-                    pid: *pid,
-                    start_time_ns: clock.wall(if *start_ns != 0 { *start_ns } else { *time_ns }),
-                    parent_pid: Some(*parent_pid),
-                    parent_start_time_ns: parent.map(|p| p.start_time_ns),
-                    // Until it execs, a forked child runs its parent's program.
-                    filename: parent.and_then(|p| p.filename.clone()),
-                    argv: parent.and_then(|p| p.argv.clone()),
-                    argv_truncated: parent.is_some_and(|p| p.argv_truncated),
-                    comm: comm.clone(),
-                    ..ProcessRecord::default()
-                };
-                let r = match self.live.get_mut(pid) {
-                    // Found in /proc first (montrace attach scans the tree while the kernel
-                    // already follows it): the same process, which the kernel now tells from
-                    // its fork on, so its record is the kernel's.
-                    Some(seen)
-                        if seen.seen_in_proc
-                            && *start_ns != 0
-                            && crate::host::same_start_ns(
-                                seen.record.start_time_ns as u64,
-                                record.start_time_ns as u64,
-                            ) =>
-                    {
-                        seen.record = record;
-                        seen.start_exact = true;
-                        seen.seen_in_proc = false;
-                        &seen.record
-                    }
-                    _ => &self.insert(record, *start_ns != 0).record,
-                };
-                EventRecord {
-                    parent_pid: r.parent_pid,
-                    parent_start_time_ns: r.parent_start_time_ns,
-                    ..event_row(clock, EventKind::Fork, *time_ns, r)
-                }
-            }
+            } => self.apply_fork(*time_ns, *pid, *start_ns, *parent_pid, comm),
             KernelEvent::Exec {
                 time_ns,
                 pid,
@@ -190,19 +151,15 @@ impl Tracker {
                 argv,
                 argv_truncated,
                 ..
-            } => {
-                let r = &mut self.live_entry(*pid, *start_ns, *time_ns, comm).record;
-                r.filename = Some(filename.clone());
-                r.argv = Some(argv.clone());
-                r.argv_truncated = *argv_truncated;
-                r.comm = comm.clone();
-                r.exec_count += 1;
-                EventRecord {
-                    filename: Some(filename.clone()),
-                    argv: Some(argv.clone()),
-                    ..event_row(clock, EventKind::Exec, *time_ns, r)
-                }
-            }
+            } => self.apply_exec(
+                *time_ns,
+                *pid,
+                *start_ns,
+                comm,
+                filename,
+                argv,
+                *argv_truncated,
+            ),
             KernelEvent::Exit {
                 time_ns,
                 pid,
@@ -210,73 +167,156 @@ impl Tracker {
                 whole_process,
                 comm,
                 stats,
-            } => {
-                let termination = Termination::from_exit_code(stats.exit_code);
-                let (exit_code, exit_signal) = match termination {
-                    Termination::Exited(code) => (Some(code), None),
-                    Termination::Signaled { signal, .. } => (None, Some(signal)),
-                };
-                let entry = self.live_entry(*pid, *start_ns, *time_ns, comm);
-                // A process's figures are the sum over its threads' exits.
-                let mut figures = entry.exited_threads;
-                figures.add_thread(stats);
-                figures.tid = stats.tid;
-                figures.exit_code = stats.exit_code;
-                figures.peak_rss_bytes = stats.peak_rss_bytes;
-                figures.rss_bytes = stats.rss_bytes;
-                let r = &mut entry.record;
-                let (kind, row_figures) = if *whole_process {
-                    r.end_time_ns = Some(clock.wall(*time_ns));
-                    r.comm = comm.clone();
-                    r.exit_code = exit_code;
-                    r.exit_signal = exit_signal;
-                    r.core_dumped = matches!(
-                        termination,
-                        Termination::Signaled {
-                            core_dumped: true,
-                            ..
-                        }
-                    );
-                    r.cpu_user_ns = Some(figures.cpu_user_ns);
-                    r.cpu_system_ns = Some(figures.cpu_system_ns);
-                    r.peak_rss_bytes =
-                        (figures.peak_rss_bytes > 0).then_some(figures.peak_rss_bytes);
-                    r.minor_faults = Some(figures.minor_faults);
-                    r.major_faults = Some(figures.major_faults);
-                    r.voluntary_ctxt_switches = Some(figures.voluntary_ctxt_switches);
-                    r.involuntary_ctxt_switches = Some(figures.involuntary_ctxt_switches);
-                    r.read_bytes = Some(figures.read_bytes);
-                    r.write_bytes = Some(figures.write_bytes);
-                    r.read_chars = Some(figures.read_chars);
-                    r.write_chars = Some(figures.write_chars);
-                    (EventKind::Exit, figures)
-                } else {
-                    entry.exited_threads.add_thread(stats);
-                    (EventKind::ThreadExit, *stats)
-                };
-                let r = &self.live[pid].record;
-                let row = EventRecord {
-                    tid: Some(stats.tid),
-                    exit_code,
-                    exit_signal,
-                    cpu_user_ns: Some(row_figures.cpu_user_ns),
-                    cpu_system_ns: Some(row_figures.cpu_system_ns),
-                    peak_rss_bytes: Some(row_figures.peak_rss_bytes),
-                    ..event_row(clock, kind, *time_ns, r)
-                };
-                if *whole_process {
-                    self.last_exit = Some(figures);
-                    if Some(*pid) == self.root_pid {
-                        self.root_exit_code = Some(stats.exit_code);
-                    }
-                    if let Some(entry) = self.live.remove(pid) {
-                        self.finished.push(entry.record);
-                    }
-                }
-                row
-            }
+            } => self.apply_exit(*time_ns, *pid, *start_ns, *whole_process, comm, stats),
         };
         self.note_concurrency();
+        row
+    }
+
+    fn apply_fork(
+        &mut self,
+        time_ns: u64,
+        pid: u32,
+        start_ns: u64,
+        parent_pid: u32,
+        comm: &str,
+    ) -> EventRecord {
+        let clock = self.clock;
+        let parent = self.live.get(&parent_pid).map(|e| &e.record);
+        let record = ProcessRecord {
+            pid: pid,
+            start_time_ns: clock.wall(if start_ns != 0 { start_ns } else { time_ns }),
+            parent_pid: Some(parent_pid),
+            parent_start_time_ns: parent.map(|p| p.start_time_ns),
+            // Until it execs, a forked child runs its parent's program.
+            filename: parent.and_then(|p| p.filename.clone()),
+            argv: parent.and_then(|p| p.argv.clone()),
+            argv_truncated: parent.is_some_and(|p| p.argv_truncated),
+            comm: comm.to_owned(),
+            ..ProcessRecord::default()
+        };
+        let r = match self.live.get_mut(&pid) {
+            // Found in /proc first (montrace attach scans the tree while the kernel
+            // already follows it): the same process, which the kernel now tells from
+            // its fork on, so its record is the kernel's.
+            Some(seen)
+                if seen.seen_in_proc
+                    && start_ns != 0
+                    && crate::host::same_start_ns(
+                        seen.record.start_time_ns as u64,
+                        record.start_time_ns as u64,
+                    ) =>
+            {
+                seen.record = record;
+                seen.start_exact = true;
+                seen.seen_in_proc = false;
+                &seen.record
+            }
+            _ => &self.insert(record, start_ns != 0).record,
+        };
+        EventRecord {
+            parent_pid: r.parent_pid,
+            parent_start_time_ns: r.parent_start_time_ns,
+            ..event_row(clock, EventKind::Fork, time_ns, r)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply_exec(
+        &mut self,
+        time_ns: u64,
+        pid: u32,
+        start_ns: u64,
+        comm: &str,
+        filename: &str,
+        argv: &[String],
+        argv_truncated: bool,
+    ) -> EventRecord {
+        let clock = self.clock;
+        let r = &mut self.live_entry(pid, start_ns, time_ns, comm).record;
+        r.filename = Some(filename.to_owned());
+        r.argv = Some(argv.to_vec());
+        r.argv_truncated = argv_truncated;
+        r.comm = comm.to_owned();
+        r.exec_count += 1;
+        EventRecord {
+            filename: Some(filename.to_owned()),
+            argv: Some(argv.to_vec()),
+            ..event_row(clock, EventKind::Exec, time_ns, r)
+        }
+    }
+
+    fn apply_exit(
+        &mut self,
+        time_ns: u64,
+        pid: u32,
+        start_ns: u64,
+        whole_process: bool,
+        comm: &str,
+        stats: &ExitStats,
+    ) -> EventRecord {
+        let clock = self.clock;
+        let termination = Termination::from_exit_code(stats.exit_code);
+        let (exit_code, exit_signal) = match termination {
+            Termination::Exited(code) => (Some(code), None),
+            Termination::Signaled { signal, .. } => (None, Some(signal)),
+        };
+        let entry = self.live_entry(pid, start_ns, time_ns, comm);
+        // A process's figures are the sum over its threads' exits.
+        let mut figures = entry.exited_threads;
+        figures.add_thread(stats);
+        figures.tid = stats.tid;
+        figures.exit_code = stats.exit_code;
+        figures.peak_rss_bytes = stats.peak_rss_bytes;
+        figures.rss_bytes = stats.rss_bytes;
+        let r = &mut entry.record;
+        let (kind, row_figures) = if whole_process {
+            r.end_time_ns = Some(clock.wall(time_ns));
+            r.comm = comm.to_owned();
+            r.exit_code = exit_code;
+            r.exit_signal = exit_signal;
+            r.core_dumped = matches!(
+                termination,
+                Termination::Signaled {
+                    core_dumped: true,
+                    ..
+                }
+            );
+            r.cpu_user_ns = Some(figures.cpu_user_ns);
+            r.cpu_system_ns = Some(figures.cpu_system_ns);
+            r.peak_rss_bytes = (figures.peak_rss_bytes > 0).then_some(figures.peak_rss_bytes);
+            r.minor_faults = Some(figures.minor_faults);
+            r.major_faults = Some(figures.major_faults);
+            r.voluntary_ctxt_switches = Some(figures.voluntary_ctxt_switches);
+            r.involuntary_ctxt_switches = Some(figures.involuntary_ctxt_switches);
+            r.read_bytes = Some(figures.read_bytes);
+            r.write_bytes = Some(figures.write_bytes);
+            r.read_chars = Some(figures.read_chars);
+            r.write_chars = Some(figures.write_chars);
+            (EventKind::Exit, figures)
+        } else {
+            entry.exited_threads.add_thread(stats);
+            (EventKind::ThreadExit, *stats)
+        };
+        let r = &self.live[&pid].record;
+        let row = EventRecord {
+            tid: Some(stats.tid),
+            exit_code,
+            exit_signal,
+            cpu_user_ns: Some(row_figures.cpu_user_ns),
+            cpu_system_ns: Some(row_figures.cpu_system_ns),
+            peak_rss_bytes: Some(row_figures.peak_rss_bytes),
+            ..event_row(clock, kind, time_ns, r)
+        };
+        if whole_process {
+            self.last_exit = Some(figures);
+            if Some(pid) == self.root_pid {
+                self.root_exit_code = Some(stats.exit_code);
+            }
+            if let Some(entry) = self.live.remove(&pid) {
+                self.finished.push(entry.record);
+            }
+        }
         row
     }
 

@@ -184,7 +184,7 @@ impl Tracker {
         let clock = self.clock;
         let parent = self.live.get(&parent_pid).map(|e| &e.record);
         let record = ProcessRecord {
-            pid: pid,
+            pid,
             start_time_ns: clock.wall(if start_ns != 0 { start_ns } else { time_ns }),
             parent_pid: Some(parent_pid),
             parent_start_time_ns: parent.map(|p| p.start_time_ns),

@@ -258,7 +258,7 @@ fn follow_attached(
     let breach = outcome.breach.clone();
     // Stopped by a limit: 124 like `run`; otherwise attach itself succeeded.
     let exit_status = if breach.is_some() {
-        crate::limits::EXIT_LIMIT_BREACHED
+        crate::cli::EXIT_LIMIT_BREACHED
     } else {
         0
     };

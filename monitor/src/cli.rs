@@ -1,4 +1,5 @@
-//! The command line, in one place.
+//! The command line, in one place: every subcommand and flag, and every exit status montrace
+//! gives (the `EXIT_*` constants; a command's own status is passed through).
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
@@ -7,9 +8,13 @@ use crate::ebpf::TracepointChoice;
 use crate::sampler::MemoryDetail;
 use crate::units;
 
+/// `montrace compare`: a metric regressed.
+pub const EXIT_REGRESSED: i32 = 1;
 /// Exit status for a usage error: bad arguments, a missing or unusable input, an `--out` that
 /// already holds files.
 pub const EXIT_USAGE: i32 = 2;
+/// Exit status of montrace when a `--limit` stopped the run (as `timeout(1)` does).
+pub const EXIT_LIMIT_BREACHED: i32 = 124;
 /// Exit status of montrace when it fails itself (before or instead of the command's own).
 pub const EXIT_MONTRACE_FAILED: i32 = 125;
 /// The command exists but could not be executed (as in POSIX shells).

@@ -1,4 +1,5 @@
-//! Parsing and formatting of durations, byte sizes and UTC times. Pure functions.
+//! Parsing and formatting of durations, byte sizes, UTC times and Markdown code spans: the one
+//! place for how montrace writes a figure. Pure functions.
 use std::time::Duration;
 
 /// Longest duration montrace takes (about 31.7 years): beyond it, time arithmetic overflows.
@@ -86,6 +87,23 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// `512 B`, `1.5 KiB`, `513.3 MiB`, `1.13 GiB`: two decimals below 10 of a unit, so that a
+/// gigabyte figure moves visibly with a few percent.
+pub fn format_bytes_signif(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes.max(0.0);
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{value:.0} B"),
+        _ if value < 10.0 => format!("{value:.2} {}", UNITS[unit]),
+        _ => format!("{value:.1} {}", UNITS[unit]),
+    }
+}
+
 /// Seconds with millisecond precision: `12.345s`.
 pub fn format_seconds_ns(ns: u64) -> String {
     format!("{:.3}s", ns as f64 / 1e9)
@@ -129,9 +147,34 @@ pub fn compact_utc(unix_ns: i64) -> String {
     format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z")
 }
 
+/// `text` as a Markdown code span, whatever backticks it holds.
+pub fn md_code(text: &str) -> String {
+    let text = text.replace(['\n', '\r'], " ");
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn md_code_fences_any_backticks() {
+        assert_eq!(md_code("ls -l"), "`ls -l`");
+        assert_eq!(md_code("echo `date`"), "`` echo `date` ``");
+        assert_eq!(md_code("a``b"), "```a``b```");
+    }
 
     #[test]
     fn durations() {

@@ -16,6 +16,8 @@ use std::{
 };
 
 use anyhow::Context as _;
+
+use crate::units::{format_bytes_signif as format_bytes, md_code};
 use serde::Serialize;
 
 use crate::{
@@ -23,11 +25,7 @@ use crate::{
     metrics::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION},
 };
 
-/// Exit status when a metric regressed.
-pub const EXIT_REGRESSED: i32 = 1;
-/// Exit status for usage errors (missing or unreadable inputs, different commands, bad `--max`),
-/// as clap uses for its own.
-pub use crate::cli::EXIT_USAGE;
+use crate::cli::{EXIT_REGRESSED, EXIT_USAGE};
 
 /// Version of the `--format json` layout.
 pub const COMPARE_JSON_VERSION: u32 = 1;
@@ -769,23 +767,6 @@ fn format_value(unit: &str, value: f64) -> String {
     }
 }
 
-/// `512 B`, `1.5 KiB`, `513.3 MiB`, `1.13 GiB`: two decimals below 10 of a unit, so that a
-/// gigabyte figure moves visibly with a few percent.
-fn format_bytes(bytes: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes.max(0.0);
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    match unit {
-        0 => format!("{value:.0} B"),
-        _ if value < 10.0 => format!("{value:.2} {}", UNITS[unit]),
-        _ => format!("{value:.1} {}", UNITS[unit]),
-    }
-}
-
 /// `1.000s ± 0.010s (5)`; `1.000s (1)` for a single sample; `-` for none.
 fn format_stats(unit: &str, stats: Option<&Stats>) -> String {
     match stats {
@@ -1016,24 +997,6 @@ pub fn render_text(report: &Report) -> String {
         out.push('\n');
     }
     out
-}
-
-/// `text` as a Markdown code span, whatever backticks it holds.
-fn md_code(text: &str) -> String {
-    let text = text.replace(['\n', '\r'], " ");
-    let mut longest = 0;
-    let mut run = 0;
-    for c in text.chars() {
-        run = if c == '`' { run + 1 } else { 0 };
-        longest = longest.max(run);
-    }
-    let fence = "`".repeat(longest + 1);
-    let pad = if text.starts_with('`') || text.ends_with('`') {
-        " "
-    } else {
-        ""
-    };
-    format!("{fence}{pad}{text}{pad}{fence}")
 }
 
 /// Markdown, for a pull-request comment.

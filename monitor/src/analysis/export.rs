@@ -26,7 +26,7 @@ use crate::report::load::{self, RunData, GPU_COLUMNS};
 use crate::report::model::exit_text;
 
 /// Exit status for a missing or invalid run directory.
-pub use crate::cli::EXIT_USAGE;
+use crate::cli::EXIT_USAGE;
 
 /// `montrace export RUN_DIR --format perfetto|csv [--out PATH]`.
 pub fn export_main(args: ExportArgs) -> anyhow::Result<i32> {

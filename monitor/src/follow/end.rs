@@ -88,7 +88,7 @@ pub fn exit_of(outcome: &Outcome) -> (Option<i32>, Option<i32>, i32) {
         (Some(libc::WEXITSTATUS(status)), None)
     };
     let exit_status = if outcome.breach.is_some() {
-        limits::EXIT_LIMIT_BREACHED
+        crate::cli::EXIT_LIMIT_BREACHED
     } else {
         code.unwrap_or_else(|| 128 + signal.unwrap_or(0))
     };

@@ -4,9 +4,6 @@ use std::time::Duration;
 
 use crate::units;
 
-/// Exit status of montrace when a limit stopped the run (as `timeout(1)` does).
-pub const EXIT_LIMIT_BREACHED: i32 = 124;
-
 /// One `--limit KEY=VALUE`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Limit {

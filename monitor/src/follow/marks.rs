@@ -36,7 +36,7 @@ const DIR_PREFIX: &str = "montrace-";
 /// Longest label, in bytes of UTF-8.
 pub const MAX_LABEL_BYTES: usize = 256;
 /// Exit status of `montrace mark` for usage errors (no socket, a label that cannot be sent).
-pub use crate::cli::EXIT_USAGE;
+use crate::cli::EXIT_USAGE;
 
 /// Receive buffer: any valid line fits (`begin ` + 256 bytes + `\r\n`) with room to spare, so a
 /// datagram that does not fit is too long to be valid anyway.

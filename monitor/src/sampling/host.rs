@@ -147,8 +147,7 @@ pub fn proc_start_boot_ns(pid: u32) -> io::Result<u64> {
 /// Field 22 (starttime) of /proc/PID/stat; comm (field 2) may hold spaces and parentheses,
 /// so fields are counted after its last ')'.
 pub fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    super::procstat::parse(stat.as_bytes()).map(|s| s.start_ticks)
 }
 
 /// Whether this process may load tracing eBPF programs: root, or CAP_BPF + CAP_PERFMON, or

@@ -4,5 +4,6 @@
 pub mod cgroup;
 pub mod gpu;
 pub mod host;
+pub mod procstat;
 pub mod rates;
 pub mod sampler;

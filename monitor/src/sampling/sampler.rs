@@ -17,6 +17,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::procstat::{self, parse_u64};
 use procfs::{
     parse_pressure_record, ExplicitSystemInfo, FromRead, FromReadSI, KernelStats, LoadAverage,
     Meminfo, ProcError,
@@ -326,7 +327,7 @@ impl ProcReader {
         let pid = handle.pid;
         let stat = read_whole(&handle.stat, &mut self.buf)
             .map_err(|e| fail(&self.root, pid, "stat", e))?;
-        let stat = parse_stat(stat).ok_or_else(|| ReadError::Io {
+        let stat = procstat::parse(stat).ok_or_else(|| ReadError::Io {
             path: process_path(&self.root, pid, "stat"),
             message: "the contents are incomplete or malformed".to_string(),
         })?;
@@ -600,68 +601,6 @@ fn read_whole<'b>(file: &File, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]> {
     }
 }
 
-/// The fields of /proc/PID/stat a reading uses (numbers as in proc_pid_stat(5)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct StatFields {
-    /// 3
-    state: char,
-    /// 9
-    flags: u64,
-    /// 10
-    minor_faults: u64,
-    /// 12
-    major_faults: u64,
-    /// 14
-    utime_ticks: u64,
-    /// 15
-    stime_ticks: u64,
-    /// 20
-    threads: u64,
-    /// 22
-    start_ticks: u64,
-    /// 23
-    vsize_bytes: u64,
-    /// 24
-    rss_pages: u64,
-}
-
-/// Parses /proc/PID/stat in place: no String, no UTF-8 check (comm is whatever bytes the
-/// process chose). comm (field 2) may hold spaces and ')', so fields are counted after the
-/// LAST ')'. None when a field up to rss (24) is missing or not a number.
-fn parse_stat(stat: &[u8]) -> Option<StatFields> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let mut fields = stat[close + 1..]
-        .split(u8::is_ascii_whitespace)
-        .filter(|field| !field.is_empty());
-    let state = match fields.next()? {
-        [state] => char::from(*state),
-        _ => return None,
-    };
-    let mut parsed = StatFields {
-        state,
-        ..StatFields::default()
-    };
-    for (number, field) in (4..=24).zip(fields.by_ref()) {
-        let slot = match number {
-            9 => &mut parsed.flags,
-            10 => &mut parsed.minor_faults,
-            12 => &mut parsed.major_faults,
-            14 => &mut parsed.utime_ticks,
-            15 => &mut parsed.stime_ticks,
-            20 => &mut parsed.threads,
-            22 => &mut parsed.start_ticks,
-            23 => &mut parsed.vsize_bytes,
-            24 => {
-                parsed.rss_pages = parse_u64(field)?;
-                return Some(parsed);
-            }
-            _ => continue,
-        };
-        *slot = parse_u64(field)?;
-    }
-    None
-}
-
 /// Parses /proc/PID/io ("name: value" lines). None when a field it needs is missing.
 fn parse_io(io: &[u8]) -> Option<IoReading> {
     let (mut rchar, mut wchar, mut read_bytes, mut write_bytes) = (None, None, None, None);
@@ -714,18 +653,6 @@ fn colon_fields(text: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     })
 }
 
-/// A decimal number, digits only (what the kernel prints for these fields); None on anything
-/// else or on overflow.
-fn parse_u64(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, &b| {
-        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
-        n.checked_mul(10)?.checked_add(u64::from(digit))
-    })
-}
-
 fn ticks_to_ns(ticks: u64, ticks_per_second: u64) -> u64 {
     let ns = u128::from(ticks) * 1_000_000_000 / u128::from(ticks_per_second);
     u64::try_from(ns).unwrap_or(u64::MAX)
@@ -770,13 +697,7 @@ mod tests {
     use std::rc::Rc;
     use std::time::{Duration, Instant};
 
-    /// Shaped like a real /proc/PID/stat; comm has a space and a ')' to check the parser finds
-    /// the last one. utime 250, stime 75 ticks; 4 threads; starttime 206709; vsize 12345344
-    /// bytes; rss 1024 pages.
-    const STAT: &str = "123 (my prog) (x)) S 1 123 123 0 -1 4194560 5432 0 12 0 250 75 0 0 20 0 \
-        4 0 206709 12345344 1024 18446744073709551615 93830273077248 93830273097129 \
-        140735164818512 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 93830273113136 93830273114752 \
-        93831026782208 140735164819939 140735164819959 140735164819959 140735164821483 0\n";
+    use crate::sampling::procstat::tests::STAT;
 
     const IO: &str = "rchar: 6976\nwchar: 1234\nsyscr: 10\nsyscw: 3\nread_bytes: 4096\n\
         write_bytes: 8192\ncancelled_write_bytes: 0\n";
@@ -1250,61 +1171,6 @@ DirectMap1G:    25165824 kB
         child.wait().unwrap();
         let error = reader.read_open_process(&mut handle, |_| true).unwrap_err();
         assert!(matches!(error, ReadError::Gone(_)), "{error:?}");
-    }
-
-    #[test]
-    fn stat_parses_from_the_last_paren() {
-        let parsed = parse_stat(STAT.as_bytes()).unwrap();
-        assert_eq!(
-            parsed,
-            StatFields {
-                state: 'S',
-                flags: 4194560,
-                minor_faults: 5432,
-                major_faults: 12,
-                utime_ticks: 250,
-                stime_ticks: 75,
-                threads: 4,
-                start_ticks: 206709,
-                vsize_bytes: 12345344,
-                rss_pages: 1024,
-            }
-        );
-        // comm is up to 16 arbitrary bytes: spaces, parentheses, a newline, invalid UTF-8, and
-        // what looks like the fields that follow it.
-        for comm in [
-            &b"a) b ) (c"[..],
-            b") R 9 9 9 9 9 9 9 9 9 9 9 9 9 (",
-            b"x\ny",
-            b"\xff\xfe)",
-            b"",
-        ] {
-            let mut stat = b"123 (".to_vec();
-            stat.extend_from_slice(comm);
-            stat.extend_from_slice(&STAT.as_bytes()[STAT.find(")) ").unwrap() + 1..]);
-            assert_eq!(
-                parse_stat(&stat),
-                Some(parsed),
-                "{}",
-                String::from_utf8_lossy(&stat)
-            );
-        }
-    }
-
-    #[test]
-    fn stat_cut_short_or_not_numeric_does_not_parse() {
-        let rss_end = STAT.find(" 1024 ").unwrap() + " 1024".len();
-        assert!(parse_stat(&STAT.as_bytes()[..rss_end]).is_some());
-        assert_eq!(
-            parse_stat(&STAT.as_bytes()[..rss_end - 1]).map(|s| s.rss_pages),
-            Some(102)
-        );
-        assert_eq!(parse_stat(&STAT.as_bytes()[..rss_end - 5]), None);
-        assert_eq!(parse_stat(STAT.replace(" 250 ", " 2x0 ").as_bytes()), None);
-        assert_eq!(parse_stat(STAT.replace(" 250 ", " -250 ").as_bytes()), None);
-        assert_eq!(parse_stat(STAT.replace(")) S ", ")) SS ").as_bytes()), None);
-        assert_eq!(parse_stat(b"123 no comm S 1"), None);
-        assert_eq!(parse_stat(b""), None);
     }
 
     #[test]

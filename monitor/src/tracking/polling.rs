@@ -287,29 +287,20 @@ fn read_exe(pid: u32) -> Option<String> {
 /// The fields polling needs from /proc/PID/stat. comm may hold spaces and ')': fields are counted
 /// after its last ')'.
 pub fn parse_stat(pid: u32, stat: &str, tick_ns: u64, page_size: u64) -> Option<ProcEntry> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = stat.get(open + 1..close)?.to_string();
-    let fields: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
-    // fields[0] is field 3 (state).
-    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
-    let state = fields.first()?.chars().next()?;
+    let text = stat.as_bytes();
+    let parsed = crate::sampling::procstat::parse(text)?;
     Some(ProcEntry {
         pid,
-        ppid: field(4)? as u32,
-        start_ticks: field(22)?,
-        comm,
-        state,
-        cpu_user_ns: field(14)? * tick_ns,
-        cpu_system_ns: field(15)? * tick_ns,
-        rss_bytes: field(24)? * page_size,
-        minor_faults: field(10)?,
-        major_faults: field(12)?,
-        exit_code: if state == 'Z' {
-            field(52).map(|c| c as i32)
-        } else {
-            None
-        },
+        ppid: parsed.ppid,
+        start_ticks: parsed.start_ticks,
+        comm: String::from_utf8_lossy(parsed.comm(text)).into_owned(),
+        state: parsed.state,
+        cpu_user_ns: parsed.utime_ticks * tick_ns,
+        cpu_system_ns: parsed.stime_ticks * tick_ns,
+        rss_bytes: parsed.rss_pages * page_size,
+        minor_faults: parsed.minor_faults,
+        major_faults: parsed.major_faults,
+        exit_code: parsed.exit_code,
     })
 }
 

@@ -24,7 +24,7 @@ use crate::cli::{ReportArgs, ReportFormat};
 pub use synthetic::{add_synthetic_gpu, add_synthetic_gpu_processes, synthetic_run};
 
 /// Exit status for a missing or invalid run directory, or a bad `--group-by`.
-pub use crate::cli::EXIT_USAGE;
+use crate::cli::EXIT_USAGE;
 
 /// The file names written into the run directory.
 pub const HTML_FILE: &str = "report.html";
@@ -159,11 +159,6 @@ pub fn color_rgb(group: Option<usize>) -> (u8, u8, u8) {
 pub fn color_hex(group: Option<usize>) -> String {
     let (r, g, b) = color_rgb(group);
     format!("#{r:02x}{g:02x}{b:02x}")
-}
-
-/// `1.5 GiB`, `200.0 MiB`, `512 B`.
-pub fn fmt_bytes(bytes: u64) -> String {
-    crate::units::format_bytes(bytes)
 }
 
 /// Seconds with about four significant digits: `0.188 s`, `12.35 s`, `600.0 s`.
@@ -401,8 +396,8 @@ mod tests {
                 .unwrap();
             row.split(" | ").nth(8).unwrap().to_string()
         };
-        assert_eq!(row("make"), fmt_bytes(GPU_MEMORY_MAKE));
-        assert_eq!(row("cc1"), fmt_bytes(cc1_peak));
+        assert_eq!(row("make"), crate::units::format_bytes(GPU_MEMORY_MAKE));
+        assert_eq!(row("cc1"), crate::units::format_bytes(cc1_peak));
         assert_eq!(row("sh"), "0 B");
 
         // The Markdown report has it as a file; the HTML inline.

@@ -11,7 +11,8 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::downsample::{min_max, min_max_indices, BUCKETS};
 use super::load::{RunData, GPU_COLUMNS};
 use super::model::{self, Model, Series};
-use super::{color_rgb, fmt_bytes, mark_text};
+use super::{color_rgb, mark_text};
+use crate::units::format_bytes;
 
 /// One plot of the report.
 #[derive(Clone, Debug, PartialEq)]
@@ -519,7 +520,7 @@ fn stacked_private(
             None,
             format!(
                 " The machine's memory, {}, is above the scale ({:.1}% of it at the peak).",
-                fmt_bytes(m as u64),
+                format_bytes(m as u64),
                 peak / m * 100.0
             ),
         ),
@@ -563,7 +564,7 @@ fn stacked_private(
                 .map_err(err)?;
             chart
                 .draw_series(std::iter::once(Text::new(
-                    format!("machine memory {}", fmt_bytes(m as u64)),
+                    format!("machine memory {}", format_bytes(m as u64)),
                     (x_max * 0.01, m / div),
                     (FONT, 12).into_font().color(&grey),
                 )))
@@ -577,7 +578,7 @@ fn stacked_private(
                 BLACK.filled(),
             )))
             .map_err(err)?;
-        let label = format!("peak {} at {:.1} s", fmt_bytes(peak as u64), px);
+        let label = format!("peak {} at {:.1} s", format_bytes(peak as u64), px);
         // Keep the label inside the plot: to the left of the peak when it is on the right.
         let pos = if px > x_max * 0.7 {
             (px - x_max * 0.25, peak / div)
@@ -597,7 +598,7 @@ fn stacked_private(
         caption: format!(
             "The tree's USS at every sweep, stacked by group; the dot marks its peak ({} at \
              {:.1} s).{machine_note}",
-            fmt_bytes(peak as u64),
+            format_bytes(peak as u64),
             xs.get(peak_i).copied().unwrap_or(0.0)
         ),
         svg,
@@ -645,7 +646,7 @@ fn gpu_plots(
         }
         let hlines: Vec<(f64, String)> = match (name, gpu.memory_total_bytes) {
             ("memory_used_bytes", Some(total)) => {
-                vec![(total, format!("GPU memory {}", fmt_bytes(total as u64)))]
+                vec![(total, format!("GPU memory {}", format_bytes(total as u64)))]
             }
             _ => Vec::new(),
         };

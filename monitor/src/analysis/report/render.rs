@@ -6,9 +6,12 @@ use minijinja::{Environment, Value};
 use serde::Serialize;
 use serde_json::Value as Json;
 
+use crate::units::md_code;
+
 use super::load::RunData;
 use super::model::{exit_text, signal_name, Model};
-use super::{color_hex, fmt_bytes, fmt_percent, fmt_secs, Report, TABLE_GROUPS, TOP_PROCESSES};
+use super::{color_hex, fmt_percent, fmt_secs, Report, TABLE_GROUPS, TOP_PROCESSES};
+use crate::units::format_bytes;
 
 const HTML_TEMPLATE: &str = include_str!("report.html");
 const MARKDOWN_TEMPLATE: &str = include_str!("report.md");
@@ -190,14 +193,14 @@ fn cell(text: String, sort: f64) -> Cell {
 
 fn bytes_cell(v: Option<u64>) -> Cell {
     match v {
-        Some(b) => cell(fmt_bytes(b), b as f64),
+        Some(b) => cell(format_bytes(b), b as f64),
         None => cell("n/a".into(), -1.0),
     }
 }
 
 fn float_bytes_cell(v: Option<f64>) -> Cell {
     match v {
-        Some(b) => cell(fmt_bytes(b.round() as u64), b),
+        Some(b) => cell(format_bytes(b.round() as u64), b),
         None => cell("n/a".into(), -1.0),
     }
 }
@@ -461,7 +464,7 @@ pub fn header(report: &Report) -> Vec<Item> {
     let peaks = ["uss_bytes", "rss_bytes", "pss_bytes"]
         .map(|k| get(info, &["tree_memory_peaks", k]).and_then(Json::as_u64));
     if peaks.iter().any(Option::is_some) {
-        let show = |v: Option<u64>| v.map_or("n/a".into(), fmt_bytes);
+        let show = |v: Option<u64>| v.map_or("n/a".into(), format_bytes);
         put(
             "Tree memory peak",
             format!(
@@ -579,24 +582,6 @@ fn md_escape(text: &str) -> String {
     out
 }
 
-/// Inline code that holds any text: a fence longer than any run of backticks inside.
-fn md_code(text: &str) -> String {
-    let text = text.replace(['\n', '\r'], " ");
-    let mut longest = 0;
-    let mut run = 0;
-    for c in text.chars() {
-        run = if c == '`' { run + 1 } else { 0 };
-        longest = longest.max(run);
-    }
-    let fence = "`".repeat(longest + 1);
-    let pad = if text.starts_with('`') || text.ends_with('`') {
-        " "
-    } else {
-        ""
-    };
-    format!("{fence}{pad}{text}{pad}{fence}")
-}
-
 fn environment() -> Result<Environment<'static>, minijinja::Error> {
     let mut env = Environment::new();
     env.set_keep_trailing_newline(true);
@@ -663,9 +648,6 @@ mod tests {
     #[test]
     fn markdown_escapes() {
         assert_eq!(md_escape("a|b_c*<d>\n"), r"a\|b\_c\*&lt;d&gt; ");
-        assert_eq!(md_code("ls -l"), "`ls -l`");
-        assert_eq!(md_code("echo `date`"), "`` echo `date` ``");
-        assert_eq!(md_code("a``b"), "```a``b```");
     }
 
     #[test]

@@ -14,7 +14,8 @@ use std::fmt::Write as _;
 
 use super::load::RunData;
 use super::model::{exit_text, Model};
-use super::{color_hex, fmt_bytes, fmt_secs, xml_escape};
+use super::{color_hex, fmt_secs, xml_escape};
+use crate::units::format_bytes;
 
 /// When to merge and when to cut.
 #[derive(Clone, Copy, Debug)]
@@ -433,8 +434,8 @@ pub fn tooltip(data: &RunData, model: &Model, row: &Row) -> String {
         let _ = writeln!(
             text,
             "peak RSS {}, peak USS {}",
-            ps.peak_rss.map_or("n/a".into(), fmt_bytes),
-            ps.peak_uss.map_or("n/a".into(), fmt_bytes)
+            ps.peak_rss.map_or("n/a".into(), format_bytes),
+            ps.peak_uss.map_or("n/a".into(), format_bytes)
         );
         text.push_str(&exit_text(p));
     } else {
@@ -459,7 +460,7 @@ pub fn tooltip(data: &RunData, model: &Model, row: &Row) -> String {
             text,
             "CPU {} in all; largest peak RSS {}",
             fmt_secs(cpu as f64 / 1e9),
-            peak.map_or("n/a".into(), fmt_bytes)
+            peak.map_or("n/a".into(), format_bytes)
         );
         let mut exits: Vec<(String, usize)> = Vec::new();
         for &m in &row.members {

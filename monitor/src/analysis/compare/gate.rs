@@ -1,0 +1,423 @@
+//! The gate: each metric's limit (defaults, aliases, `--max`), the decision for one metric
+//! ([`decide`]), and the report of every metric of two sides ([`build_report`]). Pure.
+use super::*;
+/// Version of the `--format json` layout.
+pub const COMPARE_JSON_VERSION: u32 = 1;
+
+/// Largest increase of each metric's median that is not a regression (0.05 = +5%), unless
+/// `--max` says otherwise. Measured noise is handled by the t-test; these are the smallest
+/// changes worth failing a CI job for, chosen from how much each metric moves between identical
+/// runs on a shared CI machine.
+pub const DEFAULT_MAX_INCREASE: &[(&str, f64)] = &[
+    // Wall time moves with machine load, scheduling and I/O waits: more slack than CPU time.
+    ("wall_s", 0.10),
+    // CPU time is what the command computed, the steadiest timing there is.
+    ("cpu_s", 0.05),
+    ("cpu_user_s", 0.05),
+    // System time follows page-cache and file-system state that the command does not control.
+    ("cpu_system_s", 0.10),
+    // Memory peaks move a few percent between identical runs (allocator arenas, ASLR, page
+    // granularity); the tree peaks are sampled, so a short peak between samples can be missed.
+    ("peak_rss_bytes", 0.10),
+    ("peak_tree_rss_bytes", 0.10),
+    ("peak_tree_uss_bytes", 0.10),
+    ("peak_tree_pss_bytes", 0.10),
+    // Process counts are exact and mostly deterministic, but builds legitimately vary by a helper
+    // or two (a cache hit skips a compiler, a jobserver retries). +5% ignores that in a large
+    // tree yet flags a tool newly run once per file, and any extra process in a tree of < 20.
+    ("processes", 0.05),
+    // How many processes overlap depends on timing and on the sampler catching the overlap.
+    ("max_concurrent", 0.25),
+    // Storage I/O depends on the page cache: a warm cache reads nothing from storage.
+    ("read_bytes", 0.10),
+    ("write_bytes", 0.10),
+    ("gpu_peak_memory_bytes", 0.10),
+    ("gpu_energy_joules", 0.10),
+];
+
+/// Short names `--max` accepts besides the full metric names (`-` may stand for `_`).
+pub const METRIC_ALIASES: &[(&str, &str)] = &[
+    ("wall", "wall_s"),
+    ("cpu", "cpu_s"),
+    ("cpu_user", "cpu_user_s"),
+    ("cpu_system", "cpu_system_s"),
+    ("peak_rss", "peak_rss_bytes"),
+    // As `montrace run --limit rss`: the whole tree.
+    ("rss", "peak_tree_rss_bytes"),
+    ("uss", "peak_tree_uss_bytes"),
+    ("pss", "peak_tree_pss_bytes"),
+    ("procs", "processes"),
+    ("concurrent", "max_concurrent"),
+    ("read", "read_bytes"),
+    ("write", "write_bytes"),
+    ("gpu_mem", "gpu_peak_memory_bytes"),
+    ("energy", "gpu_energy_joules"),
+    ("gpu_energy", "gpu_energy_joules"),
+];
+
+/// A change within this (relative) of the limit counts as at the limit, so that `+5%` allows
+/// exactly 1.05x despite floating-point rounding.
+pub(super) const LIMIT_TOLERANCE: f64 = 1e-9;
+
+pub fn default_max_increase(metric: &str) -> Option<f64> {
+    DEFAULT_MAX_INCREASE
+        .iter()
+        .find(|(name, _)| *name == metric)
+        .map(|&(_, max)| max)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The decision
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// No significant increase beyond the limit.
+    Pass,
+    /// The candidate used more: beyond the limit and (with samples) beyond the noise.
+    Regressed,
+    /// The candidate used less, beyond the limit and the noise. Informational: never fails.
+    Improved,
+    /// A side has no value for this metric (e.g. no GPU): nothing to decide.
+    NoData,
+}
+
+impl Verdict {
+    /// Name in `--format json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Regressed => "regressed",
+            Verdict::Improved => "improved",
+            Verdict::NoData => "no_data",
+        }
+    }
+
+    /// Word in the text and Markdown tables.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Verdict::Pass => "ok",
+            Verdict::Regressed => "REGRESSED",
+            Verdict::Improved => "improved",
+            Verdict::NoData => "no data",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Method {
+    /// Welch's t-test on the means. `p` is one-sided, in the direction of the change (the sign
+    /// of `t`); `t` is infinite when both sides have no variance and different means.
+    Welch { t: f64, df: f64, p: f64 },
+    /// Fewer than 2 samples on a side: the limit alone decides.
+    Threshold,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// None when a side has no samples.
+    pub method: Option<Method>,
+    /// Candidate median / baseline median; 1 when both are 0; None when the baseline median is
+    /// 0 and the candidate's is not (an increase from nothing, beyond every relative limit).
+    pub ratio: Option<f64>,
+}
+
+/// The gate's decision for one metric (lower is better), from the samples of each side.
+///
+/// - Effect size: the relative change of the medians. Medians, not means, so that one outlier
+///   run cannot push a metric past its limit alone; it is also the ratio the report shows. An
+///   increase from a median of 0 exceeds every limit.
+/// - With at least 2 samples on each side, a regression must also be significant: Welch's
+///   one-sided t-test of "candidate mean > baseline mean" with p < 1 - `confidence`. Noise larger
+///   than the limit therefore passes, and so does a significant change smaller than the limit.
+/// - With fewer samples, the limit alone decides: regressed iff median ratio - 1 > `max_increase`.
+/// - An infinite `max_increase` (`--max METRIC=off`) never regresses, not even from 0.
+/// - Improved is the mirror image (significant, and a decrease larger than the limit).
+pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence: f64) -> Decision {
+    let (Some(base), Some(cand)) = (Stats::of(baseline), Stats::of(candidate)) else {
+        return Decision {
+            verdict: Verdict::NoData,
+            method: None,
+            ratio: None,
+        };
+    };
+    let ratio = if base.median > 0.0 {
+        Some(cand.median / base.median)
+    } else if cand.median <= base.median {
+        Some(1.0)
+    } else {
+        None
+    };
+    let limit = max_increase + LIMIT_TOLERANCE;
+    let (above, below) = match ratio {
+        // A median of 0 cannot decrease further.
+        Some(r) if base.median > 0.0 => (r - 1.0 > limit, 1.0 - r > limit),
+        Some(_) => (false, false),
+        None => (max_increase.is_finite(), false),
+    };
+    let (method, increased, decreased) = if base.n >= 2 && cand.n >= 2 {
+        let (t, df) = welch_t(&base, &cand);
+        let p = student_t_sf(t.abs(), df);
+        let significant = p < 1.0 - confidence;
+        (
+            Method::Welch { t, df, p },
+            significant && t > 0.0,
+            significant && t < 0.0,
+        )
+    } else {
+        (Method::Threshold, true, true)
+    };
+    let verdict = if above && increased {
+        Verdict::Regressed
+    } else if below && decreased {
+        Verdict::Improved
+    } else {
+        Verdict::Pass
+    };
+    Decision {
+        verdict,
+        method: Some(method),
+        ratio,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// --max
+// ---------------------------------------------------------------------------------------------
+
+/// The limit of every metric: the defaults, overridden by `--max METRIC=+N%` (the last wins).
+pub fn parse_max(specs: &[String]) -> Result<BTreeMap<&'static str, f64>, String> {
+    let mut limits: BTreeMap<&'static str, f64> = DEFAULT_MAX_INCREASE.iter().copied().collect();
+    for spec in specs {
+        let (metric, max) = parse_one_max(spec)?;
+        limits.insert(metric, max);
+    }
+    Ok(limits)
+}
+
+pub(super) fn parse_one_max(spec: &str) -> Result<(&'static str, f64), String> {
+    let Some((name, value)) = spec.split_once('=') else {
+        return Err(format!(
+            "--max `{spec}`: use METRIC=+N% or METRIC=off, e.g. --max cpu=+5% --max read=off"
+        ));
+    };
+    let metric = resolve_metric(name).ok_or_else(|| {
+        format!(
+            "--max `{spec}`: unknown metric `{}`; metrics (aliases): {}",
+            name.trim(),
+            metric_names()
+        )
+    })?;
+    // Reported, never gating: a metric too noisy to gate on here (storage I/O behind a cold
+    // page cache), or one whose baseline is 0 where any use at all would fail the job.
+    if value.trim().eq_ignore_ascii_case("off") {
+        return Ok((metric, f64::INFINITY));
+    }
+    let percent = value
+        .trim()
+        .strip_suffix('%')
+        .map(|v| v.strip_prefix('+').unwrap_or(v).trim())
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| {
+            format!("--max `{spec}`: `{value}` is not a percentage: use e.g. {name}=+5% or {name}=+0.5%, or {name}=off to report it without gating")
+        })?;
+    if percent < 0.0 {
+        return Err(format!(
+            "--max `{spec}`: the limit is the largest increase allowed, at least +0%, e.g. {name}=+5%"
+        ));
+    }
+    Ok((metric, percent / 100.0))
+}
+
+/// A metric's full name from a full name or an alias, any case, `-` for `_`.
+pub(super) fn resolve_metric(name: &str) -> Option<&'static str> {
+    let name = name.trim().to_ascii_lowercase().replace('-', "_");
+    METRICS
+        .iter()
+        .map(|m| m.name)
+        .find(|&full| full == name)
+        .or_else(|| {
+            METRIC_ALIASES
+                .iter()
+                .find(|(alias, _)| *alias == name)
+                .map(|&(_, full)| full)
+        })
+}
+
+/// `wall_s (wall), cpu_s (cpu), ...` for error messages.
+pub(super) fn metric_names() -> String {
+    METRICS
+        .iter()
+        .map(|m| {
+            let aliases: Vec<&str> = METRIC_ALIASES
+                .iter()
+                .filter(|(_, full)| *full == m.name)
+                .map(|&(alias, _)| alias)
+                .collect();
+            if aliases.is_empty() {
+                m.name.to_string()
+            } else {
+                format!("{} ({})", m.name, aliases.join(", "))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+// ---------------------------------------------------------------------------------------------
+
+/// What a side was, for the report's header.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SideInfo {
+    /// The path as given.
+    pub source: String,
+    /// The command of its first run.
+    pub command: String,
+    /// summary.json files read.
+    pub runs: usize,
+    /// Repetitions over all its runs.
+    pub samples: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub metric: &'static str,
+    pub unit: &'static str,
+    pub baseline: Option<Stats>,
+    pub candidate: Option<Stats>,
+    pub max_increase: f64,
+    pub decision: Decision,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub baseline: SideInfo,
+    pub candidate: SideInfo,
+    pub confidence: f64,
+    /// One per metric present on at least one side, in `METRICS` order.
+    pub rows: Vec<Row>,
+    /// What makes the comparison less trustworthy (failed runs, lost events, other commands).
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    pub fn regressions(&self) -> impl Iterator<Item = &Row> {
+        self.rows
+            .iter()
+            .filter(|r| r.decision.verdict == Verdict::Regressed)
+    }
+
+    pub fn regressed(&self) -> bool {
+        self.regressions().next().is_some()
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        if self.regressed() {
+            EXIT_REGRESSED
+        } else {
+            0
+        }
+    }
+}
+
+/// Decides every metric. `limits` holds each metric's largest allowed increase (see
+/// [`parse_max`]); a metric missing from it gets its default.
+pub fn build_report(
+    baseline: &Side,
+    candidate: &Side,
+    limits: &BTreeMap<&'static str, f64>,
+    confidence: f64,
+) -> Report {
+    let rows = METRICS
+        .iter()
+        .filter_map(|def| {
+            let (base, cand) = (baseline.values(def.name), candidate.values(def.name));
+            if base.is_empty() && cand.is_empty() {
+                return None;
+            }
+            let max_increase = limits
+                .get(def.name)
+                .copied()
+                .or_else(|| default_max_increase(def.name))
+                .unwrap_or(0.0);
+            Some(Row {
+                metric: def.name,
+                unit: def.unit,
+                baseline: Stats::of(&base),
+                candidate: Stats::of(&cand),
+                max_increase,
+                decision: decide(&base, &cand, max_increase, confidence),
+            })
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    for (side_name, side) in [("baseline", baseline), ("candidate", candidate)] {
+        for (path, summary) in &side.runs {
+            let failed = summary
+                .repetitions
+                .iter()
+                .filter(|r| r.exit_status != 0)
+                .count();
+            if failed > 0 {
+                warnings.push(format!(
+                    "{side_name} {}: {failed} of {} exited with a non-zero status; a failed run \
+                     may use less than a successful one",
+                    path.display(),
+                    plural(summary.repetitions.len(), "repetition")
+                ));
+            }
+            if let Some(breach) = &summary.limit_breach {
+                warnings.push(format!(
+                    "{side_name} {}: the {} limit stopped the run",
+                    path.display(),
+                    breach.limit
+                ));
+            }
+            if summary.lost_events > 0 {
+                warnings.push(format!(
+                    "{side_name} {}: {} lost; the process tree may be incomplete",
+                    path.display(),
+                    plural(summary.lost_events as usize, "kernel event")
+                ));
+            }
+        }
+    }
+    let info = |side: &Side| SideInfo {
+        source: side.source.display().to_string(),
+        command: side
+            .runs
+            .first()
+            .map(|(_, s)| s.command.clone())
+            .unwrap_or_default(),
+        runs: side.runs.len(),
+        samples: side.samples(),
+    };
+    let mut commands: Vec<&str> = Vec::new();
+    for (_, summary) in baseline.runs.iter().chain(&candidate.runs) {
+        if !commands.contains(&summary.command.as_str()) {
+            commands.push(&summary.command);
+        }
+    }
+    if commands.len() > 1 {
+        let commands: Vec<String> = commands.iter().map(|c| format!("`{c}`")).collect();
+        warnings.insert(
+            0,
+            format!(
+                "comparing runs of different commands: {}",
+                commands.join(", ")
+            ),
+        );
+    }
+    let (baseline, candidate) = (info(baseline), info(candidate));
+    Report {
+        baseline,
+        candidate,
+        confidence,
+        rows,
+        warnings,
+    }
+}

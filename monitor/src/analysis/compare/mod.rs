@@ -1,0 +1,78 @@
+//! `montrace compare`: decides whether a candidate run used more than a baseline.
+//!
+//! Pure core, thin edge: [`decide`] is the gate's decision for one metric (Welch's t-test plus a
+//! minimum effect size, or the effect size alone with fewer than 2 samples a side),
+//! [`build_report`] applies it to every metric of two loaded sides, and the `render_*`
+//! functions turn a [`Report`] into text, Markdown, JSON or Bencher Metric Format. Only
+//! [`compare_main`] and the loaders touch the file system.
+//!
+//! Every metric is "lower is better": a regression is an increase.
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    fs,
+    io::{self, Write as _},
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context as _;
+
+use crate::units::{format_bytes_signif as format_bytes, md_code};
+use serde::Serialize;
+
+use crate::{
+    cli::{CompareArgs, CompareFormat},
+    metrics::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION},
+};
+
+use crate::cli::{EXIT_REGRESSED, EXIT_USAGE};
+
+mod gate;
+mod load;
+mod render;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+pub use gate::*;
+pub use load::*;
+pub use render::*;
+pub use stats::*;
+
+// ---------------------------------------------------------------------------------------------
+// The edge
+// ---------------------------------------------------------------------------------------------
+
+/// `montrace compare`: prints the report on stdout; returns 0 when nothing regressed, 1 when a
+/// metric did, 2 for usage errors (printed on stderr).
+pub fn compare_main(args: CompareArgs) -> anyhow::Result<i32> {
+    let report = match prepare(&args) {
+        Ok(report) => report,
+        Err(CompareError::Usage(message)) => {
+            crate::say!("montrace: error: {message}");
+            return Ok(EXIT_USAGE);
+        }
+        Err(io) => return Err(io.into()),
+    };
+    let out = render(&report, args.format);
+    let mut stdout = io::stdout().lock();
+    stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write the comparison to stdout")?;
+    Ok(report.exit_code())
+}
+
+/// Everything up to the report: `--max`, both sides, their commands, the decisions.
+pub fn prepare(args: &CompareArgs) -> Result<Report, CompareError> {
+    let limits = parse_max(&args.max).map_err(CompareError::Usage)?;
+    let baseline = load_side(&args.baseline).map_err(|e| e.of_side("baseline"))?;
+    let candidate = load_side(&args.candidate).map_err(|e| e.of_side("candidate"))?;
+    check_commands(&baseline, &candidate, args.allow_different_commands)?;
+    Ok(build_report(
+        &baseline,
+        &candidate,
+        &limits,
+        args.confidence,
+    ))
+}

@@ -1,0 +1,725 @@
+use super::*;
+use crate::metrics::Repetition;
+
+fn close(actual: f64, expected: f64, tolerance: f64) {
+    assert!(
+        (actual - expected).abs() <= tolerance,
+        "{actual} is not within {tolerance} of {expected}"
+    );
+}
+
+// Reference values: mpmath (30 digits), `0.5 * betainc(df/2, 1/2, 0, df/(df+t²), regularized=True)`.
+#[test]
+fn student_t_tail_matches_known_values() {
+    for (t, df, expected) in [
+        (2.0, 10.0, 0.036_694_017_385_370_2),
+        (1.0, 5.0, 0.181_608_733_824_561),
+        (3.5, 2.5, 0.026_172_773_480_160_2),
+        (0.5, 7.3, 0.315_896_763_402_221),
+        (10.0, 3.0, 0.001_064_199_529_207_08),
+        (0.1, 1.0, 0.468_274_482_569_446),
+        (25.0, 4.0, 7.598_762_881_657_87e-6),
+    ] {
+        close(student_t_sf(t, df), expected, expected * 1e-9);
+        close(student_t_sf(-t, df), 1.0 - expected, 1e-12);
+    }
+    // Large df: the normal distribution (P(Z > 1.96) = 0.0249979).
+    close(student_t_sf(1.96, 1e6), 0.024_998_033_791_414_7, 1e-9);
+    assert_eq!(student_t_sf(0.0, 4.0), 0.5);
+    assert_eq!(student_t_sf(f64::INFINITY, 4.0), 0.0);
+    assert_eq!(student_t_sf(f64::NEG_INFINITY, 4.0), 1.0);
+}
+
+#[test]
+fn incomplete_beta_and_gamma_match_known_values() {
+    for (a, b, x, expected) in [
+        (2.0, 3.0, 0.4, 0.5248),
+        (0.5, 0.5, 0.3, 0.369_010_119_565_545),
+        (5.0, 0.5, 0.9, 0.316_642_915_020_012),
+        (10.0, 20.0, 0.35, 0.592_386_663_663_905),
+        (1.0, 1.0, 0.7, 0.7),
+    ] {
+        close(regularized_incomplete_beta(a, b, x), expected, 1e-12);
+    }
+    assert_eq!(regularized_incomplete_beta(2.0, 3.0, 0.0), 0.0);
+    assert_eq!(regularized_incomplete_beta(2.0, 3.0, 1.0), 1.0);
+    close(ln_gamma(0.5), std::f64::consts::PI.sqrt().ln(), 1e-13);
+    close(ln_gamma(10.0), 362_880f64.ln(), 1e-12);
+    close(ln_gamma(1.0), 0.0, 1e-13);
+    close(ln_gamma(0.25), 3.625_609_908_221_908_f64.ln(), 1e-13);
+}
+
+fn welch_p(decision: &Decision) -> f64 {
+    match decision.method {
+        Some(Method::Welch { p, .. }) => p,
+        other => panic!("expected Welch's test, got {other:?}"),
+    }
+}
+
+#[test]
+fn identical_distributions_pass() {
+    let runs = [1.00, 1.02, 0.98, 1.01, 0.99];
+    let d = decide(&runs, &runs, 0.05, 0.95);
+    assert_eq!(d.verdict, Verdict::Pass);
+    assert_eq!(d.ratio, Some(1.0));
+    close(welch_p(&d), 0.5, 1e-12);
+}
+
+#[test]
+fn twice_the_cpu_fails() {
+    let baseline = [1.00, 1.02, 0.98, 1.01, 0.99];
+    let candidate = [2.01, 1.98, 2.03, 2.00, 2.02];
+    let d = decide(&baseline, &candidate, 0.05, 0.95);
+    assert_eq!(d.verdict, Verdict::Regressed);
+    close(d.ratio.unwrap(), 2.01, 1e-12);
+    let Some(Method::Welch { t, df, p }) = d.method else {
+        panic!("{d:?}")
+    };
+    assert!(t > 50.0 && df > 7.0 && df < 8.0 && p < 1e-9, "{d:?}");
+    // The same change the other way round is an improvement, which never fails.
+    assert_eq!(
+        decide(&candidate, &baseline, 0.05, 0.95).verdict,
+        Verdict::Improved
+    );
+}
+
+#[test]
+fn noise_larger_than_the_limit_does_not_fail() {
+    let baseline = [1.0, 1.3, 0.8, 1.2, 0.9];
+    let candidate = [1.1, 0.85, 1.35, 0.95, 1.15];
+    let d = decide(&baseline, &candidate, 0.05, 0.95);
+    // The medians differ by 10%, twice the limit, but the spread is larger still.
+    close(d.ratio.unwrap(), 1.1, 1e-12);
+    assert!(welch_p(&d) > 0.3, "{d:?}");
+    assert_eq!(d.verdict, Verdict::Pass);
+    // The same medians as single samples: the limit alone decides, and fails it.
+    assert_eq!(
+        decide(&[1.0], &[1.1], 0.05, 0.95).verdict,
+        Verdict::Regressed
+    );
+}
+
+#[test]
+fn significant_change_below_the_limit_passes() {
+    let baseline = [1.000, 1.001, 0.999, 1.000, 1.000];
+    let candidate = [1.010, 1.011, 1.009, 1.010, 1.010];
+    let d = decide(&baseline, &candidate, 0.05, 0.95);
+    assert!(welch_p(&d) < 1e-6, "{d:?}");
+    assert_eq!(d.verdict, Verdict::Pass);
+    // With a +0.5% limit it is a regression.
+    assert_eq!(
+        decide(&baseline, &candidate, 0.005, 0.95).verdict,
+        Verdict::Regressed
+    );
+}
+
+#[test]
+fn single_samples_use_the_limit() {
+    let d = decide(&[1.0], &[1.04], 0.05, 0.95);
+    assert_eq!(
+        (d.verdict, d.method),
+        (Verdict::Pass, Some(Method::Threshold))
+    );
+    assert_eq!(
+        decide(&[1.0], &[1.06], 0.05, 0.95).verdict,
+        Verdict::Regressed
+    );
+    // Exactly at the limit passes, whatever the rounding of 1.05 / 1.0 - 1.
+    assert_eq!(decide(&[1.0], &[1.05], 0.05, 0.95).verdict, Verdict::Pass);
+    assert_eq!(
+        decide(&[1.0], &[0.90], 0.05, 0.95).verdict,
+        Verdict::Improved
+    );
+    // One side with several samples, the other with one: still the limit alone.
+    let d = decide(&[1.0, 1.01, 0.99], &[1.06], 0.05, 0.95);
+    assert_eq!(
+        (d.verdict, d.method),
+        (Verdict::Regressed, Some(Method::Threshold))
+    );
+}
+
+#[test]
+fn zero_baselines() {
+    let d = decide(&[0.0], &[4096.0], 0.10, 0.95);
+    assert_eq!((d.verdict, d.ratio), (Verdict::Regressed, None));
+    let d = decide(&[0.0], &[0.0], 0.10, 0.95);
+    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, Some(1.0)));
+    let d = decide(&[0.0, 0.0, 0.0], &[4096.0, 8192.0, 4096.0], 0.10, 0.95);
+    assert_eq!((d.verdict, d.ratio), (Verdict::Regressed, None));
+    // From nothing, but not beyond the noise.
+    let d = decide(&[0.0, 0.0, 9000.0], &[0.0, 4096.0, 0.0], 0.10, 0.95);
+    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, Some(1.0)));
+    let d = decide(&[0.0, 9000.0, 0.0], &[4096.0, 0.0, 4096.0], 0.10, 0.95);
+    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, None));
+}
+
+#[test]
+fn no_variance() {
+    // Exact counts: equal is no evidence, a different count is certain.
+    let d = decide(&[10.0, 10.0], &[10.0, 10.0, 10.0], 0.05, 0.95);
+    assert_eq!(d.verdict, Verdict::Pass);
+    assert_eq!(
+        d.method,
+        Some(Method::Welch {
+            t: 0.0,
+            df: 3.0,
+            p: 0.5
+        })
+    );
+    let d = decide(&[10.0, 10.0], &[12.0, 12.0], 0.05, 0.95);
+    assert_eq!(d.verdict, Verdict::Regressed);
+    assert_eq!(
+        d.method,
+        Some(Method::Welch {
+            t: f64::INFINITY,
+            df: 2.0,
+            p: 0.0
+        })
+    );
+    // No variance on one side only: Welch's test copes.
+    let d = decide(&[10.0, 10.0, 10.0], &[12.0, 13.0, 12.0], 0.05, 0.95);
+    assert_eq!(d.verdict, Verdict::Regressed);
+    let Some(Method::Welch { df, .. }) = d.method else {
+        panic!("{d:?}")
+    };
+    close(df, 2.0, 1e-12);
+}
+
+#[test]
+fn missing_samples_are_no_data() {
+    let d = decide(&[], &[1.0], 0.05, 0.95);
+    assert_eq!(
+        d,
+        Decision {
+            verdict: Verdict::NoData,
+            method: None,
+            ratio: None
+        }
+    );
+    assert_eq!(decide(&[1.0], &[], 0.05, 0.95).verdict, Verdict::NoData);
+}
+
+#[test]
+fn higher_confidence_needs_more_evidence() {
+    let baseline = [1.0, 1.1, 0.9, 1.05, 0.95];
+    let candidate = [1.15, 1.25, 1.05, 1.2, 1.1];
+    let p = welch_p(&decide(&baseline, &candidate, 0.05, 0.95));
+    assert!(p > 0.001 && p < 0.05, "{p}");
+    assert_eq!(
+        decide(&baseline, &candidate, 0.05, 0.95).verdict,
+        Verdict::Regressed
+    );
+    assert_eq!(
+        decide(&baseline, &candidate, 0.05, 0.999).verdict,
+        Verdict::Pass
+    );
+}
+
+#[test]
+fn every_metric_has_a_default_limit() {
+    for m in METRICS {
+        assert!(
+            default_max_increase(m.name).is_some(),
+            "{} has no default",
+            m.name
+        );
+    }
+    assert_eq!(DEFAULT_MAX_INCREASE.len(), METRICS.len());
+    for (alias, full) in METRIC_ALIASES {
+        assert!(METRICS.iter().any(|m| m.name == *full), "{alias} -> {full}");
+    }
+}
+
+#[test]
+fn max_takes_aliases_and_full_names() {
+    let specs: Vec<String> = [
+        "cpu=+5%",
+        "peak_rss=+10%",
+        "wall=+12.5%",
+        "gpu-mem=20%",
+        "Processes=+0%",
+        "wall=+15%",
+    ]
+    .map(String::from)
+    .to_vec();
+    let limits = parse_max(&specs).unwrap();
+    assert_eq!(limits["cpu_s"], 0.05);
+    assert_eq!(limits["peak_rss_bytes"], 0.10);
+    assert_eq!(limits["wall_s"], 0.15);
+    assert_eq!(limits["gpu_peak_memory_bytes"], 0.20);
+    assert_eq!(limits["processes"], 0.0);
+    assert_eq!(limits["max_concurrent"], 0.25);
+    assert_eq!(limits.len(), METRICS.len());
+    assert_eq!(
+        parse_max(&["rss=+1%".into()]).unwrap()["peak_tree_rss_bytes"],
+        0.01
+    );
+    let off = parse_max(&["read=off".into(), "Write = OFF".into()]).unwrap();
+    assert_eq!(off["read_bytes"], f64::INFINITY);
+    assert_eq!(off["write_bytes"], f64::INFINITY);
+    assert_eq!(off["cpu_s"], 0.05);
+    assert_eq!(format_limit(off["read_bytes"]), "off");
+    assert_eq!(format_limit(off["cpu_s"]), "+5%");
+}
+
+#[test]
+fn an_off_metric_never_regresses() {
+    let off = f64::INFINITY;
+    // From 0, which any finite limit fails.
+    let d = decide(&[0.0], &[4096.0], off, 0.95);
+    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, None));
+    let d = decide(&[0.0, 0.0, 0.0], &[4096.0, 8192.0, 4096.0], off, 0.95);
+    assert_eq!(d.verdict, Verdict::Pass);
+    // Ten times more, certain.
+    let d = decide(&[10.0, 10.0], &[100.0, 100.0], off, 0.95);
+    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, Some(10.0)));
+    // Nor is it ever improved: no limit, nothing to be beyond.
+    let d = decide(&[100.0, 100.0], &[1.0, 1.0], off, 0.95);
+    assert_eq!(d.verdict, Verdict::Pass);
+}
+
+#[test]
+fn bad_max_says_what_to_write() {
+    let error = |spec: &str| parse_max(&[spec.to_string()]).unwrap_err();
+    let unknown = error("cpus=+5%");
+    assert!(unknown.contains("unknown metric `cpus`"), "{unknown}");
+    assert!(unknown.contains("cpu_s (cpu)"), "{unknown}");
+    assert!(unknown.contains("peak_tree_rss_bytes (rss)"), "{unknown}");
+    assert!(
+        unknown.contains("gpu_energy_joules (energy, gpu_energy)"),
+        "{unknown}"
+    );
+    assert!(error("cpu").contains("use METRIC=+N%"));
+    for spec in ["cpu=+5", "cpu=5ms", "cpu=+%", "cpu=+inf%", "cpu=0.05"] {
+        assert!(
+            error(spec).contains("is not a percentage"),
+            "{spec}: {}",
+            error(spec)
+        );
+    }
+    assert!(error("cpu=-5%").contains("at least +0%"));
+}
+
+fn stats(n: usize, mean: f64, median: f64, stddev: f64, min: f64, max: f64) -> Option<Stats> {
+    Some(Stats {
+        n,
+        mean,
+        median,
+        stddev,
+        min,
+        max,
+    })
+}
+
+/// A fixed report with one row of each kind, for the snapshots.
+fn sample_report() -> Report {
+    let side = |source: &str| SideInfo {
+        source: source.into(),
+        command: "cargo build --release".into(),
+        runs: 1,
+        samples: 5,
+    };
+    let row = |metric: &'static str, baseline, candidate, max_increase, decision| Row {
+        metric,
+        unit: crate::metrics::metric_def(metric).unwrap().unit,
+        baseline,
+        candidate,
+        max_increase,
+        decision,
+    };
+    let welch = |verdict, ratio, t, df, p| Decision {
+        verdict,
+        method: Some(Method::Welch { t, df, p }),
+        ratio: Some(ratio),
+    };
+    Report {
+            baseline: side("runs/main"),
+            candidate: side("runs/pr-42"),
+            confidence: 0.95,
+            rows: vec![
+                row(
+                    "wall_s",
+                    stats(5, 12.4, 12.345, 0.12, 12.2, 12.6),
+                    stats(5, 13.0, 13.1, 0.9, 12.1, 14.2),
+                    0.10,
+                    welch(Verdict::Pass, 1.061_158_363, 1.47, 4.3, 0.1062),
+                ),
+                row(
+                    "cpu_s",
+                    stats(5, 40.1, 40.0, 0.4, 39.6, 40.7),
+                    stats(5, 80.5, 80.4, 0.6, 79.8, 81.3),
+                    0.05,
+                    welch(Verdict::Regressed, 2.01, 125.1, 7.0, 0.000_001_2),
+                ),
+                row(
+                    "peak_rss_bytes",
+                    stats(5, 536_870_912.0, 536_870_912.0, 1_048_576.0, 535_822_336.0, 537_919_488.0),
+                    stats(5, 429_496_729.6, 429_496_729.6, 524_288.0, 428_867_584.0, 430_000_000.0),
+                    0.10,
+                    welch(Verdict::Improved, 0.8, -40.2, 6.1, 0.0004),
+                ),
+                row(
+                    "processes",
+                    stats(1, 210.0, 210.0, 0.0, 210.0, 210.0),
+                    stats(5, 212.0, 212.0, 1.0, 211.0, 213.0),
+                    0.05,
+                    Decision {
+                        verdict: Verdict::Pass,
+                        method: Some(Method::Threshold),
+                        ratio: Some(212.0 / 210.0),
+                    },
+                ),
+                row(
+                    "read_bytes",
+                    stats(1, 0.0, 0.0, 0.0, 0.0, 0.0),
+                    stats(1, 4096.0, 4096.0, 0.0, 4096.0, 4096.0),
+                    0.10,
+                    Decision {
+                        verdict: Verdict::Regressed,
+                        method: Some(Method::Threshold),
+                        ratio: None,
+                    },
+                ),
+                row(
+                    "write_bytes",
+                    stats(5, 0.0, 0.0, 0.0, 0.0, 0.0),
+                    stats(5, 0.0, 0.0, 0.0, 0.0, 0.0),
+                    0.10,
+                    welch(Verdict::Pass, 1.0, 0.0, 8.0, 0.5),
+                ),
+                row(
+                    "gpu_energy_joules",
+                    stats(5, 1520.0, 1510.5, 30.2, 1490.0, 1570.0),
+                    None,
+                    0.10,
+                    Decision { verdict: Verdict::NoData, method: None, ratio: None },
+                ),
+            ],
+            warnings: vec![
+                "candidate runs/pr-42/summary.json: 1 kernel event lost; the process tree may be incomplete"
+                    .into(),
+                "candidate runs/pr-42/summary.json: the rss limit stopped the run".into(),
+            ],
+        }
+}
+
+#[test]
+fn an_off_limit_shows_as_off() {
+    let mut report = sample_report();
+    let read = report
+        .rows
+        .iter_mut()
+        .find(|r| r.metric == "read_bytes")
+        .unwrap();
+    read.max_increase = f64::INFINITY;
+    read.decision = decide(&[0.0], &[4096.0], f64::INFINITY, 0.95);
+    let text = render_text(&report);
+    let line = text.lines().find(|l| l.contains("read_bytes")).unwrap();
+    assert!(line.contains("off") && line.contains("ok"), "{line}");
+    assert!(!text.contains("read_bytes (from 0"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
+    let row = json["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "read_bytes")
+        .unwrap();
+    assert_eq!(row["max_increase"], serde_json::Value::Null, "{row}");
+    assert_eq!(row["verdict"], "pass", "{row}");
+}
+
+/// Compares `actual` with the snapshot file `snapshots/NAME`; with MONTRACE_BLESS=1 in the
+/// environment, writes `actual` there instead (then review the diff).
+fn assert_snapshot(name: &str, expected: &str, actual: &str) {
+    if std::env::var_os("MONTRACE_BLESS").is_some() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/analysis/compare/snapshots")
+            .join(name);
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    assert_eq!(
+        actual, expected,
+        "snapshots/{name} differs (MONTRACE_BLESS=1 rewrites it)"
+    );
+}
+
+#[test]
+fn text_snapshot() {
+    let expected = include_str!("snapshots/sample.txt");
+    assert_snapshot("sample.txt", expected, &render_text(&sample_report()));
+}
+
+#[test]
+fn markdown_snapshot() {
+    let expected = include_str!("snapshots/sample.md");
+    assert_snapshot("sample.md", expected, &render_md(&sample_report()));
+}
+
+#[test]
+fn json_snapshot() {
+    let expected = include_str!("snapshots/sample.json");
+    assert_snapshot("sample.json", expected, &render_json(&sample_report()));
+}
+
+#[test]
+fn bmf_snapshot() {
+    let expected = include_str!("snapshots/sample.bmf.json");
+    assert_snapshot("sample.bmf.json", expected, &render_bmf(&sample_report()));
+}
+
+fn repetition(wall: f64, cpu: f64) -> Repetition {
+    Repetition {
+        run_dir: ".".into(),
+        exit_status: 0,
+        lost_events: 0,
+        metrics: BTreeMap::from([("wall_s".to_string(), wall), ("cpu_s".to_string(), cpu)]),
+    }
+}
+
+/// Writes `dir/summary.json` for `command` with one repetition per (wall, cpu).
+fn write_run(dir: &Path, command: &str, samples: &[(f64, f64)]) -> PathBuf {
+    let reps = samples
+        .iter()
+        .map(|&(wall, cpu)| repetition(wall, cpu))
+        .collect();
+    let summary = Summary::new(
+        command.into(),
+        vec![command.into()],
+        "host".into(),
+        0,
+        reps,
+        None,
+    );
+    fs::create_dir_all(dir).unwrap();
+    fs::write(
+        dir.join(SUMMARY_FILE),
+        serde_json::to_string_pretty(&summary).unwrap(),
+    )
+    .unwrap();
+    dir.to_path_buf()
+}
+
+fn args(baseline: &Path, candidate: &Path) -> CompareArgs {
+    CompareArgs {
+        baseline: baseline.into(),
+        candidate: candidate.into(),
+        max: Vec::new(),
+        confidence: 0.95,
+        format: CompareFormat::Text,
+        allow_different_commands: false,
+    }
+}
+
+const STEADY: [(f64, f64); 3] = [(2.0, 1.00), (2.1, 1.02), (1.9, 0.98)];
+const TWICE_THE_CPU: [(f64, f64); 3] = [(2.0, 2.00), (2.1, 2.04), (1.9, 1.96)];
+
+#[test]
+fn loads_a_run_directory_a_summary_file_and_a_directory_of_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = write_run(&tmp.path().join("base"), "make", &STEADY);
+    let side = load_side(&run).unwrap();
+    assert_eq!(
+        (side.runs.len(), side.values("cpu_s")),
+        (1, vec![1.00, 1.02, 0.98])
+    );
+
+    let file = write_run(&tmp.path().join("cand"), "make", &STEADY).join(SUMMARY_FILE);
+    assert_eq!(load_side(&file).unwrap().runs[0].0, file);
+
+    let many = tmp.path().join("many");
+    write_run(&many.join("b"), "make", &STEADY[..2]);
+    write_run(&many.join("a"), "make", &STEADY[1..]);
+    // Neither a directory without summary.json nor a stray file is a run; nor is a run two
+    // levels down.
+    fs::create_dir_all(many.join("notes")).unwrap();
+    fs::write(many.join("README"), "runs of make").unwrap();
+    write_run(&many.join("notes/deeper"), "make", &TWICE_THE_CPU);
+    let side = load_side(&many).unwrap();
+    let paths: Vec<_> = side.runs.iter().map(|(p, _)| p.clone()).collect();
+    assert_eq!(
+        paths,
+        [many.join("a/summary.json"), many.join("b/summary.json")]
+    );
+    assert_eq!(side.values("cpu_s"), [1.02, 0.98, 1.00, 1.02]);
+
+    let report = prepare(&args(&run, &many)).unwrap();
+    assert_eq!((report.candidate.runs, report.candidate.samples), (2, 4));
+    let metrics: Vec<_> = report.rows.iter().map(|r| r.metric).collect();
+    assert_eq!(metrics, ["wall_s", "cpu_s"]);
+    assert!(
+        !report.regressed() && report.warnings.is_empty(),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn exit_status_says_whether_something_regressed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = write_run(&tmp.path().join("base"), "make", &STEADY);
+    let same = write_run(&tmp.path().join("same"), "make", &STEADY);
+    let slow = write_run(&tmp.path().join("slow"), "make", &TWICE_THE_CPU);
+    assert_eq!(compare_main(args(&base, &same)).unwrap(), 0);
+    assert_eq!(compare_main(args(&base, &slow)).unwrap(), EXIT_REGRESSED);
+    let report = prepare(&args(&base, &slow)).unwrap();
+    let regressed: Vec<_> = report.regressions().map(|r| r.metric).collect();
+    assert_eq!(regressed, ["cpu_s"]);
+    // A limit raised past the change lets it through.
+    let mut lenient = args(&base, &slow);
+    lenient.max = vec!["cpu=+150%".into()];
+    assert_eq!(prepare(&lenient).unwrap().exit_code(), 0);
+}
+
+fn usage_error(args: CompareArgs) -> String {
+    let err = prepare(&args).unwrap_err();
+    let CompareError::Usage(message) = err else {
+        panic!("a usage error, not {err:?}");
+    };
+    assert_eq!(compare_main(args).unwrap(), EXIT_USAGE, "{message}");
+    message
+}
+
+/// A read that fails for another reason than a wrong input is montrace's failure (exit 125
+/// through main), not a usage error.
+#[test]
+fn an_unreadable_summary_is_an_io_error_not_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A path through a plain file: stat fails with ENOTDIR, not "does not exist".
+    let file = tmp.path().join("file");
+    fs::write(&file, "x").unwrap();
+    let through = file.join(SUMMARY_FILE);
+    let err = load_side(&through).unwrap_err();
+    assert!(matches!(err, CompareError::Io { .. }), "{err:?}");
+    let err = compare_main(args(&through, &through)).unwrap_err();
+    assert!(err.to_string().contains("cannot read"), "{err}");
+}
+
+#[test]
+fn unusable_inputs_are_usage_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = write_run(&tmp.path().join("base"), "make", &STEADY);
+
+    let missing = usage_error(args(&base, &tmp.path().join("nope")));
+    assert!(
+        missing.starts_with("candidate: ") && missing.contains("does not exist"),
+        "{missing}"
+    );
+    assert!(missing.contains("pass a run directory"), "{missing}");
+
+    fs::create_dir_all(tmp.path().join("empty")).unwrap();
+    let empty = usage_error(args(&tmp.path().join("empty"), &base));
+    assert!(
+        empty.starts_with("baseline: no summary.json in "),
+        "{empty}"
+    );
+
+    let write = |name: &str, text: &str| {
+        let path = tmp.path().join(name);
+        fs::write(&path, text).unwrap();
+        path
+    };
+    let garbage = usage_error(args(&base, &write("garbage.json", "{ not json")));
+    assert!(garbage.contains("is not valid JSON"), "{garbage}");
+    let other = usage_error(args(
+        &base,
+        &write("other.json", r#"{"schema_version": 1}"#),
+    ));
+    assert!(other.contains("is not a montrace summary.json"), "{other}");
+    let newer = usage_error(args(
+        &base,
+        &write("newer.json", r#"{"schema_version": 99}"#),
+    ));
+    assert!(newer.contains("schema version 99, newer"), "{newer}");
+
+    let nothing = write_run(&tmp.path().join("nothing"), "make", &[]);
+    let nothing = usage_error(args(&base, &nothing));
+    assert!(nothing.contains("holds no measurements"), "{nothing}");
+
+    let mut bad_max = args(&base, &base);
+    bad_max.max = vec!["cpu=5".into()];
+    assert!(usage_error(bad_max).contains("is not a percentage"));
+}
+
+#[test]
+fn different_commands_need_a_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = write_run(&tmp.path().join("base"), "make", &STEADY);
+    let ninja = write_run(&tmp.path().join("ninja"), "ninja", &STEADY);
+    let message = usage_error(args(&base, &ninja));
+    assert!(message.contains("different commands: `make`"), "{message}");
+    assert!(message.contains("--allow-different-commands"), "{message}");
+
+    // Within one side too.
+    let mixed = tmp.path().join("mixed");
+    write_run(&mixed.join("1"), "make", &STEADY);
+    write_run(&mixed.join("2"), "ninja", &STEADY);
+    assert!(usage_error(args(&mixed, &mixed)).contains("different commands"));
+
+    let mut allowed = args(&base, &ninja);
+    allowed.allow_different_commands = true;
+    let report = prepare(&allowed).unwrap();
+    assert_eq!(report.exit_code(), 0);
+    assert_eq!(
+        report.warnings,
+        ["comparing runs of different commands: `make`, `ninja`"]
+    );
+    let text = render_text(&report);
+    assert!(text.contains("  baseline   "), "{text}");
+    assert!(text.contains("(ninja)\n"), "{text}");
+}
+
+#[test]
+fn failed_and_stopped_runs_are_flagged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = write_run(&tmp.path().join("base"), "make", &STEADY);
+    let mut reps: Vec<_> = STEADY.iter().map(|&(w, c)| repetition(w, c)).collect();
+    reps[1].exit_status = 2;
+    reps[2].lost_events = 3;
+    let breach = crate::metrics::LimitBreach {
+        limit: "rss".into(),
+        threshold: 1e9,
+        value: 2e9,
+        time: "2026-01-01T00:00:00.000000Z".into(),
+        elapsed_s: 1.5,
+    };
+    let summary = Summary::new(
+        "make".into(),
+        vec!["make".into()],
+        "h".into(),
+        0,
+        reps,
+        Some(breach),
+    );
+    let cand = tmp.path().join("cand.json");
+    fs::write(&cand, serde_json::to_string(&summary).unwrap()).unwrap();
+    let report = prepare(&args(&base, &cand)).unwrap();
+    let path = cand.display();
+    assert_eq!(
+        report.warnings,
+        [
+            format!(
+                "candidate {path}: 1 of 3 repetitions exited with a non-zero status; a failed \
+                     run may use less than a successful one"
+            ),
+            format!("candidate {path}: the rss limit stopped the run"),
+            format!("candidate {path}: 3 kernel events lost; the process tree may be incomplete"),
+        ]
+    );
+}
+
+#[test]
+fn passing_report_in_markdown() {
+    let mut report = sample_report();
+    report
+        .rows
+        .retain(|r| r.decision.verdict != Verdict::Regressed);
+    report.warnings.clear();
+    report.candidate.command = "cargo build --release --features `x`".into();
+    let md = render_md(&report);
+    assert!(
+        md.starts_with("### montrace compare: ✅ no regression\n"),
+        "{md}"
+    );
+    assert!(md.contains("- candidate: `runs/pr-42`: 5 samples from 1 run (`` cargo build --release --features `x` ``)\n"), "{md}");
+    assert!(md.ends_with("**no regression**\n"), "{md}");
+}

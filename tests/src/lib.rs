@@ -164,6 +164,34 @@ pub fn montrace_command(out: &Path, args: &[&str], cmd: &[&str]) -> Command {
     command
 }
 
+/// [`montrace_command`] run as the unprivileged user `nobody` (uid and gid 65534, no
+/// supplementary groups), from a copy of the binary every user can reach
+/// ([`users::reachable_montrace`]: the workspace may sit where `nobody` cannot enter).
+pub fn montrace_command_as_nobody(out: &Path, args: &[&str], cmd: &[&str]) -> Command {
+    let command = montrace_command(out, args, cmd);
+    let mut as_nobody = Command::new(users::reachable_montrace());
+    as_nobody.args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => as_nobody.env(key, value),
+            None => as_nobody.env_remove(key),
+        };
+    }
+    // SAFETY: only async-signal-safe calls between fork and exec; the arguments are constants.
+    unsafe {
+        as_nobody.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    as_nobody
+}
+
 /// One montrace run and its run directory (removed when the value is dropped).
 pub struct Run {
     pub status: ExitStatus,

@@ -1,6 +1,6 @@
 //! montrace's own failures: each has its exit status, says what to do next, and leaves no run
 //! directory behind when nothing was recorded.
-use std::{os::unix::fs::PermissionsExt as _, os::unix::process::CommandExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 
 use tests::{montrace_command, require_root, run_montrace, run_with_timeout, Finished, TIMEOUT};
 
@@ -138,20 +138,8 @@ fn unknown_flag_is_a_usage_error() {
 /// `montrace run` as the unprivileged user `nobody`, with `args`.
 fn run_as_nobody(tmp: &std::path::Path, args: &[&str], cmd: &[&str]) -> tests::Finished {
     std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut command = montrace_command(&tmp.join("run"), args, cmd);
+    let mut command = tests::montrace_command_as_nobody(&tmp.join("run"), args, cmd);
     command.current_dir(tmp);
-    // SAFETY: only async-signal-safe calls between fork and exec; the arguments are constants.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(65534) != 0
-                || libc::setuid(65534) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     run_with_timeout(&mut command, TIMEOUT)
 }
 

@@ -130,7 +130,7 @@ fn the_command_of_a_sudo_user_can_mark() {
     ];
     let script = format!(
         "{} mark --begin 'as nobody' && python3 -c '{}' >/dev/null",
-        shell_quote(&montrace_bin()),
+        shell_quote(&tests::users::reachable_montrace()),
         PYTHON_SENDER.trim().replace('\n', "; ")
     );
     let run = run_montrace_env(&[], &["sh", "-c", &script], &sudo);

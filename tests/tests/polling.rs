@@ -1,6 +1,6 @@
 //! No-eBPF mode: a real `make -j2` build run by an unprivileged user is followed by polling
 //! /proc; the same build as root, with eBPF, records at least as many processes.
-use std::{os::unix::fs::PermissionsExt as _, os::unix::process::CommandExt as _, path::Path};
+use std::{os::unix::fs::PermissionsExt as _, path::Path};
 
 use tests::{montrace_command, read_json, require_root, run_with_timeout, TIMEOUT};
 
@@ -39,22 +39,14 @@ fn write_project(dir: &Path) {
 }
 
 fn build(project: &Path, out: &Path, as_nobody: bool) -> serde_json::Value {
-    let mut cmd = montrace_command(out, &["--no-report", "-q"], &["make", "-j2", "-C"]);
+    let args = ["--no-report", "-q"];
+    let make = ["make", "-j2", "-C"];
+    let mut cmd = if as_nobody {
+        tests::montrace_command_as_nobody(out, &args, &make)
+    } else {
+        montrace_command(out, &args, &make)
+    };
     cmd.arg(project);
-    if as_nobody {
-        // SAFETY: only async-signal-safe calls between fork and exec; constant arguments.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(65534) != 0
-                    || libc::setuid(65534) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
     let finished = run_with_timeout(&mut cmd, TIMEOUT);
     assert_eq!(finished.code(), 0, "{finished:?}");
     assert!(

@@ -277,6 +277,14 @@ impl<'g> Recorder<'g> {
                     continue;
                 }
             };
+            // A zombie has exited: its figures are final, and its exit event (sent at its last
+            // context switch, which can come a moment after /proc shows it dead, and reaches the
+            // ring buffer later still) brings them exactly. A row read from the zombie would be
+            // stamped after the exit, so the exit row, which must be the process's last, would
+            // land before it (and show no CPU share, no time having passed).
+            if matches!(reading.state, 'Z' | 'X') {
+                continue;
+            }
             // A pid reused by a process outside the tree since the exit was queued is not ours.
             let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
             if !host::same_start(reading.start_ticks, start_boot_ns) {
@@ -466,6 +474,66 @@ mod tests {
     use crate::gpu::{GpuDevice, GpuProcess};
     use crate::limits::{first_breach, Limit};
     use crate::tracker::Clock;
+
+    /// A sweep that finds a tracked process dead (a zombie, not reaped yet) writes no row for it:
+    /// its exit event's row is its last, measured from its previous row (here, from its start).
+    #[test]
+    fn a_zombie_gets_no_sample_row_and_its_exit_row_comes_last() {
+        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = child.id();
+        // Wait until it is a zombie (not reaped: `child` is not waited for yet).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        }) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} never became a zombie"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let clock = Clock {
+            boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
+        };
+        let start_boot_ns = host::proc_start_boot_ns(pid).unwrap();
+        let mut tracker = Tracker::new(clock);
+        tracker.add_root(pid, start_boot_ns, "true");
+        let dir = tempfile::tempdir().unwrap();
+        let mut recorder =
+            Recorder::create(dir.path(), tracker, pid, MemoryDetail::Basic, None).unwrap();
+        recorder.sample();
+        assert_eq!(recorder.sample_rows, 0, "no row from the zombie");
+        recorder.on_event(&KernelEvent::Exit {
+            time_ns: host::boottime_ns(),
+            pid,
+            start_ns: start_boot_ns,
+            whole_process: true,
+            comm: "true".into(),
+            stats: crate::decode::ExitStats {
+                cpu_user_ns: 1_000_000,
+                ..Default::default()
+            },
+        });
+        assert_eq!(recorder.sample_rows, 1, "the exit row");
+        child.wait().unwrap();
+        recorder.finish();
+        let rows =
+            crate::analysis::report::load::read_file(&dir.path().join(crate::schema::SAMPLES_FILE))
+                .unwrap();
+        let cpu = rows[0]
+            .column_by_name("cpu_percent")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow_array::Float64Array>()
+            .unwrap()
+            .clone();
+        assert_eq!(cpu.len(), 1);
+        assert!(
+            !arrow_array::Array::is_null(&cpu, 0),
+            "the exit row has a CPU share"
+        );
+    }
 
     /// `--limit gpu-mem` through the recorder: a sweep reads the fake GPU's process list, and
     /// `usage` carries the tree's share of it (this test process is the tree; pid 1 is not).

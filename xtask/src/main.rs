@@ -3,6 +3,7 @@
 //! - `cargo xtask setup`: install what a fresh machine lacks (idempotent, quiet when done).
 //! - `cargo xtask run [-- CMD ARGS...]`: set-up, release build, then montrace on CMD (or a demo workload).
 //! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
+//! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside a CPU hog.
 //! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
 //! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
 
@@ -48,6 +49,10 @@ enum Command {
         /// Only the end-to-end tests (crate `tests`, run as root against target/debug/montrace).
         #[arg(long)]
         e2e: bool,
+        /// Run the end-to-end suite N times instead, the second half beside a CPU hog on one
+        /// core: what to run before calling a timing-sensitive test fixed.
+        #[arg(long, value_name = "N", conflicts_with_all = ["unit", "e2e"])]
+        stress: Option<u32>,
     },
     /// Benchmarks (as root): completeness, accuracy, overhead, agent cost, throughput and
     /// start-up, side by side with psrecord; writes BENCHMARKS.md and bench/results.json.
@@ -68,7 +73,10 @@ fn main() {
     let result = match cli.command {
         Command::Setup => setup::setup(cli.verbose),
         Command::Run { cmd } => run::run(cli.verbose, &cmd),
-        Command::Test { unit, e2e } => {
+        Command::Test {
+            stress: Some(n), ..
+        } => suite::stress(cli.verbose, n),
+        Command::Test { unit, e2e, .. } => {
             suite::test(cli.verbose, suite::Tiers::from_flags(unit, e2e))
         }
         Command::Bench(args) => bench::bench(cli.verbose, args),

@@ -44,15 +44,7 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         header("end-to-end tests: cargo build -p monitor, then cargo test -p tests (as root)");
         check(util::cargo().args(["build", "-p", "monitor"]))
             .context("building montrace (debug) failed")?;
-        let montrace = util::target_dir().join("debug/montrace");
-        let mut cmd = util::cargo();
-        cmd.args(["test", "-p", "tests", "--", "--test-threads=1"])
-            .env("MONTRACE_BIN", &montrace);
-        if !util::is_root() {
-            eprintln!("xtask: not root: the end-to-end test binaries run through `sudo -E`");
-            cmd.env(runner_var(), "sudo -E");
-        }
-        check(&mut cmd).context("end-to-end tests failed")?;
+        check(&mut e2e_command()).context("end-to-end tests failed")?;
     }
 
     match gpu_skipped {
@@ -60,6 +52,99 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         None => eprintln!("\nxtask: all tests passed"),
     }
     Ok(())
+}
+
+/// `cargo test -p tests` (the root end-to-end suite) against target/debug/montrace, through
+/// `sudo -E` when not root.
+fn e2e_command() -> Command {
+    let montrace = util::target_dir().join("debug/montrace");
+    let mut cmd = util::cargo();
+    cmd.args(["test", "-p", "tests", "--", "--test-threads=1"])
+        .env("MONTRACE_BIN", &montrace);
+    if !util::is_root() {
+        eprintln!("xtask: not root: the end-to-end test binaries run through `sudo -E`");
+        cmd.env(runner_var(), "sudo -E");
+    }
+    cmd
+}
+
+/// For each of `n` iterations of the stress run, whether a CPU hog runs beside it: the second
+/// half (the odd middle one with it).
+pub fn stress_plan(n: u32) -> Vec<bool> {
+    (0..n).map(|i| i >= n / 2).collect()
+}
+
+/// `cargo xtask test --stress N`: builds once, then runs the end-to-end suite N times, the second
+/// half beside a busy loop pinned to CPU 0 (a noisy neighbour on one of the two cores). What to
+/// run before calling a timing-sensitive test fixed. Prints each iteration and a closing
+/// `stress: P passed, F failed`; fails if any iteration did.
+pub fn stress(verbose: bool, n: u32) -> Result<()> {
+    crate::setup::setup(verbose)?;
+    check(util::cargo().args(["build", "-p", "monitor"]))
+        .context("building montrace (debug) failed")?;
+    check(util::cargo().args(["test", "-p", "tests", "--no-run"]))
+        .context("building the end-to-end tests failed")?;
+    let mut results = Vec::new();
+    for (i, hog) in stress_plan(n).into_iter().enumerate() {
+        header(&format!(
+            "stress {}/{n}: end-to-end suite{}",
+            i + 1,
+            if hog {
+                " beside a CPU hog on CPU 0"
+            } else {
+                ""
+            }
+        ));
+        let _hog = if hog { Some(Hog::start()?) } else { None };
+        let started = std::time::Instant::now();
+        let passed = e2e_command()
+            .status()
+            .context("running the end-to-end tests")?
+            .success();
+        let wall = started.elapsed().as_secs_f64();
+        eprintln!(
+            "xtask: stress {}/{n}: {} in {wall:.0} s{}",
+            i + 1,
+            if passed { "passed" } else { "FAILED" },
+            if hog { " (with the hog)" } else { "" }
+        );
+        results.push((passed, hog, wall));
+    }
+    let failed = results.iter().filter(|(p, ..)| !p).count();
+    for (i, (passed, hog, wall)) in results.iter().enumerate() {
+        eprintln!(
+            "  {:>2}  {:<6}  {wall:>5.0} s  {}",
+            i + 1,
+            if *passed { "passed" } else { "FAILED" },
+            if *hog { "hog on CPU 0" } else { "" }
+        );
+    }
+    eprintln!("stress: {} passed, {failed} failed", results.len() - failed);
+    if failed > 0 {
+        anyhow::bail!("{failed} of {n} stress iterations failed");
+    }
+    Ok(())
+}
+
+/// A busy loop pinned to CPU 0, killed when dropped.
+struct Hog(std::process::Child);
+
+impl Hog {
+    fn start() -> Result<Hog> {
+        let child = Command::new("taskset")
+            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting the CPU hog (taskset, from util-linux)")?;
+        Ok(Hog(child))
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The tests that use the real NVML (`#[ignore]`d in `cargo test`), where there is an NVIDIA
@@ -163,6 +248,14 @@ mod tests {
                 e2e: true
             }
         );
+    }
+
+    #[test]
+    fn the_second_half_of_a_stress_run_has_the_hog() {
+        assert_eq!(stress_plan(5), [false, false, true, true, true]);
+        assert_eq!(stress_plan(4), [false, false, true, true]);
+        assert_eq!(stress_plan(1), [true]);
+        assert!(stress_plan(0).is_empty());
     }
 
     #[test]

@@ -84,7 +84,23 @@ fn compare_fails_on_twice_the_cpu_and_passes_the_same_workload() {
     // time of 150 ms of clock_gettime calls among them) can still pass its limit by chance about
     // one time in twenty when the machine is busy, which the gate accepts by design; at 99% the
     // test fails on noise rarely enough to mean something. (The doubling above has p < 1e-5.)
-    let (code, report) = compare_with(&base.dir, &same.dir, &["--confidence", "0.99"]);
+    // The user/system split is not a measurement the gate can hold to a limit here: the kernel
+    // splits the exact CPU time (sum_exec_runtime) by the ratio of the timer ticks that found the
+    // task in user or kernel mode (cputime_adjust), and this burner's user time is 1 or 2 ticks
+    // of 10 ms, so its cpu_user_s moves by 100 % between identical runs (seen: 0.012 s vs
+    // 0.024 s, p = 0.008). Their sum, cpu_s, is exact and stays gated.
+    let (code, report) = compare_with(
+        &base.dir,
+        &same.dir,
+        &[
+            "--confidence",
+            "0.99",
+            "--max",
+            "cpu_user=off",
+            "--max",
+            "cpu_system=off",
+        ],
+    );
     assert_eq!(code, 0, "the same workload must pass:\n{report}");
     assert!(report.contains("no regression"), "{report}");
 }

@@ -48,7 +48,16 @@ fn forwards_sigterm_to_the_tree() {
     let script = format!("sleep 30 & touch {}; exec sleep 30", started.display());
     let run = run_montrace_and(&[], &["sh", "-c", &script], &[], |montrace| {
         wait_for_file(&started);
-        std::thread::sleep(Duration::from_millis(100));
+        // The shell has exec'd its own `sleep` once montrace's child is called sleep: wait for
+        // that event rather than for a time.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !child_of(montrace).is_some_and(|pid| comm_of(pid).as_deref() == Some("sleep")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the shell never exec'd sleep"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         // SAFETY: plain syscall to the montrace process this test started.
         unsafe { libc::kill(montrace as libc::pid_t, libc::SIGTERM) };
     });
@@ -81,4 +90,23 @@ fn forwards_sigterm_to_the_tree() {
         );
         assert!(!row.alive_at_end, "{row:?}");
     }
+}
+
+/// The (first) child of `pid`, from /proc.
+fn child_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn comm_of(pid: u32) -> Option<String> {
+    Some(
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()?
+            .trim()
+            .to_string(),
+    )
 }

@@ -48,6 +48,12 @@ const STEPS: &[Step] = &[
         is_done: chromium_installed,
         install: install_chromium,
     },
+    Step {
+        name: "bpftool",
+        how: "apt-get; the security tests list the eBPF programs loaded in the kernel",
+        is_done: bpftool_installed,
+        install: install_bpftool,
+    },
 ];
 
 /// A Python package the tests use: its name on PyPI and the module it is imported as.
@@ -241,6 +247,18 @@ fn llvm_major(rustc_vv: &str) -> Option<u32> {
         .lines()
         .find_map(|l| l.strip_prefix("LLVM version:"))?;
     version.trim().split('.').next()?.parse().ok()
+}
+
+// ---- bpftool ----
+
+fn bpftool_installed() -> bool {
+    stdout_of(Command::new("bpftool").arg("version")).is_some()
+        || Path::new("/usr/sbin/bpftool").exists()
+}
+
+fn install_bpftool(i: &mut Installer) -> Result<()> {
+    i.apt_install(&["bpftool"])
+        .context("could not apt-get install bpftool")
 }
 
 // ---- llvm-22-dev ----

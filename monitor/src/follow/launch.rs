@@ -122,11 +122,22 @@ pub fn resolve_command(program: &OsStr, path_var: Option<&OsStr>) -> Option<Path
         .find(|candidate| is_executable(candidate))
 }
 
-/// A forked child waiting at the barrier before exec.
+/// A forked child waiting at the barrier before exec. Dropped without [`HeldChild::release`]
+/// (montrace failed before it could start the command), it closes the barrier, so the child
+/// exits without running anything, and reaps it: nothing of the run is left in its cgroup.
 pub struct HeldChild {
     pub pid: u32,
-    barrier: OwnedFd,
-    exec_status: OwnedFd,
+    barrier: Option<OwnedFd>,
+    exec_status: Option<OwnedFd>,
+}
+
+impl Drop for HeldChild {
+    fn drop(&mut self) {
+        if self.barrier.take().is_some() {
+            // The barrier reads end-of-file now: the child exits at once.
+            let _ = wait_status(self.pid);
+        }
+    }
 }
 
 /// Why the command could not be started once forked.
@@ -226,8 +237,8 @@ pub fn spawn_held(
     drop(status_w);
     Ok(HeldChild {
         pid: pid as u32,
-        barrier: barrier_w,
-        exec_status: status_r,
+        barrier: Some(barrier_w),
+        exec_status: Some(status_r),
     })
 }
 
@@ -303,12 +314,11 @@ unsafe fn child_after_fork(
 
 impl HeldChild {
     /// Lets the child go on to exec, and waits until it has (or failed to).
-    pub fn release(self, path: &Path, identity: Option<&Identity>) -> Result<(), ExecError> {
-        let HeldChild {
-            barrier,
-            exec_status,
-            ..
-        } = self;
+    pub fn release(mut self, path: &Path, identity: Option<&Identity>) -> Result<(), ExecError> {
+        let (Some(barrier), Some(exec_status)) = (self.barrier.take(), self.exec_status.take())
+        else {
+            unreachable!("a held child is released once");
+        };
         // SAFETY: writing one byte from a valid buffer to an fd we own.
         unsafe { libc::write(barrier.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
         drop(barrier);

@@ -106,7 +106,7 @@ impl<'c, 's> Follower<'c, 's> {
             let pids = recorder.tracker.live_pids();
             (self.send)(&pids, signal);
             self.outcome.signals_forwarded.push(signal);
-            if signal != received.signal {
+            if self.interrupts >= 2 {
                 crate::say!(
                     "montrace: {} sent to the {} processes of the tree{}",
                     signal_name(signal),

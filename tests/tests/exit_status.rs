@@ -51,7 +51,7 @@ fn forwards_sigterm_to_the_tree() {
         // The shell has exec'd its own `sleep` once montrace's child is called sleep: wait for
         // that event rather than for a time.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !child_of(montrace).is_some_and(|pid| comm_of(pid).as_deref() == Some("sleep")) {
+        while child_of(montrace).is_none_or(|pid| comm_of(pid).as_deref() != Some("sleep")) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the shell never exec'd sleep"

@@ -131,8 +131,8 @@ fn symlinks_planted_by_the_command_lead_nowhere_outside_the_run() {
     fn dangling(v: &Path, _: usize, name: &str) -> PathBuf {
         v.join(format!("new-{name}"))
     }
-    let attempts: [(&str, fn(&Path, usize, &str) -> PathBuf); 2] =
-        [("existing", existing), ("dangling", dangling)];
+    type Target = fn(&Path, usize, &str) -> PathBuf;
+    let attempts: [(&str, Target); 2] = [("existing", existing), ("dangling", dangling)];
     for (attempt, target) in attempts {
         let out = user.home.join(format!("run-{attempt}"));
         let mut script = String::new();

@@ -244,7 +244,7 @@ fn record(
 
     let (mut probes, ring) = load_probes(args, offsets, last)?;
     let (cgroup, mut cgroup_report) = create_cgroup(started_wall_ns);
-    let marks = bind_marks(identity);
+    let marks = bind_marks();
     let extra_env: Vec<(OsString, OsString)> = marks
         .iter()
         .map(|m| (marks::SOCKET_ENV.into(), m.path().as_os_str().to_owned()))
@@ -421,8 +421,8 @@ fn create_cgroup(started_wall_ns: i64) -> (Option<RunCgroup>, summary::CgroupRep
 }
 
 /// The phase-mark socket the command finds in its environment, or none, said once.
-fn bind_marks(identity: Option<&Identity>) -> Option<MarkServer> {
-    match MarkServer::bind(identity.map(|id| (id.uid, id.gid))) {
+fn bind_marks() -> Option<MarkServer> {
+    match MarkServer::bind() {
         Ok(server) => Some(server),
         Err(err) => {
             crate::say!("montrace: warning: no phase marks for this run: {err:#}");

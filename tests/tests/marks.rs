@@ -188,3 +188,56 @@ fn montrace_mark_outside_a_run_says_where_it_works() {
         "{finished:?}"
     );
 }
+
+/// Sends 100,000 marks as fast as it can (a blocking send waits while montrace's queue is full,
+/// so every one reaches montrace), prints how many it sent, and exits with 3.
+const PYTHON_FLOOD: &str = r#"
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+path = os.environ["MONTRACE_MARK_SOCKET"]
+sent = 0
+for i in range(100000):
+    s.sendto(b"point flood %d\n" % i, path)
+    sent += 1
+print(sent)
+sys.exit(3)
+"#;
+
+/// The command is untrusted: a flood of marks costs montrace bounded memory, a bounded report,
+/// and every mark is either kept (up to the budget) or counted as dropped.
+#[test]
+fn a_flood_of_marks_is_bounded_and_counted() {
+    let mut peak_kib = 0u64;
+    let run = tests::launch_montrace(&[], &["python3", "-c", PYTHON_FLOOD]).during(|montrace| {
+        // montrace's own high-water mark (its command's memory is not in it), read until it
+        // exits: the last reading comes at most a poll before its end.
+        let status = format!("/proc/{montrace}/status");
+        while let Ok(text) = std::fs::read_to_string(&status) {
+            let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            else {
+                break; // a zombie: its memory is gone
+            };
+            peak_kib = peak_kib.max(kib);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    });
+    run.assert_code(3);
+    assert_eq!(run.stdout.trim(), "100000", "{run:?}");
+    let kept = run.marks().len() as u64;
+    let dropped = run.run_json()["marks_dropped"].as_u64().unwrap();
+    eprintln!("100,000 marks: {kept} kept, {dropped} dropped, montrace's peak RSS {peak_kib} KiB");
+    assert_eq!(kept + dropped, 100_000, "every mark is kept or counted");
+    assert!(kept <= 10_000 && dropped >= 90_000, "{kept} kept");
+    assert!(
+        peak_kib > 0 && peak_kib < 200 * 1024,
+        "montrace's peak RSS {peak_kib} KiB"
+    );
+    let report = std::fs::metadata(run.dir.join("report.html"))
+        .unwrap()
+        .len();
+    assert!(report < 5 << 20, "report.html is {report} bytes");
+    assert!(run.stderr.contains("were dropped"), "said: {run:?}");
+}

@@ -38,6 +38,66 @@ pub const MAX_LABEL_BYTES: usize = 256;
 /// Exit status of `montrace mark` for usage errors (no socket, a label that cannot be sent).
 use crate::cli::EXIT_USAGE;
 
+/// Marks kept per run at most: a command that sends more has them counted as dropped
+/// (`marks_dropped` in run.json), so montrace's memory and the tables stay bounded whatever it
+/// sends.
+pub const MAX_MARKS: u64 = 10_000;
+/// Sustained rate of marks kept, per second; faster ones are dropped once a burst of
+/// [`MARK_BURST`] is spent.
+pub const MARK_RATE: f64 = 100.0;
+pub const MARK_BURST: f64 = 1_000.0;
+/// Datagrams read in one wake-up at most: a flood cannot hold the run loop; the rest wait in the
+/// socket (whose queue the kernel bounds: a sender blocks, or gets EAGAIN, when it is full).
+const MAX_PER_RECEIVE: usize = 1_024;
+
+/// Which marks are kept: a token bucket ([`MARK_RATE`], [`MARK_BURST`]) under a total cap
+/// ([`MAX_MARKS`]). Pure: time comes in as an argument.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MarkBudget {
+    tokens: f64,
+    last_ns: Option<i64>,
+    kept: u64,
+    dropped: u64,
+}
+
+impl Default for MarkBudget {
+    fn default() -> Self {
+        MarkBudget {
+            tokens: MARK_BURST,
+            last_ns: None,
+            kept: 0,
+            dropped: 0,
+        }
+    }
+}
+
+impl MarkBudget {
+    /// Whether a mark received at `now_ns` is kept; counts it either way.
+    pub fn admit(&mut self, now_ns: i64) -> bool {
+        if let Some(last) = self.last_ns {
+            let elapsed_s = (now_ns - last).max(0) as f64 / 1e9;
+            self.tokens = (self.tokens + elapsed_s * MARK_RATE).min(MARK_BURST);
+        }
+        self.last_ns = Some(now_ns);
+        if self.kept < MAX_MARKS && self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            self.kept += 1;
+            true
+        } else {
+            self.dropped += 1;
+            false
+        }
+    }
+
+    pub fn kept(&self) -> u64 {
+        self.kept
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
 /// Receive buffer: any valid line fits (`begin ` + 256 bytes + `\r\n`) with room to spare, so a
 /// datagram that does not fit is too long to be valid anyway.
 const DATAGRAM_BYTES: usize = 1024;
@@ -126,6 +186,9 @@ pub struct MarkServer {
     path: PathBuf,
     invalid: u64,
     first_invalid: Option<InvalidMark>,
+    budget: MarkBudget,
+    /// Whose identity the socket's files were made with, and are removed with.
+    owner: Option<crate::userfs::Owner>,
 }
 
 impl MarkServer {
@@ -133,28 +196,50 @@ impl MarkServer {
     ///
     /// /tmp and not `$TMPDIR`: montrace runs under sudo, and the command's user must reach the
     /// path; a socket path is also limited to 107 bytes, which a long `$TMPDIR` could exceed.
-    pub fn bind(owner: Option<(u32, u32)>) -> anyhow::Result<MarkServer> {
-        MarkServer::bind_in(Path::new("/tmp"), owner)
+    pub fn bind() -> anyhow::Result<MarkServer> {
+        MarkServer::bind_in(Path::new("/tmp"), crate::userfs::owner())
     }
 
     /// Binds `<parent>/montrace-<pid>-<random>/mark.sock`. The directory is 0700 and the socket
-    /// 0600, both handed to `owner` (uid, gid) when given: the command's user (the one montrace
-    /// drops to) and root can send marks, other users cannot. Directories that montraces killed
-    /// before they could clean up left in `parent` are removed first.
-    pub fn bind_in(parent: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<MarkServer> {
-        remove_stale_dirs(parent);
-        let dir = make_private_dir(parent, &format!("{DIR_PREFIX}{}-", std::process::id()))
-            .with_context(|| {
-                format!(
-                    "cannot create a directory for the mark socket in {}",
-                    parent.display()
-                )
-            })?;
+    /// 0600, both created with `owner`'s identity when given (see `userfs`: the command's user,
+    /// the one montrace drops to): that user and root can send marks, other users cannot.
+    /// Directories that montraces killed before they could clean up left in `parent` are
+    /// removed first (those the owner may remove).
+    pub fn bind_in(
+        parent: &Path,
+        owner: Option<&crate::userfs::Owner>,
+    ) -> anyhow::Result<MarkServer> {
+        let as_owner = |f: &mut dyn FnMut() -> io::Result<()>| crate::userfs::as_owner(owner, f);
+        let _ = as_owner(&mut || {
+            remove_stale_dirs(parent);
+            Ok(())
+        });
+        let mut made = None;
+        as_owner(&mut || {
+            made = Some(make_private_dir(
+                parent,
+                &format!("{DIR_PREFIX}{}-", std::process::id()),
+            )?);
+            Ok(())
+        })
+        .with_context(|| {
+            format!(
+                "cannot create a directory for the mark socket in {}",
+                parent.display()
+            )
+        })?;
+        let dir = made.expect("made above");
         let path = dir.join("mark.sock");
-        let socket = match UnixDatagram::bind(&path) {
+        let mut bound = None;
+        let socket = match as_owner(&mut || {
+            bound = Some(UnixDatagram::bind(&path)?);
+            Ok(())
+        })
+        .map(|()| bound.take().expect("bound above"))
+        {
             Ok(socket) => socket,
             Err(err) => {
-                let _ = std::fs::remove_dir(&dir);
+                let _ = as_owner(&mut || std::fs::remove_dir(&dir));
                 return Err(err)
                     .with_context(|| format!("cannot create the mark socket {}", path.display()));
             }
@@ -166,14 +251,16 @@ impl MarkServer {
             path,
             invalid: 0,
             first_invalid: None,
+            budget: MarkBudget::default(),
+            owner: owner.cloned(),
         };
         server
-            .set_up(owner)
+            .set_up()
             .with_context(|| format!("cannot set up the mark socket {}", server.path.display()))?;
         Ok(server)
     }
 
-    fn set_up(&self, owner: Option<(u32, u32)>) -> io::Result<()> {
+    fn set_up(&self) -> io::Result<()> {
         // Nothing can have sent a datagram yet: the directory is 0700 and its name is known
         // only here. From now on every datagram carries its sender's credentials and send time.
         set_flag(&self.socket, libc::SO_PASSCRED)?;
@@ -181,12 +268,9 @@ impl MarkServer {
         self.socket.set_nonblocking(true)?;
         // Sending needs write permission on the socket file and search permission on the
         // directories above it (unix(7)).
-        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o600))?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(&self.dir, Some(uid), Some(gid))?;
-            std::os::unix::fs::chown(&self.path, Some(uid), Some(gid))?;
-        }
-        Ok(())
+        crate::userfs::as_owner(self.owner.as_ref(), || {
+            std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o600))
+        })
     }
 
     /// The socket's path: the value of `MONTRACE_MARK_SOCKET` for the command.
@@ -199,17 +283,34 @@ impl MarkServer {
         self.invalid
     }
 
+    /// Marks received and dropped so far (over the rate or the total cap, see [`MarkBudget`]).
+    pub fn dropped(&self) -> u64 {
+        self.budget.dropped()
+    }
+
     /// The first datagram that was not a mark, to say why once.
     pub fn first_invalid(&self) -> Option<&InvalidMark> {
         self.first_invalid.as_ref()
     }
 
-    /// Every mark waiting on the socket, in the order they arrived; returns at once when there
-    /// is none. `now_ns` is the run's clock: a mark's time is `now_ns()` minus how long it waited
-    /// in the socket, so it is the moment it was sent even when montrace reads it later.
+    /// The marks waiting on the socket, in the order they arrived, at most [`MAX_PER_RECEIVE`]
+    /// datagrams' worth (the socket stays readable when more wait); returns at once when there
+    /// is none. Marks over the budget are counted and dropped. `now_ns` is the run's clock: a
+    /// mark's time is `now_ns()` minus how long it waited in the socket, so it is the moment it
+    /// was sent even when montrace reads it later.
     pub fn receive(&mut self, now_ns: impl Fn() -> i64) -> Vec<ReceivedMark> {
+        self.receive_at_most(MAX_PER_RECEIVE, now_ns)
+    }
+
+    /// [`MarkServer::receive`] until the socket is empty, at most `rounds` times as many: at the
+    /// end of a run, so that every mark sent is kept or counted.
+    pub fn receive_rest(&mut self, rounds: usize, now_ns: impl Fn() -> i64) -> Vec<ReceivedMark> {
+        self.receive_at_most(rounds * MAX_PER_RECEIVE, now_ns)
+    }
+
+    fn receive_at_most(&mut self, limit: usize, now_ns: impl Fn() -> i64) -> Vec<ReceivedMark> {
         let mut marks = Vec::new();
-        loop {
+        for _ in 0..limit {
             let datagram = match receive_one(self.socket.as_fd()) {
                 Ok(Some(datagram)) => datagram,
                 Ok(None) => break,
@@ -224,12 +325,17 @@ impl MarkServer {
                 parse_line(&datagram.bytes)
             };
             match parsed {
-                Ok((kind, label)) => marks.push(ReceivedMark {
-                    time_ns: sent_time(now_ns(), host::realtime_ns(), datagram.sent_realtime_ns),
-                    pid: datagram.pid,
-                    label,
-                    kind,
-                }),
+                Ok((kind, label)) => {
+                    let now = now_ns();
+                    if self.budget.admit(now) {
+                        marks.push(ReceivedMark {
+                            time_ns: sent_time(now, host::realtime_ns(), datagram.sent_realtime_ns),
+                            pid: datagram.pid,
+                            label,
+                            kind,
+                        });
+                    }
+                }
                 Err(error) => {
                     self.invalid += 1;
                     self.first_invalid.get_or_insert(InvalidMark {
@@ -258,8 +364,10 @@ impl AsFd for MarkServer {
 impl Drop for MarkServer {
     fn drop(&mut self) {
         // Best effort: a leftover empty directory in /tmp is harmless.
-        let _ = std::fs::remove_file(&self.path);
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = crate::userfs::as_owner(self.owner.as_ref(), || {
+            let _ = std::fs::remove_file(&self.path);
+            std::fs::remove_dir(&self.dir)
+        });
     }
 }
 
@@ -484,6 +592,30 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn the_budget_keeps_a_burst_then_the_rate_then_stops_at_the_cap() {
+        let mut budget = MarkBudget::default();
+        let at = |s: f64| (s * 1e9) as i64;
+        // A burst at one instant: MARK_BURST kept, the rest dropped.
+        let kept = (0..2_000).filter(|_| budget.admit(at(0.0))).count();
+        assert_eq!(kept as f64, MARK_BURST);
+        assert_eq!(budget.dropped(), 1_000);
+        // One second later the bucket holds MARK_RATE more.
+        let kept = (0..1_000).filter(|_| budget.admit(at(1.0))).count();
+        assert_eq!(kept as f64, MARK_RATE);
+        // At the sustained rate for a long time, the total cap ends it.
+        let mut t = 1.0;
+        while budget.kept() < MAX_MARKS {
+            t += 1.0 / MARK_RATE;
+            budget.admit(at(t));
+        }
+        assert!(
+            !budget.admit(at(t + 100.0)),
+            "over the cap, even after a pause"
+        );
+        assert_eq!(budget.kept(), MAX_MARKS);
+    }
+
     fn ok(kind: MarkKind, label: &str) -> Result<(MarkKind, String), MarkError> {
         Ok((kind, label.to_string()))
     }
@@ -657,7 +789,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         // SAFETY: getuid and getgid cannot fail.
         let me = unsafe { (libc::getuid(), libc::getgid()) };
-        let server = MarkServer::bind_in(tmp.path(), Some(me)).unwrap();
+        let owner = crate::userfs::Owner {
+            uid: me.0,
+            gid: me.1,
+            groups: vec![me.1],
+        };
+        let server = MarkServer::bind_in(tmp.path(), Some(&owner)).unwrap();
         let dir = server.path().parent().unwrap().to_path_buf();
         let dir_meta = std::fs::metadata(&dir).unwrap();
         let socket_meta = std::fs::metadata(server.path()).unwrap();

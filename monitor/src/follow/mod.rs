@@ -47,6 +47,8 @@ pub struct Outcome {
     pub breach: Option<metrics::LimitBreach>,
     /// attach: the signal that ended the monitoring.
     pub stopped_by_signal: Option<i32>,
+    /// Marks the command sent over the budget (`marks::MarkBudget`), not recorded.
+    pub marks_dropped: u64,
 }
 
 /// Where lifecycle events come from.
@@ -159,10 +161,13 @@ impl Inputs {
     /// returned) and the marks sent just before the tree ended; a word on datagrams that were not
     /// marks.
     fn wind_down(&mut self, recorder: &mut Recorder<'_>, root_pid: u32) -> Option<i32> {
+        // Every mark still waiting is kept or counted (the socket's queue is bounded by the
+        // kernel; 64 rounds are far more than it holds, and bound the time a sender still
+        // flooding after --linger can keep montrace here).
         let last_marks = self
             .marks
             .as_mut()
-            .map(|m| m.get_mut().receive(host::realtime_ns));
+            .map(|m| m.get_mut().receive_rest(64, host::realtime_ns));
         let status = self.drain(recorder, root_pid);
         recorder.guarded(|r| {
             r.store_finished();
@@ -315,6 +320,16 @@ pub async fn follow(
     let mut outcome = f.outcome;
     if let Some(status) = inputs.wind_down(recorder, root_pid) {
         outcome.wait_status = status;
+    }
+    outcome.marks_dropped = inputs.marks.as_ref().map_or(0, |m| m.get_ref().dropped());
+    if outcome.marks_dropped > 0 {
+        crate::say!(
+            "montrace: warning: the command sent more marks than are kept ({} a second, {} in \
+             all): {} were dropped (marks_dropped in run.json)",
+            crate::marks::MARK_RATE,
+            crate::marks::MAX_MARKS,
+            outcome.marks_dropped
+        );
     }
     Ok(outcome)
 }

@@ -142,6 +142,9 @@ pub struct RunInfo {
     /// The `--limit` that stopped the run, if one did.
     pub limit_breach: Option<crate::metrics::LimitBreach>,
     pub out_dir: String,
+    /// Marks the command sent over the budget (a rate and a total per run; docs/marks.md),
+    /// counted and not recorded.
+    pub marks_dropped: u64,
     /// Why recording stopped before the run ended (a full disk, a write error, an internal
     /// error): the tables hold what was written until then. None when the record is whole.
     pub recording_error: Option<String>,
@@ -267,6 +270,12 @@ pub fn format_summary(info: &RunInfo) -> String {
             )
         },
     ];
+    if info.marks_dropped > 0 {
+        lines.push(format!(
+            "  marks dropped        {} (over the budget of marks a run keeps)",
+            info.marks_dropped
+        ));
+    }
     if let Some(why) = &info.recording_error {
         lines.push(format!(
             "  RECORDING STOPPED    {why}: the run directory holds what was written before"
@@ -447,6 +456,7 @@ mod tests {
             }),
             out_dir: "runs/x".into(),
             recording_error: None,
+            marks_dropped: 0,
         };
         let text = format_summary(&info);
         for needle in [

@@ -421,6 +421,14 @@ pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     data.samples = read_samples(dir, &mut data.processes, &mut index)?;
     data.system = read_system(dir)?;
     data.marks = read_marks(dir)?;
+    if data.marks.len() > super::MAX_DRAWN_MARKS {
+        data.notes.push(format!(
+            "{} phase marks: {} of them, spread over the run, are drawn; every one is in \
+             marks.parquet",
+            data.marks.len(),
+            super::MAX_DRAWN_MARKS
+        ));
+    }
     data.gpu = read_gpu(dir)?;
     data.gpu_processes = read_gpu_processes(dir, &mut data.processes, &mut index)?;
     Ok(data)

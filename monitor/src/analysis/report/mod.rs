@@ -198,6 +198,22 @@ pub fn xml_escape(text: &str) -> String {
     out
 }
 
+/// Marks drawn at most in a plot or the timeline: more would hide the data (and a command can send
+/// thousands). The rest are in marks.parquet, and the report says so.
+pub const MAX_DRAWN_MARKS: usize = 30;
+
+/// The marks to draw: all of them up to [`MAX_DRAWN_MARKS`], else that many spread evenly over
+/// the run's marks in time order (the first and the last among them).
+pub fn drawn_marks(marks: &[load::Mark]) -> Vec<&load::Mark> {
+    let n = marks.len();
+    if n <= MAX_DRAWN_MARKS {
+        return marks.iter().collect();
+    }
+    (0..MAX_DRAWN_MARKS)
+        .map(|i| &marks[i * (n - 1) / (MAX_DRAWN_MARKS - 1)])
+        .collect()
+}
+
 /// A mark as people read it: `build`, `build begins`, `build ends`.
 pub fn mark_text(mark: &load::Mark) -> String {
     match mark.kind.as_str() {
@@ -216,6 +232,23 @@ mod tests {
     /// at `--interval 100ms`.
     pub(crate) fn fixture() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/run-small")
+    }
+
+    #[test]
+    fn a_flood_of_marks_draws_a_few_dozen_spread_over_the_run() {
+        let mark = |i: usize| load::Mark {
+            time_ns: i as i64,
+            label: format!("m{i}"),
+            kind: "point".into(),
+        };
+        let few: Vec<load::Mark> = (0..5).map(mark).collect();
+        assert_eq!(drawn_marks(&few).len(), 5);
+        let many: Vec<load::Mark> = (0..100_000).map(mark).collect();
+        let drawn = drawn_marks(&many);
+        assert_eq!(drawn.len(), MAX_DRAWN_MARKS);
+        assert_eq!(drawn[0].label, "m0");
+        assert_eq!(drawn[MAX_DRAWN_MARKS - 1].label, "m99999");
+        assert!(drawn.windows(2).all(|w| w[0].time_ns < w[1].time_ns));
     }
 
     #[test]

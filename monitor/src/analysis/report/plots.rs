@@ -92,8 +92,8 @@ fn err<E: std::fmt::Display>(e: E) -> String {
 pub type MarkLine = (f64, String);
 
 fn marks_of(data: &RunData, model: &Model) -> Vec<MarkLine> {
-    data.marks
-        .iter()
+    super::drawn_marks(&data.marks)
+        .into_iter()
         .map(|m| (model.secs(m.time_ns), mark_text(m)))
         .collect()
 }

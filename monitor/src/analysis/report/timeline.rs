@@ -331,7 +331,7 @@ pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -
         );
     }
     // Marks.
-    for (k, mark) in data.marks.iter().enumerate() {
+    for (k, mark) in super::drawn_marks(&data.marks).into_iter().enumerate() {
         let px = x(mark.time_ns);
         let right_side = px > LABEL_WIDTH + 0.8 * plot_w;
         let _ = write!(

@@ -43,7 +43,9 @@ fn fixture_copy(tmp: &Path) -> PathBuf {
 
 /// Compares `actual` with tests/golden/NAME, or writes it there with MONTRACE_BLESS=1.
 fn golden(name: &str, actual: &[u8]) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
     if std::env::var_os("MONTRACE_BLESS").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, actual).unwrap();
@@ -76,12 +78,16 @@ fn no_subcommand_or_a_bad_flag_is_a_usage_error() {
 #[test]
 fn a_duration_without_a_unit_is_refused_with_a_hint() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = run(montrace()
-        .current_dir(tmp.path())
-        .args(["run", "--interval", "100", "--", "true"]));
+    let out =
+        run(montrace()
+            .current_dir(tmp.path())
+            .args(["run", "--interval", "100", "--", "true"]));
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("100ms or 100s"), "{}", stderr(&out));
-    assert!(!tmp.path().join("montrace-runs").exists(), "nothing was created");
+    assert!(
+        !tmp.path().join("montrace-runs").exists(),
+        "nothing was created"
+    );
     let out = run(montrace().args(["run", "--interval", "99999999999999999999s", "--", "true"]));
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
@@ -96,14 +102,26 @@ fn report_and_export_of_what_is_not_a_run_are_usage_errors() {
     for args in [
         vec!["report".into(), missing.display().to_string()],
         vec!["report".into(), not_a_run.display().to_string()],
-        vec!["export".into(), missing.display().to_string(), "--format".into(), "csv".into()],
+        vec![
+            "export".into(),
+            missing.display().to_string(),
+            "--format".into(),
+            "csv".into(),
+        ],
     ] {
         let out = run(montrace().args(&args));
         assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
-        assert!(stderr(&out).starts_with("montrace: error:"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with("montrace: error:"),
+            "{}",
+            stderr(&out)
+        );
     }
     let run_dir = fixture_copy(tmp.path());
-    let out = run(montrace().args(["report"]).arg(&run_dir).args(["--group-by", "("]));
+    let out = run(montrace()
+        .args(["report"])
+        .arg(&run_dir)
+        .args(["--group-by", "("]));
     assert_eq!(code(&out), 2, "a bad --group-by: {}", stderr(&out));
 }
 
@@ -111,26 +129,46 @@ fn report_and_export_of_what_is_not_a_run_are_usage_errors() {
 fn mark_outside_a_run_says_where_it_works() {
     let out = run(montrace().args(["mark", "build"]));
     assert_eq!(code(&out), 2);
-    assert!(stderr(&out).contains("MONTRACE_MARK_SOCKET"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("MONTRACE_MARK_SOCKET"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
 fn report_of_the_fixture_run_matches_its_golden_files() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = fixture_copy(tmp.path());
-    let out = run(montrace().arg("report").arg(&dir).args(["--format", "both"]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    // It names what it wrote.
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("report.html") && stdout.contains("report.md"), "{stdout}");
-    golden("run-small/report.md", &std::fs::read(dir.join("report.md")).unwrap());
-    golden("run-small/report.html", &std::fs::read(dir.join("report.html")).unwrap());
     let out = run(montrace()
         .arg("report")
         .arg(&dir)
-        .args(["--format", "md", "--group-by", "comm"]));
+        .args(["--format", "both"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    golden("run-small/report-by-comm.md", &std::fs::read(dir.join("report.md")).unwrap());
+    // It names what it wrote.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("report.html") && stdout.contains("report.md"),
+        "{stdout}"
+    );
+    golden(
+        "run-small/report.md",
+        &std::fs::read(dir.join("report.md")).unwrap(),
+    );
+    golden(
+        "run-small/report.html",
+        &std::fs::read(dir.join("report.html")).unwrap(),
+    );
+    let out =
+        run(montrace()
+            .arg("report")
+            .arg(&dir)
+            .args(["--format", "md", "--group-by", "comm"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    golden(
+        "run-small/report-by-comm.md",
+        &std::fs::read(dir.join("report.md")).unwrap(),
+    );
 }
 
 #[test]
@@ -155,7 +193,10 @@ fn exports_of_the_fixture_run_match_their_golden_files() {
         "one CSV per table, no temporary file left"
     );
     for name in &names {
-        golden(&format!("run-small/{name}"), &std::fs::read(csv.join(name)).unwrap());
+        golden(
+            &format!("run-small/{name}"),
+            &std::fs::read(csv.join(name)).unwrap(),
+        );
     }
     let trace = tmp.path().join("trace.json");
     let out = run(montrace()
@@ -182,10 +223,9 @@ fn compare_in_every_format_passes_a_run_against_itself_and_fails_twice_the_cpu()
     // The candidate: the same run, with twice the CPU.
     let slow = tmp.path().join("slow");
     std::fs::create_dir(&slow).unwrap();
-    let mut summary: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(tmp.path().join("run-small/summary.json")).unwrap(),
-    )
-    .unwrap();
+    let mut summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("run-small/summary.json")).unwrap())
+            .unwrap();
     for rep in summary["repetitions"].as_array_mut().unwrap() {
         for metric in ["cpu_s", "cpu_user_s"] {
             let v = rep["metrics"][metric].as_f64().unwrap();
@@ -193,7 +233,12 @@ fn compare_in_every_format_passes_a_run_against_itself_and_fails_twice_the_cpu()
         }
     }
     std::fs::write(slow.join("summary.json"), summary.to_string()).unwrap();
-    for (format, ext) in [("text", "txt"), ("md", "md"), ("json", "json"), ("bmf", "bmf.json")] {
+    for (format, ext) in [
+        ("text", "txt"),
+        ("md", "md"),
+        ("json", "json"),
+        ("bmf", "bmf.json"),
+    ] {
         let same = compare(tmp.path(), "run-small", "run-small", format);
         assert_eq!(code(&same), 0, "{format}: {}", stderr(&same));
         golden(&format!("compare/same.{ext}"), &same.stdout);
@@ -203,7 +248,11 @@ fn compare_in_every_format_passes_a_run_against_itself_and_fails_twice_the_cpu()
     }
     let missing = compare(tmp.path(), "run-small", "nope", "text");
     assert_eq!(code(&missing), 2, "{}", stderr(&missing));
-    assert!(stderr(&missing).contains("candidate: nope does not exist"), "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).contains("candidate: nope does not exist"),
+        "{}",
+        stderr(&missing)
+    );
 }
 
 /// As an ordinary user (when the tests run as root, the same commands run again as `nobody`
@@ -226,8 +275,11 @@ fn report_and_export_write_files_of_the_user_who_runs_them() {
         .arg(tmp.path())
         .status()
         .unwrap();
-    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     // The binary may sit where nobody cannot enter: run a copy from the temporary directory.
     let bin = tmp.path().join("montrace");
     std::fs::copy(env!("CARGO_BIN_EXE_montrace"), &bin).unwrap();

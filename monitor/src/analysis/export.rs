@@ -282,7 +282,7 @@ pub fn perfetto_trace(data: &RunData) -> Value {
         "displayTimeUnit": "ms",
         "otherData": {
             "producer": format!("montrace {}", env!("CARGO_PKG_VERSION")),
-            "command": info.and_then(|i| i.get("command")).cloned().unwrap_or(Value::Null),
+            "command": info.map_or(Value::Null, |i| Value::from(i.command.clone())),
             "time_zero": crate::units::rfc3339(t0),
         },
     })

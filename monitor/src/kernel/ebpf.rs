@@ -12,7 +12,7 @@ use monitor_common::{stat, Offsets};
 use serde::Serialize;
 
 /// How montrace's programs are attached to the scheduler's process tracepoints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TrackingMode {
     /// BTF-enabled tracepoints (`tp_btf`): typed arguments, no tracefs needed.
@@ -33,7 +33,8 @@ pub enum TracepointChoice {
 }
 
 /// Kernel-side counters of what could not be delivered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LostEvents {
     /// Events dropped because the ring buffer was full.
     pub ringbuf_full: u64,

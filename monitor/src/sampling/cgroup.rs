@@ -59,7 +59,7 @@ const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
 /// reaped; retry this many times, 10 ms apart, before reporting it busy.
 const BUSY_RETRIES: u32 = 20;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CgroupVersion {
     V1,
@@ -69,7 +69,8 @@ pub enum CgroupVersion {
 /// The kernel's totals for the run's cgroup. None: the kernel does not provide that figure here
 /// (e.g. `memory.peak` before Linux 5.19, v1 `pids` without `pids.peak`, no io/blkio controller).
 /// Memory figures include the page cache charged to the cgroup.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CgroupTotals {
     pub cpu_usage_ns: Option<u64>,
     pub cpu_user_ns: Option<u64>,

@@ -1,5 +1,5 @@
 //! run.json and the end-of-run summary: pure functions over the run's records.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ebpf::{LostEvents, TrackingMode};
 use crate::model::ProcessRecord;
@@ -9,7 +9,8 @@ use crate::units::{format_bytes, format_seconds_ns, rfc3339};
 pub const RUN_JSON_VERSION: u32 = crate::schema::SCHEMA_VERSION;
 
 /// Totals over the whole tree, from the kernel's exit figures.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TreeTotals {
     pub cpu_user_ns: u64,
     pub cpu_system_ns: u64,
@@ -50,7 +51,8 @@ pub fn tree_totals(processes: &[ProcessRecord]) -> TreeTotals {
 }
 
 /// Peaks of the whole tree's memory over time: the largest per-sweep sum over live processes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TreeMemoryPeaks {
     pub rss_bytes: Option<u64>,
     pub uss_bytes: Option<u64>,
@@ -77,7 +79,8 @@ impl TreeMemoryPeaks {
 
 /// The run's own cgroup: the kernel's totals for the whole tree, and how much of them the
 /// per-process figures account for.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CgroupReport {
     /// "v1" or "v2"; None when no cgroup could be made.
     pub version: Option<crate::cgroup::CgroupVersion>,
@@ -91,7 +94,9 @@ pub struct CgroupReport {
 }
 
 /// Everything run.json says about a run.
-#[derive(Clone, Debug, Serialize)]
+/// Written by `run` and `attach`, read back by `report` and `export` (fields an older montrace
+/// did not write read as their defaults).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunInfo {
     pub schema_version: u32,
     pub montrace_version: String,
@@ -122,12 +127,17 @@ pub struct RunInfo {
     pub max_concurrent: usize,
     pub totals: TreeTotals,
     /// Largest sums of the tree's memory over its samples.
+    #[serde(default)]
     pub tree_memory_peaks: TreeMemoryPeaks,
     /// Samples of live processes taken, and the interval, ms.
+    #[serde(default)]
     pub samples: u64,
+    #[serde(default)]
     pub sample_interval_ms: f64,
+    #[serde(default)]
     pub cgroup: CgroupReport,
     /// GPUs: monitored (devices, the tree's peak GPU memory, utilization, energy), or why not.
+    #[serde(default = "crate::gpu::GpuSummary::not_recorded")]
     pub gpu: crate::gpu::GpuSummary,
     /// Time from montrace's start to the command's exec, ms.
     pub startup_ms: Option<f64>,
@@ -136,14 +146,17 @@ pub struct RunInfo {
     pub uid: u32,
     pub gid: u32,
     /// Set when --linger ended the wait with descendants still running.
+    #[serde(default)]
     pub linger_expired: bool,
     /// Signals montrace forwarded to the tree.
+    #[serde(default)]
     pub signals_forwarded: Vec<i32>,
     /// The `--limit` that stopped the run, if one did.
     pub limit_breach: Option<crate::metrics::LimitBreach>,
     pub out_dir: String,
     /// Marks the command sent over the budget (a rate and a total per run; docs/marks.md),
     /// counted and not recorded.
+    #[serde(default)]
     pub marks_dropped: u64,
     /// Why recording stopped before the run ended (a full disk, a write error, an internal
     /// error): the tables hold what was written until then. None when the record is whole.

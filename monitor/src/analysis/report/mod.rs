@@ -7,8 +7,9 @@
 //! and `report.md`. Only [`report_main`] and [`write_report`] touch the file system for output.
 //! docs/report.md describes the report for its readers.
 
+/// The run reader lives with the run directory's other code (`store::read`).
+pub use crate::store::read as load;
 pub mod downsample;
-pub mod load;
 pub mod model;
 pub mod plots;
 pub mod render;
@@ -54,7 +55,14 @@ pub fn prepare(run_dir: &Path, group_by: &str) -> anyhow::Result<Report> {
 }
 
 /// [`prepare`] for data already loaded.
-pub fn prepare_data(data: load::RunData, by: model::GroupBy) -> Report {
+pub fn prepare_data(mut data: load::RunData, by: model::GroupBy) -> Report {
+    if data.marks.len() > MAX_DRAWN_MARKS {
+        data.notes.push(format!(
+            "{} phase marks: {MAX_DRAWN_MARKS} of them, spread over the run, are drawn; every one \
+             is in marks.parquet",
+            data.marks.len()
+        ));
+    }
     let model = model::build(&data, &by);
     let plots = plots::all(&data, &model).unwrap_or_else(|e| {
         // plotters only fails on a broken backend; a report without plots is still a report.

@@ -4,9 +4,9 @@
 
 use minijinja::{Environment, Value};
 use serde::Serialize;
-use serde_json::Value as Json;
 
 use crate::units::md_code;
+use crate::{ebpf::TrackingMode, summary::RunInfo};
 
 use super::load::RunData;
 use super::model::{exit_text, signal_name, Model};
@@ -296,22 +296,6 @@ fn process_rows(data: &RunData, model: &Model, top: &[super::model::TopProcess])
         .collect()
 }
 
-fn get<'a>(info: Option<&'a Json>, path: &[&str]) -> Option<&'a Json> {
-    let mut v = info?;
-    for key in path {
-        v = v.get(key)?;
-    }
-    (!v.is_null()).then_some(v)
-}
-
-fn get_f64(info: Option<&Json>, path: &[&str]) -> Option<f64> {
-    get(info, path)?.as_f64()
-}
-
-fn get_str<'a>(info: Option<&'a Json>, path: &[&str]) -> Option<&'a str> {
-    get(info, path)?.as_str()
-}
-
 /// `2024-05-01T12:00:00.123456Z` -> `2024-05-01 12:00:00 UTC`.
 fn readable_time(rfc3339: &str) -> String {
     match (rfc3339.get(..10), rfc3339.get(11..19)) {
@@ -322,8 +306,9 @@ fn readable_time(rfc3339: &str) -> String {
 
 /// The command line the report is about: run.json's, else the first process's.
 pub fn command(data: &RunData) -> String {
-    get_str(data.info.as_ref(), &["command"])
-        .map(str::to_string)
+    data.info
+        .as_ref()
+        .map(|info| info.command.clone())
         .or_else(|| {
             data.processes
                 .iter()
@@ -333,12 +318,11 @@ pub fn command(data: &RunData) -> String {
         .unwrap_or_default()
 }
 
-/// The header: what was run, where, how it ended and how complete the record is. Fields
-/// missing from run.json are left out (or say "unknown").
+/// The header: what was run, where, how it ended and how complete the record is. Without
+/// run.json (a run that did not end cleanly) it says what the tables alone tell.
 pub fn header(report: &Report) -> Vec<Item> {
     let data = &report.data;
     let model = &report.model;
-    let info = data.info.as_ref();
     let mut items = Vec::new();
     let mut put = |label: &str, value: String| {
         items.push(Item {
@@ -346,109 +330,36 @@ pub fn header(report: &Report) -> Vec<Item> {
             value,
         })
     };
-    if let Some(host) = get_str(info, &["host"]) {
-        let value = match get_str(info, &["kernel"]) {
-            Some(kernel) => format!("{host} (Linux {kernel})"),
-            None => host.to_string(),
-        };
-        put("Host", value);
-    }
-    if let Some(start) = get_str(info, &["start_time"]) {
-        put("Start", readable_time(start));
-    }
-    let duration = match (
-        get_f64(info, &["command_wall_s"]),
-        get_f64(info, &["duration_s"]),
-    ) {
-        (Some(wall), Some(all)) => {
-            format!("{} (montrace in all: {})", fmt_secs(wall), fmt_secs(all))
-        }
-        (Some(s), None) | (None, Some(s)) => fmt_secs(s),
-        (None, None) => format!("{} of data", fmt_secs(model.secs(model.t1_ns))),
-    };
-    put("Duration", duration);
-    let mut exit = match (
-        get(info, &["exit_code"]).and_then(Json::as_i64),
-        get(info, &["exit_signal"]).and_then(Json::as_i64),
-    ) {
-        (Some(code), _) => format!("exited with {code}"),
-        (None, Some(sig)) => match signal_name(sig as i32) {
-            Some(name) => format!("killed by {name} ({sig})"),
-            None => format!("killed by signal {sig}"),
-        },
-        _ => "unknown (no run.json)".into(),
-    };
-    if let Some(breach) = get(info, &["limit_breach"]) {
-        let limit = breach.get("limit").and_then(Json::as_str).unwrap_or("?");
-        let at = breach.get("elapsed_s").and_then(Json::as_f64);
-        exit.push_str(&format!(
-            "; stopped by --limit {limit}{}",
-            at.map_or(String::new(), |s| format!(" after {}", fmt_secs(s)))
-        ));
-        if let Some(status) = get(info, &["exit_status"]).and_then(Json::as_i64) {
-            exit.push_str(&format!(" (montrace exit status {status})"));
-        }
-    }
-    put("Exit status", exit);
-    if let Some(mode) = get_str(info, &["tracking_mode"]) {
-        let what = match mode {
-            "tp_btf" => " (BTF tracepoints)",
-            "tracepoint" => " (classic tracepoints)",
-            _ => "",
-        };
-        put("Tracking", format!("{mode}{what}"));
-    }
-    if let Some(lost) = get(info, &["lost_events"]) {
-        let n = |k: &str| lost.get(k).and_then(Json::as_u64).unwrap_or(0);
-        let (ring, map, reads) = (n("ringbuf_full"), n("track_map_full"), n("read_errors"));
-        let vanished = get(info, &["vanished_processes"])
-            .and_then(Json::as_u64)
-            .unwrap_or(0);
-        let mut parts = Vec::new();
-        if ring + map > 0 {
-            parts.push(format!(
-                "{} events lost (ring buffer full {ring}, tracking map full {map})",
-                ring + map
-            ));
-        }
-        if reads > 0 {
-            parts.push(format!("{reads} kernel reads failed"));
-        }
-        if vanished > 0 {
-            parts.push(format!("{vanished} exits never seen"));
-        }
-        put(
-            "Lost events",
-            if parts.is_empty() {
-                "none".into()
-            } else {
-                parts.join("; ")
-            },
-        );
-    }
-    if info.is_some() {
-        let coverage = match (
-            get_f64(info, &["cgroup", "cpu_coverage"]),
-            get_str(info, &["cgroup", "error"]),
-        ) {
-            (Some(c), _) => format!(
-                "{} of the run cgroup's CPU time is in the per-process figures",
-                fmt_percent(c * 100.0)
+    let info = data.info.as_ref();
+    if let Some(info) = info {
+        put("Host", format!("{} (Linux {})", info.host, info.kernel));
+        put("Start", readable_time(&info.start_time));
+        let duration = match info.command_wall_s {
+            Some(wall) => format!(
+                "{} (montrace in all: {})",
+                fmt_secs(wall),
+                fmt_secs(info.duration_s)
             ),
-            (None, Some(err)) => format!("unknown: {err}"),
-            (None, None) => "unknown (no cgroup)".into(),
+            None => fmt_secs(info.duration_s),
         };
-        put("Coverage", coverage);
+        put("Duration", duration);
+        put("Exit status", exit_status(info));
+        put("Tracking", tracking(info.tracking_mode));
+        put("Lost events", lost_events(info));
+        put("Coverage", coverage(&info.cgroup));
+        put(
+            "Processes",
+            format!(
+                "{} started, at most {} at once",
+                info.processes_started, info.max_concurrent
+            ),
+        );
+    } else {
+        let secs = model.secs(model.t1_ns);
+        put("Duration", format!("{} of data", fmt_secs(secs)));
+        put("Exit status", "unknown (no run.json)".into());
+        put("Processes", format!("{} seen", data.processes.len()));
     }
-    let processes = match (
-        get(info, &["processes_started"]).and_then(Json::as_u64),
-        get(info, &["max_concurrent"]).and_then(Json::as_u64),
-    ) {
-        (Some(n), Some(max)) => format!("{n} started, at most {max} at once"),
-        (Some(n), None) => format!("{n} started"),
-        _ => format!("{} seen", data.processes.len()),
-    };
-    put("Processes", processes);
     let (user, system) = model.procs.iter().fold((0u64, 0u64), |(u, s), p| {
         (u + p.cpu_user_ns, s + p.cpu_system_ns)
     });
@@ -461,30 +372,88 @@ pub fn header(report: &Report) -> Vec<Item> {
             fmt_secs(system as f64 / 1e9)
         ),
     );
-    let peaks = ["uss_bytes", "rss_bytes", "pss_bytes"]
-        .map(|k| get(info, &["tree_memory_peaks", k]).and_then(Json::as_u64));
-    if peaks.iter().any(Option::is_some) {
-        let show = |v: Option<u64>| v.map_or("n/a".into(), format_bytes);
-        put(
-            "Tree memory peak",
-            format!(
-                "USS {}, RSS {}, PSS {}",
-                show(peaks[0]),
-                show(peaks[1]),
-                show(peaks[2])
-            ),
-        );
+    if let Some(peaks) = info.map(|i| i.tree_memory_peaks) {
+        let p = [peaks.uss_bytes, peaks.rss_bytes, peaks.pss_bytes];
+        if p.iter().any(Option::is_some) {
+            let show = |v: Option<u64>| v.map_or("n/a".into(), format_bytes);
+            put(
+                "Tree memory peak",
+                format!("USS {}, RSS {}, PSS {}", show(p[0]), show(p[1]), show(p[2])),
+            );
+        }
     }
     let sweeps = report.model.sweeps.len();
-    let interval = get_f64(info, &["sample_interval_ms"]);
     put(
         "Samples",
-        match interval {
+        match info.map(|i| i.sample_interval_ms).filter(|&ms| ms > 0.0) {
             Some(ms) => format!("{sweeps} sweeps every {ms} ms"),
             None => format!("{sweeps} sweeps"),
         },
     );
     items
+}
+
+/// How the command ended, and the limit that stopped it.
+fn exit_status(info: &RunInfo) -> String {
+    let mut exit = match (info.exit_code, info.exit_signal) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(sig)) => match signal_name(sig) {
+            Some(name) => format!("killed by {name} ({sig})"),
+            None => format!("killed by signal {sig}"),
+        },
+        (None, None) => "unknown".into(),
+    };
+    if let Some(breach) = &info.limit_breach {
+        exit.push_str(&format!(
+            "; stopped by --limit {} after {} (montrace exit status {})",
+            breach.limit,
+            fmt_secs(breach.elapsed_s),
+            info.exit_status
+        ));
+    }
+    exit
+}
+
+fn tracking(mode: TrackingMode) -> String {
+    match mode {
+        TrackingMode::TpBtf => "tp_btf (BTF tracepoints)".into(),
+        TrackingMode::Tracepoint => "tracepoint (classic tracepoints)".into(),
+        TrackingMode::Polling => "polling".into(),
+    }
+}
+
+fn lost_events(info: &RunInfo) -> String {
+    let lost = &info.lost_events;
+    let (ring, map, reads) = (lost.ringbuf_full, lost.track_map_full, lost.read_errors);
+    let mut parts = Vec::new();
+    if ring + map > 0 {
+        parts.push(format!(
+            "{} events lost (ring buffer full {ring}, tracking map full {map})",
+            ring + map
+        ));
+    }
+    if reads > 0 {
+        parts.push(format!("{reads} kernel reads failed"));
+    }
+    if info.vanished_processes > 0 {
+        parts.push(format!("{} exits never seen", info.vanished_processes));
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn coverage(cgroup: &crate::summary::CgroupReport) -> String {
+    match (cgroup.cpu_coverage, &cgroup.error) {
+        (Some(c), _) => format!(
+            "{} of the run cgroup's CPU time is in the per-process figures",
+            fmt_percent(c * 100.0)
+        ),
+        (None, Some(err)) => format!("unknown: {err}"),
+        (None, None) => "unknown (no cgroup)".into(),
+    }
 }
 
 fn timeline_caption(report: &Report) -> String {

@@ -332,31 +332,52 @@ pub fn synthetic_run(
     marks.finish()?;
 
     let cpu: u64 = specs.iter().map(|s| s.cpu_ns_at(s.end)).sum();
-    let info = serde_json::json!({
-        "schema_version": crate::schema::SCHEMA_VERSION,
-        "montrace_version": env!("CARGO_PKG_VERSION"),
-        "command": "make -j8",
-        "argv": ["make", "-j8"],
-        "executable": "/usr/bin/make",
-        "start_time": crate::units::rfc3339(T0),
-        "end_time": crate::units::rfc3339(end),
-        "duration_s": duration_ns as f64 / 1e9,
-        "command_wall_s": duration_ns as f64 / 1e9,
-        "host": "synthetic",
-        "kernel": "6.1.0",
-        "tracking_mode": "tp_btf",
-        "exit_code": 0,
-        "exit_signal": null,
-        "exit_status": 0,
-        "lost_events": {"ringbuf_full": 0, "track_map_full": 0, "read_errors": 0},
-        "vanished_processes": 0,
-        "processes_started": specs.len(),
-        "max_concurrent": 1 + 2 * SLOTS,
-        "totals": {"cpu_user_ns": cpu * 9 / 10, "cpu_system_ns": cpu - cpu * 9 / 10},
-        "sample_interval_ms": interval_ns as f64 / 1e6,
-        "cgroup": {"cpu_coverage": 1.0, "error": null},
-        "synthetic": true,
-    });
+    // Written through the same type `montrace run` writes and `report` reads.
+    let totals = crate::summary::TreeTotals {
+        cpu_user_ns: cpu * 9 / 10,
+        cpu_system_ns: cpu - cpu * 9 / 10,
+        ..Default::default()
+    };
+    let info = crate::summary::RunInfo {
+        schema_version: crate::summary::RUN_JSON_VERSION,
+        montrace_version: env!("CARGO_PKG_VERSION").into(),
+        command: "make -j8".into(),
+        argv: vec!["make".into(), "-j8".into()],
+        executable: "/usr/bin/make".into(),
+        start_time: crate::units::rfc3339(T0),
+        end_time: crate::units::rfc3339(end),
+        duration_s: duration_ns as f64 / 1e9,
+        command_wall_s: Some(duration_ns as f64 / 1e9),
+        host: "synthetic".into(),
+        kernel: "6.1.0".into(),
+        tracking_mode: crate::ebpf::TrackingMode::TpBtf,
+        exit_code: Some(0),
+        exit_signal: None,
+        exit_status: 0,
+        lost_events: Default::default(),
+        vanished_processes: 0,
+        processes_started: specs.len(),
+        max_concurrent: 1 + 2 * SLOTS,
+        totals,
+        tree_memory_peaks: Default::default(),
+        samples: 0,
+        sample_interval_ms: interval_ns as f64 / 1e6,
+        cgroup: crate::summary::CgroupReport {
+            cpu_coverage: Some(1.0),
+            ..Default::default()
+        },
+        gpu: crate::gpu::GpuSummary::not_recorded(),
+        startup_ms: None,
+        ebpf_load_ms: None,
+        uid: 0,
+        gid: 0,
+        linger_expired: false,
+        signals_forwarded: Vec::new(),
+        limit_breach: None,
+        out_dir: dir.display().to_string(),
+        marks_dropped: 0,
+        recording_error: None,
+    };
     let run_json = dir.join("run.json");
     std::fs::write(&run_json, serde_json::to_string_pretty(&info)? + "\n")
         .with_context(|| format!("cannot write {}", run_json.display()))?;

@@ -2,7 +2,7 @@
 use super::*;
 
 /// `gpu.status` in run.json.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuState {
     Monitored,
@@ -11,7 +11,7 @@ pub enum GpuState {
 }
 
 /// `gpu` in run.json.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct GpuSummary {
     pub status: GpuState,
     /// Why no GPU was monitored (`unavailable`).
@@ -28,7 +28,7 @@ pub struct GpuSummary {
 }
 
 /// One GPU in run.json, over the run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct GpuDeviceSummary {
     pub index: u32,
     pub uuid: Option<String>,
@@ -47,6 +47,11 @@ pub struct GpuDeviceSummary {
 }
 
 impl GpuSummary {
+    /// What run.json of a montrace from before GPU monitoring says: GPUs were not watched.
+    pub fn not_recorded() -> GpuSummary {
+        GpuSummary::not_monitored(GpuState::Off, None)
+    }
+
     pub(super) fn not_monitored(status: GpuState, reason: Option<String>) -> GpuSummary {
         GpuSummary {
             status,

@@ -336,7 +336,8 @@ pub struct GpuProcessRow {
 #[derive(Clone, Debug, Default)]
 pub struct RunData {
     /// run.json, when the run ended cleanly.
-    pub info: Option<serde_json::Value>,
+    /// run.json, read typed (None when it is missing or unreadable: a note says which).
+    pub info: Option<crate::summary::RunInfo>,
     pub processes: Vec<Process>,
     pub samples: Vec<Sample>,
     pub system: Vec<SystemRow>,
@@ -421,14 +422,6 @@ pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     data.samples = read_samples(dir, &mut data.processes, &mut index)?;
     data.system = read_system(dir)?;
     data.marks = read_marks(dir)?;
-    if data.marks.len() > super::MAX_DRAWN_MARKS {
-        data.notes.push(format!(
-            "{} phase marks: {} of them, spread over the run, are drawn; every one is in \
-             marks.parquet",
-            data.marks.len(),
-            super::MAX_DRAWN_MARKS
-        ));
-    }
     data.gpu = read_gpu(dir)?;
     data.gpu_processes = read_gpu_processes(dir, &mut data.processes, &mut index)?;
     Ok(data)
@@ -692,4 +685,85 @@ fn read_gpu_processes(
             })
             .collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{ArrayRef, RecordBatch, TimestampNanosecondArray, UInt32Array};
+    use arrow_schema::{DataType, Field, Schema, TimeUnit};
+    use std::sync::Arc;
+
+    fn fixture() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/run-small")
+    }
+
+    /// The fixture was written by an earlier montrace (before GPU monitoring, recording errors
+    /// and the marks budget): its run.json reads typed, the fields it lacks as their defaults.
+    #[test]
+    fn a_run_of_the_previous_version_reads_typed() {
+        let data = load(&fixture()).unwrap();
+        assert!(data.notes.is_empty(), "{:?}", data.notes);
+        let info = data.info.expect("run.json read");
+        assert_eq!(info.processes_started, 22);
+        assert_eq!(info.gpu, crate::gpu::GpuSummary::not_recorded());
+        assert_eq!((info.marks_dropped, info.recording_error), (0, None));
+        assert_eq!(data.processes.len(), 22);
+    }
+
+    /// A run killed mid-way: no run.json, tables only as parts. Everything flushed reads back.
+    #[test]
+    fn a_killed_run_reads_from_its_parts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        for entry in std::fs::read_dir(fixture()).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(table) = name.strip_suffix(".parquet") else {
+                continue; // run.json and summary.json are written at a clean end only
+            };
+            let parts = dir.join(format!("{table}.parts"));
+            std::fs::create_dir(&parts).unwrap();
+            std::fs::copy(entry.path(), parts.join(format!("{table}-000000.parquet"))).unwrap();
+        }
+        check_run_dir(dir).unwrap();
+        let data = load(dir).unwrap();
+        assert!(data.info.is_none());
+        assert!(
+            data.notes.iter().any(|n| n.contains("run.json is missing")),
+            "{:?}",
+            data.notes
+        );
+        assert!(data.notes.iter().any(|n| n.contains("processes.parts/")));
+        assert_eq!(data.processes.len(), 22, "every flushed process");
+        assert_eq!(data.samples.len(), load(&fixture()).unwrap().samples.len());
+    }
+
+    /// A processes table with only the columns every version had: the optional ones read as
+    /// missing, not as an error.
+    #[test]
+    fn a_table_without_optional_columns_reads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("pid", DataType::UInt32, false),
+            Field::new(
+                "start_time",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+                false,
+            ),
+        ]));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from(vec![10, 11])),
+            Arc::new(
+                TimestampNanosecondArray::from(vec![1_000_000_000, 2_000_000_000])
+                    .with_timezone("UTC"),
+            ),
+        ];
+        let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        crate::writer::write_table(&tmp.path().join("processes.parquet"), schema, &batch).unwrap();
+        let data = load(tmp.path()).unwrap();
+        assert_eq!(data.processes.len(), 2);
+        assert_eq!(data.processes[0].pid, 10);
+        assert!(data.processes.iter().all(|p| p.end_ns.is_none()));
+    }
 }

@@ -157,6 +157,20 @@ impl Inputs {
 }
 
 impl Inputs {
+    /// Marks the command sent over the budget, said once.
+    fn marks_dropped(&self) -> u64 {
+        let dropped = self.marks.as_ref().map_or(0, |m| m.get_ref().dropped());
+        if dropped > 0 {
+            crate::say!(
+                "montrace: warning: the command sent more marks than are kept ({} a second, {} \
+                 in all): {dropped} were dropped (marks_dropped in run.json)",
+                crate::marks::MARK_RATE,
+                crate::marks::MAX_MARKS,
+            );
+        }
+        dropped
+    }
+
     /// After the loop: the last events (polling may reap the command here: its status is
     /// returned) and the marks sent just before the tree ended; a word on datagrams that were not
     /// marks.
@@ -321,16 +335,7 @@ pub async fn follow(
     if let Some(status) = inputs.wind_down(recorder, root_pid) {
         outcome.wait_status = status;
     }
-    outcome.marks_dropped = inputs.marks.as_ref().map_or(0, |m| m.get_ref().dropped());
-    if outcome.marks_dropped > 0 {
-        crate::say!(
-            "montrace: warning: the command sent more marks than are kept ({} a second, {} in \
-             all): {} were dropped (marks_dropped in run.json)",
-            crate::marks::MARK_RATE,
-            crate::marks::MAX_MARKS,
-            outcome.marks_dropped
-        );
-    }
+    outcome.marks_dropped = inputs.marks_dropped();
     Ok(outcome)
 }
 

@@ -212,42 +212,7 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
         })
         .collect();
 
-    // Per-process figures from the samples.
-    let mut procs = vec![ProcStats::default(); data.processes.len()];
-    let mut last_counters: Vec<Option<(i64, u64, u64)>> = vec![None; data.processes.len()];
-    for s in &data.samples {
-        let ps = &mut procs[s.process];
-        if let Some(rss) = s.rss_bytes {
-            ps.peak_rss = Some(ps.peak_rss.map_or(rss, |p| p.max(rss)));
-        }
-        if let Some(uss) = s.uss_bytes {
-            ps.peak_uss = Some(ps.peak_uss.map_or(uss, |p| p.max(uss)));
-        }
-        ps.last_seen_ns = Some(ps.last_seen_ns.map_or(s.time_ns, |t| t.max(s.time_ns)));
-        let last = &mut last_counters[s.process];
-        if last.is_none_or(|(t, _, _)| s.time_ns >= t) {
-            *last = Some((s.time_ns, s.cpu_user_ns, s.cpu_system_ns));
-        }
-    }
-    for (i, p) in data.processes.iter().enumerate() {
-        let ps = &mut procs[i];
-        match (p.cpu_user_ns, p.cpu_system_ns) {
-            (Some(u), Some(s)) => {
-                ps.cpu_user_ns = u;
-                ps.cpu_system_ns = s;
-            }
-            _ => {
-                if let Some((_, u, s)) = last_counters[i] {
-                    ps.cpu_user_ns = u;
-                    ps.cpu_system_ns = s;
-                }
-                ps.cpu_from_samples = true;
-            }
-        }
-        if let Some(peak) = p.peak_rss_bytes {
-            ps.peak_rss = Some(ps.peak_rss.map_or(peak, |x| x.max(peak)));
-        }
-    }
+    let procs = process_stats(data);
 
     // Sweeps, and the sums of each group at each sweep.
     let mut sweeps: Vec<i64> = data
@@ -304,6 +269,42 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
     for ((g, sweep), sum) in sums {
         group_sweeps[g].push((sweep, sum));
     }
+    add_peaks(
+        &mut group_sweeps,
+        &mut stats,
+        &uss_total,
+        !gpu_samples.is_empty(),
+    );
+
+    add_lifetimes(data, &procs, &first_group, &mut stats, t1_ns);
+
+    let rank = rank_groups(&stats);
+    let mut taken_stats: Vec<Option<GroupStats>> = stats.into_iter().map(Some).collect();
+    let mut taken_sweeps: Vec<Option<Vec<(usize, SweepSum)>>> =
+        group_sweeps.into_iter().map(Some).collect();
+    let mut order: Vec<usize> = (0..rank.len()).collect();
+    order.sort_by_key(|&g| rank[g]);
+    for &g in &order {
+        model
+            .groups
+            .push(taken_stats[g].take().expect("each group once"));
+        model
+            .group_sweeps
+            .push(taken_sweeps[g].take().expect("each group once"));
+    }
+    model.group_of = first_group.iter().map(|&g| rank[g]).collect();
+    model.procs = procs;
+    model.sweeps = sweeps;
+    model
+}
+
+/// Each group's peaks over its sweeps (sorted here by sweep), and its average USS.
+fn add_peaks(
+    group_sweeps: &mut [Vec<(usize, SweepSum)>],
+    stats: &mut [GroupStats],
+    uss_total: &[(f64, usize)],
+    any_gpu: bool,
+) {
     for (g, list) in group_sweeps.iter_mut().enumerate() {
         list.sort_unstable_by_key(|(sweep, _)| *sweep);
         let st = &mut stats[g];
@@ -324,15 +325,64 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
                 );
             }
         }
-        if !gpu_samples.is_empty() {
+        if any_gpu {
             st.agg_peak_gpu_memory.get_or_insert(0);
         }
         if uss_total[g].1 > 0 {
             st.avg_uss = Some(uss_total[g].0 / uss_total[g].1 as f64);
         }
     }
+}
 
-    // Exit figures and lifetimes.
+/// Per-process figures: peaks from the samples, CPU from the exit figures (or, for a process
+/// without them, its last sample).
+fn process_stats(data: &RunData) -> Vec<ProcStats> {
+    let mut procs = vec![ProcStats::default(); data.processes.len()];
+    let mut last_counters: Vec<Option<(i64, u64, u64)>> = vec![None; data.processes.len()];
+    for s in &data.samples {
+        let ps = &mut procs[s.process];
+        if let Some(rss) = s.rss_bytes {
+            ps.peak_rss = Some(ps.peak_rss.map_or(rss, |p| p.max(rss)));
+        }
+        if let Some(uss) = s.uss_bytes {
+            ps.peak_uss = Some(ps.peak_uss.map_or(uss, |p| p.max(uss)));
+        }
+        ps.last_seen_ns = Some(ps.last_seen_ns.map_or(s.time_ns, |t| t.max(s.time_ns)));
+        let last = &mut last_counters[s.process];
+        if last.is_none_or(|(t, _, _)| s.time_ns >= t) {
+            *last = Some((s.time_ns, s.cpu_user_ns, s.cpu_system_ns));
+        }
+    }
+    for (i, p) in data.processes.iter().enumerate() {
+        let ps = &mut procs[i];
+        match (p.cpu_user_ns, p.cpu_system_ns) {
+            (Some(u), Some(s)) => {
+                ps.cpu_user_ns = u;
+                ps.cpu_system_ns = s;
+            }
+            _ => {
+                if let Some((_, u, s)) = last_counters[i] {
+                    ps.cpu_user_ns = u;
+                    ps.cpu_system_ns = s;
+                }
+                ps.cpu_from_samples = true;
+            }
+        }
+        if let Some(peak) = p.peak_rss_bytes {
+            ps.peak_rss = Some(ps.peak_rss.map_or(peak, |x| x.max(peak)));
+        }
+    }
+    procs
+}
+
+/// Each group's instances, CPU from its processes' figures, lifetime and average CPU share.
+fn add_lifetimes(
+    data: &RunData,
+    procs: &[ProcStats],
+    first_group: &[usize],
+    stats: &mut [GroupStats],
+    t1_ns: i64,
+) {
     for (i, p) in data.processes.iter().enumerate() {
         let st = &mut stats[first_group[i]];
         st.instances += 1;
@@ -344,14 +394,17 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
             .last_end_ns
             .max(p.end_ns.unwrap_or(t1_ns).max(p.start_ns));
     }
-    for st in &mut stats {
+    for st in stats.iter_mut() {
         let duration = st.duration_ns();
         if duration > 0 {
             st.avg_cpu_percent = Some(st.cpu_ns() as f64 / duration as f64 * 100.0);
         }
     }
+}
 
-    // Largest first; the order is the colour.
+/// Each group's rank, largest first (CPU, then peak USS, then peak RSS, then name): the order
+/// is the colour.
+fn rank_groups(stats: &[GroupStats]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..stats.len()).collect();
     order.sort_by(|&a, &b| {
         let (a, b) = (&stats[a], &stats[b]);
@@ -365,21 +418,7 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
     for (r, &g) in order.iter().enumerate() {
         rank[g] = r;
     }
-    let mut taken_stats: Vec<Option<GroupStats>> = stats.into_iter().map(Some).collect();
-    let mut taken_sweeps: Vec<Option<Vec<(usize, SweepSum)>>> =
-        group_sweeps.into_iter().map(Some).collect();
-    for &g in &order {
-        model
-            .groups
-            .push(taken_stats[g].take().expect("each group once"));
-        model
-            .group_sweeps
-            .push(taken_sweeps[g].take().expect("each group once"));
-    }
-    model.group_of = first_group.iter().map(|&g| rank[g]).collect();
-    model.procs = procs;
-    model.sweeps = sweeps;
-    model
+    rank
 }
 
 /// One process in a top list.
@@ -674,332 +713,4 @@ pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::report::load::{GpuProcessRow, Sample};
-
-    const S: i64 = 1_000_000_000;
-
-    fn proc(pid: u32, filename: Option<&str>, comm: &str, argv: &[&str]) -> Process {
-        Process {
-            pid,
-            start_ns: i64::from(pid) * S,
-            filename: filename.map(str::to_string),
-            argv: (!argv.is_empty()).then(|| argv.iter().map(|s| s.to_string()).collect()),
-            comm: comm.into(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn groups_by_executable_falling_back_to_comm() {
-        let by = GroupBy::parse("exe").unwrap();
-        let gcc = proc(1, Some("/usr/bin/gcc-12"), "gcc", &["gcc", "-c", "a.c"]);
-        assert_eq!(by.group_of(&gcc), "gcc-12");
-        assert_eq!(by.group_of(&proc(2, None, "kworker", &[])), "kworker");
-        assert_eq!(by.group_of(&proc(3, Some("./run"), "run", &[])), "run");
-        assert_eq!(by.group_of(&proc(4, None, "", &[])), "pid 4");
-    }
-
-    #[test]
-    fn groups_by_comm() {
-        let by = GroupBy::parse("comm").unwrap();
-        assert_eq!(
-            by.group_of(&proc(1, Some("/usr/bin/python3.11"), "worker-3", &[])),
-            "worker-3"
-        );
-    }
-
-    #[test]
-    fn groups_by_pattern_with_and_without_a_capture_group() {
-        let python = proc(
-            1,
-            Some("/usr/bin/python3"),
-            "python3",
-            &["python3", "train.py", "--stage", "eval"],
-        );
-        let sh = proc(2, Some("/bin/sh"), "sh", &["sh", "-c", "true"]);
-        // The capture group names the group; no match falls back to the executable.
-        let by = GroupBy::parse(r"--stage (\w+)").unwrap();
-        assert_eq!(by.group_of(&python), "eval");
-        assert_eq!(by.group_of(&sh), "sh");
-        // Without a group, the whole match.
-        let by = GroupBy::parse(r"\w+\.py").unwrap();
-        assert_eq!(by.group_of(&python), "train.py");
-        // An optional group that did not take part: the whole match.
-        let by = GroupBy::parse(r"python3( --x)?").unwrap();
-        assert_eq!(by.group_of(&python), "python3");
-        // No argv: the pattern sees the file name.
-        let by = GroupBy::parse(r"[^/]+$").unwrap();
-        assert_eq!(
-            by.group_of(&proc(3, Some("/opt/bin/tool"), "t", &[])),
-            "tool"
-        );
-        let err = GroupBy::parse("(unclosed").unwrap_err();
-        assert!(err.contains("--group-by \"(unclosed\""), "{err}");
-    }
-
-    fn sample(time_s: f64, process: usize, uss: u64, rss: u64, cpu: f64) -> Sample {
-        Sample {
-            time_ns: (time_s * 1e9) as i64,
-            process,
-            uss_bytes: Some(uss),
-            rss_bytes: Some(rss),
-            pss_bytes: Some((uss + rss) / 2),
-            cpu_percent: Some(cpu),
-            ..Default::default()
-        }
-    }
-
-    /// Two `work` processes that peak at different sweeps, and one `sh`.
-    fn two_workers() -> RunData {
-        let mut a = proc(10, Some("/bin/work"), "work", &["work", "a"]);
-        let mut b = proc(11, Some("/bin/work"), "work", &["work", "b"]);
-        let mut sh = proc(12, Some("/bin/sh"), "sh", &["sh"]);
-        a.end_ns = Some(14 * S);
-        b.end_ns = Some(15 * S);
-        sh.end_ns = Some(13 * S);
-        (a.cpu_user_ns, a.cpu_system_ns) = (Some(3 * S as u64), Some(S as u64));
-        (b.cpu_user_ns, b.cpu_system_ns) = (Some(S as u64), Some(0));
-        // sh is still running at the end: its CPU comes from its last sample.
-        sh.alive_at_end = true;
-        let samples = vec![
-            sample(12.0, 0, 100, 300, 50.0),
-            sample(12.0, 1, 10, 200, 10.0),
-            sample(12.0, 2, 5, 50, 1.0),
-            sample(13.0, 0, 20, 200, 90.0),
-            sample(13.0, 1, 60, 250, 30.0),
-            Sample {
-                time_ns: 13 * S,
-                process: 2,
-                cpu_user_ns: 7,
-                cpu_system_ns: 3,
-                rss_bytes: Some(50),
-                ..Default::default()
-            },
-            Sample {
-                time_ns: 14 * S,
-                process: 0,
-                exit: true,
-                rss_bytes: Some(0),
-                ..Default::default()
-            },
-        ];
-        RunData {
-            processes: vec![a, b, sh],
-            samples,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn aggregate_peak_is_the_largest_per_sweep_sum() {
-        let data = two_workers();
-        let model = build(&data, &GroupBy::Exe);
-        assert_eq!(model.sweeps, [12 * S, 13 * S]);
-        let work = &model.groups[0];
-        assert_eq!(work.name, "work");
-        assert_eq!(work.instances, 2);
-        assert_eq!(work.samples, 4);
-        // Per sweep: 100 + 10 = 110, then 20 + 60 = 80; the single largest is 100.
-        assert_eq!(work.agg_peak_uss, Some(110));
-        assert_eq!(work.peak_uss_instance, Some(100));
-        assert_eq!(work.agg_peak_rss, Some(500));
-        assert_eq!(work.agg_peak_pss, Some((100 + 300) / 2 + (10 + 200) / 2));
-        assert_eq!(work.peak_cpu_percent, Some(120.0));
-        assert_eq!(work.avg_uss, Some(190.0 / 4.0));
-        assert_eq!(
-            (work.cpu_user_ns, work.cpu_system_ns),
-            (4 * S as u64, S as u64)
-        );
-        // 5 CPU seconds from t=10 s to t=15 s.
-        assert_eq!(work.duration_ns(), 5 * S);
-        assert_eq!(work.avg_cpu_percent, Some(100.0));
-        let sh = &model.groups[1];
-        assert_eq!(sh.name, "sh");
-        // The sweep at 13 s has no USS for sh: the peak is the one sweep that had it.
-        assert_eq!(sh.agg_peak_uss, Some(5));
-        assert_eq!(
-            (sh.cpu_user_ns, sh.cpu_system_ns, sh.cpu_from_samples),
-            (7, 3, 1)
-        );
-        assert_eq!(model.group_of, [0, 0, 1]);
-        // The exit row (rss 0) is not a sweep, and does not lower the peak RSS.
-        assert_eq!(model.procs[0].peak_rss, Some(300));
-    }
-
-    fn gpu_row(time_s: f64, process: usize, gpu_index: u32, bytes: u64) -> GpuProcessRow {
-        GpuProcessRow {
-            time_ns: (time_s * 1e9) as i64,
-            gpu_index,
-            process,
-            accounting: false,
-            gpu_memory_bytes: Some(bytes),
-        }
-    }
-
-    #[test]
-    fn gpu_memory_sums_the_sample_rows_of_each_group() {
-        let mut data = two_workers();
-        data.gpu_processes = vec![
-            // work: both processes, one of them on two GPUs.
-            gpu_row(12.0, 0, 0, 100),
-            gpu_row(12.0, 0, 1, 50),
-            gpu_row(12.0, 1, 0, 30),
-            gpu_row(12.0, 2, 1, 7),
-            gpu_row(13.0, 1, 0, 40),
-            // Whole-life figures at an exit, even one with a memory figure at a sweep's time,
-            // are not a moment of the sweep.
-            GpuProcessRow {
-                accounting: true,
-                ..gpu_row(13.0, 0, 0, 1_000)
-            },
-            // No sweep at 12.5 s to join.
-            gpu_row(12.5, 1, 0, 999),
-        ];
-        let model = build(&data, &GroupBy::Exe);
-        assert_eq!(model.sweeps, [12 * S, 13 * S]);
-        let gpu = |g: usize| -> Vec<(usize, Option<u64>)> {
-            model.group_sweeps[g]
-                .iter()
-                .map(|(sweep, sum)| (*sweep, sum.gpu_memory))
-                .collect()
-        };
-        // work: 100 + 50 + 30, then 40; sh's 7 is not work's.
-        assert_eq!(gpu(0), [(0, Some(180)), (1, Some(40))]);
-        assert_eq!(gpu(1), [(0, Some(7)), (1, None)]);
-        assert_eq!(model.groups[0].agg_peak_gpu_memory, Some(180));
-        assert_eq!(model.groups[1].agg_peak_gpu_memory, Some(7));
-        let series = sweep_series(&model, |s| s.gpu_memory.map(|v| v as f64));
-        let points: Vec<(&str, &[(f64, f64)])> = series
-            .iter()
-            .map(|s| (s.name.as_str(), s.points.as_slice()))
-            .collect();
-        assert_eq!(
-            points,
-            [
-                ("work", &[(2.0, 180.0), (3.0, 40.0)][..]),
-                ("sh", &[(2.0, 7.0), (3.0, 0.0)][..])
-            ]
-        );
-        // The procfs figures are those of the run without GPU rows.
-        let without = build(&two_workers(), &GroupBy::Exe);
-        for (with, without) in model.groups.iter().zip(&without.groups) {
-            assert_eq!(
-                GroupStats {
-                    agg_peak_gpu_memory: None,
-                    ..with.clone()
-                },
-                *without
-            );
-        }
-        assert!(without
-            .groups
-            .iter()
-            .all(|g| g.agg_peak_gpu_memory.is_none()));
-    }
-
-    #[test]
-    fn a_group_without_gpu_rows_peaks_at_zero_when_the_run_has_them() {
-        let mut data = two_workers();
-        data.gpu_processes = vec![gpu_row(13.0, 2, 0, 7)];
-        let model = build(&data, &GroupBy::Exe);
-        assert_eq!(model.groups[0].agg_peak_gpu_memory, Some(0));
-        assert_eq!(model.groups[1].agg_peak_gpu_memory, Some(7));
-        // Accounting rows alone are no GPU samples.
-        data.gpu_processes[0].accounting = true;
-        let model = build(&data, &GroupBy::Exe);
-        assert!(model.groups.iter().all(|g| g.agg_peak_gpu_memory.is_none()));
-    }
-
-    #[test]
-    fn top_processes() {
-        let data = two_workers();
-        let model = build(&data, &GroupBy::Exe);
-        let cpu: Vec<usize> = top_by_cpu(&data, &model, 2)
-            .iter()
-            .map(|t| t.process)
-            .collect();
-        assert_eq!(cpu, [0, 1]);
-        let mem: Vec<usize> = top_by_memory(&data, &model, 5)
-            .iter()
-            .map(|t| t.process)
-            .collect();
-        assert_eq!(mem, [0, 1, 2]);
-    }
-
-    #[test]
-    fn series_sum_groups_beyond_the_top_into_other() {
-        let mut processes = Vec::new();
-        let mut samples = Vec::new();
-        for i in 0..TOP_GROUPS + 3 {
-            processes.push(proc(100 + i as u32, Some(&format!("/bin/p{i}")), "p", &[]));
-            samples.push(sample(200.0, i, (i as u64 + 1) * 10, 0, 0.0));
-        }
-        let data = RunData {
-            processes,
-            samples,
-            ..Default::default()
-        };
-        let model = build(&data, &GroupBy::Exe);
-        let series = sweep_series(&model, |s| s.uss.map(|v| v as f64));
-        assert_eq!(series.len(), TOP_GROUPS + 1);
-        let other = series.last().unwrap();
-        assert_eq!(other.name, "other (3 groups)");
-        assert_eq!(other.group, None);
-        // The three smallest: 10 + 20 + 30.
-        assert_eq!(other.points[0].1, 60.0);
-        let top: f64 = series[..TOP_GROUPS].iter().map(|s| s.points[0].1).sum();
-        assert_eq!(top + 60.0, (1..=11).map(|i| i as f64 * 10.0).sum::<f64>());
-    }
-
-    #[test]
-    fn cumulative_cpu_keeps_the_final_time_of_exited_processes() {
-        let data = two_workers();
-        let model = build(&data, &GroupBy::Exe);
-        let series = cumulative_cpu(&data, &model);
-        let work = series.iter().find(|s| s.name == "work").unwrap();
-        // Exits at 14 s (4 s of CPU) and 15 s (1 s): 5 s at the end, never decreasing.
-        assert_eq!(work.points.last().unwrap(), &(5.0, 5.0));
-        assert!(work.points.windows(2).all(|w| w[0].1 <= w[1].1));
-        let at = |x: f64| work.points.iter().rev().find(|p| p.0 <= x).unwrap().1;
-        assert_eq!(at(4.0), 4.0);
-    }
-
-    #[test]
-    fn active_instances_are_exact_steps() {
-        let data = two_workers();
-        let model = build(&data, &GroupBy::Exe);
-        let series = active_instances(&data, &model);
-        let work = series.iter().find(|s| s.name == "work").unwrap();
-        // work: starts at 10 s and 11 s (t0), ends at 14 s and 15 s.
-        assert_eq!(
-            work.points,
-            [
-                (0.0, 0.0),
-                (0.0, 0.0),
-                (0.0, 1.0),
-                (1.0, 1.0),
-                (1.0, 2.0),
-                (4.0, 2.0),
-                (4.0, 1.0),
-                (5.0, 1.0),
-                (5.0, 0.0)
-            ]
-        );
-    }
-
-    #[test]
-    fn exit_texts() {
-        let mut p = proc(1, None, "x", &[]);
-        assert_eq!(exit_text(&p), "unknown");
-        p.alive_at_end = true;
-        assert_eq!(exit_text(&p), "running at end");
-        p.exit_signal = Some(9);
-        assert_eq!(exit_text(&p), "SIGKILL (9)");
-        p.exit_signal = Some(40);
-        assert_eq!(exit_text(&p), "signal 40");
-        p.exit_code = Some(3);
-        assert_eq!(exit_text(&p), "exit 3");
-    }
-}
+mod tests;

@@ -1,0 +1,404 @@
+//! The Arrow schemas of montrace's tables, and the conversion of records into Arrow batches.
+//!
+//! This is the one place the column lists live: each table is a list of `Column`s, and a
+//! column's name, type, nullability and builder come from the same line, so the schema and the
+//! batches cannot drift apart. `docs/schema.md` documents the columns; keep it in step.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use arrow_array::builder::{BooleanBuilder, ListBuilder, PrimitiveBuilder, StringBuilder};
+use arrow_array::types::{
+    ArrowPrimitiveType, Float64Type, Int32Type, TimestampNanosecondType, UInt32Type, UInt64Type,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use crate::model::{
+    EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
+};
+use Values::{Bool, Str, StrList, Time, F64, I32, U32, U64};
+
+/// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Schema metadata key holding [`SCHEMA_VERSION`]; it also lands in each Parquet file's
+/// key-value metadata.
+pub const SCHEMA_VERSION_KEY: &str = "montrace.schema_version";
+
+/// File names of the tables inside a run directory.
+pub const PROCESSES_FILE: &str = "processes.parquet";
+pub const EVENTS_FILE: &str = "events.parquet";
+pub const SAMPLES_FILE: &str = "samples.parquet";
+pub const MARKS_FILE: &str = "marks.parquet";
+pub const SYSTEM_FILE: &str = "system.parquet";
+pub const GPU_FILE: &str = "gpu.parquet";
+pub const GPU_PROCESSES_FILE: &str = "gpu_processes.parquet";
+
+/// One row per process: see [`ProcessRecord`].
+static PROCESS_COLUMNS: &[Column<ProcessRecord>] = &[
+    required("pid", U32(|r| Some(r.pid))),
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    nullable("parent_pid", U32(|r| r.parent_pid)),
+    nullable("parent_start_time", Time(|r| r.parent_start_time_ns)),
+    nullable("end_time", Time(|r| r.end_time_ns)),
+    nullable("filename", Str(|r| r.filename.as_deref())),
+    nullable("argv", StrList(|r| r.argv.as_deref())),
+    required("argv_truncated", Bool(|r| Some(r.argv_truncated))),
+    required("comm", Str(|r| Some(&r.comm))),
+    required("exec_count", U32(|r| Some(r.exec_count))),
+    nullable("exit_code", I32(|r| r.exit_code)),
+    nullable("exit_signal", I32(|r| r.exit_signal)),
+    required("core_dumped", Bool(|r| Some(r.core_dumped))),
+    nullable("cpu_user_ns", U64(|r| r.cpu_user_ns)),
+    nullable("cpu_system_ns", U64(|r| r.cpu_system_ns)),
+    nullable("peak_rss_bytes", U64(|r| r.peak_rss_bytes)),
+    nullable("minor_faults", U64(|r| r.minor_faults)),
+    nullable("major_faults", U64(|r| r.major_faults)),
+    nullable(
+        "voluntary_ctxt_switches",
+        U64(|r| r.voluntary_ctxt_switches),
+    ),
+    nullable(
+        "involuntary_ctxt_switches",
+        U64(|r| r.involuntary_ctxt_switches),
+    ),
+    nullable("read_bytes", U64(|r| r.read_bytes)),
+    nullable("write_bytes", U64(|r| r.write_bytes)),
+    nullable("read_chars", U64(|r| r.read_chars)),
+    nullable("write_chars", U64(|r| r.write_chars)),
+    required("alive_at_end", Bool(|r| Some(r.alive_at_end))),
+];
+
+/// One row per lifecycle event: see [`EventRecord`].
+static EVENT_COLUMNS: &[Column<EventRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("kind", Str(|r| Some(r.kind.as_str()))),
+    required("pid", U32(|r| Some(r.pid))),
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    nullable("parent_pid", U32(|r| r.parent_pid)),
+    nullable("parent_start_time", Time(|r| r.parent_start_time_ns)),
+    nullable("filename", Str(|r| r.filename.as_deref())),
+    nullable("argv", StrList(|r| r.argv.as_deref())),
+    nullable("tid", U32(|r| r.tid)),
+    nullable("exit_code", I32(|r| r.exit_code)),
+    nullable("exit_signal", I32(|r| r.exit_signal)),
+    nullable("cpu_user_ns", U64(|r| r.cpu_user_ns)),
+    nullable("cpu_system_ns", U64(|r| r.cpu_system_ns)),
+    nullable("peak_rss_bytes", U64(|r| r.peak_rss_bytes)),
+];
+
+/// One row per process per sample: see [`SampleRecord`].
+static SAMPLE_COLUMNS: &[Column<SampleRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("pid", U32(|r| Some(r.pid))),
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    required("source", Str(|r| Some(r.source.as_str()))),
+    required("cpu_user_ns", U64(|r| Some(r.cpu_user_ns))),
+    required("cpu_system_ns", U64(|r| Some(r.cpu_system_ns))),
+    nullable("cpu_percent", F64(|r| r.cpu_percent)),
+    nullable("rss_bytes", U64(|r| r.rss_bytes)),
+    nullable("uss_bytes", U64(|r| r.uss_bytes)),
+    nullable("pss_bytes", U64(|r| r.pss_bytes)),
+    nullable("swap_bytes", U64(|r| r.swap_bytes)),
+    nullable("vms_bytes", U64(|r| r.vms_bytes)),
+    nullable("threads", U32(|r| r.threads)),
+    nullable("fds", U32(|r| r.fds)),
+    nullable("read_bytes", U64(|r| r.read_bytes)),
+    nullable("write_bytes", U64(|r| r.write_bytes)),
+    nullable("read_chars", U64(|r| r.read_chars)),
+    nullable("write_chars", U64(|r| r.write_chars)),
+    nullable("minor_faults", U64(|r| r.minor_faults)),
+    nullable("major_faults", U64(|r| r.major_faults)),
+    nullable("state", Str(|r| r.state.as_deref())),
+];
+
+/// One row per system sample: see [`SystemRecord`].
+static SYSTEM_COLUMNS: &[Column<SystemRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    nullable("cpu_user_percent", F64(|r| r.cpu_user_percent)),
+    nullable("cpu_nice_percent", F64(|r| r.cpu_nice_percent)),
+    nullable("cpu_system_percent", F64(|r| r.cpu_system_percent)),
+    nullable("cpu_idle_percent", F64(|r| r.cpu_idle_percent)),
+    nullable("cpu_iowait_percent", F64(|r| r.cpu_iowait_percent)),
+    nullable("cpu_irq_percent", F64(|r| r.cpu_irq_percent)),
+    nullable("cpu_steal_percent", F64(|r| r.cpu_steal_percent)),
+    required("mem_total_bytes", U64(|r| Some(r.mem_total_bytes))),
+    required("mem_available_bytes", U64(|r| Some(r.mem_available_bytes))),
+    required("mem_used_bytes", U64(|r| Some(r.mem_used_bytes))),
+    required("mem_cached_bytes", U64(|r| Some(r.mem_cached_bytes))),
+    required("swap_total_bytes", U64(|r| Some(r.swap_total_bytes))),
+    required("swap_used_bytes", U64(|r| Some(r.swap_used_bytes))),
+    required("load_1", F64(|r| Some(r.load_1))),
+    required("load_5", F64(|r| Some(r.load_5))),
+    required("load_15", F64(|r| Some(r.load_15))),
+    nullable("psi_cpu_some_avg10", F64(|r| r.psi_cpu_some_avg10)),
+    nullable("psi_memory_some_avg10", F64(|r| r.psi_memory_some_avg10)),
+    nullable("psi_memory_full_avg10", F64(|r| r.psi_memory_full_avg10)),
+    nullable("psi_io_some_avg10", F64(|r| r.psi_io_some_avg10)),
+    nullable("psi_io_full_avg10", F64(|r| r.psi_io_full_avg10)),
+];
+
+/// One row per phase mark: see [`MarkRecord`].
+static MARK_COLUMNS: &[Column<MarkRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("pid", U32(|r| Some(r.pid))),
+    nullable("start_time", Time(|r| r.start_time_ns)),
+    required("label", Str(|r| Some(r.label.as_str()))),
+    required("kind", Str(|r| Some(r.kind.as_str()))),
+];
+
+static MARKS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(MARK_COLUMNS));
+
+/// Schema of `marks.parquet`.
+pub fn marks_schema() -> SchemaRef {
+    Arc::clone(&MARKS_SCHEMA)
+}
+
+/// The rows of `marks.parquet`, in the given order.
+pub fn marks_batch(rows: &[MarkRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(marks_schema(), MARK_COLUMNS, rows)
+}
+
+/// One row per GPU per sample: see [`GpuRecord`].
+static GPU_COLUMNS: &[Column<GpuRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("gpu_index", U32(|r| Some(r.gpu_index))),
+    nullable("uuid", Str(|r| r.uuid.as_deref())),
+    nullable("name", Str(|r| r.name.as_deref())),
+    nullable(
+        "utilization_gpu_percent",
+        F64(|r| r.utilization_gpu_percent),
+    ),
+    nullable(
+        "utilization_memory_percent",
+        F64(|r| r.utilization_memory_percent),
+    ),
+    nullable("memory_used_bytes", U64(|r| r.memory_used_bytes)),
+    nullable("memory_total_bytes", U64(|r| r.memory_total_bytes)),
+    nullable("power_watts", F64(|r| r.power_watts)),
+    nullable("energy_joules", F64(|r| r.energy_joules)),
+    nullable("temperature_c", U32(|r| r.temperature_c)),
+    nullable("sm_clock_mhz", U32(|r| r.sm_clock_mhz)),
+    nullable("memory_clock_mhz", U32(|r| r.memory_clock_mhz)),
+    nullable(
+        "throttle_reasons",
+        StrList(|r| r.throttle_reasons.as_deref()),
+    ),
+];
+
+/// One row per tracked process per GPU per sample, and one per GPU it used at its exit: see
+/// [`GpuProcessRecord`].
+static GPU_PROCESS_COLUMNS: &[Column<GpuProcessRecord>] = &[
+    required("time", Time(|r| Some(r.time_ns))),
+    required("gpu_index", U32(|r| Some(r.gpu_index))),
+    required("pid", U32(|r| Some(r.pid))),
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    required("source", Str(|r| Some(r.source.as_str()))),
+    nullable("gpu_memory_bytes", U64(|r| r.gpu_memory_bytes)),
+    nullable("sm_utilization_percent", F64(|r| r.sm_utilization_percent)),
+    nullable(
+        "memory_utilization_percent",
+        F64(|r| r.memory_utilization_percent),
+    ),
+    nullable("max_gpu_memory_bytes", U64(|r| r.max_gpu_memory_bytes)),
+    nullable(
+        "lifetime_gpu_utilization_percent",
+        F64(|r| r.lifetime_gpu_utilization_percent),
+    ),
+    nullable(
+        "lifetime_memory_utilization_percent",
+        F64(|r| r.lifetime_memory_utilization_percent),
+    ),
+    nullable("context_time_ns", U64(|r| r.context_time_ns)),
+];
+
+static GPU_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(GPU_COLUMNS));
+static GPU_PROCESSES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(GPU_PROCESS_COLUMNS));
+
+/// Schema of `gpu.parquet`.
+pub fn gpu_schema() -> SchemaRef {
+    Arc::clone(&GPU_SCHEMA)
+}
+
+/// The rows of `gpu.parquet`, in the given order.
+pub fn gpu_batch(rows: &[GpuRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(gpu_schema(), GPU_COLUMNS, rows)
+}
+
+/// Schema of `gpu_processes.parquet`.
+pub fn gpu_processes_schema() -> SchemaRef {
+    Arc::clone(&GPU_PROCESSES_SCHEMA)
+}
+
+/// The rows of `gpu_processes.parquet`, in the given order.
+pub fn gpu_processes_batch(rows: &[GpuProcessRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(gpu_processes_schema(), GPU_PROCESS_COLUMNS, rows)
+}
+
+static PROCESSES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(PROCESS_COLUMNS));
+static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(EVENT_COLUMNS));
+static SAMPLES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(SAMPLE_COLUMNS));
+static SYSTEM_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(SYSTEM_COLUMNS));
+
+/// Schema of `processes.parquet`.
+pub fn processes_schema() -> SchemaRef {
+    Arc::clone(&PROCESSES_SCHEMA)
+}
+
+/// Schema of `events.parquet`.
+pub fn events_schema() -> SchemaRef {
+    Arc::clone(&EVENTS_SCHEMA)
+}
+
+/// Schema of `samples.parquet`.
+pub fn samples_schema() -> SchemaRef {
+    Arc::clone(&SAMPLES_SCHEMA)
+}
+
+/// Schema of `system.parquet`.
+pub fn system_schema() -> SchemaRef {
+    Arc::clone(&SYSTEM_SCHEMA)
+}
+
+/// The rows of `processes.parquet`, in the given order.
+pub fn processes_batch(rows: &[ProcessRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(processes_schema(), PROCESS_COLUMNS, rows)
+}
+
+/// The rows of `events.parquet`, in the given order.
+pub fn events_batch(rows: &[EventRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(events_schema(), EVENT_COLUMNS, rows)
+}
+
+/// The rows of `samples.parquet`, in the given order.
+pub fn samples_batch(rows: &[SampleRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(samples_schema(), SAMPLE_COLUMNS, rows)
+}
+
+/// The rows of `system.parquet`, in the given order.
+pub fn system_batch(rows: &[SystemRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(system_schema(), SYSTEM_COLUMNS, rows)
+}
+
+/// A column of a table whose rows are `R`.
+struct Column<R> {
+    name: &'static str,
+    nullable: bool,
+    values: Values<R>,
+}
+
+const fn required<R>(name: &'static str, values: Values<R>) -> Column<R> {
+    Column {
+        name,
+        nullable: false,
+        values,
+    }
+}
+
+const fn nullable<R>(name: &'static str, values: Values<R>) -> Column<R> {
+    Column {
+        name,
+        nullable: true,
+        values,
+    }
+}
+
+/// How a column's values are read from a row (None is null). The variant fixes the Arrow type.
+enum Values<R> {
+    U32(fn(&R) -> Option<u32>),
+    I32(fn(&R) -> Option<i32>),
+    U64(fn(&R) -> Option<u64>),
+    F64(fn(&R) -> Option<f64>),
+    Bool(fn(&R) -> Option<bool>),
+    /// Nanoseconds since the Unix epoch, stored as a UTC timestamp.
+    Time(fn(&R) -> Option<i64>),
+    Str(fn(&R) -> Option<&str>),
+    StrList(fn(&R) -> Option<&[String]>),
+}
+
+impl<R> Values<R> {
+    fn data_type(&self) -> DataType {
+        match self {
+            Values::U32(_) => DataType::UInt32,
+            Values::I32(_) => DataType::Int32,
+            Values::U64(_) => DataType::UInt64,
+            Values::F64(_) => DataType::Float64,
+            Values::Bool(_) => DataType::Boolean,
+            Values::Time(_) => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            Values::Str(_) => DataType::Utf8,
+            Values::StrList(_) => DataType::List(Arc::new(list_item())),
+        }
+    }
+
+    fn build(&self, rows: &[R]) -> ArrayRef {
+        match self {
+            Values::U32(get) => self.primitive::<UInt32Type>(rows, *get),
+            Values::I32(get) => self.primitive::<Int32Type>(rows, *get),
+            Values::U64(get) => self.primitive::<UInt64Type>(rows, *get),
+            Values::F64(get) => self.primitive::<Float64Type>(rows, *get),
+            Values::Time(get) => self.primitive::<TimestampNanosecondType>(rows, *get),
+            Values::Bool(get) => {
+                let mut b = BooleanBuilder::with_capacity(rows.len());
+                b.extend(rows.iter().map(get));
+                Arc::new(b.finish())
+            }
+            Values::Str(get) => {
+                let mut b = StringBuilder::with_capacity(rows.len(), 0);
+                b.extend(rows.iter().map(get));
+                Arc::new(b.finish())
+            }
+            Values::StrList(get) => {
+                let mut b = ListBuilder::with_capacity(StringBuilder::new(), rows.len())
+                    .with_field(list_item());
+                for row in rows {
+                    match get(row) {
+                        Some(items) => {
+                            items.iter().for_each(|s| b.values().append_value(s));
+                            b.append(true);
+                        }
+                        None => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+        }
+    }
+
+    fn primitive<T: ArrowPrimitiveType>(
+        &self,
+        rows: &[R],
+        get: fn(&R) -> Option<T::Native>,
+    ) -> ArrayRef {
+        let mut b =
+            PrimitiveBuilder::<T>::with_capacity(rows.len()).with_data_type(self.data_type());
+        b.extend(rows.iter().map(get));
+        Arc::new(b.finish())
+    }
+}
+
+/// The element of `List<Utf8>` columns: argv entries are never null.
+fn list_item() -> Field {
+    Field::new_list_field(DataType::Utf8, false)
+}
+
+fn schema_of<R>(columns: &[Column<R>]) -> SchemaRef {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|c| Field::new(c.name, c.values.data_type(), c.nullable))
+        .collect();
+    let metadata = HashMap::from([(SCHEMA_VERSION_KEY.to_owned(), SCHEMA_VERSION.to_string())]);
+    Arc::new(Schema::new(fields).with_metadata(metadata))
+}
+
+fn batch_of<R>(
+    schema: SchemaRef,
+    columns: &[Column<R>],
+    rows: &[R],
+) -> Result<RecordBatch, ArrowError> {
+    let arrays = columns.iter().map(|c| c.values.build(rows)).collect();
+    // try_new checks every array against its field, nullability included.
+    RecordBatch::try_new(schema, arrays)
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,452 @@
+//! Parquet output: zstd-compressed files whose key-value metadata carries the schema's metadata
+//! (the schema version among it). Every error names the file it concerns.
+//!
+//! A Parquet file can be read only once its footer is written. So a table that grows while the
+//! run goes ([`PartedTable`]) is written as a sequence of closed part files,
+//! `<name>.parts/<name>-NNNNNN.parquet`, each one complete, and merged into `<name>.parquet`
+//! when the run ends cleanly. Every file is written under a temporary name that does not end in
+//! `.parquet` (`.<file>.tmp`) and renamed once its footer is written, so neither a reader nor a
+//! `*.parquet` glob ever sees a half-written file, even after montrace is killed.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+
+use crate::model::{
+    EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
+};
+use crate::schema;
+
+/// Rows a [`PartedTable`] holds in memory at most: when this many are buffered,
+/// [`PartedTable::push`] writes them out as a part by itself.
+pub const MAX_BUFFERED_ROWS: usize = 65_536;
+/// Most rows in one row group of a file; bounds the memory the Parquet encoder holds, in
+/// particular while [`PartedTable::finish`] merges the parts.
+pub const ROW_GROUP_ROWS: usize = 2 * MAX_BUFFERED_ROWS;
+/// Most encoded bytes in one row group (whichever limit comes first), for wide rows.
+pub const ROW_GROUP_BYTES: usize = 64 << 20;
+/// Rows read from a part at a time while merging.
+const MERGE_BATCH_ROWS: usize = 8192;
+
+const ZSTD_LEVEL: i32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("cannot {op} {}: {source}", .path.display())]
+    Io {
+        /// What failed: "create", "open", "sync", "remove".
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot rename {} to {}: {source}", .from.display(), .to.display())]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", .path.display())]
+    Parquet { path: PathBuf, source: ParquetError },
+    #[error("cannot write {}: {source}", .path.display())]
+    Arrow { path: PathBuf, source: ArrowError },
+    #[error("cannot read {}: {source}", .path.display())]
+    Read { path: PathBuf, source: ParquetError },
+}
+
+fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WriteError {
+    let path = path.to_path_buf();
+    move |source| WriteError::Io { op, path, source }
+}
+
+/// One Parquet file being written. Rows are encoded in memory and written out a row group at a
+/// time ([`ROW_GROUP_ROWS`]); [`TableWriter::finish`] writes the footer, without which the file
+/// is unreadable. It writes `path` itself: [`write_table`] and [`PartedTable`] add the temporary
+/// name.
+pub struct TableWriter {
+    path: PathBuf,
+    schema: SchemaRef,
+    inner: ArrowWriter<File>,
+}
+
+impl TableWriter {
+    /// Creates `path` for rows of `schema`: a new file (a leftover or a symlink at `path` is
+    /// removed first, never written through), with the run directory owner's identity.
+    pub fn create(path: &Path, schema: SchemaRef) -> Result<Self, WriteError> {
+        let path = path.to_path_buf();
+        let metadata = schema
+            .metadata()
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+            .collect();
+        let level = ZstdLevel::try_new(ZSTD_LEVEL).expect("valid zstd level");
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(level))
+            .set_key_value_metadata(Some(metadata))
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+            .build();
+        let file = crate::userfs::create_replacing(&path).map_err(io_error("create", &path))?;
+        match ArrowWriter::try_new(file, schema.clone(), Some(props)) {
+            Ok(inner) => Ok(TableWriter {
+                path,
+                schema,
+                inner,
+            }),
+            Err(source) => Err(WriteError::Parquet { path, source }),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Adds rows. The batch must have the writer's columns.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), WriteError> {
+        // ArrowWriter does not check this itself: a mismatched batch would corrupt the file.
+        if batch.schema().fields() != self.schema.fields() {
+            let source = ArrowError::SchemaError(format!(
+                "batch columns {:?} do not match the file's {:?}",
+                field_names(&batch.schema()),
+                field_names(&self.schema)
+            ));
+            return Err(WriteError::Arrow {
+                path: self.path.clone(),
+                source,
+            });
+        }
+        self.inner
+            .write(batch)
+            .map_err(|source| WriteError::Parquet {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Writes the footer and closes the file; returns how many rows it holds.
+    pub fn finish(self) -> Result<u64, WriteError> {
+        self.close(false)
+    }
+
+    /// [`TableWriter::finish`], and with `sync` waits until the file is on the disk.
+    fn close(self, sync: bool) -> Result<u64, WriteError> {
+        let TableWriter {
+            path, mut inner, ..
+        } = self;
+        let metadata = match inner.finish() {
+            Ok(metadata) => metadata,
+            Err(source) => return Err(WriteError::Parquet { path, source }),
+        };
+        if sync {
+            inner.inner().sync_all().map_err(io_error("sync", &path))?;
+        }
+        Ok(metadata.file_metadata().num_rows() as u64)
+    }
+}
+
+fn field_names(schema: &SchemaRef) -> Vec<&str> {
+    schema.fields().iter().map(|f| f.name().as_str()).collect()
+}
+
+/// `dir/.name.tmp` for `dir/name`: where a file is written before it is renamed to its name.
+/// It does not match `*.parquet`.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+/// Writes `path` through [`TableWriter`] under its temporary name, then renames it: `path` is
+/// either absent or complete. With `sync`, the data is on the disk before the rename. On error
+/// the temporary file is removed. Returns the rows written.
+fn write_file(
+    path: &Path,
+    schema: SchemaRef,
+    sync: bool,
+    fill: impl FnOnce(&mut TableWriter) -> Result<(), WriteError>,
+) -> Result<u64, WriteError> {
+    let temp = temp_path(path);
+    let result = TableWriter::create(&temp, schema).and_then(|mut writer| {
+        fill(&mut writer)?;
+        writer.close(sync)
+    });
+    let result = result.and_then(|rows| match crate::userfs::rename(&temp, path) {
+        Ok(()) => Ok(rows),
+        Err(source) => Err(WriteError::Rename {
+            from: temp.clone(),
+            to: path.to_path_buf(),
+            source,
+        }),
+    });
+    if result.is_err() {
+        let _ = crate::userfs::remove_file(&temp);
+    }
+    result
+}
+
+/// Writes a whole table at once (e.g. `processes.parquet` at the end of a run); returns its rows.
+/// The file appears complete or not at all.
+pub fn write_table(path: &Path, schema: SchemaRef, batch: &RecordBatch) -> Result<u64, WriteError> {
+    write_file(path, schema, true, |writer| writer.write(batch))
+}
+
+/// A table written while the run goes, readable at any moment up to its last flush.
+///
+/// Rows are buffered in memory; [`PartedTable::flush`] (called by the run every flush interval)
+/// writes them as one new closed part, `<dir>/<name>.parts/<name>-NNNNNN.parquet`, numbered from
+/// 000000 in write order. At most [`MAX_BUFFERED_ROWS`] rows are buffered: the push that reaches
+/// it writes a part by itself. [`PartedTable::finish`] merges the parts, in order, into
+/// `<dir>/<name>.parquet` and removes the parts directory.
+///
+/// If montrace dies before `finish`, the parts stay: each is a complete Parquet file, and
+/// `<dir>/<name>.parts/*.parquet` reads every flushed row. (Parts are not synced to the disk,
+/// the merged file is: after an OS crash or a power cut the newest parts may be missing or
+/// damaged.) Dropping the table without `finish` flushes what is buffered (errors ignored) and
+/// leaves the parts.
+pub struct PartedTable<R> {
+    /// `<dir>/<name>.parquet`.
+    path: PathBuf,
+    /// `<dir>/<name>.parts`.
+    parts_dir: PathBuf,
+    name: String,
+    schema: SchemaRef,
+    to_batch: fn(&[R]) -> Result<RecordBatch, ArrowError>,
+    buffer: Vec<R>,
+    /// Parts written so far; the next one is numbered `parts`.
+    parts: usize,
+    /// Rows in the parts written so far.
+    written: u64,
+}
+
+/// `processes.parquet`, see [`PartedTable::processes`].
+pub type ProcessTable = PartedTable<ProcessRecord>;
+/// `events.parquet`, see [`PartedTable::events`].
+pub type EventTable = PartedTable<EventRecord>;
+/// `samples.parquet`, see [`PartedTable::samples`].
+pub type SampleTable = PartedTable<SampleRecord>;
+/// `system.parquet`, see [`PartedTable::system`].
+pub type SystemTable = PartedTable<SystemRecord>;
+
+/// `events` for `events.parquet`.
+fn table_name(file: &str) -> &str {
+    file.strip_suffix(".parquet").unwrap_or(file)
+}
+
+impl PartedTable<ProcessRecord> {
+    /// `<dir>/processes.parquet`.
+    pub fn processes(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::PROCESSES_FILE),
+            schema::processes_schema(),
+            schema::processes_batch,
+        )
+    }
+}
+
+impl PartedTable<EventRecord> {
+    /// `<dir>/events.parquet`.
+    pub fn events(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::EVENTS_FILE),
+            schema::events_schema(),
+            schema::events_batch,
+        )
+    }
+}
+
+impl PartedTable<SampleRecord> {
+    /// `<dir>/samples.parquet`.
+    pub fn samples(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::SAMPLES_FILE),
+            schema::samples_schema(),
+            schema::samples_batch,
+        )
+    }
+}
+
+impl PartedTable<MarkRecord> {
+    /// `<dir>/marks.parquet`.
+    pub fn marks(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::MARKS_FILE),
+            schema::marks_schema(),
+            schema::marks_batch,
+        )
+    }
+}
+
+/// `marks.parquet`, see [`PartedTable::marks`].
+pub type MarkTable = PartedTable<MarkRecord>;
+
+impl PartedTable<SystemRecord> {
+    /// `<dir>/system.parquet`.
+    pub fn system(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::SYSTEM_FILE),
+            schema::system_schema(),
+            schema::system_batch,
+        )
+    }
+}
+
+/// `gpu.parquet`, see [`PartedTable::gpu`].
+pub type GpuTable = PartedTable<GpuRecord>;
+/// `gpu_processes.parquet`, see [`PartedTable::gpu_processes`].
+pub type GpuProcessTable = PartedTable<GpuProcessRecord>;
+
+impl PartedTable<GpuRecord> {
+    /// `<dir>/gpu.parquet`.
+    pub fn gpu(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::GPU_FILE),
+            schema::gpu_schema(),
+            schema::gpu_batch,
+        )
+    }
+}
+
+impl PartedTable<GpuProcessRecord> {
+    /// `<dir>/gpu_processes.parquet`.
+    pub fn gpu_processes(dir: &Path) -> Result<Self, WriteError> {
+        Self::create(
+            dir,
+            table_name(schema::GPU_PROCESSES_FILE),
+            schema::gpu_processes_schema(),
+            schema::gpu_processes_batch,
+        )
+    }
+}
+
+impl<R> PartedTable<R> {
+    /// A table whose parts go to `<dir>/<name>.parts/` (created now; it must not exist yet) and
+    /// whose final file is `<dir>/<name>.parquet`. `to_batch` turns rows into a batch of
+    /// `schema`.
+    pub fn create(
+        dir: &Path,
+        name: &str,
+        schema: SchemaRef,
+        to_batch: fn(&[R]) -> Result<RecordBatch, ArrowError>,
+    ) -> Result<Self, WriteError> {
+        let parts_dir = dir.join(format!("{name}.parts"));
+        crate::userfs::create_dir(&parts_dir).map_err(io_error("create", &parts_dir))?;
+        Ok(PartedTable {
+            path: dir.join(format!("{name}.parquet")),
+            parts_dir,
+            name: name.to_owned(),
+            schema,
+            to_batch,
+            buffer: Vec::new(),
+            parts: 0,
+            written: 0,
+        })
+    }
+
+    /// The final file, `<dir>/<name>.parquet`, written by [`PartedTable::finish`].
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where the parts are while the run goes.
+    pub fn parts_dir(&self) -> &Path {
+        &self.parts_dir
+    }
+
+    /// Rows pushed so far, buffered ones included.
+    pub fn rows(&self) -> u64 {
+        self.written + self.buffer.len() as u64
+    }
+
+    /// Adds a row; when [`MAX_BUFFERED_ROWS`] are buffered, writes them as a part. On error the
+    /// rows stay buffered (the next flush tries again).
+    pub fn push(&mut self, row: R) -> Result<(), WriteError> {
+        self.buffer.push(row);
+        if self.buffer.len() >= MAX_BUFFERED_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered rows as one new closed part (footer written, then renamed into
+    /// place); does nothing when none are buffered. On error the rows stay buffered and no part
+    /// appears.
+    pub fn flush(&mut self) -> Result<(), WriteError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let path = self.part_path(self.parts);
+        let batch = (self.to_batch)(&self.buffer).map_err(|source| WriteError::Arrow {
+            path: path.clone(),
+            source,
+        })?;
+        write_file(&path, self.schema.clone(), false, |writer| {
+            writer.write(&batch)
+        })?;
+        self.parts += 1;
+        self.written += self.buffer.len() as u64;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// Writes the remaining rows, merges every part in order into `<dir>/<name>.parquet` and
+    /// removes the parts directory; returns the rows of the final file. The merge streams part
+    /// by part, so it holds at most a row group in memory. With no rows at all, the file still
+    /// has the schema (and 0 rows). On error the parts stay in place.
+    pub fn finish(mut self) -> Result<u64, WriteError> {
+        self.flush()?;
+        let rows = write_file(&self.path, self.schema.clone(), true, |writer| {
+            (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))
+        })?;
+        crate::userfs::remove_dir_all(&self.parts_dir)
+            .map_err(io_error("remove", &self.parts_dir))?;
+        Ok(rows)
+    }
+
+    /// `<name>.parts/<name>-NNNNNN.parquet`.
+    fn part_path(&self, index: usize) -> PathBuf {
+        self.parts_dir
+            .join(format!("{}-{index:06}.parquet", self.name))
+    }
+}
+
+impl<R> Drop for PartedTable<R> {
+    /// Keeps what is buffered when the run ends without `finish` (an error unwinding): the parts
+    /// are then the table.
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+/// Appends the rows of the Parquet file `part` to `writer`, a batch at a time.
+fn copy_rows(part: &Path, writer: &mut TableWriter) -> Result<(), WriteError> {
+    let read_error = |source| WriteError::Read {
+        path: part.to_path_buf(),
+        source,
+    };
+    let file = crate::userfs::open(part).map_err(io_error("open", part))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(read_error)?
+        .with_batch_size(MERGE_BATCH_ROWS)
+        .build()
+        .map_err(read_error)?;
+    for batch in reader {
+        let batch = batch.map_err(|e| read_error(ParquetError::External(Box::new(e))))?;
+        writer.write(&batch)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -90,12 +90,7 @@ const MACHINE_PID: u64 = 0;
 /// The processes in depth-first order through the tree (children by start time).
 fn tree_order(data: &RunData) -> Vec<(usize, usize)> {
     let n = data.processes.len();
-    let index: HashMap<(u32, i64), usize> = data
-        .processes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| ((p.pid, p.start_ns), i))
-        .collect();
+    let index = data.process_index();
     let key = |i: usize| (data.processes[i].start_ns, data.processes[i].pid);
     let mut children = vec![Vec::new(); n];
     let mut roots = Vec::new();
@@ -128,23 +123,7 @@ pub fn perfetto_trace(data: &RunData) -> Value {
     let us = |t: i64| (t - t0) as f64 / 1e3;
     let mut events: Vec<Value> = Vec::new();
 
-    // Track ids: the pid, unless an earlier process of the run had it.
-    let mut seen: HashMap<u32, usize> = HashMap::new();
-    let mut track = vec![0u64; data.processes.len()];
-    let mut stand_ins = 0;
-    let mut by_start: Vec<usize> = (0..data.processes.len()).collect();
-    by_start.sort_by_key(|&i| (data.processes[i].start_ns, data.processes[i].pid));
-    for &i in &by_start {
-        let pid = data.processes[i].pid;
-        let uses = seen.entry(pid).or_insert(0);
-        track[i] = if *uses == 0 {
-            u64::from(pid)
-        } else {
-            stand_ins += 1;
-            STAND_IN_PIDS + stand_ins
-        };
-        *uses += 1;
-    }
+    let track = track_ids(data);
 
     events.push(
         json!({"ph": "M", "pid": MACHINE_PID, "name": "process_name",
@@ -155,12 +134,7 @@ pub fn perfetto_trace(data: &RunData) -> Value {
         "args": {"sort_index": -1}}),
     );
     let exe = |i: usize| crate::report::model::exe_name(&data.processes[i]);
-    let index: HashMap<(u32, i64), usize> = data
-        .processes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| ((p.pid, p.start_ns), i))
-        .collect();
+    let index = data.process_index();
     for (rank, &(i, depth)) in tree_order(data).iter().enumerate() {
         let p = &data.processes[i];
         let id = track[i];
@@ -202,7 +176,44 @@ pub fn perfetto_trace(data: &RunData) -> Value {
         }));
     }
 
-    // Per-process counters, and the tree's sums per sweep.
+    counter_events(data, &track, &us, &mut events);
+    let info = data.info.as_ref();
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "producer": format!("montrace {}", env!("CARGO_PKG_VERSION")),
+            "command": info.map_or(Value::Null, |i| Value::from(i.command.clone())),
+            "time_zero": crate::units::rfc3339(t0),
+        },
+    })
+}
+
+/// Each process's track id: its pid, unless an earlier process of the run had it (then a
+/// stand-in above the kernel's largest pid).
+fn track_ids(data: &RunData) -> Vec<u64> {
+    let mut seen: HashMap<u32, usize> = HashMap::new();
+    let mut track = vec![0u64; data.processes.len()];
+    let mut stand_ins = 0;
+    let mut by_start: Vec<usize> = (0..data.processes.len()).collect();
+    by_start.sort_by_key(|&i| (data.processes[i].start_ns, data.processes[i].pid));
+    for &i in &by_start {
+        let pid = data.processes[i].pid;
+        let uses = seen.entry(pid).or_insert(0);
+        track[i] = if *uses == 0 {
+            u64::from(pid)
+        } else {
+            stand_ins += 1;
+            STAND_IN_PIDS + stand_ins
+        };
+        *uses += 1;
+    }
+    track
+}
+
+/// Counters: per process (memory, CPU%), the tree's memory per sweep, the machine's memory and
+/// CPU, the GPUs; and the marks as instant events.
+fn counter_events(data: &RunData, track: &[u64], us: &dyn Fn(i64) -> f64, events: &mut Vec<Value>) {
     let mut tree: std::collections::BTreeMap<i64, (u64, u64)> = Default::default();
     for s in &data.samples {
         let id = track[s.process];
@@ -276,16 +287,6 @@ pub fn perfetto_trace(data: &RunData) -> Value {
             "args": {"label": mark.label, "kind": mark.kind}}),
         );
     }
-    let info = data.info.as_ref();
-    json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "producer": format!("montrace {}", env!("CARGO_PKG_VERSION")),
-            "command": info.map_or(Value::Null, |i| Value::from(i.command.clone())),
-            "time_zero": crate::units::rfc3339(t0),
-        },
-    })
 }
 
 /// One CSV file written.

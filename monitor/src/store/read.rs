@@ -350,6 +350,16 @@ pub struct RunData {
 }
 
 impl RunData {
+    /// Each process's row by its identity, (pid, start time): the one index of the tree that
+    /// samples, the report's timeline and the exports join on.
+    pub fn process_index(&self) -> HashMap<(u32, i64), usize> {
+        self.processes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ((p.pid, p.start_ns), i))
+            .collect()
+    }
+
     /// The earliest and latest moments in the data (ns): the report's time axis.
     pub fn time_range(&self) -> (i64, i64) {
         let mut lo = i64::MAX;
@@ -413,12 +423,7 @@ pub fn load(dir: &Path) -> anyhow::Result<RunData> {
         }
     }
     data.processes = read_processes(dir)?;
-    let mut index: HashMap<(u32, i64), usize> = data
-        .processes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| ((p.pid, p.start_ns), i))
-        .collect();
+    let mut index = data.process_index();
     data.samples = read_samples(dir, &mut data.processes, &mut index)?;
     data.system = read_system(dir)?;
     data.marks = read_marks(dir)?;

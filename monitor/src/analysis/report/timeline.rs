@@ -75,12 +75,7 @@ struct Node {
 pub fn layout(data: &RunData, model: &Model, limits: Limits) -> Timeline {
     let n = data.processes.len();
     let merge = n > limits.full;
-    let index: HashMap<(u32, i64), usize> = data
-        .processes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| ((p.pid, p.start_ns), i))
-        .collect();
+    let index = data.process_index();
     let key = |i: usize| (data.processes[i].start_ns, data.processes[i].pid);
     // A parent must have started before its child: the links then cannot form a cycle, and
     // every process is reached from a root.

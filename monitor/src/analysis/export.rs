@@ -89,24 +89,11 @@ const MACHINE_PID: u64 = 0;
 
 /// The processes in depth-first order through the tree (children by start time).
 fn tree_order(data: &RunData) -> Vec<(usize, usize)> {
-    let n = data.processes.len();
-    let index = data.process_index();
-    let key = |i: usize| (data.processes[i].start_ns, data.processes[i].pid);
-    let mut children = vec![Vec::new(); n];
-    let mut roots = Vec::new();
-    for (i, p) in data.processes.iter().enumerate() {
-        match p.parent.and_then(|k| index.get(&k).copied()) {
-            // A parent starts before its child, so the links cannot form a cycle.
-            Some(parent) if key(parent) < key(i) => children[parent].push(i),
-            _ => roots.push(i),
-        }
-    }
-    let mut order = Vec::with_capacity(n);
-    roots.sort_by_key(|&i| key(i));
+    let (children, roots) = data.children_and_roots();
+    let mut order = Vec::with_capacity(data.processes.len());
     let mut stack: Vec<(usize, usize)> = roots.into_iter().rev().map(|r| (r, 0)).collect();
     while let Some((i, depth)) = stack.pop() {
         order.push((i, depth));
-        children[i].sort_by_key(|&c| key(c));
         stack.extend(children[i].iter().rev().map(|&c| (c, depth + 1)));
     }
     order

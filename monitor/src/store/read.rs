@@ -352,6 +352,27 @@ pub struct RunData {
 impl RunData {
     /// Each process's row by its identity, (pid, start time): the one index of the tree that
     /// samples, the report's timeline and the exports join on.
+    /// The tree: each process's children and the roots, in start order. A parent must have
+    /// started before its child: the links then cannot form a cycle, and every process is
+    /// reached from a root.
+    pub fn children_and_roots(&self) -> (Vec<Vec<usize>>, Vec<usize>) {
+        let index = self.process_index();
+        let key = |i: usize| (self.processes[i].start_ns, self.processes[i].pid);
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); self.processes.len()];
+        let mut roots = Vec::new();
+        for (i, p) in self.processes.iter().enumerate() {
+            match p.parent.and_then(|k| index.get(&k).copied()) {
+                Some(parent) if key(parent) < key(i) => children[parent].push(i),
+                _ => roots.push(i),
+            }
+        }
+        for list in &mut children {
+            list.sort_by_key(|&i| key(i));
+        }
+        roots.sort_by_key(|&i| key(i));
+        (children, roots)
+    }
+
     pub fn process_index(&self) -> HashMap<(u32, i64), usize> {
         self.processes
             .iter()

@@ -71,26 +71,34 @@ struct Node {
     subtree: usize,
 }
 
+/// How deep the rows go: the deepest levels are folded until the rows fit. Returns (the deepest
+/// level shown, the deepest level there is).
+fn fold_depth(nodes: &[Node], limits: Limits) -> (usize, usize) {
+    let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
+    let mut per_depth = vec![0usize; max_depth + 1];
+    for node in nodes {
+        per_depth[node.depth] += 1;
+    }
+    let mut shown_depth = max_depth;
+    let mut rows_up_to: usize = per_depth.iter().sum();
+    while shown_depth > 0 && rows_up_to > limits.max_rows {
+        rows_up_to -= per_depth[shown_depth];
+        shown_depth -= 1;
+    }
+    // Folding left too little to see (one huge level below, e.g. thousands of distinct groups):
+    // show that level too, as far as it fits, and cut the rest.
+    if shown_depth < max_depth && rows_up_to < limits.max_rows / 4 {
+        shown_depth += 1;
+    }
+    (shown_depth, max_depth)
+}
+
 /// Lays the tree out into rows (pure; see the module's rules).
 pub fn layout(data: &RunData, model: &Model, limits: Limits) -> Timeline {
     let n = data.processes.len();
     let merge = n > limits.full;
-    let index = data.process_index();
     let key = |i: usize| (data.processes[i].start_ns, data.processes[i].pid);
-    // A parent must have started before its child: the links then cannot form a cycle, and
-    // every process is reached from a root.
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut roots = Vec::new();
-    for (i, p) in data.processes.iter().enumerate() {
-        match p.parent.and_then(|k| index.get(&k).copied()) {
-            Some(parent) if key(parent) < key(i) => children[parent].push(i),
-            _ => roots.push(i),
-        }
-    }
-    for list in &mut children {
-        list.sort_by_key(|&i| key(i));
-    }
-    roots.sort_by_key(|&i| key(i));
+    let (children, roots) = data.children_and_roots();
 
     // The (merged) tree, breadth first: a node's children come after it.
     let group_into_nodes = |procs: Vec<usize>| -> Vec<Vec<usize>> {
@@ -146,23 +154,7 @@ pub fn layout(data: &RunData, model: &Model, limits: Limits) -> Timeline {
         nodes[id].subtree = nodes[id].members.len() + below;
     }
 
-    // Fold the deepest levels until the rows fit.
-    let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
-    let mut per_depth = vec![0usize; max_depth + 1];
-    for node in &nodes {
-        per_depth[node.depth] += 1;
-    }
-    let mut shown_depth = max_depth;
-    let mut rows_up_to: usize = per_depth.iter().sum();
-    while shown_depth > 0 && rows_up_to > limits.max_rows {
-        rows_up_to -= per_depth[shown_depth];
-        shown_depth -= 1;
-    }
-    // Folding left too little to see (one huge level below, e.g. thousands of distinct groups):
-    // show that level too, as far as it fits, and cut the rest.
-    if shown_depth < max_depth && rows_up_to < limits.max_rows / 4 {
-        shown_depth += 1;
-    }
+    let (shown_depth, max_depth) = fold_depth(&nodes, limits);
 
     // Depth-first, in start order.
     let mut timeline = Timeline {

@@ -479,6 +479,29 @@ fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Optio
 }
 
 /// The whole tree's private memory, stacked by group, with its peak and the machine's memory.
+/// The machine's memory as a line over the stacked plot, when it keeps the stack readable
+/// (within 4× its peak); otherwise a note for the caption.
+fn machine_memory_line(data: &RunData, peak: f64) -> (Option<f64>, String) {
+    let machine = data
+        .system
+        .iter()
+        .filter_map(|s| s.mem_total_bytes)
+        .max()
+        .map(|v| v as f64);
+    match machine {
+        Some(m) if m <= 4.0 * peak => (Some(m), String::new()),
+        Some(m) => (
+            None,
+            format!(
+                " The machine's memory, {}, is above the scale ({:.1}% of it at the peak).",
+                format_bytes(m as u64),
+                peak / m * 100.0
+            ),
+        ),
+        None => (None, String::new()),
+    }
+}
+
 fn stacked_private(
     data: &RunData,
     model: &Model,
@@ -507,25 +530,7 @@ fn stacked_private(
             (0, 0.0),
             |best, (i, v)| if v > best.1 { (i, v) } else { best },
         );
-    let machine = data
-        .system
-        .iter()
-        .filter_map(|s| s.mem_total_bytes)
-        .max()
-        .map(|v| v as f64);
-    // The machine's memory is drawn when it keeps the stack readable (within 4× its peak).
-    let (hline, machine_note) = match machine {
-        Some(m) if m <= 4.0 * peak => (Some(m), String::new()),
-        Some(m) => (
-            None,
-            format!(
-                " The machine's memory, {}, is above the scale ({:.1}% of it at the peak).",
-                format_bytes(m as u64),
-                peak / m * 100.0
-            ),
-        ),
-        None => (None, String::new()),
-    };
+    let (hline, machine_note) = machine_memory_line(data, peak);
     let y_max = hline.unwrap_or(0.0).max(peak).max(1.0) * 1.12;
     let (div, suffix) = scale(Unit::Bytes, y_max);
     let y_max = y_max / div;

@@ -17,11 +17,13 @@ use crate::{
         end::{self, Ended},
         FollowConfig, Source,
     },
-    host, launch, metrics,
+    host, launch,
     polling::Poller,
     privilege,
     recorder::Recorder,
-    run, summary,
+    run,
+    store::run_json,
+    store::summary_json,
     tracker::{Clock, Tracker},
 };
 
@@ -279,15 +281,15 @@ fn follow_attached(
         exit_status,
         outcome,
         finished,
-        cgroup: summary::CgroupReport {
+        cgroup: run_json::CgroupReport {
             error: Some("attach: the processes were already running; montrace does not move them into a cgroup".into()),
-            ..summary::CgroupReport::default()
+            ..run_json::CgroupReport::default()
         },
         interval: args.record.interval,
         out_dir,
     });
     end::write_run_info(&info, out_dir, !args.record.quiet, !args.record.no_report);
-    let repetition: metrics::Repetition = info.repetition(".");
+    let repetition: summary_json::Repetition = info.repetition(".");
     end::write_summary(out_dir, argv, 0, vec![repetition], breach);
     Ok(exit_status)
 }

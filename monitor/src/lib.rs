@@ -32,7 +32,5 @@ pub use analysis::{compare, export, report};
 pub use follow::{launch, limits, live, marks, recorder};
 pub use kernel::{btf, decode, ebpf, privilege};
 pub use sampling::{cgroup, gpu, host, rates, sampler};
-pub use store::{
-    records as model, run_json as summary, schema, summary_json as metrics, userfs, writer,
-};
+pub use store::{schema, userfs, writer};
 pub use tracking::{polling, tracker};

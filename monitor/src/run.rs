@@ -24,7 +24,7 @@ use crate::{
     polling::{self, Poller},
     privilege,
     recorder::Recorder,
-    summary::{self, RunInfo},
+    store::run_json::{self, RunInfo},
     tracker::{Clock, Tracker},
     units, userfs,
 };
@@ -184,7 +184,7 @@ fn repeat(
     if !args.record.quiet {
         crate::say_raw!(
             "{}",
-            summary::format_repeat_stats(&summary, &out_dir.display().to_string())
+            run_json::format_repeat_stats(&summary, &out_dir.display().to_string())
         );
     }
     Ok(summary.exit_status)
@@ -400,8 +400,8 @@ fn load_probes(
 }
 
 /// The run's cgroup (and what run.json says of it), or none, said once.
-fn create_cgroup(started_wall_ns: i64) -> (Option<RunCgroup>, summary::CgroupReport) {
-    let mut report = summary::CgroupReport::default();
+fn create_cgroup(started_wall_ns: i64) -> (Option<RunCgroup>, run_json::CgroupReport) {
+    let mut report = run_json::CgroupReport::default();
     match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
         Ok(cgroup) => (Some(cgroup), report),
         Err(err) => {

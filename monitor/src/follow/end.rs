@@ -11,8 +11,9 @@ use crate::{
     gpu::{GpuMonitor, GpuStatus},
     host,
     launch::Identity,
-    limits, metrics,
-    summary::{self, RunInfo},
+    limits,
+    store::run_json::{self, RunInfo},
+    store::summary_json,
     userfs,
 };
 
@@ -40,10 +41,10 @@ pub fn write_summary(
     out_dir: &Path,
     argv: Vec<String>,
     warmup: usize,
-    repetitions: Vec<metrics::Repetition>,
-    breach: Option<metrics::LimitBreach>,
-) -> metrics::Summary {
-    let summary = metrics::Summary::new(
+    repetitions: Vec<summary_json::Repetition>,
+    breach: Option<summary_json::LimitBreach>,
+) -> summary_json::Summary {
+    let summary = summary_json::Summary::new(
         shell_words(&argv),
         argv,
         host::uname().0,
@@ -51,7 +52,7 @@ pub fn write_summary(
         repetitions,
         breach,
     );
-    let path = out_dir.join(metrics::SUMMARY_FILE);
+    let path = out_dir.join(summary_json::SUMMARY_FILE);
     let written = serde_json::to_string_pretty(&summary)
         .map_err(std::io::Error::other)
         .and_then(|json| userfs::write_atomic(&path, (json + "\n").as_bytes()));
@@ -98,7 +99,7 @@ pub fn exit_of(outcome: &Outcome) -> (Option<i32>, Option<i32>, i32) {
 /// Reads the run cgroup's totals (and the per-process coverage of its CPU), then removes it.
 pub fn close_cgroup(
     cgroup: Option<RunCgroup>,
-    report: &mut summary::CgroupReport,
+    report: &mut run_json::CgroupReport,
     tree_cpu_ns: u64,
 ) {
     let Some(cgroup) = cgroup else { return };
@@ -142,7 +143,7 @@ pub struct Ended<'a> {
     pub exit_status: i32,
     pub outcome: Outcome,
     pub finished: crate::recorder::Finished,
-    pub cgroup: summary::CgroupReport,
+    pub cgroup: run_json::CgroupReport,
     pub interval: Duration,
     pub out_dir: &'a Path,
 }
@@ -152,7 +153,7 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     let (start_time, end_time, duration_s) = RunInfo::new_times(e.started_wall_ns, e.ended_wall_ns);
     let finished = e.finished;
     RunInfo {
-        schema_version: summary::RUN_JSON_VERSION,
+        schema_version: run_json::RUN_JSON_VERSION,
         montrace_version: env!("CARGO_PKG_VERSION").to_string(),
         command: shell_words(&e.argv),
         argv: e.argv,
@@ -227,7 +228,7 @@ pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, repor
         }
     }
     if print_summary {
-        crate::say_raw!("{}", summary::format_summary(info));
+        crate::say_raw!("{}", run_json::format_summary(info));
     }
 }
 

@@ -27,7 +27,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{cli::MarkArgs, host, model::MarkKind};
+use crate::{cli::MarkArgs, host, store::records::MarkKind};
 
 /// The environment variable that holds the socket's path in the command's environment.
 pub const SOCKET_ENV: &str = "MONTRACE_MARK_SOCKET";

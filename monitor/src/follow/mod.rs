@@ -32,8 +32,8 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
-    cli::RecordOptions, host, live::LiveLine, marks::MarkServer, metrics, polling::Poller,
-    recorder::Recorder,
+    cli::RecordOptions, host, live::LiveLine, marks::MarkServer, polling::Poller,
+    recorder::Recorder, store::summary_json,
 };
 use state::{Follower, Next};
 
@@ -44,7 +44,7 @@ pub struct Outcome {
     /// The wait ended (--linger, attach's --duration or Ctrl-C) with processes still running.
     pub linger_expired: bool,
     pub signals_forwarded: Vec<i32>,
-    pub breach: Option<metrics::LimitBreach>,
+    pub breach: Option<summary_json::LimitBreach>,
     /// attach: the signal that ended the monitoring.
     pub stopped_by_signal: Option<i32>,
     /// Marks the command sent over the budget (`marks::MarkBudget`), not recorded.

@@ -19,7 +19,7 @@ use crate::{
     sampler::{
         self, HandleCache, MemoryDetail, ProcReader, ProcessHandle, ReadError, SystemReading,
     },
-    summary,
+    store::run_json,
     tracker::Tracker,
     writer,
 };
@@ -51,8 +51,8 @@ pub struct Recorder<'g> {
     /// Last sample of each live process, keyed by (pid, start time).
     previous: HashMap<(u32, i64), rates::Previous>,
     previous_system: Option<SystemReading>,
-    totals: summary::TreeTotals,
-    memory_peaks: summary::TreeMemoryPeaks,
+    totals: run_json::TreeTotals,
+    memory_peaks: run_json::TreeMemoryPeaks,
     sample_rows: u64,
     /// Sum of RSS over the tree at the last sweep.
     last_sweep_rss: Option<u64>,
@@ -125,8 +125,8 @@ impl<'g> Recorder<'g> {
             smaps: HashMap::new(),
             ended: HashMap::new(),
             previous_system: None,
-            totals: summary::TreeTotals::default(),
-            memory_peaks: summary::TreeMemoryPeaks::default(),
+            totals: run_json::TreeTotals::default(),
+            memory_peaks: run_json::TreeMemoryPeaks::default(),
             sample_rows: 0,
             last_sweep_rss: None,
             last_sweep_cpu_percent: None,
@@ -346,7 +346,7 @@ impl<'g> Recorder<'g> {
     /// Phase marks the command sent; a mark from a process of the tree carries its start time.
     pub fn on_marks(&mut self, marks: Vec<crate::marks::ReceivedMark>) {
         for mark in marks {
-            let row = crate::model::MarkRecord {
+            let row = crate::store::records::MarkRecord {
                 time_ns: mark.time_ns,
                 pid: mark.pid,
                 start_time_ns: self.tracker.start_time_of(mark.pid).or_else(|| {
@@ -459,8 +459,8 @@ pub struct Finished {
     pub max_concurrent: usize,
     pub vanished: u64,
     pub started: usize,
-    pub totals: summary::TreeTotals,
-    pub memory_peaks: summary::TreeMemoryPeaks,
+    pub totals: run_json::TreeTotals,
+    pub memory_peaks: run_json::TreeMemoryPeaks,
     pub sample_rows: u64,
     pub exec_time_boot_ns: Option<u64>,
     /// Why recording stopped before the end, if it did (see the module's doc).

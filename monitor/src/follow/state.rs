@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{launch::Received, limits, metrics, recorder::Recorder, units};
+use crate::{launch::Received, limits, recorder::Recorder, store::summary_json, units};
 
 use super::{FollowConfig, Outcome};
 
@@ -161,7 +161,7 @@ impl<'c, 's> Follower<'c, 's> {
         let elapsed = now.saturating_duration_since(self.started);
         let usage = recorder.usage(elapsed);
         if let Some((limit, value)) = limits::first_breach(&opts.limits, &usage) {
-            self.outcome.breach = Some(metrics::LimitBreach {
+            self.outcome.breach = Some(summary_json::LimitBreach {
                 limit: limit.name().to_string(),
                 threshold: limit.threshold(),
                 value,

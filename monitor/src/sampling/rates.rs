@@ -5,8 +5,8 @@
 //! Times are wall-clock nanoseconds since the Unix epoch (UTC).
 
 use crate::decode::ExitStats;
-use crate::model::{SampleRecord, SampleSource, SystemRecord};
 use crate::sampler::{CpuTicks, ProcessReading, SystemReading};
+use crate::store::records::{SampleRecord, SampleSource, SystemRecord};
 
 /// What the next sample of a process needs from its last one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -337,7 +337,7 @@ pub struct GpuProcessRow {
 pub struct RunData {
     /// run.json, when the run ended cleanly.
     /// run.json, read typed (None when it is missing or unreadable: a note says which).
-    pub info: Option<crate::summary::RunInfo>,
+    pub info: Option<crate::store::run_json::RunInfo>,
     pub processes: Vec<Process>,
     pub samples: Vec<Sample>,
     pub system: Vec<SystemRow>,
@@ -695,7 +695,7 @@ fn read_gpu_processes(
     processes: &mut Vec<Process>,
     index: &mut HashMap<(u32, i64), usize>,
 ) -> anyhow::Result<Vec<GpuProcessRow>> {
-    let accounting = crate::model::GpuProcessSource::Accounting.as_str();
+    let accounting = crate::store::records::GpuProcessSource::Accounting.as_str();
     read_process_rows(dir, "gpu_processes", processes, index, |c, keys| {
         let gpu_index = c.prim::<UInt32Type>("gpu_index");
         let source = c.str("source");

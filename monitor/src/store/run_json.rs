@@ -2,7 +2,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ebpf::{LostEvents, TrackingMode};
-use crate::model::ProcessRecord;
+use crate::store::records::ProcessRecord;
 use crate::units::{format_bytes, format_seconds_ns, rfc3339};
 
 /// Version of run.json's layout (shared with the Parquet schema version).
@@ -61,7 +61,7 @@ pub struct TreeMemoryPeaks {
 
 impl TreeMemoryPeaks {
     /// Folds in one sweep's samples (all taken at the same moment).
-    pub fn add_sweep(&mut self, samples: &[crate::model::SampleRecord]) {
+    pub fn add_sweep(&mut self, samples: &[crate::store::records::SampleRecord]) {
         fn fold(best: &mut Option<u64>, values: impl Iterator<Item = Option<u64>>) {
             let mut sum = None;
             for v in values.flatten() {
@@ -152,7 +152,7 @@ pub struct RunInfo {
     #[serde(default)]
     pub signals_forwarded: Vec<i32>,
     /// The `--limit` that stopped the run, if one did.
-    pub limit_breach: Option<crate::metrics::LimitBreach>,
+    pub limit_breach: Option<crate::store::summary_json::LimitBreach>,
     pub out_dir: String,
     /// Marks the command sent over the budget (a rate and a total per run; docs/marks.md),
     /// counted and not recorded.
@@ -165,7 +165,7 @@ pub struct RunInfo {
 
 impl RunInfo {
     /// The figures summary.json keeps for this run (see `metrics::METRICS`).
-    pub fn repetition(&self, run_dir: &str) -> crate::metrics::Repetition {
+    pub fn repetition(&self, run_dir: &str) -> crate::store::summary_json::Repetition {
         let t = &self.totals;
         let mut metrics = std::collections::BTreeMap::new();
         let mut put = |name: &str, value: Option<f64>| {
@@ -203,7 +203,7 @@ impl RunInfo {
         for (name, value) in self.gpu.metrics() {
             put(name, value);
         }
-        crate::metrics::Repetition {
+        crate::store::summary_json::Repetition {
             run_dir: run_dir.to_string(),
             exit_status: self.exit_status,
             lost_events: self.lost_events.total(),
@@ -324,7 +324,7 @@ pub fn format_summary(info: &RunInfo) -> String {
 }
 
 /// The end of `--repeat`: each metric's median and spread over the repetitions.
-pub fn format_repeat_stats(summary: &crate::metrics::Summary, out_dir: &str) -> String {
+pub fn format_repeat_stats(summary: &crate::store::summary_json::Summary, out_dir: &str) -> String {
     let mut lines = vec![format!(
         "montrace: {} ({} repetitions{})",
         summary.command,
@@ -335,7 +335,7 @@ pub fn format_repeat_stats(summary: &crate::metrics::Summary, out_dir: &str) -> 
             String::new()
         }
     )];
-    for def in crate::metrics::METRICS {
+    for def in crate::store::summary_json::METRICS {
         let Some(s) = summary.stats.get(def.name) else {
             continue;
         };
@@ -355,7 +355,7 @@ pub fn format_repeat_stats(summary: &crate::metrics::Summary, out_dir: &str) -> 
     }
     lines.push(format!(
         "  summary              {out_dir}/{}",
-        crate::metrics::SUMMARY_FILE
+        crate::store::summary_json::SUMMARY_FILE
     ));
     lines.join("\n") + "\n"
 }
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn tree_memory_peak_is_the_largest_sweep_sum() {
-        let s = |rss: u64, uss: Option<u64>| crate::model::SampleRecord {
+        let s = |rss: u64, uss: Option<u64>| crate::store::records::SampleRecord {
             rss_bytes: Some(rss),
             uss_bytes: uss,
             ..Default::default()
@@ -460,7 +460,7 @@ mod tests {
             gid: 1000,
             linger_expired: false,
             signals_forwarded: vec![],
-            limit_breach: Some(crate::metrics::LimitBreach {
+            limit_breach: Some(crate::store::summary_json::LimitBreach {
                 limit: "rss".into(),
                 threshold: (100u64 << 20) as f64,
                 value: (150u64 << 20) as f64,

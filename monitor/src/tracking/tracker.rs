@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::decode::{ExitStats, KernelEvent, Termination};
-use crate::model::{EventKind, EventRecord, ProcessRecord};
+use crate::store::records::{EventKind, EventRecord, ProcessRecord};
 
 /// Converts the kernel's boot-time stamps to wall-clock time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::{
     cli::{CompareArgs, CompareFormat},
-    metrics::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION},
+    store::summary_json::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION},
 };
 
 use crate::cli::{EXIT_REGRESSED, EXIT_USAGE};

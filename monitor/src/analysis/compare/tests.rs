@@ -1,5 +1,5 @@
 use super::*;
-use crate::metrics::Repetition;
+use crate::store::summary_json::Repetition;
 
 fn close(actual: f64, expected: f64, tolerance: f64) {
     assert!(
@@ -321,7 +321,7 @@ fn sample_report() -> Report {
     };
     let row = |metric: &'static str, baseline, candidate, max_increase, decision| Row {
         metric,
-        unit: crate::metrics::metric_def(metric).unwrap().unit,
+        unit: crate::store::summary_json::metric_def(metric).unwrap().unit,
         baseline,
         candidate,
         max_increase,
@@ -675,7 +675,7 @@ fn failed_and_stopped_runs_are_flagged() {
     let mut reps: Vec<_> = STEADY.iter().map(|&(w, c)| repetition(w, c)).collect();
     reps[1].exit_status = 2;
     reps[2].lost_events = 3;
-    let breach = crate::metrics::LimitBreach {
+    let breach = crate::store::summary_json::LimitBreach {
         limit: "rss".into(),
         threshold: 1e9,
         value: 2e9,

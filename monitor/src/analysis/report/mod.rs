@@ -456,11 +456,11 @@ mod tests {
         let mut table = crate::writer::PartedTable::gpu_processes(run).unwrap();
         let make = &prepare(run, "exe").unwrap().data.processes[0];
         table
-            .push(crate::model::GpuProcessRecord {
+            .push(crate::store::records::GpuProcessRecord {
                 time_ns: sweep_time,
                 pid: make.pid,
                 start_time_ns: make.start_ns,
-                source: crate::model::GpuProcessSource::Accounting,
+                source: crate::store::records::GpuProcessSource::Accounting,
                 gpu_memory_bytes: Some(1 << 40),
                 ..Default::default()
             })

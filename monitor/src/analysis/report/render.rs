@@ -6,7 +6,7 @@ use minijinja::{Environment, Value};
 use serde::Serialize;
 
 use crate::units::md_code;
-use crate::{ebpf::TrackingMode, summary::RunInfo};
+use crate::{ebpf::TrackingMode, store::run_json::RunInfo};
 
 use super::load::RunData;
 use super::model::{exit_text, signal_name, Model};
@@ -445,7 +445,7 @@ fn lost_events(info: &RunInfo) -> String {
     }
 }
 
-fn coverage(cgroup: &crate::summary::CgroupReport) -> String {
+fn coverage(cgroup: &crate::store::run_json::CgroupReport) -> String {
     match (cgroup.cpu_coverage, &cgroup.error) {
         (Some(c), _) => format!(
             "{} of the run cgroup's CPU time is in the per-process figures",

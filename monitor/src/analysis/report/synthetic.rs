@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::model::{
+use crate::store::records::{
     EventKind, EventRecord, MarkKind, MarkRecord, ProcessRecord, SampleRecord, SampleSource,
     SystemRecord,
 };
@@ -333,13 +333,13 @@ pub fn synthetic_run(
 
     let cpu: u64 = specs.iter().map(|s| s.cpu_ns_at(s.end)).sum();
     // Written through the same type `montrace run` writes and `report` reads.
-    let totals = crate::summary::TreeTotals {
+    let totals = crate::store::run_json::TreeTotals {
         cpu_user_ns: cpu * 9 / 10,
         cpu_system_ns: cpu - cpu * 9 / 10,
         ..Default::default()
     };
-    let info = crate::summary::RunInfo {
-        schema_version: crate::summary::RUN_JSON_VERSION,
+    let info = crate::store::run_json::RunInfo {
+        schema_version: crate::store::run_json::RUN_JSON_VERSION,
         montrace_version: env!("CARGO_PKG_VERSION").into(),
         command: "make -j8".into(),
         argv: vec!["make".into(), "-j8".into()],
@@ -362,7 +362,7 @@ pub fn synthetic_run(
         tree_memory_peaks: Default::default(),
         samples: 0,
         sample_interval_ms: interval_ns as f64 / 1e6,
-        cgroup: crate::summary::CgroupReport {
+        cgroup: crate::store::run_json::CgroupReport {
             cpu_coverage: Some(1.0),
             ..Default::default()
         },
@@ -407,7 +407,7 @@ pub fn add_synthetic_gpu(
         let f = (t - T0) as f64 / duration_ns as f64;
         for gpu in 0..gpus {
             let busy = 100.0 * (0.5 + 0.45 * (f * 12.0 + f64::from(gpu)).sin());
-            table.push(crate::model::GpuRecord {
+            table.push(crate::store::records::GpuRecord {
                 time_ns: t,
                 gpu_index: gpu,
                 name: Some("Synthetic GPU".into()),
@@ -439,7 +439,7 @@ pub fn add_synthetic_gpu_processes(
     duration: Duration,
     interval: Duration,
 ) -> anyhow::Result<()> {
-    use crate::model::{GpuProcessRecord, GpuProcessSource};
+    use crate::store::records::{GpuProcessRecord, GpuProcessSource};
     let specs = specs(processes.max(1), duration.as_nanos().max(1) as i64);
     let holders: Vec<(&Spec, u64)> = specs
         .iter()

@@ -24,7 +24,7 @@ use nvml_wrapper::Nvml;
 use serde::Serialize;
 
 use crate::cli::GpuMode;
-use crate::model::{GpuProcessRecord, GpuProcessSource, GpuRecord};
+use crate::store::records::{GpuProcessRecord, GpuProcessSource, GpuRecord};
 use crate::units::{format_bytes, rfc3339};
 
 /// How long after a process's exit the driver may still show its context as running: until then

@@ -63,7 +63,7 @@ impl GpuSummary {
         }
     }
 
-    /// The figures summary.json keeps (names from `metrics::METRICS`); None: absent.
+    /// The figures summary.json keeps (names from `summary_json::METRICS`); None: absent.
     pub fn metrics(&self) -> [(&'static str, Option<f64>); 2] {
         [
             (
@@ -74,7 +74,7 @@ impl GpuSummary {
         ]
     }
 
-    /// Lines for the printed summary, aligned with `summary::format_summary`'s; none for
+    /// Lines for the printed summary, aligned with `run_json::format_summary`'s; none for
     /// `--gpu off`.
     pub fn format_lines(&self) -> Vec<String> {
         match self.status {

@@ -14,7 +14,7 @@ use arrow_array::types::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::model::{
+use crate::store::records::{
     EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
 };
 use Values::{Bool, Str, StrList, Time, F64, I32, U32, U64};

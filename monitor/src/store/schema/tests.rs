@@ -1,6 +1,6 @@
 use super::*;
-use crate::model::EventKind;
-use crate::model::SampleSource;
+use crate::store::records::EventKind;
+use crate::store::records::SampleSource;
 use arrow_array::cast::AsArray;
 use arrow_array::Array;
 
@@ -462,7 +462,7 @@ pub(crate) fn gpu_process_rows() -> Vec<GpuProcessRecord> {
             gpu_index: 1,
             pid: 42,
             start_time_ns: 1_700_000_000_123_456_789,
-            source: crate::model::GpuProcessSource::Sample,
+            source: crate::store::records::GpuProcessSource::Sample,
             gpu_memory_bytes: Some(3 << 30),
             sm_utilization_percent: Some(88.5),
             memory_utilization_percent: Some(12.0),
@@ -473,7 +473,7 @@ pub(crate) fn gpu_process_rows() -> Vec<GpuProcessRecord> {
             gpu_index: 1,
             pid: 42,
             start_time_ns: 1_700_000_000_123_456_789,
-            source: crate::model::GpuProcessSource::Accounting,
+            source: crate::store::records::GpuProcessSource::Accounting,
             max_gpu_memory_bytes: Some(5 << 30),
             lifetime_gpu_utilization_percent: Some(75.0),
             lifetime_memory_utilization_percent: Some(20.0),

@@ -20,10 +20,10 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use crate::model::{
+use crate::schema;
+use crate::store::records::{
     EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
 };
-use crate::schema;
 
 /// Rows a [`PartedTable`] holds in memory at most: when this many are buffered,
 /// [`PartedTable::push`] writes them out as a part by itself.

@@ -1,10 +1,10 @@
 use super::*;
-use crate::model::{EventKind, ProcessRecord, SampleSource};
 use crate::schema::tests::{full_sample, full_system};
 use crate::schema::{
     events_batch, processes_batch, processes_schema, samples_batch, system_batch,
     SCHEMA_VERSION_KEY,
 };
+use crate::store::records::{EventKind, ProcessRecord, SampleSource};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{TimestampNanosecondType, UInt32Type, UInt64Type};
 use arrow_array::Array;

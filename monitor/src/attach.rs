@@ -115,6 +115,30 @@ fn ebpf_offsets(pid: u32) -> Option<monitor_common::Offsets> {
     None
 }
 
+/// The mark socket of an attach: at `--mark-socket`, else in a private directory, said once.
+fn bind_marks(args: &AttachArgs) -> Option<crate::marks::MarkServer> {
+    let bound = match &args.mark_socket {
+        Some(path) => crate::marks::MarkServer::bind_at(path, crate::userfs::owner()),
+        None => crate::marks::MarkServer::bind(),
+    };
+    match bound {
+        Ok(server) => {
+            if args.mark_socket.is_none() && !args.record.quiet {
+                crate::say!(
+                    "montrace: phase marks: send them to {} ({}=that path montrace mark ...)",
+                    server.path().display(),
+                    crate::marks::SOCKET_ENV
+                );
+            }
+            Some(server)
+        }
+        Err(err) => {
+            crate::say!("montrace: warning: no phase marks for this attach: {err:#}");
+            None
+        }
+    }
+}
+
 /// Loads and attaches the programs where `offsets` says montrace can (a failure falls back to
 /// polling, said once); a capable user's capabilities go right after.
 #[allow(clippy::type_complexity)]
@@ -240,7 +264,9 @@ fn follow_attached(
         stop_after: args.duration,
         started_boot_ns: started.0,
     };
-    // No phase marks: the processes were started without montrace's socket in their environment.
+    // Phase marks: the processes were started without montrace's socket in their
+    // environment, so the socket is where the user asked (or said on stderr).
+    let marks = bind_marks(args);
     // Without eBPF the poller that found the tree goes on following it.
     let source = match ring {
         Some(ring) => Source::Ebpf(ring),
@@ -249,7 +275,7 @@ fn follow_attached(
     let outcome = runtime.block_on(crate::follow::follow(
         source,
         signals,
-        None,
+        marks,
         &mut recorder,
         &cfg,
     ))?;

@@ -137,6 +137,11 @@ pub struct AttachArgs {
     #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,
 
+    /// Where to bind the phase-mark socket (a new name; default: a private directory under /tmp,
+    /// said on stderr): the attached program sends its marks there (docs/marks.md)
+    #[arg(long, value_name = "PATH")]
+    pub mark_socket: Option<PathBuf>,
+
     #[command(flatten)]
     pub record: RecordOptions,
 }

@@ -129,3 +129,58 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
         "only {recorded} children recorded in 2 s: {rows:#?}"
     );
 }
+
+/// A program montrace did not start cannot be given `MONTRACE_MARK_SOCKET`: attach binds the
+/// socket where `--mark-socket` says, and marks sent there are recorded.
+#[test]
+fn marks_sent_to_the_attach_socket_are_recorded() {
+    let work = tempfile::tempdir().unwrap();
+    let mut shell = Command::new("sh")
+        .args(["-c", "while :; do sleep 0.05; done"])
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let socket = work.path().join("marks.sock");
+    let sender = {
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            wait_for_file(&socket);
+            for args in [["mark", "--begin", "phase"], ["mark", "--end", "phase"]] {
+                let status = Command::new(tests::montrace_bin())
+                    .args(args)
+                    .env("MONTRACE_MARK_SOCKET", &socket)
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+            }
+        })
+    };
+    let socket_arg = socket.display().to_string();
+    let run = attach_montrace(
+        shell.id(),
+        &[
+            "--duration",
+            "2s",
+            "-q",
+            "--no-report",
+            "--mark-socket",
+            &socket_arg,
+        ],
+    );
+    // SAFETY: plain syscall on the process group made for the loop.
+    unsafe { libc::kill(-(shell.id() as libc::pid_t), libc::SIGKILL) };
+    let _ = shell.wait();
+    sender.join().unwrap();
+    run.assert_code(0);
+    let marks: Vec<(String, String)> = run.marks().into_iter().map(|m| (m.kind, m.label)).collect();
+    assert_eq!(
+        marks,
+        [
+            ("begin".into(), "phase".into()),
+            ("end".into(), "phase".into())
+        ],
+        "{run:?}"
+    );
+    assert!(!socket.exists(), "the socket is removed at the end");
+}

@@ -182,7 +182,9 @@ pub struct InvalidMark {
 #[derive(Debug)]
 pub struct MarkServer {
     socket: UnixDatagram,
-    dir: PathBuf,
+    /// The private directory made for the socket (removed with it), or None for a socket bound
+    /// where the user asked ([`MarkServer::bind_at`]).
+    dir: Option<PathBuf>,
     path: PathBuf,
     invalid: u64,
     first_invalid: Option<InvalidMark>,
@@ -247,7 +249,7 @@ impl MarkServer {
         // From here on, dropping the server removes what was made.
         let server = MarkServer {
             socket,
-            dir,
+            dir: Some(dir),
             path,
             invalid: 0,
             first_invalid: None,
@@ -257,6 +259,31 @@ impl MarkServer {
         server
             .set_up()
             .with_context(|| format!("cannot set up the mark socket {}", server.path.display()))?;
+        Ok(server)
+    }
+
+    /// Binds the socket at `path`, a name that must not exist yet in a directory the user
+    /// chose (`montrace attach --mark-socket PATH`: a program that is already running cannot be
+    /// given `MONTRACE_MARK_SOCKET`, so it is told where to send). Made with `owner`'s identity,
+    /// mode 0600; removed when the server is dropped.
+    pub fn bind_at(
+        path: &Path,
+        owner: Option<&crate::userfs::Owner>,
+    ) -> anyhow::Result<MarkServer> {
+        let socket = crate::userfs::as_owner(owner, || UnixDatagram::bind(path))
+            .with_context(|| format!("cannot create the mark socket {}", path.display()))?;
+        let server = MarkServer {
+            socket,
+            dir: None,
+            path: path.to_path_buf(),
+            invalid: 0,
+            first_invalid: None,
+            budget: MarkBudget::default(),
+            owner: owner.cloned(),
+        };
+        server
+            .set_up()
+            .with_context(|| format!("cannot set up the mark socket {}", path.display()))?;
         Ok(server)
     }
 
@@ -366,7 +393,10 @@ impl Drop for MarkServer {
         // Best effort: a leftover empty directory in /tmp is harmless.
         let _ = crate::userfs::as_owner(self.owner.as_ref(), || {
             let _ = std::fs::remove_file(&self.path);
-            std::fs::remove_dir(&self.dir)
+            match &self.dir {
+                Some(dir) => std::fs::remove_dir(dir),
+                None => Ok(()),
+            }
         });
     }
 }

@@ -164,7 +164,7 @@ pub struct RunInfo {
 }
 
 impl RunInfo {
-    /// The figures summary.json keeps for this run (see `metrics::METRICS`).
+    /// The figures summary.json keeps for this run (see `summary_json::METRICS`).
     pub fn repetition(&self, run_dir: &str) -> crate::store::summary_json::Repetition {
         let t = &self.totals;
         let mut metrics = std::collections::BTreeMap::new();

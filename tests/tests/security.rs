@@ -634,7 +634,7 @@ fn montrace_names_the_processes_it_waits_for_once() {
     let run = run_with_timeout(&mut cmd, TIMEOUT);
     assert_eq!(run.code(), 0, "{run:?}");
     assert_eq!(
-        run.stderr.matches("processes it left running").count(),
+        run.stderr.matches("it left running").count(),
         1,
         "said once: {run:?}"
     );

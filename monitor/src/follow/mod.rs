@@ -268,6 +268,9 @@ pub async fn follow(
                 let mut guard = guard?;
                 let received = launch::read_signals(guard.get_inner());
                 guard.clear_ready();
+                // Forks still in the ring buffer first: a child forked just before the signal
+                // must get it too.
+                take_in!();
                 if f.on_signals(&received, recorder) == Next::Stop {
                     inputs.drain(recorder, root_pid);
                     f.outcome.linger_expired = recorder.tracker.live_count() > 0;

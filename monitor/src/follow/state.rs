@@ -212,9 +212,10 @@ pub fn lingering_notice(oldest: &[(u32, String)], live: usize, linger: Option<Du
         Some(d) => format!("at most {d:?} (--linger)"),
         None => "until they end (--linger DURATION limits the wait)".into(),
     };
+    let processes = if live == 1 { "process" } else { "processes" };
     format!(
-        "montrace: the command exited; waiting {until} for {live} processes it left running: {}. \
-         Ctrl-C twice sends them SIGTERM, three times SIGKILL",
+        "montrace: the command exited; waiting {until} for {live} {processes} it left running: \
+         {}. Ctrl-C twice sends them SIGTERM, three times SIGKILL",
         names.join(", ")
     )
 }

@@ -131,9 +131,19 @@ struct Hog(std::process::Child);
 
 impl Hog {
     fn start() -> Result<Hog> {
-        let child = Command::new("taskset")
-            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
-            .stdin(Stdio::null())
+        use std::os::unix::process::CommandExt as _;
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .stdin(Stdio::null());
+        // SAFETY: prctl is async-signal-safe. The hog dies with xtask even when xtask is killed
+        // (Drop does not run then).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
             .spawn()
             .context("starting the CPU hog (taskset, from util-linux)")?;
         Ok(Hog(child))

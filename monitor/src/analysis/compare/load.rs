@@ -1,5 +1,6 @@
 //! Loading one side of a comparison: a summary.json, a run directory, or a directory of runs.
 use super::*;
+use crate::store::summary_json;
 // ---------------------------------------------------------------------------------------------
 // Loading
 // ---------------------------------------------------------------------------------------------
@@ -113,27 +114,21 @@ pub fn load_side(path: &Path) -> Result<Side, CompareError> {
 }
 
 pub(super) fn read_summary(path: &Path) -> Result<Summary, CompareError> {
-    let text = fs::read_to_string(path).map_err(|e| CompareError::io(path, e))?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        CompareError::Usage(format!(
+    summary_json::read(path).map_err(|err| match err {
+        summary_json::ReadError::Io(source) => CompareError::io(path, source),
+        summary_json::ReadError::NotJson(e) => CompareError::Usage(format!(
             "{} is not valid JSON ({e}): {WHAT_TO_PASS}",
             path.display()
-        ))
-    })?;
-    if let Some(version) = value.get("schema_version").and_then(|v| v.as_u64()) {
-        if version > u64::from(SUMMARY_VERSION) {
-            return Err(CompareError::Usage(format!(
-                "{} has schema version {version}, newer than this montrace reads \
-                 ({SUMMARY_VERSION}): compare it with the montrace that wrote it",
-                path.display()
-            )));
-        }
-    }
-    serde_json::from_value(value).map_err(|e| {
-        CompareError::Usage(format!(
+        )),
+        summary_json::ReadError::Newer(version) => CompareError::Usage(format!(
+            "{} has schema version {version}, newer than this montrace reads \
+             ({SUMMARY_VERSION}): compare it with the montrace that wrote it",
+            path.display()
+        )),
+        summary_json::ReadError::NotASummary(e) => CompareError::Usage(format!(
             "{} is not a montrace summary.json ({e}): {WHAT_TO_PASS}",
             path.display()
-        ))
+        )),
     })
 }
 

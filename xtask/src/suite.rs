@@ -35,6 +35,15 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         // and the root-only `tests` crate.
         header("unit tests: cargo test (default members)");
         check(util::cargo().arg("test")).context("unit tests failed")?;
+        // The few unit tests that touch the kernel as root (a real run cgroup) are #[ignore]d in
+        // a plain `cargo test`, which must pass for an ordinary user; they run here, as root.
+        header("root unit tests: cargo test -p monitor --lib -- --ignored live_ (as root)");
+        let mut root_units = util::cargo();
+        root_units.args(["test", "-p", "monitor", "--lib", "--", "--ignored", "live_"]);
+        if !util::is_root() {
+            root_units.env(runner_var(), "sudo -E");
+        }
+        check(&mut root_units).context("root unit tests failed")?;
     }
 
     // The GPU tier goes with the unit tier: NVML needs no root.

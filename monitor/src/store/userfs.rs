@@ -76,10 +76,26 @@ pub fn as_owner<T>(owner: Option<&Owner>, f: impl FnOnce() -> io::Result<T>) -> 
         return f();
     }
     let _switched = Switched::to(owner)?;
-    DEPTH.with(|d| d.set(d.get() + 1));
-    let result = f();
-    DEPTH.with(|d| d.set(d.get() - 1));
-    result
+    // Counted down on every way out, a panic in `f` included: a count left behind would make
+    // the next call skip the switch and act as root.
+    let _depth = Depth::enter();
+    f()
+}
+
+/// One level of [`as_owner`] on this thread, for as long as it lives.
+struct Depth;
+
+impl Depth {
+    fn enter() -> Depth {
+        DEPTH.with(|d| d.set(d.get() + 1));
+        Depth
+    }
+}
+
+impl Drop for Depth {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get() - 1));
+    }
 }
 
 /// This thread's filesystem identity switched to the owner's; dropping it switches back.
@@ -307,6 +323,34 @@ mod tests {
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(open(&link).is_err());
         assert_eq!(read(&target).unwrap(), b"x");
+    }
+
+    /// A panic inside a switched call (caught further up, as the recorder does) leaves the
+    /// thread as it was: the next call switches again.
+    #[test]
+    fn a_panic_inside_leaves_the_next_call_switching() {
+        let nobody = Owner {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+        };
+        let caught = std::panic::catch_unwind(|| {
+            as_owner(Some(&nobody), || -> io::Result<()> { panic!("inside") })
+        });
+        assert!(caught.is_err());
+        assert_eq!(DEPTH.with(Cell::get), 0);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            // Root again after the panic, and the owner's identity inside the next call.
+            // SAFETY: setfsuid with an invalid id only reports the current one.
+            assert_eq!(unsafe { libc::setfsuid(u32::MAX) }, 0);
+            let inside = as_owner(Some(&nobody), || {
+                // SAFETY: as above.
+                Ok(unsafe { libc::setfsuid(u32::MAX) })
+            })
+            .unwrap();
+            assert_eq!(inside, 65534);
+        }
     }
 
     /// As root with an owner, files come out owned by the owner, and a root-only directory is

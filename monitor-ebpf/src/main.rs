@@ -22,7 +22,7 @@ use aya_ebpf::{
 };
 use monitor_common::{ExitEvent, Offsets, MAX_PENDING_EXITS, MAX_TRACKED, RING_BUFFER_BYTES};
 
-/// Kernel field offsets, written by the agent before load (see `monitor::btf`).
+/// Kernel field offsets, written by the agent before load (see `monitor::kernel::btf`).
 #[no_mangle]
 static OFFSETS: Offsets = unsafe { core::mem::zeroed() };
 

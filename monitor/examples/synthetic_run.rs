@@ -22,11 +22,11 @@ fn main() -> anyhow::Result<()> {
     let processes = number(1, 5000)? as usize;
     let duration = Duration::from_secs(number(2, 600)?);
     let interval = Duration::from_millis(number(3, 200)?);
-    monitor::report::synthetic_run(dir, processes, duration, interval)?;
+    monitor::analysis::report::synthetic_run(dir, processes, duration, interval)?;
     let gpus = u32::try_from(number(4, 0)?)?;
     if gpus > 0 {
-        monitor::report::add_synthetic_gpu(dir, duration, interval, gpus)?;
-        monitor::report::add_synthetic_gpu_processes(dir, processes, duration, interval)?;
+        monitor::analysis::report::add_synthetic_gpu(dir, duration, interval, gpus)?;
+        monitor::analysis::report::add_synthetic_gpu_processes(dir, processes, duration, interval)?;
     }
     Ok(())
 }

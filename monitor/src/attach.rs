@@ -9,22 +9,23 @@ use std::{ffi::OsString, path::Path};
 use anyhow::Context as _;
 
 use crate::{
-    btf,
     cli::AttachArgs,
-    decode::{self, KernelEvent},
-    ebpf::Probes,
+    follow::launch,
+    follow::recorder::Recorder,
     follow::{
         end::{self, Ended},
         FollowConfig, Source,
     },
-    host, launch,
-    polling::Poller,
-    privilege,
-    recorder::Recorder,
+    kernel::btf,
+    kernel::decode::{self, KernelEvent},
+    kernel::ebpf::Probes,
+    kernel::privilege,
     run,
+    sampling::host,
     store::run_json,
     store::summary_json,
-    tracker::{Clock, Tracker},
+    tracking::polling::Poller,
+    tracking::tracker::{Clock, Tracker},
 };
 
 use crate::cli::EXIT_USAGE;
@@ -56,7 +57,7 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     };
     let result = follow_attached(&args, offsets.as_ref(), &out_dir, started);
     if result.is_err() && run::dir_is_empty(&out_dir) {
-        let _ = crate::userfs::remove_dir(&out_dir);
+        let _ = crate::store::userfs::remove_dir(&out_dir);
     }
     result
 }
@@ -116,10 +117,12 @@ fn ebpf_offsets(pid: u32) -> Option<monitor_common::Offsets> {
 }
 
 /// The mark socket of an attach: at `--mark-socket`, else in a private directory, said once.
-fn bind_marks(args: &AttachArgs) -> Option<crate::marks::MarkServer> {
+fn bind_marks(args: &AttachArgs) -> Option<crate::follow::marks::MarkServer> {
     let bound = match &args.mark_socket {
-        Some(path) => crate::marks::MarkServer::bind_at(path, crate::userfs::owner()),
-        None => crate::marks::MarkServer::bind(),
+        Some(path) => {
+            crate::follow::marks::MarkServer::bind_at(path, crate::store::userfs::owner())
+        }
+        None => crate::follow::marks::MarkServer::bind(),
     };
     match bound {
         Ok(server) => {
@@ -127,7 +130,7 @@ fn bind_marks(args: &AttachArgs) -> Option<crate::marks::MarkServer> {
                 crate::say!(
                     "montrace: phase marks: send them to {} ({}=that path montrace mark ...)",
                     server.path().display(),
-                    crate::marks::SOCKET_ENV
+                    crate::follow::marks::SOCKET_ENV
                 );
             }
             Some(server)

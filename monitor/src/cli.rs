@@ -4,8 +4,8 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::ebpf::TracepointChoice;
-use crate::sampler::MemoryDetail;
+use crate::kernel::ebpf::TracepointChoice;
+use crate::sampling::sampler::MemoryDetail;
 use crate::units;
 
 /// `montrace compare`: a metric regressed.
@@ -116,8 +116,8 @@ pub struct RecordOptions {
     /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started),
     /// `gpu-mem=10GiB` (GPU memory of the tree's processes; needs an NVIDIA GPU).
     /// Repeatable. montrace then exits with 124 and records the breach.
-    #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::limits::parse_limit)]
-    pub limits: Vec<crate::limits::Limit>,
+    #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::follow::limits::parse_limit)]
+    pub limits: Vec<crate::follow::limits::Limit>,
 
     /// After SIGTERM on a limit breach, how long to wait before SIGKILL
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = units::parse_duration)]

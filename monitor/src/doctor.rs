@@ -6,12 +6,13 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    btf,
-    cgroup::RunCgroup,
     cli::{GpuMode, SetcapArgs, EXIT_MONTRACE_FAILED, EXIT_USAGE},
-    ebpf::{Probes, TracepointChoice},
-    gpu::GpuMonitor,
-    host, privilege,
+    kernel::btf,
+    kernel::ebpf::{Probes, TracepointChoice},
+    kernel::privilege,
+    sampling::cgroup::RunCgroup,
+    sampling::gpu::GpuMonitor,
+    sampling::host,
 };
 
 /// One line of the doctor's answer.

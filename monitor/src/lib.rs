@@ -26,11 +26,3 @@ pub mod store;
 pub mod term;
 pub mod tracking;
 pub mod units;
-
-// Short paths to the modules of each stage, used across the crate.
-pub use analysis::{compare, export, report};
-pub use follow::{launch, limits, live, marks, recorder};
-pub use kernel::{btf, decode, ebpf, privilege};
-pub use sampling::{cgroup, gpu, host, rates, sampler};
-pub use store::{schema, userfs, writer};
-pub use tracking::{polling, tracker};

@@ -1,6 +1,6 @@
 use clap::Parser as _;
 use monitor::cli::{Cli, Command, EXIT_MONTRACE_FAILED};
-use monitor::userfs;
+use monitor::store::userfs;
 
 fn main() {
     let cli = Cli::parse();
@@ -20,10 +20,10 @@ fn dispatch(command: Command) -> anyhow::Result<i32> {
         Command::Attach(args) => monitor::attach::attach_main(args),
         // These need no privilege at all: under sudo they run with the user's filesystem
         // identity throughout, so every path they are given is opened as the user would.
-        Command::Compare(args) => as_user(|| monitor::compare::compare_main(args)),
-        Command::Report(args) => as_user(|| monitor::report::report_main(args)),
-        Command::Export(args) => as_user(|| monitor::export::export_main(args)),
-        Command::Mark(args) => monitor::marks::mark_main(args),
+        Command::Compare(args) => as_user(|| monitor::analysis::compare::compare_main(args)),
+        Command::Report(args) => as_user(|| monitor::analysis::report::report_main(args)),
+        Command::Export(args) => as_user(|| monitor::analysis::export::export_main(args)),
+        Command::Mark(args) => monitor::follow::marks::mark_main(args),
         Command::Setcap(args) => monitor::doctor::setcap_main(args),
         Command::Doctor => monitor::doctor::doctor_main(),
     }
@@ -37,7 +37,7 @@ fn take_owner(command: &Command) -> anyhow::Result<()> {
     if !root || matches!(command, Command::Run(args) if args.as_root) {
         return Ok(());
     }
-    if let Some(id) = monitor::launch::sudo_identity()? {
+    if let Some(id) = monitor::follow::launch::sudo_identity()? {
         userfs::set_owner(userfs::Owner {
             uid: id.uid,
             gid: id.gid,

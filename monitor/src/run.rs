@@ -9,24 +9,25 @@ use std::{
 use anyhow::{bail, Context as _};
 
 use crate::{
-    btf,
-    cgroup::RunCgroup,
     cli::{RunArgs, EXIT_NOT_FOUND},
-    ebpf::Probes,
+    follow::launch::{self, Identity},
+    follow::marks::{self, MarkServer},
+    follow::recorder::Recorder,
     follow::{
         end::{self, build_run_info, close_cgroup, open_gpu, write_run_info, write_summary, Ended},
         follow, FollowConfig, Outcome, Source,
     },
-    gpu::GpuStatus,
-    host,
-    launch::{self, Identity},
-    marks::{self, MarkServer},
-    polling::{self, Poller},
-    privilege,
-    recorder::Recorder,
+    kernel::btf,
+    kernel::ebpf::Probes,
+    kernel::privilege,
+    sampling::cgroup::RunCgroup,
+    sampling::gpu::GpuStatus,
+    sampling::host,
     store::run_json::{self, RunInfo},
-    tracker::{Clock, Tracker},
-    units, userfs,
+    store::userfs,
+    tracking::polling::{self, Poller},
+    tracking::tracker::{Clock, Tracker},
+    units,
 };
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {

@@ -55,7 +55,7 @@ mod tests {
     #[test]
     fn error_line_says_each_cause_once() {
         let io = std::io::Error::from_raw_os_error(libc::EEXIST);
-        let err = anyhow::Error::new(crate::writer::WriteError::Io {
+        let err = anyhow::Error::new(crate::store::writer::WriteError::Io {
             op: "create",
             path: "/x/events.parts".into(),
             source: io,

@@ -21,9 +21,9 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
 use serde_json::{json, Value};
 
+use crate::analysis::report::load::{self, RunData, GPU_COLUMNS};
+use crate::analysis::report::model::exit_text;
 use crate::cli::{ExportArgs, ExportFormat};
-use crate::report::load::{self, RunData, GPU_COLUMNS};
-use crate::report::model::exit_text;
 
 /// Exit status for a missing or invalid run directory.
 use crate::cli::EXIT_USAGE;
@@ -64,7 +64,7 @@ pub fn write_perfetto(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
         out.file_name().unwrap_or_default().to_string_lossy()
     ));
     let written = (|| {
-        let file = crate::userfs::create_replacing(&temp)
+        let file = crate::store::userfs::create_replacing(&temp)
             .with_context(|| format!("cannot create {}", temp.display()))?;
         let mut writer = BufWriter::new(file);
         serde_json::to_writer(&mut writer, &trace)
@@ -72,12 +72,12 @@ pub fn write_perfetto(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
             .and_then(|()| writer.flush().map_err(anyhow::Error::from))
             .with_context(|| format!("cannot write {}", temp.display()))?;
         drop(writer);
-        crate::userfs::rename(&temp, out)
+        crate::store::userfs::rename(&temp, out)
             .with_context(|| format!("cannot rename {} to {}", temp.display(), out.display()))
     })();
     if written.is_err() {
         // No half-written leftover.
-        let _ = crate::userfs::remove_file(&temp);
+        let _ = crate::store::userfs::remove_file(&temp);
     }
     written
 }
@@ -120,7 +120,7 @@ pub fn perfetto_trace(data: &RunData) -> Value {
         json!({"ph": "M", "pid": MACHINE_PID, "name": "process_sort_index",
         "args": {"sort_index": -1}}),
     );
-    let exe = |i: usize| crate::report::model::exe_name(&data.processes[i]);
+    let exe = |i: usize| crate::analysis::report::model::exe_name(&data.processes[i]);
     let index = data.process_index();
     for (rank, &(i, depth)) in tree_order(data).iter().enumerate() {
         let p = &data.processes[i];
@@ -270,7 +270,7 @@ fn counter_events(data: &RunData, track: &[u64], us: &dyn Fn(i64) -> f64, events
     for mark in &data.marks {
         events.push(
             json!({"ph": "i", "s": "g", "pid": MACHINE_PID, "tid": MACHINE_PID,
-            "name": crate::report::mark_text(mark), "ts": us(mark.time_ns),
+            "name": crate::analysis::report::mark_text(mark), "ts": us(mark.time_ns),
             "args": {"label": mark.label, "kind": mark.kind}}),
         );
     }
@@ -288,7 +288,7 @@ pub struct CsvFile {
 
 /// Writes one CSV per table of `run_dir` into `out_dir` (created if needed).
 pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>> {
-    crate::userfs::create_dir_all(out_dir)
+    crate::store::userfs::create_dir_all(out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let mut written = Vec::new();
     for table in load::table_names(run_dir) {
@@ -301,7 +301,7 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
         let result = write_csv_table(&files, &temp, &path);
         if result.is_err() {
             // No half-written leftover.
-            let _ = crate::userfs::remove_file(&temp);
+            let _ = crate::store::userfs::remove_file(&temp);
         }
         let (rows, skipped) = result?;
         written.push(CsvFile {
@@ -322,7 +322,7 @@ fn write_csv_table(
     path: &Path,
 ) -> anyhow::Result<(u64, Vec<String>)> {
     {
-        let file = crate::userfs::create_replacing(temp)
+        let file = crate::store::userfs::create_replacing(temp)
             .with_context(|| format!("cannot create {}", temp.display()))?;
         let mut w = BufWriter::new(file);
         let mut header_done = false;
@@ -330,7 +330,7 @@ fn write_csv_table(
         let mut skipped = Vec::new();
         // The header comes from the schema, so an empty table still has one.
         for source in files {
-            let f = crate::userfs::open(source)
+            let f = crate::store::userfs::open(source)
                 .with_context(|| format!("cannot open {}", source.display()))?;
             let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
                 .with_context(|| format!("cannot read {}", source.display()))?;
@@ -355,7 +355,7 @@ fn write_csv_table(
         w.flush()
             .with_context(|| format!("cannot write {}", temp.display()))?;
         drop(w);
-        crate::userfs::rename(temp, path)
+        crate::store::userfs::rename(temp, path)
             .with_context(|| format!("cannot rename {} to {}", temp.display(), path.display()))?;
         Ok((rows, skipped))
     }
@@ -577,13 +577,13 @@ mod tests {
     fn csv_export_of_parts_and_an_empty_table() {
         // A killed run: the samples are parts, marks has a header and no rows.
         let run = tempfile::tempdir().unwrap();
-        let mut samples = crate::writer::PartedTable::samples(run.path()).unwrap();
+        let mut samples = crate::store::writer::PartedTable::samples(run.path()).unwrap();
         samples.push(Default::default()).unwrap();
         samples.flush().unwrap();
         samples.push(Default::default()).unwrap();
         samples.flush().unwrap();
         drop(samples);
-        crate::writer::PartedTable::marks(run.path())
+        crate::store::writer::PartedTable::marks(run.path())
             .unwrap()
             .finish()
             .unwrap();
@@ -662,7 +662,7 @@ mod tests {
     #[test]
     fn synthetic_run_exports() {
         let run = tempfile::tempdir().unwrap();
-        crate::report::synthetic_run(
+        crate::analysis::report::synthetic_run(
             run.path(),
             40,
             Duration::from_secs(5),

@@ -5,16 +5,16 @@
 use std::{path::Path, time::Duration};
 
 use crate::{
-    cgroup::RunCgroup,
     cli::RecordOptions,
-    ebpf::TrackingMode,
-    gpu::{GpuMonitor, GpuStatus},
-    host,
-    launch::Identity,
-    limits,
+    follow::launch::Identity,
+    follow::limits,
+    kernel::ebpf::TrackingMode,
+    sampling::cgroup::RunCgroup,
+    sampling::gpu::{GpuMonitor, GpuStatus},
+    sampling::host,
     store::run_json::{self, RunInfo},
     store::summary_json,
-    userfs,
+    store::userfs,
 };
 
 use super::Outcome;
@@ -65,9 +65,13 @@ pub fn write_summary(
 /// The lost-event counters, the tracking mode and the load time of the programs (polling: no
 /// programs), then detaches them.
 pub fn probe_figures(
-    probes: Option<crate::ebpf::Probes>,
-) -> (crate::ebpf::LostEvents, TrackingMode, Option<f64>) {
-    let lost = match probes.as_ref().map(crate::ebpf::Probes::lost).transpose() {
+    probes: Option<crate::kernel::ebpf::Probes>,
+) -> (crate::kernel::ebpf::LostEvents, TrackingMode, Option<f64>) {
+    let lost = match probes
+        .as_ref()
+        .map(crate::kernel::ebpf::Probes::lost)
+        .transpose()
+    {
         Ok(lost) => lost.unwrap_or_default(),
         Err(err) => {
             crate::say!("montrace: warning: cannot read the lost-event counters: {err:#}");
@@ -131,9 +135,9 @@ pub struct Ended<'a> {
     /// When the tree was done.
     pub ended_boot_ns: u64,
     pub ended_wall_ns: i64,
-    pub gpu: crate::gpu::GpuSummary,
+    pub gpu: crate::sampling::gpu::GpuSummary,
     pub tracking_mode: TrackingMode,
-    pub lost: crate::ebpf::LostEvents,
+    pub lost: crate::kernel::ebpf::LostEvents,
     pub ebpf_load_ms: Option<f64>,
     pub identity: Option<&'a Identity>,
     /// The command's exit code, or the signal that killed it.
@@ -142,7 +146,7 @@ pub struct Ended<'a> {
     /// What montrace exits with.
     pub exit_status: i32,
     pub outcome: Outcome,
-    pub finished: crate::recorder::Finished,
+    pub finished: crate::follow::recorder::Finished,
     pub cgroup: run_json::CgroupReport,
     pub interval: Duration,
     pub out_dir: &'a Path,
@@ -218,7 +222,7 @@ pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, repor
     if report && written.is_ok() && info.recording_error.is_none() {
         // The data is on disk already: a report that fails is a warning, not a failed run.
         if let Err(err) =
-            crate::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe")
+            crate::analysis::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe")
         {
             crate::say!(
                 "montrace: warning: no report for {}: {}",

@@ -205,7 +205,7 @@ pub fn spawn_held(
     let mut env_ptrs: Vec<*const libc::c_char> = c_env.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
     let ids = identity.map(|id| (id.uid, id.gid, id.groups.clone()));
-    let open_files_limit = crate::host::original_open_files_limit();
+    let open_files_limit = crate::sampling::host::original_open_files_limit();
 
     let (barrier_r, barrier_w) = pipe().context("creating the start barrier")?;
     let (status_r, status_w) = pipe().context("creating the exec status pipe")?;
@@ -301,7 +301,7 @@ unsafe fn child_after_fork(
     if libc::geteuid() != 0 {
         // An ordinary user's montrace (the granted binary) dropped its capabilities before the
         // fork; this makes sure the command starts with none, whatever montrace held.
-        crate::privilege::clear_in_child();
+        crate::kernel::privilege::clear_in_child();
     }
     libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
     let code = if *libc::__errno_location() == libc::ENOENT {

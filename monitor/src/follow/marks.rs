@@ -27,7 +27,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{cli::MarkArgs, host, store::records::MarkKind};
+use crate::{cli::MarkArgs, sampling::host, store::records::MarkKind};
 
 /// The environment variable that holds the socket's path in the command's environment.
 pub const SOCKET_ENV: &str = "MONTRACE_MARK_SOCKET";
@@ -190,7 +190,7 @@ pub struct MarkServer {
     first_invalid: Option<InvalidMark>,
     budget: MarkBudget,
     /// Whose identity the socket's files were made with, and are removed with.
-    owner: Option<crate::userfs::Owner>,
+    owner: Option<crate::store::userfs::Owner>,
 }
 
 impl MarkServer {
@@ -199,7 +199,7 @@ impl MarkServer {
     /// /tmp and not `$TMPDIR`: montrace runs under sudo, and the command's user must reach the
     /// path; a socket path is also limited to 107 bytes, which a long `$TMPDIR` could exceed.
     pub fn bind() -> anyhow::Result<MarkServer> {
-        MarkServer::bind_in(Path::new("/tmp"), crate::userfs::owner())
+        MarkServer::bind_in(Path::new("/tmp"), crate::store::userfs::owner())
     }
 
     /// Binds `<parent>/montrace-<pid>-<random>/mark.sock`. The directory is 0700 and the socket
@@ -209,9 +209,10 @@ impl MarkServer {
     /// removed first (those the owner may remove).
     pub fn bind_in(
         parent: &Path,
-        owner: Option<&crate::userfs::Owner>,
+        owner: Option<&crate::store::userfs::Owner>,
     ) -> anyhow::Result<MarkServer> {
-        let as_owner = |f: &mut dyn FnMut() -> io::Result<()>| crate::userfs::as_owner(owner, f);
+        let as_owner =
+            |f: &mut dyn FnMut() -> io::Result<()>| crate::store::userfs::as_owner(owner, f);
         let _ = as_owner(&mut || {
             remove_stale_dirs(parent);
             Ok(())
@@ -268,9 +269,9 @@ impl MarkServer {
     /// mode 0600; removed when the server is dropped.
     pub fn bind_at(
         path: &Path,
-        owner: Option<&crate::userfs::Owner>,
+        owner: Option<&crate::store::userfs::Owner>,
     ) -> anyhow::Result<MarkServer> {
-        let socket = crate::userfs::as_owner(owner, || UnixDatagram::bind(path))
+        let socket = crate::store::userfs::as_owner(owner, || UnixDatagram::bind(path))
             .with_context(|| format!("cannot create the mark socket {}", path.display()))?;
         let server = MarkServer {
             socket,
@@ -295,7 +296,7 @@ impl MarkServer {
         self.socket.set_nonblocking(true)?;
         // Sending needs write permission on the socket file and search permission on the
         // directories above it (unix(7)).
-        crate::userfs::as_owner(self.owner.as_ref(), || {
+        crate::store::userfs::as_owner(self.owner.as_ref(), || {
             std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o600))
         })
     }
@@ -391,7 +392,7 @@ impl AsFd for MarkServer {
 impl Drop for MarkServer {
     fn drop(&mut self) {
         // Best effort: a leftover empty directory in /tmp is harmless.
-        let _ = crate::userfs::as_owner(self.owner.as_ref(), || {
+        let _ = crate::store::userfs::as_owner(self.owner.as_ref(), || {
             let _ = std::fs::remove_file(&self.path);
             match &self.dir {
                 Some(dir) => std::fs::remove_dir(dir),
@@ -819,7 +820,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         // SAFETY: getuid and getgid cannot fail.
         let me = unsafe { (libc::getuid(), libc::getgid()) };
-        let owner = crate::userfs::Owner {
+        let owner = crate::store::userfs::Owner {
             uid: me.0,
             gid: me.1,
             groups: vec![me.1],

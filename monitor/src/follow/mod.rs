@@ -32,8 +32,8 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
-    cli::RecordOptions, host, live::LiveLine, marks::MarkServer, polling::Poller,
-    recorder::Recorder, store::summary_json,
+    cli::RecordOptions, follow::live::LiveLine, follow::marks::MarkServer,
+    follow::recorder::Recorder, sampling::host, store::summary_json, tracking::polling::Poller,
 };
 use state::{Follower, Next};
 
@@ -164,8 +164,8 @@ impl Inputs {
             crate::say!(
                 "montrace: warning: the command sent more marks than are kept ({} a second, {} \
                  in all): {dropped} were dropped (marks_dropped in run.json)",
-                crate::marks::MARK_RATE,
-                crate::marks::MAX_MARKS,
+                crate::follow::marks::MARK_RATE,
+                crate::follow::marks::MAX_MARKS,
             );
         }
         dropped

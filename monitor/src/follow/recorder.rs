@@ -13,15 +13,17 @@ use std::{collections::HashMap, path::Path, time::Duration};
 const SMAPS_MAX_AGE_NS: i64 = 2_000_000_000;
 
 use crate::{
-    decode::{self, KernelEvent},
-    gpu::{GpuMonitor, GpuSummary},
-    host, limits, rates,
-    sampler::{
+    follow::limits,
+    kernel::decode::{self, KernelEvent},
+    sampling::gpu::{GpuMonitor, GpuSummary},
+    sampling::host,
+    sampling::rates,
+    sampling::sampler::{
         self, HandleCache, MemoryDetail, ProcReader, ProcessHandle, ReadError, SystemReading,
     },
     store::run_json,
-    tracker::Tracker,
-    writer,
+    store::writer,
+    tracking::tracker::Tracker,
 };
 
 /// Everything recorded during a run: the tree, the tables on disk, and the state rates need.
@@ -47,7 +49,7 @@ pub struct Recorder<'g> {
     ended: HashMap<u32, (i64, Option<i64>)>,
     /// The last smaps_rollup figures of each live process, with its RSS and when they were
     /// read: they are read again only when RSS moved, or after `SMAPS_MAX_AGE_NS`.
-    smaps: HashMap<(u32, i64), (u64, i64, crate::sampler::SmapsReading)>,
+    smaps: HashMap<(u32, i64), (u64, i64, crate::sampling::sampler::SmapsReading)>,
     /// Last sample of each live process, keyed by (pid, start time).
     previous: HashMap<(u32, i64), rates::Previous>,
     previous_system: Option<SystemReading>,
@@ -73,8 +75,8 @@ impl<'g> Recorder<'g> {
     /// What the tree uses now, for `--limit`: CPU of exited processes (exact) plus the last
     /// sample of each live one.
     /// What the live status line shows.
-    pub fn live_status(&self, elapsed: Duration) -> crate::live::Status {
-        crate::live::Status {
+    pub fn live_status(&self, elapsed: Duration) -> crate::follow::live::Status {
+        crate::follow::live::Status {
             elapsed,
             live: self.tracker.live_count(),
             started: self.tracker.processes_started(),
@@ -344,7 +346,7 @@ impl<'g> Recorder<'g> {
     }
 
     /// Phase marks the command sent; a mark from a process of the tree carries its start time.
-    pub fn on_marks(&mut self, marks: Vec<crate::marks::ReceivedMark>) {
+    pub fn on_marks(&mut self, marks: Vec<crate::follow::marks::ReceivedMark>) {
         for mark in marks {
             let row = crate::store::records::MarkRecord {
                 time_ns: mark.time_ns,
@@ -470,10 +472,10 @@ pub struct Finished {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::fake::{FakeBackend, FakeDevice};
-    use crate::gpu::{GpuDevice, GpuProcess};
-    use crate::limits::{first_breach, Limit};
-    use crate::tracker::Clock;
+    use crate::follow::limits::{first_breach, Limit};
+    use crate::sampling::gpu::fake::{FakeBackend, FakeDevice};
+    use crate::sampling::gpu::{GpuDevice, GpuProcess};
+    use crate::tracking::tracker::Clock;
 
     /// A sweep that finds a tracked process dead (a zombie, not reaped yet) writes no row for it:
     /// its exit event's row is its last, measured from its previous row (here, from its start).
@@ -510,7 +512,7 @@ mod tests {
             start_ns: start_boot_ns,
             whole_process: true,
             comm: "true".into(),
-            stats: crate::decode::ExitStats {
+            stats: crate::kernel::decode::ExitStats {
                 cpu_user_ns: 1_000_000,
                 ..Default::default()
             },
@@ -518,9 +520,10 @@ mod tests {
         assert_eq!(recorder.sample_rows, 1, "the exit row");
         child.wait().unwrap();
         recorder.finish();
-        let rows =
-            crate::analysis::report::load::read_file(&dir.path().join(crate::schema::SAMPLES_FILE))
-                .unwrap();
+        let rows = crate::analysis::report::load::read_file(
+            &dir.path().join(crate::store::schema::SAMPLES_FILE),
+        )
+        .unwrap();
         let cpu = rows[0]
             .column_by_name("cpu_percent")
             .unwrap()

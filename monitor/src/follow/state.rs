@@ -8,7 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{launch::Received, limits, recorder::Recorder, store::summary_json, units};
+use crate::{
+    follow::launch::Received, follow::limits, follow::recorder::Recorder, store::summary_json,
+    units,
+};
 
 use super::{FollowConfig, Outcome};
 
@@ -165,7 +168,7 @@ impl<'c, 's> Follower<'c, 's> {
                 limit: limit.name().to_string(),
                 threshold: limit.threshold(),
                 value,
-                time: units::rfc3339(crate::host::realtime_ns()),
+                time: units::rfc3339(crate::sampling::host::realtime_ns()),
                 elapsed_s: elapsed.as_secs_f64(),
             });
             (self.send)(&recorder.tracker.live_pids(), libc::SIGTERM);
@@ -247,9 +250,9 @@ fn signal_name(signal: i32) -> &'static str {
 mod tests {
     use super::*;
     use crate::cli::RecordOptions;
-    use crate::decode::{ExitStats, KernelEvent};
-    use crate::sampler::MemoryDetail;
-    use crate::tracker::{Clock, Tracker};
+    use crate::kernel::decode::{ExitStats, KernelEvent};
+    use crate::sampling::sampler::MemoryDetail;
+    use crate::tracking::tracker::{Clock, Tracker};
     use clap::Parser as _;
     use std::{cell::RefCell, rc::Rc};
 

@@ -47,7 +47,7 @@ pub fn page_size() -> u64 {
 static ORIGINAL_OPEN_FILES_LIMIT: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
 
 /// Raises montrace's soft limit on open descriptors to the hard limit. The sampler keeps a few
-/// descriptors open per live process ([`crate::sampler::handle_capacity`]), and the usual soft
+/// descriptors open per live process ([`crate::sampling::sampler::handle_capacity`]), and the usual soft
 /// limit of 1024 would leave a large build's processes to be opened again at every sweep. The
 /// command does not inherit the raise: [`original_open_files_limit`] is what it gets back.
 pub fn raise_open_files_limit() {

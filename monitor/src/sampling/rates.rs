@@ -4,8 +4,8 @@
 //!
 //! Times are wall-clock nanoseconds since the Unix epoch (UTC).
 
-use crate::decode::ExitStats;
-use crate::sampler::{CpuTicks, ProcessReading, SystemReading};
+use crate::kernel::decode::ExitStats;
+use crate::sampling::sampler::{CpuTicks, ProcessReading, SystemReading};
 use crate::store::records::{SampleRecord, SampleSource, SystemRecord};
 
 /// What the next sample of a process needs from its last one.
@@ -276,7 +276,7 @@ mod tests {
         let exit = exit_sample(7, &stats, START + 1_000_000, START - SECOND, Some(&two));
         assert_eq!(exit.cpu_percent, Some(200.0));
     }
-    use crate::sampler::{IoReading, Psi, SmapsReading};
+    use crate::sampling::sampler::{IoReading, Psi, SmapsReading};
 
     const SECOND: i64 = 1_000_000_000;
     const START: i64 = 1_700_000_000 * SECOND;

@@ -44,7 +44,7 @@ pub fn check_run_dir(dir: &Path) -> Result<(), RunDirError> {
     if !table_files(dir, "processes").is_empty() || dir.join("processes.parts").is_dir() {
         return Ok(());
     }
-    let mut reps: Vec<PathBuf> = crate::userfs::list_dir(dir)
+    let mut reps: Vec<PathBuf> = crate::store::userfs::list_dir(dir)
         .into_iter()
         .flatten()
         .map(|name| dir.join(name))
@@ -73,7 +73,7 @@ pub fn table_files(dir: &Path, name: &str) -> Vec<PathBuf> {
         return vec![whole];
     }
     let parts_dir = dir.join(format!("{name}.parts"));
-    let mut parts: Vec<PathBuf> = crate::userfs::list_dir(&parts_dir)
+    let mut parts: Vec<PathBuf> = crate::store::userfs::list_dir(&parts_dir)
         .into_iter()
         .flatten()
         .map(|name| parts_dir.join(name))
@@ -85,7 +85,7 @@ pub fn table_files(dir: &Path, name: &str) -> Vec<PathBuf> {
 
 /// The names of the tables in a run directory (`processes`, `samples`, ...), sorted.
 pub fn table_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = crate::userfs::list_dir(dir)
+    let mut names: Vec<String> = crate::store::userfs::list_dir(dir)
         .into_iter()
         .flatten()
         .filter_map(|name| {
@@ -103,8 +103,8 @@ pub fn table_names(dir: &Path) -> Vec<String> {
 
 /// Every batch of one file.
 pub fn read_file(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
-    let file =
-        crate::userfs::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file = crate::store::userfs::open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .and_then(|b| b.with_batch_size(65_536).build())
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -421,7 +421,7 @@ impl RunData {
 pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     let mut data = RunData::default();
     let run_json = dir.join("run.json");
-    match crate::userfs::read(&run_json).map(|b| String::from_utf8_lossy(&b).into_owned()) {
+    match crate::store::userfs::read(&run_json).map(|b| String::from_utf8_lossy(&b).into_owned()) {
         Ok(text) => match serde_json::from_str(&text) {
             Ok(value) => data.info = Some(value),
             Err(err) => data.notes.push(format!(
@@ -732,7 +732,7 @@ mod tests {
         assert!(data.notes.is_empty(), "{:?}", data.notes);
         let info = data.info.expect("run.json read");
         assert_eq!(info.processes_started, 22);
-        assert_eq!(info.gpu, crate::gpu::GpuSummary::not_recorded());
+        assert_eq!(info.gpu, crate::sampling::gpu::GpuSummary::not_recorded());
         assert_eq!((info.marks_dropped, info.recording_error), (0, None));
         assert_eq!(data.processes.len(), 22);
     }
@@ -786,7 +786,8 @@ mod tests {
             ),
         ];
         let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
-        crate::writer::write_table(&tmp.path().join("processes.parquet"), schema, &batch).unwrap();
+        crate::store::writer::write_table(&tmp.path().join("processes.parquet"), schema, &batch)
+            .unwrap();
         let data = load(tmp.path()).unwrap();
         assert_eq!(data.processes.len(), 2);
         assert_eq!(data.processes[0].pid, 10);

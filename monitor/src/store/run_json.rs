@@ -1,12 +1,12 @@
 //! run.json and the end-of-run summary: pure functions over the run's records.
 use serde::{Deserialize, Serialize};
 
-use crate::ebpf::{LostEvents, TrackingMode};
+use crate::kernel::ebpf::{LostEvents, TrackingMode};
 use crate::store::records::ProcessRecord;
 use crate::units::{format_bytes, format_seconds_ns, rfc3339};
 
 /// Version of run.json's layout (shared with the Parquet schema version).
-pub const RUN_JSON_VERSION: u32 = crate::schema::SCHEMA_VERSION;
+pub const RUN_JSON_VERSION: u32 = crate::store::schema::SCHEMA_VERSION;
 
 /// Totals over the whole tree, from the kernel's exit figures.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -83,9 +83,9 @@ impl TreeMemoryPeaks {
 #[serde(default)]
 pub struct CgroupReport {
     /// "v1" or "v2"; None when no cgroup could be made.
-    pub version: Option<crate::cgroup::CgroupVersion>,
+    pub version: Option<crate::sampling::cgroup::CgroupVersion>,
     pub path: Option<String>,
-    pub totals: Option<crate::cgroup::CgroupTotals>,
+    pub totals: Option<crate::sampling::cgroup::CgroupTotals>,
     /// Per-process CPU (exit figures) summed over the tree / the cgroup's CPU usage.
     pub cpu_coverage: Option<f64>,
     /// Why there is no cgroup, or what went wrong reading or removing it.
@@ -137,8 +137,8 @@ pub struct RunInfo {
     #[serde(default)]
     pub cgroup: CgroupReport,
     /// GPUs: monitored (devices, the tree's peak GPU memory, utilization, energy), or why not.
-    #[serde(default = "crate::gpu::GpuSummary::not_recorded")]
-    pub gpu: crate::gpu::GpuSummary,
+    #[serde(default = "crate::sampling::gpu::GpuSummary::not_recorded")]
+    pub gpu: crate::sampling::gpu::GpuSummary,
     /// Time from montrace's start to the command's exec, ms.
     pub startup_ms: Option<f64>,
     /// Time to load and attach the eBPF programs, ms; None when polling.
@@ -266,7 +266,7 @@ pub fn format_summary(info: &RunInfo) -> String {
             format_bytes(t.read_bytes),
             format_bytes(t.write_bytes)
         ),
-        if info.tracking_mode == crate::ebpf::TrackingMode::Polling {
+        if info.tracking_mode == crate::kernel::ebpf::TrackingMode::Polling {
             // Polling cannot know what it missed between two scans.
             "  lost events          unknown (polling /proc: processes shorter than the interval may be missed)".to_string()
         } else {
@@ -453,7 +453,7 @@ mod tests {
                 cpu_coverage: Some(0.995),
                 ..CgroupReport::default()
             },
-            gpu: crate::gpu::GpuStatus::Off.summary(),
+            gpu: crate::sampling::gpu::GpuStatus::Off.summary(),
             startup_ms: Some(120.0),
             ebpf_load_ms: Some(100.0),
             uid: 1000,

@@ -286,7 +286,7 @@ pub enum ReadError {
 /// Reads a summary.json, typed (with the user's identity, see `userfs`): written by
 /// [`Summary::new`] and `run`, read back by `compare`.
 pub fn read(path: &std::path::Path) -> Result<Summary, ReadError> {
-    let bytes = crate::userfs::as_user(|| std::fs::read(path)).map_err(ReadError::Io)?;
+    let bytes = crate::store::userfs::as_user(|| std::fs::read(path)).map_err(ReadError::Io)?;
     let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(ReadError::NotJson)?;
     if let Some(version) = value.get("schema_version").and_then(|v| v.as_u64()) {
         if version > u64::from(SUMMARY_VERSION) {

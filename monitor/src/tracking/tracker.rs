@@ -6,7 +6,7 @@
 //! fork onto a pid that is still "live" closes the stale record first (its exit was lost).
 use std::collections::HashMap;
 
-use crate::decode::{ExitStats, KernelEvent, Termination};
+use crate::kernel::decode::{ExitStats, KernelEvent, Termination};
 use crate::store::records::{EventKind, EventRecord, ProcessRecord};
 
 /// Converts the kernel's boot-time stamps to wall-clock time.
@@ -202,7 +202,7 @@ impl Tracker {
             Some(seen)
                 if seen.seen_in_proc
                     && start_ns != 0
-                    && crate::host::same_start_ns(
+                    && crate::sampling::host::same_start_ns(
                         seen.record.start_time_ns as u64,
                         record.start_time_ns as u64,
                     ) =>
@@ -477,7 +477,7 @@ fn event_row(clock: Clock, kind: EventKind, time_ns: u64, r: &ProcessRecord) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::ExitStats;
+    use crate::kernel::decode::ExitStats;
 
     const CLOCK: Clock = Clock {
         boot_to_wall_ns: 1_000_000_000_000,

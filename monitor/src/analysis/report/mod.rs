@@ -137,9 +137,9 @@ pub fn report_main(args: ReportArgs) -> anyhow::Result<i32> {
 }
 
 /// Writes `path` under a temporary name and renames it, so a reader never sees half a file
-/// (see [`crate::userfs::write_atomic`]: no symlink is followed, no leftover stays).
+/// (see [`crate::store::userfs::write_atomic`]: no symlink is followed, no leftover stays).
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    crate::userfs::write_atomic(path, bytes)
+    crate::store::userfs::write_atomic(path, bytes)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -453,7 +453,7 @@ mod tests {
         // byte for byte what they were.
         std::fs::remove_file(run.join("gpu_processes.parquet")).unwrap();
         assert!(rendered(run) == before);
-        let mut table = crate::writer::PartedTable::gpu_processes(run).unwrap();
+        let mut table = crate::store::writer::PartedTable::gpu_processes(run).unwrap();
         let make = &prepare(run, "exe").unwrap().data.processes[0];
         table
             .push(crate::store::records::GpuProcessRecord {

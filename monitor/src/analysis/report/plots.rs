@@ -676,21 +676,21 @@ mod tests {
     fn gpu_tables_add_their_plots() {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path();
-        crate::report::synthetic_run(
+        crate::analysis::report::synthetic_run(
             run,
             20,
             std::time::Duration::from_secs(4),
             std::time::Duration::from_millis(200),
         )
         .unwrap();
-        crate::report::synthetic::add_synthetic_gpu(
+        crate::analysis::report::synthetic::add_synthetic_gpu(
             run,
             std::time::Duration::from_secs(4),
             std::time::Duration::from_millis(200),
             2,
         )
         .unwrap();
-        let report = crate::report::prepare(run, "exe").unwrap();
+        let report = crate::analysis::report::prepare(run, "exe").unwrap();
         let ids: Vec<&str> = report.plots.iter().map(|p| p.id.as_str()).collect();
         assert_eq!(
             ids[ids.len() - 3..],
@@ -710,13 +710,13 @@ mod tests {
 
     #[test]
     fn without_uss_memory_is_plotted_as_rss() {
-        let fixture = crate::report::tests::fixture();
-        let mut data = crate::report::load::load(&fixture).unwrap();
+        let fixture = crate::analysis::report::tests::fixture();
+        let mut data = crate::analysis::report::load::load(&fixture).unwrap();
         for s in &mut data.samples {
             s.uss_bytes = None;
             s.pss_bytes = None;
         }
-        let report = crate::report::prepare_data(data, model::GroupBy::Exe);
+        let report = crate::analysis::report::prepare_data(data, model::GroupBy::Exe);
         let ids: Vec<&str> = report.plots.iter().map(|p| p.id.as_str()).collect();
         assert_eq!(ids, ["rss", "cpu", "cpu-time", "instances"]);
     }

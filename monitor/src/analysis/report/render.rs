@@ -6,7 +6,7 @@ use minijinja::{Environment, Value};
 use serde::Serialize;
 
 use crate::units::md_code;
-use crate::{ebpf::TrackingMode, store::run_json::RunInfo};
+use crate::{kernel::ebpf::TrackingMode, store::run_json::RunInfo};
 
 use super::load::RunData;
 use super::model::{exit_text, signal_name, Model};
@@ -611,8 +611,8 @@ pub fn group_table_markdown(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::tests::fixture;
-    use crate::report::{prepare, prepare_data};
+    use crate::analysis::report::tests::fixture;
+    use crate::analysis::report::{prepare, prepare_data};
 
     #[test]
     fn markdown_escapes() {
@@ -680,10 +680,10 @@ mod tests {
 
     #[test]
     fn a_killed_run_without_run_json_still_reports() {
-        let mut data = crate::report::load::load(&fixture()).unwrap();
+        let mut data = crate::analysis::report::load::load(&fixture()).unwrap();
         data.info = None;
         data.notes.push("run.json is missing".into());
-        let report = prepare_data(data, crate::report::model::GroupBy::Comm);
+        let report = prepare_data(data, crate::analysis::report::model::GroupBy::Comm);
         let items = header(&report);
         let labels: Vec<&str> = items.iter().map(|i| i.label.as_str()).collect();
         assert_eq!(

@@ -16,7 +16,7 @@ use crate::store::records::{
     EventKind, EventRecord, MarkKind, MarkRecord, ProcessRecord, SampleRecord, SampleSource,
     SystemRecord,
 };
-use crate::writer::PartedTable;
+use crate::store::writer::PartedTable;
 
 const MIB: u64 = 1 << 20;
 /// Jobs running at once.
@@ -350,7 +350,7 @@ pub fn synthetic_run(
         command_wall_s: Some(duration_ns as f64 / 1e9),
         host: "synthetic".into(),
         kernel: "6.1.0".into(),
-        tracking_mode: crate::ebpf::TrackingMode::TpBtf,
+        tracking_mode: crate::kernel::ebpf::TrackingMode::TpBtf,
         exit_code: Some(0),
         exit_signal: None,
         exit_status: 0,
@@ -366,7 +366,7 @@ pub fn synthetic_run(
             cpu_coverage: Some(1.0),
             ..Default::default()
         },
-        gpu: crate::gpu::GpuSummary::not_recorded(),
+        gpu: crate::sampling::gpu::GpuSummary::not_recorded(),
         startup_ms: None,
         ebpf_load_ms: None,
         uid: 0,
@@ -493,7 +493,7 @@ pub fn add_synthetic_gpu_processes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::load;
+    use crate::analysis::report::load;
 
     #[test]
     fn a_small_synthetic_run_reads_back() {

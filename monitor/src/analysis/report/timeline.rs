@@ -469,8 +469,8 @@ pub fn tooltip(data: &RunData, model: &Model, row: &Row) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::load::Process;
-    use crate::report::model::{build, GroupBy};
+    use crate::analysis::report::load::Process;
+    use crate::analysis::report::model::{build, GroupBy};
 
     const S: i64 = 1_000_000_000;
 

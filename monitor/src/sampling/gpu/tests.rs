@@ -146,7 +146,7 @@ fn what_a_gpu_does_not_support_is_null() {
     assert_eq!(json["devices"][0]["energy_joules"], serde_json::Value::Null);
 
     // The row writes as nulls (every nullable column).
-    let batch = crate::schema::gpu_batch(&rows).unwrap();
+    let batch = crate::store::schema::gpu_batch(&rows).unwrap();
     for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
         assert_eq!(
             column.null_count() == 1,
@@ -591,7 +591,7 @@ fn real_nvml_samples_a_gpu() {
     }
     let mut status = GpuMonitor::open(GpuMode::Require).expect("--gpu require works here");
     let gpus = status.monitor_mut().unwrap();
-    let now = crate::host::realtime_ns();
+    let now = crate::sampling::host::realtime_ns();
     let me = std::process::id();
     let (rows, processes) = gpus.sample(now, |pid| (pid == me).then_some(0));
     std::thread::sleep(std::time::Duration::from_millis(200));

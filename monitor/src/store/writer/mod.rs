@@ -20,10 +20,10 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use crate::schema;
 use crate::store::records::{
     EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
 };
+use crate::store::schema;
 
 /// Rows a [`PartedTable`] holds in memory at most: when this many are buffered,
 /// [`PartedTable::push`] writes them out as a part by itself.
@@ -93,7 +93,8 @@ impl TableWriter {
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
             .build();
-        let file = crate::userfs::create_replacing(&path).map_err(io_error("create", &path))?;
+        let file =
+            crate::store::userfs::create_replacing(&path).map_err(io_error("create", &path))?;
         match ArrowWriter::try_new(file, schema.clone(), Some(props)) {
             Ok(inner) => Ok(TableWriter {
                 path,
@@ -176,7 +177,7 @@ fn write_file(
         fill(&mut writer)?;
         writer.close(sync)
     });
-    let result = result.and_then(|rows| match crate::userfs::rename(&temp, path) {
+    let result = result.and_then(|rows| match crate::store::userfs::rename(&temp, path) {
         Ok(()) => Ok(rows),
         Err(source) => Err(WriteError::Rename {
             from: temp.clone(),
@@ -185,7 +186,7 @@ fn write_file(
         }),
     });
     if result.is_err() {
-        let _ = crate::userfs::remove_file(&temp);
+        let _ = crate::store::userfs::remove_file(&temp);
     }
     result
 }
@@ -341,7 +342,7 @@ impl<R> PartedTable<R> {
         to_batch: fn(&[R]) -> Result<RecordBatch, ArrowError>,
     ) -> Result<Self, WriteError> {
         let parts_dir = dir.join(format!("{name}.parts"));
-        crate::userfs::create_dir(&parts_dir).map_err(io_error("create", &parts_dir))?;
+        crate::store::userfs::create_dir(&parts_dir).map_err(io_error("create", &parts_dir))?;
         Ok(PartedTable {
             path: dir.join(format!("{name}.parquet")),
             parts_dir,
@@ -409,7 +410,7 @@ impl<R> PartedTable<R> {
         let rows = write_file(&self.path, self.schema.clone(), true, |writer| {
             (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))
         })?;
-        crate::userfs::remove_dir_all(&self.parts_dir)
+        crate::store::userfs::remove_dir_all(&self.parts_dir)
             .map_err(io_error("remove", &self.parts_dir))?;
         Ok(rows)
     }
@@ -435,7 +436,7 @@ fn copy_rows(part: &Path, writer: &mut TableWriter) -> Result<(), WriteError> {
         path: part.to_path_buf(),
         source,
     };
-    let file = crate::userfs::open(part).map_err(io_error("open", part))?;
+    let file = crate::store::userfs::open(part).map_err(io_error("open", part))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(read_error)?
         .with_batch_size(MERGE_BATCH_ROWS)

@@ -1,10 +1,10 @@
 use super::*;
-use crate::schema::tests::{full_sample, full_system};
-use crate::schema::{
+use crate::store::records::{EventKind, ProcessRecord, SampleSource};
+use crate::store::schema::tests::{full_sample, full_system};
+use crate::store::schema::{
     events_batch, processes_batch, processes_schema, samples_batch, system_batch,
     SCHEMA_VERSION_KEY,
 };
-use crate::store::records::{EventKind, ProcessRecord, SampleSource};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{TimestampNanosecondType, UInt32Type, UInt64Type};
 use arrow_array::Array;
@@ -509,7 +509,7 @@ fn gpu_round_trip() {
         gpu_index: 3,
         ..Default::default()
     };
-    let rows = vec![crate::schema::tests::full_gpu(), sparse];
+    let rows = vec![crate::store::schema::tests::full_gpu(), sparse];
     let mut table = GpuTable::gpu(dir.path()).unwrap();
     table.push(rows[0].clone()).unwrap();
     table.flush().unwrap();
@@ -531,7 +531,7 @@ fn gpu_round_trip() {
 #[test]
 fn gpu_processes_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let rows = crate::schema::tests::gpu_process_rows();
+    let rows = crate::store::schema::tests::gpu_process_rows();
     let mut table = GpuProcessTable::gpu_processes(dir.path()).unwrap();
     assert_eq!(table.parts_dir(), dir.path().join("gpu_processes.parts"));
     for row in &rows {

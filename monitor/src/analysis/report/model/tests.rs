@@ -1,5 +1,5 @@
 use super::*;
-use crate::report::load::{GpuProcessRow, Sample};
+use crate::analysis::report::load::{GpuProcessRow, Sample};
 
 const S: i64 = 1_000_000_000;
 

@@ -406,14 +406,8 @@ fn create_cgroup(started_wall_ns: i64) -> (Option<RunCgroup>, run_json::CgroupRe
     match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
         Ok(cgroup) => (Some(cgroup), report),
         Err(err) => {
-            // SAFETY: geteuid has no preconditions.
-            let why = if unsafe { libc::geteuid() } != 0 {
-                " (without root, cgroups here are not writable: no delegated cgroup v2 subtree)"
-            } else {
-                ""
-            };
             crate::say!(
-                "montrace: no cgroup for the run{why}, so no kernel totals to compare with: {err}"
+                "montrace: no cgroup for the run, so no kernel totals to compare with: {err}"
             );
             report.error = Some(err.to_string());
             (None, report)

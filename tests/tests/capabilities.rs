@@ -152,6 +152,10 @@ fn the_granted_binary_tracks_an_ordinary_users_command_exactly() {
     assert_eq!(json["tracking_mode"], "tp_btf", "{json}");
     assert_eq!(json["uid"], user.uid, "{json}");
     assert_eq!(rows_with_filename(&out, "/bin/true"), 1000, "{run:?}");
+    // No subtree is delegated to this user here: no cgroup, and run.json says why.
+    assert!(json["cgroup"]["version"].is_null(), "{json}");
+    let why = json["cgroup"]["error"].as_str().unwrap();
+    assert!(why.contains("no delegated cgroup v2 subtree"), "{why}");
     assert!(
         run.stdout.contains(&format!("path {path}\n")),
         "the command sees the user's own PATH: {run:?}"
@@ -185,6 +189,103 @@ fn the_granted_binary_tracks_an_ordinary_users_command_exactly() {
             path.display()
         );
     }
+}
+
+/// A delegated cgroup v2 subtree, as systemd gives a user session: root makes a directory in
+/// the cgroup2 hierarchy, hands the controllers it has to its children (as `Delegate=yes` does),
+/// and gives the directory and its files to the user; the user's montrace starts in its leaf
+/// `session`. Removed on drop.
+struct Delegated {
+    dir: PathBuf,
+}
+
+impl Delegated {
+    fn new(user: &TestUser) -> Delegated {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mount = mountinfo
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let sep = f.iter().position(|x| *x == "-")?;
+                (f.get(sep + 1) == Some(&"cgroup2")).then(|| PathBuf::from(f[4]))
+            })
+            .expect("this host has no cgroup2 mount to delegate from");
+        let dir = mount.join(format!("montrace-test-delegated-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir(dir.join("session")).unwrap();
+        let offered = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap();
+        for c in offered.split_whitespace() {
+            let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+        }
+        let chown = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", user.uid, user.gid))
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        Delegated { dir }
+    }
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        let montrace = self.dir.join("montrace");
+        if let Ok(entries) = std::fs::read_dir(&montrace) {
+            for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        for d in [montrace, self.dir.join("session"), self.dir.clone()] {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+#[test]
+fn a_delegated_cgroup_v2_subtree_gives_an_ordinary_users_run_kernel_totals() {
+    let copy = CapableCopy::new();
+    let user = TestUser::create("dlg");
+    let delegated = Delegated::new(&user);
+    let out = user.home.join("run");
+    let go = user.home.join("go");
+    // The user's shell waits until root has moved it into the delegated leaf, then becomes
+    // montrace, whose command burns CPU in a few processes.
+    let mut cmd = user.command("sh");
+    cmd.current_dir(&user.home)
+        .arg("-c")
+        .arg("while [ ! -e \"$GO\" ]; do sleep 0.01; done; exec \"$@\"")
+        .arg("sh")
+        .arg(&copy.bin)
+        .args(["run", "--no-report", "-q", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c"])
+        .arg("for n in 1 2 3; do sh -c 'i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done'; done")
+        .env("GO", &go);
+    let session = delegated.dir.join("session/cgroup.procs");
+    let run = tests::run_with_timeout_and(&mut cmd, TIMEOUT, |pid| {
+        std::fs::write(&session, pid.to_string()).unwrap();
+        std::fs::write(&go, "").unwrap();
+    });
+    assert_eq!(run.code(), 0, "{run:?}");
+    let json = read_json(&out.join("run.json")).unwrap();
+    assert_eq!(json["tracking_mode"], "tp_btf", "{json}");
+    let cgroup = &json["cgroup"];
+    assert_eq!(cgroup["version"], "v2", "{json}");
+    let path = cgroup["path"].as_str().unwrap();
+    assert!(
+        path.starts_with(&format!("{}/montrace/run-", delegated.dir.display())),
+        "the run cgroup sits in the delegated subtree, beside montrace's own: {path}"
+    );
+    assert_eq!(cgroup["removed"], true, "{json}");
+    assert!(!Path::new(path).exists(), "{path} is removed");
+    let usage = cgroup["totals"]["cpu_usage_ns"].as_u64().unwrap();
+    assert!(usage > 100_000_000, "the burners took CPU: {json}");
+    let coverage = cgroup["cpu_coverage"].as_f64().unwrap();
+    assert!(
+        (0.97..=1.03).contains(&coverage),
+        "per-process exit CPU against the kernel's total for the cgroup: {coverage} {json}"
+    );
 }
 
 /// A shell loop of the user's: a `sleep` child alive at the attach, and a short child every

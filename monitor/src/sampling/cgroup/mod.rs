@@ -11,7 +11,12 @@
 //!   controllers share one mount, e.g. `cpu,cpuacct`).
 //!
 //! A hybrid host (v1 controllers plus a `cgroup2` mount at `/sys/fs/cgroup/unified` that offers
-//! no memory controller) therefore uses v1. Nothing here panics: every failure is a
+//! no memory controller) therefore uses v1.
+//!
+//! Without root, only a **delegated v2 subtree** can hold the run: a directory of the cgroup2
+//! hierarchy this user may write, as a systemd user session gives (`user@UID.service/...`).
+//! montrace creates `montrace/<name>` in the parent of its own cgroup, or else in its own cgroup,
+//! and enables only what that directory already hands its children. Nothing here panics: every failure is a
 //! [`CgroupError`] saying what was found and what to do, so the caller can record it and go on.
 //!
 //! The shared `montrace/` parent is left in place on removal: other runs may be using it, and
@@ -89,8 +94,16 @@ pub enum CgroupError {
          or cgroup v1 memory and cpuacct hierarchies (mount them, or run on a host that has them)"
     )]
     NoControllers(String),
+    /// Without root: why no delegated cgroup v2 subtree could be used.
     #[error(
-        "cgroup file {}: {source} (a run cgroup needs root and a writable cgroup filesystem)",
+        "no delegated cgroup v2 subtree: {0}; without root, kernel totals need a cgroup v2 \
+         directory this user may write: start montrace in a user scope (`systemd-run --user \
+         --scope montrace run ...`), or run it under sudo"
+    )]
+    NoDelegation(String),
+    #[error(
+        "cgroup file {}: {source} (a run cgroup needs root or a delegated cgroup v2 subtree, \
+         and a writable cgroup filesystem)",
         path.display()
     )]
     Io { path: PathBuf, source: io::Error },
@@ -110,6 +123,9 @@ pub enum CgroupError {
 pub struct CgroupMount {
     /// Where it is mounted (octal escapes such as `\040` decoded).
     pub mount_point: PathBuf,
+    /// The cgroup shown at the mount point, relative to the hierarchy's (or the cgroup
+    /// namespace's) root: `/` unless a subtree is bind-mounted.
+    pub root: PathBuf,
     pub version: CgroupVersion,
     /// v1: the controllers of the hierarchy (from the super options). v2: empty; the offered
     /// controllers are in the mount's `cgroup.controllers`.
@@ -150,10 +166,18 @@ pub struct RunCgroup {
 
 impl RunCgroup {
     /// Creates `montrace/<name>` (name: unique per run, e.g. `run-<pid>-<ns>`) on this host.
+    /// As root, under the cgroup mount's root; otherwise in a delegated cgroup v2 subtree (see
+    /// [`RunCgroup::create_delegated_in`]).
     pub fn create(name: &str) -> Result<RunCgroup, CgroupError> {
         let path = Path::new("/proc/self/mountinfo");
         let mountinfo = fs::read_to_string(path).map_err(|e| io_err(path, e))?;
-        Self::create_in(Path::new("/"), &mountinfo, name)
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            return Self::create_in(Path::new("/"), &mountinfo, name);
+        }
+        let path = Path::new("/proc/self/cgroup");
+        let own = fs::read_to_string(path).map_err(|e| io_err(path, e))?;
+        Self::create_delegated_in(Path::new("/"), &mountinfo, &own, name)
     }
 
     /// As [`RunCgroup::create`], with mount points taken from `mountinfo` and resolved under
@@ -163,17 +187,79 @@ impl RunCgroup {
         mountinfo: &str,
         name: &str,
     ) -> Result<RunCgroup, CgroupError> {
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(CgroupError::Parse {
-                path: PathBuf::from(name),
-                message: "a run cgroup name must be one non-empty path component".into(),
-            });
-        }
+        check_name(name)?;
         let mounts = parse_mountinfo_cgroups(mountinfo);
         match choose(fs_root, &mounts)? {
-            Layout::V2 { root, offered } => create_v2(root, &offered, name),
+            Layout::V2 { root, offered } => {
+                let wanted = wanted_v2(&offered);
+                enable_controllers(&root, &wanted, &V2_MUST_ENABLE)?;
+                create_v2(root, wanted, &V2_MUST_ENABLE, name)
+            }
             Layout::V1(hierarchies) => create_v1(hierarchies, name),
         }
+    }
+
+    /// The run cgroup of a montrace without root: `montrace/<name>` in a cgroup v2 directory
+    /// this user may write, which a systemd user session delegates (everything under
+    /// `user@UID.service`). Tried in order: the parent of montrace's own cgroup (`self_cgroup`
+    /// is `/proc/self/cgroup`), which normally holds no process and so can hand controllers to
+    /// its children, then montrace's own cgroup (then only `cpu.stat`, which the cgroup core
+    /// keeps without any controller). Nothing outside the new `montrace/` is changed: its
+    /// controllers are those the chosen directory already gives its children, and none is
+    /// required.
+    pub fn create_delegated_in(
+        fs_root: &Path,
+        mountinfo: &str,
+        self_cgroup: &str,
+        name: &str,
+    ) -> Result<RunCgroup, CgroupError> {
+        check_name(name)?;
+        let mounts = parse_mountinfo_cgroups(mountinfo);
+        let Some(mount) = mounts.iter().find(|m| m.version == CgroupVersion::V2) else {
+            return Err(CgroupError::NoDelegation("no cgroup2 mount".into()));
+        };
+        let Some(own) = self_cgroup.lines().find_map(|l| l.strip_prefix("0::")) else {
+            return Err(CgroupError::NoDelegation(
+                "/proc/self/cgroup has no cgroup v2 line (0::)".into(),
+            ));
+        };
+        let Ok(relative) = Path::new(own.trim()).strip_prefix(&mount.root) else {
+            return Err(CgroupError::NoDelegation(format!(
+                "montrace's cgroup {own} lies outside the cgroup2 mount at {} (root {})",
+                mount.mount_point.display(),
+                mount.root.display()
+            )));
+        };
+        let mount_dir = under(fs_root, &mount.mount_point);
+        let own_dir = mount_dir.join(relative);
+        let mut candidates = vec![];
+        if own_dir != mount_dir {
+            candidates.extend(own_dir.parent().map(Path::to_path_buf));
+        }
+        candidates.push(own_dir);
+        let mut refused = Vec::new();
+        for dir in candidates {
+            let children_get = fs::read_to_string(dir.join("cgroup.subtree_control"))
+                .map_err(|e| io_err(&dir, e))?;
+            let offered: Vec<String> = children_get.split_whitespace().map(String::from).collect();
+            match create_v2(dir.clone(), wanted_v2(&offered), &[], name) {
+                Err(CgroupError::Io { path, source })
+                    if path == dir.join(PARENT)
+                        && matches!(
+                            source.raw_os_error(),
+                            Some(libc::EACCES | libc::EPERM | libc::EROFS)
+                        ) =>
+                {
+                    refused.push(format!("{} ({source})", dir.display()));
+                }
+                result => return result,
+            }
+        }
+        Err(CgroupError::NoDelegation(format!(
+            "montrace's cgroup is {}, and this user may not create cgroups in {}",
+            own.trim(),
+            refused.join(" nor in ")
+        )))
     }
 
     pub fn version(&self) -> CgroupVersion {
@@ -393,16 +479,26 @@ fn choose(fs_root: &Path, mounts: &[CgroupMount]) -> Result<Layout, CgroupError>
     Err(CgroupError::NoControllers(found.join("; ")))
 }
 
-fn create_v2(root: PathBuf, offered: &[String], name: &str) -> Result<RunCgroup, CgroupError> {
-    let wanted: Vec<&'static str> = V2_WANTED
+/// The montrace controllers among `offered`, in montrace's order.
+fn wanted_v2(offered: &[String]) -> Vec<&'static str> {
+    V2_WANTED
         .into_iter()
         .filter(|c| offered.iter().any(|o| o == c))
-        .collect();
+        .collect()
+}
+
+/// Creates `root/montrace/` (shared, kept) and `root/montrace/<name>`, with `wanted` enabled
+/// for the run (those in `must` or nothing fails the creation).
+fn create_v2(
+    root: PathBuf,
+    wanted: Vec<&'static str>,
+    must: &[&str],
+    name: &str,
+) -> Result<RunCgroup, CgroupError> {
     let parent = root.join(PARENT);
-    enable_controllers(&root, &wanted)?;
     make_dir(&parent, true)?;
     remove_stale(&parent);
-    enable_controllers(&parent, &wanted)?;
+    enable_controllers(&parent, &wanted, must)?;
     let dir = parent.join(name);
     make_dir(&dir, false)?;
     Ok(RunCgroup {
@@ -414,6 +510,16 @@ fn create_v2(root: PathBuf, offered: &[String], name: &str) -> Result<RunCgroup,
             dir,
         }],
     })
+}
+
+fn check_name(name: &str) -> Result<(), CgroupError> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(CgroupError::Parse {
+            path: PathBuf::from(name),
+            message: "a run cgroup name must be one non-empty path component".into(),
+        });
+    }
+    Ok(())
 }
 
 fn create_v1(
@@ -451,7 +557,11 @@ fn create_v1(
 /// Enables `wanted` in `dir/cgroup.subtree_control` (those not already on). All in one write
 /// first; if the kernel refuses it, one at a time, so an optional controller that cannot be
 /// enabled (io, pids, even cpu) costs only its own figures.
-fn enable_controllers(dir: &Path, wanted: &[&'static str]) -> Result<(), CgroupError> {
+fn enable_controllers(
+    dir: &Path,
+    wanted: &[&'static str],
+    must: &[&str],
+) -> Result<(), CgroupError> {
     let path = dir.join("cgroup.subtree_control");
     let current = fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
     let missing: Vec<&str> = wanted
@@ -468,7 +578,7 @@ fn enable_controllers(dir: &Path, wanted: &[&'static str]) -> Result<(), CgroupE
     }
     for c in missing {
         match write_file(&path, &format!("+{c}")) {
-            Err(e) if V2_MUST_ENABLE.contains(&c) => return Err(e),
+            Err(e) if must.contains(&c) => return Err(e),
             _ => {}
         }
     }
@@ -639,9 +749,11 @@ pub fn parse_mountinfo_cgroups(text: &str) -> Vec<CgroupMount> {
             continue;
         }
         let mount_point = PathBuf::from(unescape_octal(fields[4]));
+        let root = PathBuf::from(unescape_octal(fields[3]));
         match fields[sep + 1] {
             "cgroup2" => mounts.push(CgroupMount {
                 mount_point,
+                root,
                 version: CgroupVersion::V2,
                 controllers: Vec::new(),
             }),
@@ -649,6 +761,7 @@ pub fn parse_mountinfo_cgroups(text: &str) -> Vec<CgroupMount> {
                 let super_options = fields.get(sep + 3).copied().unwrap_or("");
                 mounts.push(CgroupMount {
                     mount_point,
+                    root,
                     version: CgroupVersion::V1,
                     controllers: super_options
                         .split(',')

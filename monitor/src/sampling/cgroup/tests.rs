@@ -45,6 +45,7 @@ fn mountinfo_finds_v1_and_v2_mounts() {
         mounts[0],
         CgroupMount {
             mount_point: "/sys/fs/cgroup/cpu".into(),
+            root: "/".into(),
             version: CgroupVersion::V1,
             controllers: vec!["cpu".into()],
         }
@@ -506,4 +507,97 @@ fn live_cgroup_counts_a_busy_child() {
     for dir in dirs {
         assert!(!dir.exists(), "{} is still there", dir.display());
     }
+}
+
+/// A pure-v2 host where the user session's subtree is delegated: montrace runs in
+/// `.../app.slice/term.scope`, and `app.slice` hands `cpu memory pids` to its children.
+fn fake_delegated() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let slice = tmp
+        .path()
+        .join("sys/fs/cgroup/user.slice/user@1000.service/app.slice");
+    write(&slice.join("cgroup.subtree_control"), "cpu memory pids\n");
+    write(&slice.join("term.scope/cgroup.subtree_control"), "");
+    // The file the kernel makes with montrace/ (an earlier run made the directory).
+    write(&slice.join("montrace/cgroup.subtree_control"), "");
+    (tmp, slice)
+}
+
+const DELEGATED_SELF: &str = "0::/user.slice/user@1000.service/app.slice/term.scope\n";
+
+#[test]
+fn delegated_v2_creates_the_run_beside_montraces_own_cgroup() {
+    let (tmp, slice) = fake_delegated();
+    let cg = RunCgroup::create_delegated_in(tmp.path(), V2_MOUNTINFO, DELEGATED_SELF, "run-5-6")
+        .unwrap();
+    assert_eq!(cg.version(), CgroupVersion::V2);
+    let leaf = slice.join("montrace/run-5-6");
+    assert!(leaf.is_dir());
+    assert_eq!(cg.path(), leaf.display().to_string());
+    // Only what app.slice already gives its children, and nothing written outside montrace/.
+    assert_eq!(
+        read(&slice.join("cgroup.subtree_control")),
+        "cpu memory pids\n"
+    );
+    assert_eq!(
+        read(&slice.join("montrace/cgroup.subtree_control")),
+        "+cpu +memory +pids"
+    );
+    write(&leaf.join("cgroup.procs"), "");
+    write(
+        &leaf.join("cpu.stat"),
+        "usage_usec 9\nuser_usec 5\nsystem_usec 4\n",
+    );
+    cg.add(77).unwrap();
+    assert_eq!(read(&leaf.join("cgroup.procs")), "77");
+    assert_eq!(cg.totals().unwrap().cpu_usage_ns, Some(9000));
+    write(&leaf.join("cgroup.procs"), "");
+    cg.remove().unwrap();
+    assert!(!leaf.exists());
+}
+
+#[test]
+fn delegated_v2_in_a_bind_mounted_subtree_maps_the_path() {
+    let (tmp, slice) = fake_delegated();
+    // A container that sees only user@1000.service, mounted at /sys/fs/cgroup.
+    let mountinfo =
+        "30 22 0:26 /user.slice/user@1000.service /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+    let moved = tmp.path().join("sys/fs/cgroup/app.slice");
+    fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    fs::rename(&slice, &moved).unwrap();
+    let cg =
+        RunCgroup::create_delegated_in(tmp.path(), mountinfo, DELEGATED_SELF, "run-1-1").unwrap();
+    assert!(moved.join("montrace/run-1-1").is_dir(), "{}", cg.path());
+}
+
+#[test]
+fn delegated_v2_without_a_v2_line_or_mount_says_why() {
+    let (tmp, _slice) = fake_delegated();
+    let err =
+        RunCgroup::create_delegated_in(tmp.path(), HYBRID_MOUNTINFO, "1:cpu:/\n", "r").unwrap_err();
+    assert!(matches!(err, CgroupError::NoDelegation(_)), "{err:?}");
+    assert!(err.to_string().contains("0::"), "{err}");
+    assert!(
+        err.to_string().contains("systemd-run --user --scope"),
+        "{err}"
+    );
+    let v1_only: String = HYBRID_MOUNTINFO
+        .lines()
+        .filter(|l| !l.contains("cgroup2"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let err =
+        RunCgroup::create_delegated_in(tmp.path(), &v1_only, DELEGATED_SELF, "r").unwrap_err();
+    assert!(err.to_string().contains("no cgroup2 mount"), "{err}");
+    let err = RunCgroup::create_delegated_in(
+        tmp.path(),
+        "30 22 0:26 /other /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        DELEGATED_SELF,
+        "r",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("outside the cgroup2 mount"),
+        "{err}"
+    );
 }

@@ -2,37 +2,47 @@
 //! ([`decide`]), and the report of every metric of two sides ([`build_report`]). Pure.
 use super::*;
 /// Version of the `--format json` layout.
-pub const COMPARE_JSON_VERSION: u32 = 1;
+/// 2: `noise`, `min_effect`, and the verdict `not_gated`.
+pub const COMPARE_JSON_VERSION: u32 = 2;
+
+/// Not gated: reported with its change, never failing the comparison (`--max METRIC=off`, and
+/// the default of every metric that is not counted exactly).
+pub const NOT_GATED: f64 = f64::INFINITY;
 
 /// Largest increase of each metric's median that is not a regression (0.05 = +5%), unless
-/// `--max` says otherwise. Measured noise is handled by the t-test; these are the smallest
-/// changes worth failing a CI job for, chosen from how much each metric moves between identical
-/// runs on a shared CI machine.
+/// `--max` says otherwise. By default montrace gates only on what the kernel counts exactly for
+/// the tree — CPU seconds, the largest process's peak memory, processes started, bytes written —
+/// and reports the rest (wall time, sampled tree peaks, concurrency, reads behind the page cache,
+/// GPU samples) without failing on them unless asked (`--max wall=+10%`): they move with the
+/// machine's load, not only with the code. These limits are the smallest changes worth failing
+/// a CI job for; the measured noise of each metric raises them (see [`decide`]).
 pub const DEFAULT_MAX_INCREASE: &[(&str, f64)] = &[
-    // Wall time moves with machine load, scheduling and I/O waits: more slack than CPU time.
-    ("wall_s", 0.10),
+    // Wall time moves with machine load, scheduling and I/O waits: reported, not gated.
+    ("wall_s", NOT_GATED),
     // CPU time is what the command computed, the steadiest timing there is.
     ("cpu_s", 0.05),
     ("cpu_user_s", 0.05),
     // System time follows page-cache and file-system state that the command does not control.
     ("cpu_system_s", 0.10),
-    // Memory peaks move a few percent between identical runs (allocator arenas, ASLR, page
-    // granularity); the tree peaks are sampled, so a short peak between samples can be missed.
+    // The largest process's peak RSS is the kernel's exact high-water mark; it still moves a
+    // few percent between identical runs (allocator arenas, ASLR, page granularity).
     ("peak_rss_bytes", 0.10),
-    ("peak_tree_rss_bytes", 0.10),
-    ("peak_tree_uss_bytes", 0.10),
-    ("peak_tree_pss_bytes", 0.10),
+    // The tree peaks are sampled: a short peak between samples can be missed.
+    ("peak_tree_rss_bytes", NOT_GATED),
+    ("peak_tree_uss_bytes", NOT_GATED),
+    ("peak_tree_pss_bytes", NOT_GATED),
     // Process counts are exact and mostly deterministic, but builds legitimately vary by a helper
     // or two (a cache hit skips a compiler, a jobserver retries). +5% ignores that in a large
     // tree yet flags a tool newly run once per file, and any extra process in a tree of < 20.
     ("processes", 0.05),
     // How many processes overlap depends on timing and on the sampler catching the overlap.
-    ("max_concurrent", 0.25),
-    // Storage I/O depends on the page cache: a warm cache reads nothing from storage.
-    ("read_bytes", 0.10),
+    ("max_concurrent", NOT_GATED),
+    // Storage reads depend on the page cache: a warm cache reads nothing from storage.
+    ("read_bytes", NOT_GATED),
     ("write_bytes", 0.10),
-    ("gpu_peak_memory_bytes", 0.10),
-    ("gpu_energy_joules", 0.10),
+    // Sampled by NVML.
+    ("gpu_peak_memory_bytes", NOT_GATED),
+    ("gpu_energy_joules", NOT_GATED),
 ];
 
 /// Short names `--max` accepts besides the full metric names (`-` may stand for `_`).
@@ -74,6 +84,8 @@ pub fn default_max_increase(metric: &str) -> Option<f64> {
 pub enum Verdict {
     /// No significant increase beyond the limit.
     Pass,
+    /// Reported only: the metric has no limit (`--max METRIC=off`, or its default).
+    NotGated,
     /// The candidate used more: beyond the limit and (with samples) beyond the noise.
     Regressed,
     /// The candidate used less, beyond the limit and the noise. Informational: never fails.
@@ -87,6 +99,7 @@ impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
+            Verdict::NotGated => "not_gated",
             Verdict::Regressed => "regressed",
             Verdict::Improved => "improved",
             Verdict::NoData => "no_data",
@@ -97,6 +110,7 @@ impl Verdict {
     pub(super) fn label(self) -> &'static str {
         match self {
             Verdict::Pass => "ok",
+            Verdict::NotGated => "not gated",
             Verdict::Regressed => "REGRESSED",
             Verdict::Improved => "improved",
             Verdict::NoData => "no data",
@@ -121,6 +135,16 @@ pub struct Decision {
     /// Candidate median / baseline median; 1 when both are 0; None when the baseline median is
     /// 0 and the candidate's is not (an increase from nothing, beyond every relative limit).
     pub ratio: Option<f64>,
+    /// The metric's measured noise: the baseline's relative standard deviation (stddev / mean)
+    /// over its repetitions; None with fewer than 2 or a mean of 0.
+    pub noise: Option<f64>,
+    /// The smallest relative change that counts: the larger of the limit and the noise.
+    pub min_effect: f64,
+}
+
+/// The baseline's relative standard deviation, None without 2 samples or with a mean of 0.
+pub fn relative_noise(base: &Stats) -> Option<f64> {
+    (base.n >= 2 && base.mean > 0.0).then(|| base.stddev / base.mean)
 }
 
 /// The gate's decision for one metric (lower is better), from the samples of each side.
@@ -128,11 +152,13 @@ pub struct Decision {
 /// - Effect size: the relative change of the medians. Medians, not means, so that one outlier
 ///   run cannot push a metric past its limit alone; it is also the ratio the report shows. An
 ///   increase from a median of 0 exceeds every limit.
+/// - The effect must exceed the larger of the limit and the metric's noise — its relative
+///   standard deviation over the baseline's repetitions (the history): a change smaller than
+///   the spread between identical runs is not worth failing a job for, however significant.
 /// - With at least 2 samples on each side, a regression must also be significant: Welch's
-///   one-sided t-test of "candidate mean > baseline mean" with p < 1 - `confidence`. Noise larger
-///   than the limit therefore passes, and so does a significant change smaller than the limit.
+///   one-sided t-test of "candidate mean > baseline mean" with p < 1 - `confidence`.
 /// - With fewer samples, the limit alone decides: regressed iff median ratio - 1 > `max_increase`.
-/// - An infinite `max_increase` (`--max METRIC=off`) never regresses, not even from 0.
+/// - An infinite `max_increase` ([`NOT_GATED`]) is reported as not gated, whatever the change.
 /// - Improved is the mirror image (significant, and a decrease larger than the limit).
 pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence: f64) -> Decision {
     let (Some(base), Some(cand)) = (Stats::of(baseline), Stats::of(candidate)) else {
@@ -140,6 +166,8 @@ pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence
             verdict: Verdict::NoData,
             method: None,
             ratio: None,
+            noise: None,
+            min_effect: max_increase,
         };
     };
     let ratio = if base.median > 0.0 {
@@ -149,12 +177,14 @@ pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence
     } else {
         None
     };
-    let limit = max_increase + LIMIT_TOLERANCE;
+    let noise = relative_noise(&base);
+    let min_effect = max_increase.max(noise.unwrap_or(0.0));
+    let limit = min_effect + LIMIT_TOLERANCE;
     let (above, below) = match ratio {
         // A median of 0 cannot decrease further.
         Some(r) if base.median > 0.0 => (r - 1.0 > limit, 1.0 - r > limit),
         Some(_) => (false, false),
-        None => (max_increase.is_finite(), false),
+        None => (true, false),
     };
     let (method, increased, decreased) = if base.n >= 2 && cand.n >= 2 {
         let (t, df) = welch_t(&base, &cand);
@@ -168,7 +198,9 @@ pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence
     } else {
         (Method::Threshold, true, true)
     };
-    let verdict = if above && increased {
+    let verdict = if !max_increase.is_finite() {
+        Verdict::NotGated
+    } else if above && increased {
         Verdict::Regressed
     } else if below && decreased {
         Verdict::Improved
@@ -179,6 +211,8 @@ pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence
         verdict,
         method: Some(method),
         ratio,
+        noise,
+        min_effect,
     }
 }
 
@@ -212,7 +246,7 @@ pub(super) fn parse_one_max(spec: &str) -> Result<(&'static str, f64), String> {
     // Reported, never gating: a metric too noisy to gate on here (storage I/O behind a cold
     // page cache), or one whose baseline is 0 where any use at all would fail the job.
     if value.trim().eq_ignore_ascii_case("off") {
-        return Ok((metric, f64::INFINITY));
+        return Ok((metric, NOT_GATED));
     }
     let percent = value
         .trim()

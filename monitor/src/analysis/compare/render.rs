@@ -92,26 +92,42 @@ pub(super) fn alpha(confidence: f64) -> String {
     trim_float(1.0 - confidence, 4)
 }
 
-/// `cpu_s (+101.0% > +5%, p=0.0001 < 0.05)`, `cpu_s (+6.0% > +5%, fewer than 2 samples a side)`,
-/// `read_bytes (from 0 to 4.00 KiB, p=0.0210 < 0.05)`.
+/// `±1.2%`: a metric's noise (the baseline's relative standard deviation), `-` without one.
+pub(super) fn format_noise(row: &Row) -> String {
+    match row.decision.noise {
+        Some(noise) => format!("±{:.1}%", noise * 100.0),
+        None => "-".into(),
+    }
+}
+
+/// What changed, by how much, and why it counts:
+/// `cpu_s +101.0% (1.000s → 2.010s; limit +5%, noise ±1.2%; p=0.0001 < 0.05)`,
+/// `cpu_s +6.0% (...; limit +5%; fewer than 2 samples a side)`,
+/// `read_bytes from 0 to 4.00 KiB (p=0.0210 < 0.05)`.
 pub(super) fn explain(row: &Row, confidence: f64) -> String {
-    let limit = trim_float(row.max_increase * 100.0, 2);
+    let median = |s: Option<Stats>| format_value(row.unit, s.map_or(0.0, |s| s.median));
     let change = match row.decision.ratio {
-        None => format!(
-            "from 0 to {}",
-            format_value(row.unit, row.candidate.map_or(0.0, |s| s.median))
+        None => format!("from 0 to {}", median(row.candidate)),
+        Some(_) => format!(
+            "{} ({} → {}",
+            format_change(row),
+            median(row.baseline),
+            median(row.candidate)
         ),
-        Some(_) if row.decision.verdict == Verdict::Improved => {
-            format!("{} beyond -{limit}%", format_change(row))
-        }
-        Some(_) => format!("{} > +{limit}%", format_change(row)),
     };
+    let mut bounds = format!("limit {}", format_limit(row.max_increase));
+    if let Some(noise) = row.decision.noise {
+        let _ = write!(bounds, ", noise ±{:.1}%", noise * 100.0);
+    }
     let evidence = match p_value(row) {
         Some(p) if p < 0.0001 => format!("p<0.0001 < {}", alpha(confidence)),
         Some(p) => format!("p={} < {}", format_p(p), alpha(confidence)),
         None => "fewer than 2 samples a side".into(),
     };
-    format!("{} ({change}, {evidence})", row.metric)
+    match row.decision.ratio {
+        None => format!("{} {change} ({bounds}; {evidence})", row.metric),
+        Some(_) => format!("{} {change}; {bounds}; {evidence})", row.metric),
+    }
 }
 
 /// The closing lines: improvements (if any), then regressions or "no regression"; each a
@@ -148,10 +164,12 @@ pub(super) fn conclusion(report: &Report) -> Vec<(String, Vec<String>)> {
 /// How the verdicts were reached, in two lines.
 pub(super) fn rule(report: &Report) -> [String; 2] {
     [
-        "lower is better for every metric; REGRESSED when the median grows past its limit".into(),
+        "lower is better; REGRESSED when the median grows past both its limit and its noise \
+         (the baseline's relative sd)"
+            .into(),
         format!(
             "and, with 2+ samples a side, Welch's t-test finds the increase significant at {}% \
-             confidence",
+             confidence; a metric without a limit is reported, not gated",
             trim_float(report.confidence * 100.0, 2)
         ),
     ]
@@ -171,18 +189,19 @@ pub(super) fn side_line(side: &SideInfo) -> String {
     )
 }
 
-pub(super) const HEADERS: [&str; 8] = [
+pub(super) const HEADERS: [&str; 9] = [
     "metric",
-    "baseline",
-    "candidate",
+    "baseline (median ± sd, n)",
+    "candidate (median ± sd, n)",
     "ratio",
     "change",
+    "noise",
     "limit",
     "p",
     "verdict",
 ];
 
-pub(super) fn table_cells(report: &Report) -> Vec<[String; 8]> {
+pub(super) fn table_cells(report: &Report) -> Vec<[String; 9]> {
     report
         .rows
         .iter()
@@ -193,6 +212,7 @@ pub(super) fn table_cells(report: &Report) -> Vec<[String; 8]> {
                 format_stats(row.unit, row.candidate.as_ref()),
                 format_ratio(row),
                 format_change(row),
+                format_noise(row),
                 format_limit(row.max_increase),
                 p_value(row).map_or_else(|| "-".into(), format_p),
                 row.decision.verdict.label().to_string(),
@@ -224,7 +244,7 @@ pub fn render_text(report: &Report) -> String {
         }
     }
     // Figures are right-aligned so that their digits line up; names and words left-aligned.
-    let right = [false, true, true, true, true, true, true, false];
+    let right = [false, true, true, true, true, true, true, true, false];
     let headers = HEADERS.map(String::from);
     for row in std::iter::once(&headers).chain(&cells) {
         let mut line = String::new();
@@ -306,16 +326,16 @@ pub fn render_md(report: &Report) -> String {
     }
     let _ = writeln!(out, "- rule: {}\n", rule(report).join(" "));
     let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
-    let _ = writeln!(out, "|:---|---:|---:|---:|---:|---:|---:|:---|");
+    let _ = writeln!(out, "|:---|---:|---:|---:|---:|---:|---:|---:|:---|");
     for (row, cells) in report.rows.iter().zip(table_cells(report)) {
-        let [metric, baseline, candidate, ratio, change, limit, p, verdict] = cells;
+        let [metric, baseline, candidate, ratio, change, noise, limit, p, verdict] = cells;
         let verdict = match row.decision.verdict {
             Verdict::Regressed => format!("❌ **{verdict}**"),
             _ => verdict,
         };
         let _ = writeln!(
             out,
-            "| `{metric}` | {baseline} | {candidate} | {ratio} | {change} | {limit} | {p} | {verdict} |"
+            "| `{metric}` | {baseline} | {candidate} | {ratio} | {change} | {noise} | {limit} | {p} | {verdict} |"
         );
     }
     out.push('\n');
@@ -369,8 +389,12 @@ pub(super) struct JsonRow<'a> {
     candidate: Option<&'a Stats>,
     /// Candidate median / baseline median.
     ratio: Option<f64>,
-    /// Largest increase allowed (0.1 = +10%); null for `--max METRIC=off`.
+    /// Largest increase allowed (0.1 = +10%); null when the metric is not gated.
     max_increase: Option<f64>,
+    /// The baseline's relative standard deviation; null with fewer than 2 samples.
+    noise: Option<f64>,
+    /// The smallest relative change that counts: max(limit, noise); null when not gated.
+    min_effect: Option<f64>,
     verdict: &'static str,
     /// `welch`, `threshold`, or null (no data).
     method: Option<&'static str>,
@@ -402,6 +426,8 @@ pub fn render_json(report: &Report) -> String {
                 candidate: row.candidate.as_ref(),
                 ratio: row.decision.ratio.and_then(finite),
                 max_increase: finite(row.max_increase),
+                noise: row.decision.noise,
+                min_effect: finite(row.decision.min_effect),
                 verdict: row.decision.verdict.as_str(),
                 method,
                 t,

@@ -193,7 +193,9 @@ fn missing_samples_are_no_data() {
         Decision {
             verdict: Verdict::NoData,
             method: None,
-            ratio: None
+            ratio: None,
+            noise: None,
+            min_effect: 0.05,
         }
     );
     assert_eq!(decide(&[1.0], &[], 0.05, 0.95).verdict, Verdict::NoData);
@@ -248,7 +250,7 @@ fn max_takes_aliases_and_full_names() {
     assert_eq!(limits["wall_s"], 0.15);
     assert_eq!(limits["gpu_peak_memory_bytes"], 0.20);
     assert_eq!(limits["processes"], 0.0);
-    assert_eq!(limits["max_concurrent"], 0.25);
+    assert_eq!(limits["max_concurrent"], NOT_GATED, "not gated by default");
     assert_eq!(limits.len(), METRICS.len());
     assert_eq!(
         parse_max(&["rss=+1%".into()]).unwrap()["peak_tree_rss_bytes"],
@@ -263,19 +265,50 @@ fn max_takes_aliases_and_full_names() {
 }
 
 #[test]
-fn an_off_metric_never_regresses() {
-    let off = f64::INFINITY;
+fn an_off_metric_is_not_gated() {
+    let off = NOT_GATED;
     // From 0, which any finite limit fails.
     let d = decide(&[0.0], &[4096.0], off, 0.95);
-    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, None));
+    assert_eq!((d.verdict, d.ratio), (Verdict::NotGated, None));
     let d = decide(&[0.0, 0.0, 0.0], &[4096.0, 8192.0, 4096.0], off, 0.95);
-    assert_eq!(d.verdict, Verdict::Pass);
+    assert_eq!(d.verdict, Verdict::NotGated);
     // Ten times more, certain.
     let d = decide(&[10.0, 10.0], &[100.0, 100.0], off, 0.95);
-    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, Some(10.0)));
+    assert_eq!((d.verdict, d.ratio), (Verdict::NotGated, Some(10.0)));
     // Nor is it ever improved: no limit, nothing to be beyond.
     let d = decide(&[100.0, 100.0], &[1.0, 1.0], off, 0.95);
+    assert_eq!(d.verdict, Verdict::NotGated);
+    assert_eq!(Verdict::NotGated.label(), "not gated");
+    // The defaults gate only what the kernel counts exactly.
+    let gated: Vec<&str> = DEFAULT_MAX_INCREASE
+        .iter()
+        .filter(|(_, max)| max.is_finite())
+        .map(|(m, _)| *m)
+        .collect();
+    assert_eq!(
+        gated,
+        ["cpu_s", "cpu_user_s", "cpu_system_s", "peak_rss_bytes", "processes", "write_bytes"]
+    );
+}
+
+#[test]
+fn a_change_within_the_measured_noise_passes() {
+    // +8% on a metric whose identical runs spread by ~10%: significant with many samples,
+    // above the +5% limit, but within the noise.
+    let base: Vec<f64> = (0..40).map(|i| if i % 2 == 0 { 0.9 } else { 1.1 }).collect();
+    let cand: Vec<f64> = base.iter().map(|v| v * 1.08).collect();
+    let d = decide(&base, &cand, 0.05, 0.95);
+    assert!(matches!(d.method, Some(Method::Welch { p, .. }) if p < 0.05), "{d:?}");
+    let noise = d.noise.unwrap();
+    assert!((noise - 0.1013).abs() < 0.001, "{noise}");
+    assert_eq!(d.min_effect, noise);
     assert_eq!(d.verdict, Verdict::Pass);
+    // +15% is beyond it.
+    let cand: Vec<f64> = base.iter().map(|v| v * 1.15).collect();
+    assert_eq!(decide(&base, &cand, 0.05, 0.95).verdict, Verdict::Regressed);
+    // A steady metric: the limit decides.
+    let d = decide(&[100.0, 100.0, 100.0], &[106.0, 106.0, 106.0], 0.05, 0.95);
+    assert_eq!((d.noise, d.min_effect, d.verdict), (Some(0.0), 0.05, Verdict::Regressed));
 }
 
 #[test]
@@ -327,10 +360,12 @@ fn sample_report() -> Report {
         max_increase,
         decision,
     };
-    let welch = |verdict, ratio, t, df, p| Decision {
+    let welch = |verdict, ratio, t, df, p, noise: f64| Decision {
         verdict,
         method: Some(Method::Welch { t, df, p }),
         ratio: Some(ratio),
+        noise: Some(noise),
+        min_effect: noise.max(0.05),
     };
     Report {
             baseline: side("runs/main"),
@@ -341,22 +376,22 @@ fn sample_report() -> Report {
                     "wall_s",
                     stats(5, 12.4, 12.345, 0.12, 12.2, 12.6),
                     stats(5, 13.0, 13.1, 0.9, 12.1, 14.2),
-                    0.10,
-                    welch(Verdict::Pass, 1.061_158_363, 1.47, 4.3, 0.1062),
+                    NOT_GATED,
+                    welch(Verdict::NotGated, 1.061_158_363, 1.47, 4.3, 0.1062, 0.0097),
                 ),
                 row(
                     "cpu_s",
                     stats(5, 40.1, 40.0, 0.4, 39.6, 40.7),
                     stats(5, 80.5, 80.4, 0.6, 79.8, 81.3),
                     0.05,
-                    welch(Verdict::Regressed, 2.01, 125.1, 7.0, 0.000_001_2),
+                    welch(Verdict::Regressed, 2.01, 125.1, 7.0, 0.000_001_2, 0.01),
                 ),
                 row(
                     "peak_rss_bytes",
                     stats(5, 536_870_912.0, 536_870_912.0, 1_048_576.0, 535_822_336.0, 537_919_488.0),
                     stats(5, 429_496_729.6, 429_496_729.6, 524_288.0, 428_867_584.0, 430_000_000.0),
                     0.10,
-                    welch(Verdict::Improved, 0.8, -40.2, 6.1, 0.0004),
+                    welch(Verdict::Improved, 0.8, -40.2, 6.1, 0.0004, 0.002),
                 ),
                 row(
                     "processes",
@@ -367,6 +402,8 @@ fn sample_report() -> Report {
                         verdict: Verdict::Pass,
                         method: Some(Method::Threshold),
                         ratio: Some(212.0 / 210.0),
+                        noise: None,
+                        min_effect: 0.05,
                     },
                 ),
                 row(
@@ -378,6 +415,8 @@ fn sample_report() -> Report {
                         verdict: Verdict::Regressed,
                         method: Some(Method::Threshold),
                         ratio: None,
+                        noise: None,
+                        min_effect: 0.10,
                     },
                 ),
                 row(
@@ -385,14 +424,14 @@ fn sample_report() -> Report {
                     stats(5, 0.0, 0.0, 0.0, 0.0, 0.0),
                     stats(5, 0.0, 0.0, 0.0, 0.0, 0.0),
                     0.10,
-                    welch(Verdict::Pass, 1.0, 0.0, 8.0, 0.5),
+                    welch(Verdict::Pass, 1.0, 0.0, 8.0, 0.5, 0.0),
                 ),
                 row(
                     "gpu_energy_joules",
                     stats(5, 1520.0, 1510.5, 30.2, 1490.0, 1570.0),
                     None,
                     0.10,
-                    Decision { verdict: Verdict::NoData, method: None, ratio: None },
+                    Decision { verdict: Verdict::NoData, method: None, ratio: None, noise: None, min_effect: 0.10 },
                 ),
             ],
             warnings: vec![
@@ -404,7 +443,7 @@ fn sample_report() -> Report {
 }
 
 #[test]
-fn an_off_limit_shows_as_off() {
+fn an_off_limit_shows_as_not_gated() {
     let mut report = sample_report();
     let read = report
         .rows
@@ -415,7 +454,7 @@ fn an_off_limit_shows_as_off() {
     read.decision = decide(&[0.0], &[4096.0], f64::INFINITY, 0.95);
     let text = render_text(&report);
     let line = text.lines().find(|l| l.contains("read_bytes")).unwrap();
-    assert!(line.contains("off") && line.contains("ok"), "{line}");
+    assert!(line.contains("off") && line.ends_with("not gated"), "{line}");
     assert!(!text.contains("read_bytes (from 0"), "{text}");
     let json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
     let row = json["metrics"]
@@ -425,7 +464,7 @@ fn an_off_limit_shows_as_off() {
         .find(|m| m["metric"] == "read_bytes")
         .unwrap();
     assert_eq!(row["max_increase"], serde_json::Value::Null, "{row}");
-    assert_eq!(row["verdict"], "pass", "{row}");
+    assert_eq!(row["verdict"], "not_gated", "{row}");
 }
 
 /// Compares `actual` with the snapshot file `snapshots/NAME`; with MONTRACE_BLESS=1 in the

@@ -319,7 +319,7 @@ fn follow_attached(
     });
     end::write_run_info(&info, out_dir, !args.record.quiet, !args.record.no_report);
     let repetition: summary_json::Repetition = info.repetition(".");
-    end::write_summary(out_dir, argv, 0, vec![repetition], breach);
+    end::write_summary(out_dir, argv, 0, vec![repetition], breach, Vec::new());
     Ok(exit_status)
 }
 

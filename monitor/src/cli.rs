@@ -44,6 +44,9 @@ pub enum Command {
     Attach(AttachArgs),
     /// Decide whether a candidate run used more than a baseline (exit 1 when it regressed)
     Compare(CompareArgs),
+    /// Measure two commands alternately (A B B A ...), each repetition recorded as `run` does,
+    /// then decide as `compare` (exit 1 when the candidate regressed)
+    Bench(BenchArgs),
     /// Write the HTML and Markdown report of a run directory
     Report(ReportArgs),
     /// Export a run directory to a Perfetto/Chrome trace or to CSV files
@@ -211,6 +214,22 @@ pub enum CompareFormat {
     Bmf,
 }
 
+/// How a comparison decides and what it prints: shared by `compare` and `bench`.
+#[derive(Debug, Args)]
+pub struct GateOptions {
+    /// Largest allowed increase of a metric, e.g. `cpu=+5%`, `peak_rss=+10%`, `wall=+10%` (wall
+    /// time is not gated unless given), or `read=off` to report a metric without gating on it
+    /// (repeatable; metrics not named keep their defaults)
+    #[arg(long = "max", value_name = "METRIC=+N%")]
+    pub max: Vec<String>,
+    /// Confidence of Welch's t-test when both sides have at least 2 samples
+    #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
+    pub confidence: f64,
+    /// Output format
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: CompareFormat,
+}
+
 #[derive(Debug, Args)]
 #[command(
     after_help = "Exit status: 0 when nothing regressed, 1 when a metric regressed, 2 for usage \
@@ -221,20 +240,46 @@ pub struct CompareArgs {
     pub baseline: PathBuf,
     /// Candidate, like the baseline
     pub candidate: PathBuf,
-    /// Largest allowed increase of a metric, e.g. `cpu=+5%`, `peak_rss=+10%`, `wall=+10%`, or
-    /// `read=off` to report a metric without gating on it (repeatable; metrics not named keep
-    /// their defaults)
-    #[arg(long = "max", value_name = "METRIC=+N%")]
-    pub max: Vec<String>,
-    /// Confidence of Welch's t-test when both sides have at least 2 samples
-    #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
-    pub confidence: f64,
-    /// Output format
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: CompareFormat,
+    #[command(flatten)]
+    pub gate: GateOptions,
     /// Compare runs of different commands (an error otherwise)
     #[arg(long)]
     pub allow_different_commands: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Each repetition is a `montrace run` of `/bin/sh -c CMD` in OUT/baseline/rep-NNN \
+                  or OUT/candidate/rep-NNN (warm-ups in OUT/warmup/); the commands and the hooks \
+                  see MONTRACE_BENCH_SIDE=baseline|candidate. OUT/verdict.md is the comparison \
+                  in Markdown for a pull-request comment. Exit status: 0 when nothing regressed, \
+                  1 when a metric regressed, 2 for usage errors; a repetition or hook that fails \
+                  ends the series with its status."
+)]
+pub struct BenchArgs {
+    /// The baseline's command line, run by /bin/sh (e.g. 'make -C base -j2')
+    #[arg(long, short = 'a', value_name = "CMD")]
+    pub baseline: String,
+    /// The candidate's command line
+    #[arg(long, short = 'b', value_name = "CMD")]
+    pub candidate: String,
+    /// Measured repetitions of each side
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
+    pub repeat: u32,
+    /// Unmeasured runs of each side first
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub warmup: u32,
+    /// Before every run of either side, this shell command, unrecorded (e.g. 'make clean')
+    #[arg(long, value_name = "CMD")]
+    pub prepare: Option<String>,
+    /// After every run of either side, this shell command, unrecorded
+    #[arg(long, value_name = "CMD")]
+    pub cleanup: Option<String>,
+    /// Directory to write (default: ./montrace-bench/<UTC time>)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub gate: GateOptions,
 }
 
 fn parse_confidence(text: &str) -> Result<f64, String> {
@@ -277,6 +322,14 @@ pub struct RunArgs {
     /// Runs before the measured repetitions, recorded under warmup-NN and left out of the figures
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub warmup: u32,
+    /// Before every run (each warm-up and repetition), this shell command, unrecorded, as the
+    /// command's user (e.g. 'make clean', so that every repetition does the whole build); a
+    /// failure ends the series with its status
+    #[arg(long, value_name = "CMD")]
+    pub prepare: Option<String>,
+    /// After every run, this shell command, unrecorded; a failure ends the series
+    #[arg(long, value_name = "CMD")]
+    pub cleanup: Option<String>,
 
     /// The command to run, and its arguments
     // No allow_hyphen_values: a misspelt flag before the command must be a usage error, not the

@@ -21,6 +21,9 @@ fn dispatch(command: Command) -> anyhow::Result<i32> {
         // These need no privilege at all: under sudo they run with the user's filesystem
         // identity throughout, so every path they are given is opened as the user would.
         Command::Compare(args) => as_user(|| monitor::analysis::compare::compare_main(args)),
+        // Each repetition is a `montrace run` of its own (privilege handled there); the
+        // directories and the verdict are the user's.
+        Command::Bench(args) => monitor::analysis::bench::bench_main(args),
         Command::Report(args) => as_user(|| monitor::analysis::report::report_main(args)),
         Command::Export(args) => as_user(|| monitor::analysis::export::export_main(args)),
         Command::Mark(args) => monitor::follow::marks::mark_main(args),

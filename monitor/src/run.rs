@@ -9,6 +9,7 @@ use std::{
 use anyhow::{bail, Context as _};
 
 use crate::{
+    analysis::bench::plan,
     cli::{RunArgs, EXIT_NOT_FOUND},
     follow::launch::{self, Identity},
     follow::marks::{self, MarkServer},
@@ -66,42 +67,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         Err(OutDirError::Other(err)) => return Err(err),
     };
     let offsets = offsets.as_ref();
-    let result = if args.repeat == 1 && args.warmup == 0 {
-        record(
-            &args,
-            &executable,
-            offsets,
-            &out_dir,
-            identity.as_ref(),
-            &child_sigmask,
-            &mut gpu,
-            (started_boot_ns, started_wall_ns),
-            !args.record.quiet,
-            true,
-        )
-        .map(|info| {
-            let breach = info.limit_breach.clone();
-            // The command's status is montrace's last word, summary.json or not.
-            write_summary(
-                &out_dir,
-                command_argv(&args),
-                0,
-                vec![info.repetition(".")],
-                breach,
-            );
-            info.exit_status
-        })
-    } else {
-        repeat(
-            &args,
-            &executable,
-            offsets,
-            &out_dir,
-            identity.as_ref(),
-            &child_sigmask,
-            &mut gpu,
-        )
-    };
+    let result = repeat(
+        &args,
+        &executable,
+        offsets,
+        &out_dir,
+        identity.as_ref(),
+        &child_sigmask,
+        &mut gpu,
+        (started_boot_ns, started_wall_ns),
+    );
     if result.is_err() && dir_is_empty(&out_dir) {
         // Nothing was recorded: leave no litter behind.
         let _ = userfs::remove_dir(&out_dir);
@@ -109,9 +84,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     result
 }
 
-/// `--repeat N --warmup K`: K warm-up runs, then N measured ones, each in its own sub-directory;
-/// summary.json at the top holds every measured repetition. A repetition that fails (non-zero
-/// exit, or a limit) ends the series: its figures would not be comparable.
+/// One run, or `--repeat N --warmup K`: K warm-up runs, then N measured ones, each in its own
+/// sub-directory; summary.json at the top holds every measured repetition. Each is framed by
+/// `--prepare` and `--cleanup`. A repetition that fails (non-zero exit, or a limit) or a hook
+/// that fails ends the series: its figures would not be comparable.
+#[allow(clippy::too_many_arguments)]
 fn repeat(
     args: &RunArgs,
     executable: &Path,
@@ -120,18 +97,35 @@ fn repeat(
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
     gpu: &mut GpuStatus,
+    started: (u64, i64),
 ) -> anyhow::Result<i32> {
+    let single = args.repeat == 1 && args.warmup == 0;
     let mut repetitions = Vec::new();
+    let (mut warmup_walls, mut measured) = (Vec::new(), Vec::new());
     let total = args.warmup + args.repeat;
+    let mut ended = None;
     for i in 0..total {
         let warmup = i < args.warmup;
-        let name = if warmup {
+        let name = if single {
+            ".".to_string()
+        } else if warmup {
             format!("warmup-{:02}", i + 1)
         } else {
             format!("rep-{:03}", i - args.warmup + 1)
         };
-        let dir = out_dir.join(&name);
-        userfs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let dir = if single {
+            out_dir.to_path_buf()
+        } else {
+            out_dir.join(&name)
+        };
+        if let Some(code) = hook(args.prepare.as_deref(), "--prepare", &name, identity)? {
+            ended = Some((code, None));
+            break;
+        }
+        if !single {
+            userfs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let window = MachineWindow::open();
         let info = record(
             args,
             executable,
@@ -140,15 +134,20 @@ fn repeat(
             identity,
             child_sigmask,
             gpu,
-            (host::boottime_ns(), host::realtime_ns()),
-            false,
+            if i == 0 {
+                started
+            } else {
+                (host::boottime_ns(), host::realtime_ns())
+            },
+            single && !args.record.quiet,
             i + 1 == total,
         )?;
-        if !args.record.quiet {
+        let other_cpu_share = window.other_share(&info);
+        let wall_s = info.command_wall_s.unwrap_or(info.duration_s);
+        if !args.record.quiet && !single {
             crate::say!(
-                "montrace: {name}: exit {}, wall {:.3}s, CPU {:.3}s, peak RSS {}",
+                "montrace: {name}: exit {}, wall {wall_s:.3}s (the command's), CPU {:.3}s, peak RSS {}",
                 info.exit_status,
-                info.duration_s,
                 (info.totals.cpu_user_ns + info.totals.cpu_system_ns) as f64 / 1e9,
                 info.totals
                     .peak_rss_bytes
@@ -156,39 +155,114 @@ fn repeat(
             );
         }
         let failed = info.exit_status != 0 || info.limit_breach.is_some();
-        if !warmup {
-            repetitions.push(info.repetition(&name));
+        if warmup {
+            warmup_walls.push(wall_s);
+        } else {
+            let mut repetition = info.repetition(&name);
+            repetition.other_cpu_share = other_cpu_share;
+            repetitions.push(repetition);
+            measured.push(plan::Measured {
+                name: name.clone(),
+                wall_s,
+                other_cpu_share,
+            });
         }
         if failed {
-            crate::say!(
-                "montrace: {name} failed (exit {}): no further repetitions",
-                info.exit_status
-            );
-            let breach = info.limit_breach.clone();
-            write_summary(
-                out_dir,
-                command_argv(args),
-                args.warmup as usize,
-                repetitions,
-                breach,
-            );
-            return Ok(info.exit_status);
+            if !single {
+                crate::say!(
+                    "montrace: {name} failed (exit {}): no further repetitions",
+                    info.exit_status
+                );
+            }
+            ended = Some((info.exit_status, info.limit_breach.clone()));
+            break;
+        }
+        if let Some(code) = hook(args.cleanup.as_deref(), "--cleanup", &name, identity)? {
+            ended = Some((code, None));
+            break;
         }
     }
+    let warnings = plan::warnings(&warmup_walls, &measured);
+    for warning in &warnings {
+        crate::say!("montrace: warning: {warning}");
+    }
+    let stopped = ended.is_some();
+    let (status, breach) = ended.unwrap_or((0, None));
     let summary = write_summary(
         out_dir,
         command_argv(args),
         args.warmup as usize,
         repetitions,
-        None,
+        breach,
+        warnings,
     );
-    if !args.record.quiet {
+    if !args.record.quiet && !single && !stopped {
         crate::say_raw!(
             "{}",
             run_json::format_repeat_stats(&summary, &out_dir.display().to_string())
         );
     }
-    Ok(summary.exit_status)
+    // The command's (or the failing hook's) status is montrace's last word.
+    Ok(if stopped { status } else { summary.exit_status })
+}
+
+/// Runs a `--prepare`/`--cleanup` script, if given. Some(status) when it failed (said on
+/// stderr), which ends the series.
+fn hook(
+    script: Option<&str>,
+    flag: &str,
+    name: &str,
+    identity: Option<&Identity>,
+) -> anyhow::Result<Option<i32>> {
+    let Some(script) = script else {
+        return Ok(None);
+    };
+    let code = launch::run_script(script, identity)
+        .with_context(|| format!("cannot start {flag} `{script}`"))?;
+    if code == 0 {
+        return Ok(None);
+    }
+    let at = if name == "." {
+        String::new()
+    } else {
+        format!(" at {name}")
+    };
+    crate::say!(
+        "montrace: {flag} `{script}` failed (exit {code}){at}: no further runs; fix it, or run \
+         it by hand to see why"
+    );
+    Ok(Some(code))
+}
+
+/// The machine's busy CPU and montrace's own at the start of a run, to tell how much of the
+/// machine other work took during it.
+struct MachineWindow {
+    busy: Option<(f64, usize)>,
+    own_s: f64,
+    started: std::time::Instant,
+}
+
+impl MachineWindow {
+    fn open() -> MachineWindow {
+        MachineWindow {
+            busy: host::machine_busy_cpu_s(),
+            own_s: host::own_cpu_s(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn other_share(&self, info: &RunInfo) -> Option<f64> {
+        let (before, cpus) = self.busy?;
+        let (after, _) = host::machine_busy_cpu_s()?;
+        let tree_s = (info.totals.cpu_user_ns + info.totals.cpu_system_ns) as f64 / 1e9;
+        plan::other_cpu_share(
+            after - before,
+            tree_s,
+            host::own_cpu_s() - self.own_s,
+            self.started.elapsed().as_secs_f64(),
+            cpus,
+        )
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

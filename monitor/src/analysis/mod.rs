@@ -1,6 +1,7 @@
-//! What is made of a recorded run: the report (`report`), the CI gate (`compare`) and the
-//! exports (`export`). Pure over the run directory's data; only their `*_main` entry points
+//! What is made of a recorded run: the report (`report`), the CI gate (`compare`), interleaved
+//! A/B measurement (`bench`) and the exports (`export`). Pure over the run directory's data; only their `*_main` entry points
 //! touch files.
+pub mod bench;
 pub mod compare;
 pub mod export;
 pub mod report;

@@ -43,8 +43,9 @@ pub fn write_summary(
     warmup: usize,
     repetitions: Vec<summary_json::Repetition>,
     breach: Option<summary_json::LimitBreach>,
+    warnings: Vec<String>,
 ) -> summary_json::Summary {
-    let summary = summary_json::Summary::new(
+    let mut summary = summary_json::Summary::new(
         shell_words(&argv),
         argv,
         host::uname().0,
@@ -52,6 +53,7 @@ pub fn write_summary(
         repetitions,
         breach,
     );
+    summary.warnings = warnings;
     let path = out_dir.join(summary_json::SUMMARY_FILE);
     let written = serde_json::to_string_pretty(&summary)
         .map_err(std::io::Error::other)

@@ -460,3 +460,40 @@ pub fn kill_all(pids: &[u32], signal: i32) {
         }
     }
 }
+
+/// `--prepare` / `--cleanup`: runs `/bin/sh -c SCRIPT` to its end, unrecorded, with the
+/// identity and environment the command gets (under sudo: the invoking user's, never root's),
+/// its output on montrace's. Returns its exit status (128+N when signal N killed it).
+pub fn run_script(script: &str, identity: Option<&Identity>) -> io::Result<i32> {
+    use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.arg("-c").arg(script).stdin(std::process::Stdio::null());
+    if let Some(id) = identity {
+        cmd.env("HOME", &id.home)
+            .env("USER", &id.user)
+            .env("LOGNAME", &id.user);
+    }
+    let ids = identity.map(|id| (id.uid, id.gid, id.groups.clone()));
+    // SAFETY: the hook only makes async-signal-safe syscalls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some((uid, gid, groups)) = &ids {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if libc::geteuid() != 0 {
+                crate::kernel::privilege::clear_in_child();
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status()?;
+    Ok(status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(crate::cli::EXIT_MONTRACE_FAILED))
+}

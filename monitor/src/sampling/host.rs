@@ -169,6 +169,34 @@ pub fn can_load_ebpf() -> bool {
     caps & CAP_SYS_ADMIN != 0 || (caps & CAP_BPF != 0 && caps & CAP_PERFMON != 0)
 }
 
+/// The machine's busy CPU time since boot, in seconds over all CPUs (/proc/stat's `cpu` line:
+/// everything but idle and iowait), and the number of online CPUs; None when unreadable.
+pub fn machine_busy_cpu_s() -> Option<(f64, usize)> {
+    let cpu = crate::sampling::sampler::ProcReader::new()
+        .read_system()
+        .ok()?
+        .cpu;
+    let busy = cpu.user + cpu.nice + cpu.system + cpu.irq + cpu.softirq + cpu.steal;
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    Some((
+        busy as f64 / ticks_per_second() as f64,
+        cpus.max(1) as usize,
+    ))
+}
+
+/// montrace's own CPU time so far (user + system of every thread), in seconds.
+pub fn own_cpu_s() -> f64 {
+    // SAFETY: zeroed rusage is a valid out-parameter.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -208,6 +208,7 @@ impl RunInfo {
             exit_status: self.exit_status,
             lost_events: self.lost_events.total(),
             metrics,
+            other_cpu_share: None,
         }
     }
 

@@ -103,6 +103,10 @@ pub struct Repetition {
     pub exit_status: i32,
     pub lost_events: u64,
     pub metrics: BTreeMap<String, f64>,
+    /// Share of the machine's CPU (0..1 of all online CPUs) that other work — neither the tree
+    /// nor montrace — used during the repetition; absent for a single run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_cpu_share: Option<f64>,
 }
 
 /// Spread of one metric over repetitions.
@@ -175,6 +179,10 @@ pub struct Summary {
     pub repetitions: Vec<Repetition>,
     /// Per metric over the repetitions (warm-up runs excluded).
     pub stats: BTreeMap<String, Stats>,
+    /// What makes the figures doubtful (repetitions much faster than the warm-up, under 5 ms,
+    /// on a busy machine), each saying what to do; `compare` repeats them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Summary {
@@ -207,6 +215,7 @@ impl Summary {
             warmup,
             repetitions,
             stats,
+            warnings: Vec::new(),
         }
     }
 
@@ -240,6 +249,7 @@ mod tests {
             exit_status: status,
             lost_events: 1,
             metrics: BTreeMap::from([("wall_s".to_string(), wall)]),
+            other_cpu_share: None,
         };
         let s = Summary::new(
             "x".into(),

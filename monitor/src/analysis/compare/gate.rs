@@ -436,7 +436,15 @@ pub fn build_report(
             commands.push(&summary.command);
         }
     }
-    if commands.len() > 1 {
+    // Side warnings the runs recorded themselves (a no-op after the warm-up, a busy machine).
+    for (side_name, side) in [("baseline", baseline), ("candidate", candidate)] {
+        for (path, summary) in &side.runs {
+            for warning in &summary.warnings {
+                warnings.push(format!("{side_name} {}: {warning}", path.display()));
+            }
+        }
+    }
+    if commands.len() > 1 && !baseline.different_commands_expected {
         let commands: Vec<String> = commands.iter().map(|c| format!("`{c}`")).collect();
         warnings.insert(
             0,

@@ -41,6 +41,8 @@ pub struct Side {
     pub source: PathBuf,
     /// Each summary.json's path and contents, in path order.
     pub runs: Vec<(PathBuf, Summary)>,
+    /// Set by `bench`, whose two sides run two commands by design: no warning about it.
+    pub different_commands_expected: bool,
 }
 
 impl Side {
@@ -103,6 +105,7 @@ pub fn load_side(path: &Path) -> Result<Side, CompareError> {
     let side = Side {
         source: path.to_path_buf(),
         runs,
+        different_commands_expected: false,
     };
     if side.samples() == 0 {
         return Err(CompareError::Usage(format!(

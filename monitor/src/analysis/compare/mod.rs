@@ -54,7 +54,7 @@ pub fn compare_main(args: CompareArgs) -> anyhow::Result<i32> {
         }
         Err(io) => return Err(io.into()),
     };
-    let out = render(&report, args.format);
+    let out = render(&report, args.gate.format);
     let mut stdout = io::stdout().lock();
     stdout
         .write_all(out.as_bytes())
@@ -65,7 +65,7 @@ pub fn compare_main(args: CompareArgs) -> anyhow::Result<i32> {
 
 /// Everything up to the report: `--max`, both sides, their commands, the decisions.
 pub fn prepare(args: &CompareArgs) -> Result<Report, CompareError> {
-    let limits = parse_max(&args.max).map_err(CompareError::Usage)?;
+    let limits = parse_max(&args.gate.max).map_err(CompareError::Usage)?;
     let baseline = load_side(&args.baseline).map_err(|e| e.of_side("baseline"))?;
     let candidate = load_side(&args.candidate).map_err(|e| e.of_side("candidate"))?;
     check_commands(&baseline, &candidate, args.allow_different_commands)?;
@@ -73,6 +73,6 @@ pub fn prepare(args: &CompareArgs) -> Result<Report, CompareError> {
         &baseline,
         &candidate,
         &limits,
-        args.confidence,
+        args.gate.confidence,
     ))
 }

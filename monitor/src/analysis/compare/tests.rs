@@ -287,7 +287,14 @@ fn an_off_metric_is_not_gated() {
         .collect();
     assert_eq!(
         gated,
-        ["cpu_s", "cpu_user_s", "cpu_system_s", "peak_rss_bytes", "processes", "write_bytes"]
+        [
+            "cpu_s",
+            "cpu_user_s",
+            "cpu_system_s",
+            "peak_rss_bytes",
+            "processes",
+            "write_bytes"
+        ]
     );
 }
 
@@ -295,10 +302,15 @@ fn an_off_metric_is_not_gated() {
 fn a_change_within_the_measured_noise_passes() {
     // +8% on a metric whose identical runs spread by ~10%: significant with many samples,
     // above the +5% limit, but within the noise.
-    let base: Vec<f64> = (0..40).map(|i| if i % 2 == 0 { 0.9 } else { 1.1 }).collect();
+    let base: Vec<f64> = (0..40)
+        .map(|i| if i % 2 == 0 { 0.9 } else { 1.1 })
+        .collect();
     let cand: Vec<f64> = base.iter().map(|v| v * 1.08).collect();
     let d = decide(&base, &cand, 0.05, 0.95);
-    assert!(matches!(d.method, Some(Method::Welch { p, .. }) if p < 0.05), "{d:?}");
+    assert!(
+        matches!(d.method, Some(Method::Welch { p, .. }) if p < 0.05),
+        "{d:?}"
+    );
     let noise = d.noise.unwrap();
     assert!((noise - 0.1013).abs() < 0.001, "{noise}");
     assert_eq!(d.min_effect, noise);
@@ -308,7 +320,10 @@ fn a_change_within_the_measured_noise_passes() {
     assert_eq!(decide(&base, &cand, 0.05, 0.95).verdict, Verdict::Regressed);
     // A steady metric: the limit decides.
     let d = decide(&[100.0, 100.0, 100.0], &[106.0, 106.0, 106.0], 0.05, 0.95);
-    assert_eq!((d.noise, d.min_effect, d.verdict), (Some(0.0), 0.05, Verdict::Regressed));
+    assert_eq!(
+        (d.noise, d.min_effect, d.verdict),
+        (Some(0.0), 0.05, Verdict::Regressed)
+    );
 }
 
 #[test]
@@ -454,7 +469,10 @@ fn an_off_limit_shows_as_not_gated() {
     read.decision = decide(&[0.0], &[4096.0], f64::INFINITY, 0.95);
     let text = render_text(&report);
     let line = text.lines().find(|l| l.contains("read_bytes")).unwrap();
-    assert!(line.contains("off") && line.ends_with("not gated"), "{line}");
+    assert!(
+        line.contains("off") && line.ends_with("not gated"),
+        "{line}"
+    );
     assert!(!text.contains("read_bytes (from 0"), "{text}");
     let json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
     let row = json["metrics"]
@@ -513,6 +531,7 @@ fn repetition(wall: f64, cpu: f64) -> Repetition {
         exit_status: 0,
         lost_events: 0,
         metrics: BTreeMap::from([("wall_s".to_string(), wall), ("cpu_s".to_string(), cpu)]),
+        other_cpu_share: None,
     }
 }
 
@@ -543,9 +562,11 @@ fn args(baseline: &Path, candidate: &Path) -> CompareArgs {
     CompareArgs {
         baseline: baseline.into(),
         candidate: candidate.into(),
-        max: Vec::new(),
-        confidence: 0.95,
-        format: CompareFormat::Text,
+        gate: crate::cli::GateOptions {
+            max: Vec::new(),
+            confidence: 0.95,
+            format: CompareFormat::Text,
+        },
         allow_different_commands: false,
     }
 }
@@ -605,7 +626,7 @@ fn exit_status_says_whether_something_regressed() {
     assert_eq!(regressed, ["cpu_s"]);
     // A limit raised past the change lets it through.
     let mut lenient = args(&base, &slow);
-    lenient.max = vec!["cpu=+150%".into()];
+    lenient.gate.max = vec!["cpu=+150%".into()];
     assert_eq!(prepare(&lenient).unwrap().exit_code(), 0);
 }
 
@@ -675,7 +696,7 @@ fn unusable_inputs_are_usage_errors() {
     assert!(nothing.contains("holds no measurements"), "{nothing}");
 
     let mut bad_max = args(&base, &base);
-    bad_max.max = vec!["cpu=5".into()];
+    bad_max.gate.max = vec!["cpu=5".into()];
     assert!(usage_error(bad_max).contains("is not a percentage"));
 }
 

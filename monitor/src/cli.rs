@@ -49,7 +49,7 @@ pub enum Command {
     Bench(BenchArgs),
     /// Write the HTML and Markdown report of a run directory
     Report(ReportArgs),
-    /// Export a run directory to a Perfetto/Chrome trace or to CSV files
+    /// Export a run directory to a Perfetto/Chrome trace, CSV files, or Bencher Metric Format
     Export(ExportArgs),
     /// Mark a phase of a monitored program (run it inside `montrace run`)
     Mark(MarkArgs),
@@ -176,6 +176,9 @@ pub enum ExportFormat {
     Perfetto,
     /// One CSV file per table
     Csv,
+    /// Bencher Metric Format (JSON) of the run's summary.json, on stdout unless --out: the
+    /// median, min and max of each metric over its repetitions
+    Bmf,
 }
 
 #[derive(Debug, Args)]
@@ -184,7 +187,8 @@ pub struct ExportArgs {
     pub run_dir: PathBuf,
     #[arg(long, value_enum)]
     pub format: ExportFormat,
-    /// Where to write (default: RUN_DIR/trace.json for perfetto, RUN_DIR/csv/ for csv)
+    /// Where to write (default: RUN_DIR/trace.json for perfetto, RUN_DIR/csv/ for csv, stdout
+    /// for bmf)
     #[arg(long, value_name = "PATH")]
     pub out: Option<PathBuf>,
 }

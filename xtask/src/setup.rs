@@ -54,6 +54,12 @@ const STEPS: &[Step] = &[
         is_done: bpftool_installed,
         install: install_bpftool,
     },
+    Step {
+        name: "make and git",
+        how: "apt-get; the CI recipe test builds two git checkouts of a C project with make",
+        is_done: make_and_git_installed,
+        install: install_make_and_git,
+    },
 ];
 
 /// A Python package the tests use: its name on PyPI and the module it is imported as.
@@ -259,6 +265,16 @@ fn bpftool_installed() -> bool {
 fn install_bpftool(i: &mut Installer) -> Result<()> {
     i.apt_install(&["bpftool"])
         .context("could not apt-get install bpftool")
+}
+
+fn make_and_git_installed() -> bool {
+    stdout_of(Command::new("make").arg("--version")).is_some()
+        && stdout_of(Command::new("git").arg("--version")).is_some()
+}
+
+fn install_make_and_git(i: &mut Installer) -> Result<()> {
+    i.apt_install(&["make", "git"])
+        .context("could not apt-get install make and git")
 }
 
 // ---- llvm-22-dev ----

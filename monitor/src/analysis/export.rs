@@ -9,6 +9,8 @@
 //! - **CSV** (`--format csv`): one file per table (`processes.csv`, `samples.csv`, ...), with a
 //!   header row; times in RFC 3339 with nanoseconds, lists (argv) as JSON arrays, null as an
 //!   empty field, quoting as RFC 4180.
+//! - **BMF** (`--format bmf`): the run's summary.json in Bencher Metric Format, for
+//!   `bencher run --adapter json` (the same layout as `compare --format bmf`).
 
 use std::collections::HashMap;
 use std::io::{BufWriter, Write as _};
@@ -30,6 +32,10 @@ use crate::cli::EXIT_USAGE;
 
 /// `montrace export RUN_DIR --format perfetto|csv [--out PATH]`.
 pub fn export_main(args: ExportArgs) -> anyhow::Result<i32> {
+    if args.format == ExportFormat::Bmf {
+        // From summary.json alone: a run of repetitions too.
+        return export_bmf(&args.run_dir, args.out.as_deref());
+    }
     if let Err(err) = load::check_run_dir(&args.run_dir) {
         crate::say!("montrace: error: {err}");
         return Ok(EXIT_USAGE);
@@ -51,6 +57,32 @@ pub fn export_main(args: ExportArgs) -> anyhow::Result<i32> {
                 }
             }
         }
+        ExportFormat::Bmf => unreachable!("handled above"),
+    }
+    Ok(0)
+}
+
+/// `--format bmf`: the run's summary.json in Bencher Metric Format, on stdout or to `out`.
+fn export_bmf(run_dir: &Path, out: Option<&Path>) -> anyhow::Result<i32> {
+    let path = run_dir.join(crate::store::summary_json::SUMMARY_FILE);
+    let summary = match crate::store::summary_json::read(&path) {
+        Ok(summary) => summary,
+        Err(err) => {
+            crate::say!(
+                "montrace: error: {}: {err}; BMF is made from a finished run's summary.json",
+                path.display()
+            );
+            return Ok(EXIT_USAGE);
+        }
+    };
+    let text = crate::analysis::compare::render_bmf_of(&summary);
+    match out {
+        Some(out) => {
+            crate::store::userfs::write_atomic(out, text.as_bytes())
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            crate::say_out!("{}", out.display());
+        }
+        None => crate::say_out!("{}", text.trim_end()),
     }
     Ok(0)
 }

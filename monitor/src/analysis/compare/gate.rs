@@ -161,6 +161,27 @@ pub fn relative_noise(base: &Stats) -> Option<f64> {
 /// - An infinite `max_increase` ([`NOT_GATED`]) is reported as not gated, whatever the change.
 /// - Improved is the mirror image (significant, and a decrease larger than the limit).
 pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence: f64) -> Decision {
+    decide_above(baseline, candidate, max_increase, confidence, 0.0)
+}
+
+/// The smallest change of a metric in its unit that can count at all: 10 ms for times (below
+/// that a relative change of a near-zero figure — 4 ms of system time become 0 — means
+/// nothing), none for counts and bytes.
+pub fn absolute_floor(unit: &str) -> f64 {
+    match unit {
+        "s" => 0.010,
+        _ => 0.0,
+    }
+}
+
+/// As [`decide`], where a change of the medians must also exceed `floor` (in the metric's unit).
+pub fn decide_above(
+    baseline: &[f64],
+    candidate: &[f64],
+    max_increase: f64,
+    confidence: f64,
+    floor: f64,
+) -> Decision {
     let (Some(base), Some(cand)) = (Stats::of(baseline), Stats::of(candidate)) else {
         return Decision {
             verdict: Verdict::NoData,
@@ -180,12 +201,14 @@ pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence
     let noise = relative_noise(&base);
     let min_effect = max_increase.max(noise.unwrap_or(0.0));
     let limit = min_effect + LIMIT_TOLERANCE;
+    let big_enough = (cand.median - base.median).abs() > floor;
     let (above, below) = match ratio {
         // A median of 0 cannot decrease further.
         Some(r) if base.median > 0.0 => (r - 1.0 > limit, 1.0 - r > limit),
         Some(_) => (false, false),
         None => (true, false),
     };
+    let (above, below) = (above && big_enough, below && big_enough);
     let (method, increased, decreased) = if base.n >= 2 && cand.n >= 2 {
         let (t, df) = welch_t(&base, &cand);
         let p = student_t_sf(t.abs(), df);
@@ -384,7 +407,13 @@ pub fn build_report(
                 baseline: Stats::of(&base),
                 candidate: Stats::of(&cand),
                 max_increase,
-                decision: decide(&base, &cand, max_increase, confidence),
+                decision: decide_above(
+                    &base,
+                    &cand,
+                    max_increase,
+                    confidence,
+                    absolute_floor(def.unit),
+                ),
             })
         })
         .collect();

@@ -462,23 +462,39 @@ pub(super) struct BmfMetric {
 /// max } } }`, for `bencher run --adapter json`; Bencher keeps the history and its own
 /// thresholds, so the baseline is not part of it.
 pub fn render_bmf(report: &Report) -> String {
-    let measures: BTreeMap<&str, BmfMetric> = report
-        .rows
-        .iter()
-        .filter_map(|row| {
-            row.candidate.as_ref().map(|s| {
-                (
-                    row.metric,
-                    BmfMetric {
-                        value: s.median,
-                        lower_value: s.min,
-                        upper_value: s.max,
-                    },
-                )
-            })
+    bmf(
+        &report.candidate.command,
+        report
+            .rows
+            .iter()
+            .filter_map(|row| row.candidate.as_ref().map(|s| (row.metric, s))),
+    )
+}
+
+/// The same Bencher Metric Format from one run's summary.json (`montrace export --format bmf`).
+pub fn render_bmf_of(summary: &Summary) -> String {
+    bmf(
+        &summary.command,
+        METRICS
+            .iter()
+            .filter_map(|m| summary.stats.get(m.name).map(|s| (m.name, s))),
+    )
+}
+
+fn bmf<'a>(command: &str, stats: impl Iterator<Item = (&'a str, &'a Stats)>) -> String {
+    let measures: BTreeMap<&str, BmfMetric> = stats
+        .map(|(metric, s)| {
+            (
+                metric,
+                BmfMetric {
+                    value: s.median,
+                    lower_value: s.min,
+                    upper_value: s.max,
+                },
+            )
         })
         .collect();
-    let bmf = BTreeMap::from([(report.candidate.command.as_str(), measures)]);
+    let bmf = BTreeMap::from([(command, measures)]);
     let mut out = serde_json::to_string_pretty(&bmf).expect("the report serializes");
     out.push('\n');
     out

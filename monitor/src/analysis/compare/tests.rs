@@ -783,3 +783,25 @@ fn passing_report_in_markdown() {
     assert!(md.contains("- candidate: `runs/pr-42`: 5 samples from 1 run (`` cargo build --release --features `x` ``)\n"), "{md}");
     assert!(md.ends_with("**no regression**\n"), "{md}");
 }
+
+#[test]
+fn a_change_below_the_absolute_floor_is_no_verdict() {
+    // 4 ms of system time becoming 0: -100 %, significant, but nothing anyone can act on.
+    let d = decide_above(
+        &[0.004, 0.004, 0.005],
+        &[0.0, 0.0, 0.0],
+        0.10,
+        0.95,
+        absolute_floor("s"),
+    );
+    assert_eq!(d.verdict, Verdict::Pass);
+    let d = decide_above(
+        &[0.004, 0.004, 0.005],
+        &[0.030, 0.031, 0.029],
+        0.10,
+        0.95,
+        absolute_floor("s"),
+    );
+    assert_eq!(d.verdict, Verdict::Regressed);
+    assert_eq!(absolute_floor("B"), 0.0);
+}

@@ -1,0 +1,301 @@
+//! CI gates that do not cry wolf: `--prepare` makes every repetition do the work, the too-fast
+//! warning fires without it, identical runs never fail in any format, `export --format bmf`
+//! gives one run's figures, and docs/ci.md's recipe runs as written (`montrace bench` over two
+//! git checkouts) and catches a candidate that builds three times as much.
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use tests::{montrace_bin, read_json, require_root, run_with_timeout, Finished, TIMEOUT};
+
+/// A C project with `files` source files and a Makefile, in `dir`.
+fn write_project(dir: &Path, files: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut objs = Vec::new();
+    for i in 0..files {
+        std::fs::write(
+            dir.join(format!("u{i}.c")),
+            format!("int f{i}(int x) {{ int s = 0; for (int i = 0; i < x; i++) s += i * {i}; return s; }}\n"),
+        )
+        .unwrap();
+        objs.push(format!("u{i}.o"));
+    }
+    std::fs::write(
+        dir.join("Makefile"),
+        format!(
+            "OBJS = {objs}\nall: $(OBJS)\n%.o: %.c\n\tcc -O2 -c $< -o $@\nclean:\n\trm -f *.o\n",
+            objs = objs.join(" ")
+        ),
+    )
+    .unwrap();
+}
+
+fn montrace(cwd: &Path, args: &[&str]) -> Finished {
+    let mut cmd = Command::new(montrace_bin());
+    cmd.current_dir(cwd).args(args);
+    run_with_timeout(&mut cmd, TIMEOUT)
+}
+
+fn processes_per_repetition(summary: &serde_json::Value) -> Vec<f64> {
+    summary["repetitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["metrics"]["processes"].as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn prepare_makes_every_repetition_a_full_build_and_without_it_the_warning_fires() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("p");
+    write_project(&project, 3);
+    let dir = project.display().to_string();
+
+    let prepared = tmp.path().join("prepared");
+    let run = montrace(
+        tmp.path(),
+        &[
+            "run",
+            "--no-report",
+            "-q",
+            "--repeat",
+            "3",
+            "--warmup",
+            "1",
+            "--prepare",
+            &format!("make -C {dir} clean >/dev/null"),
+            "--out",
+            prepared.to_str().unwrap(),
+            "--",
+            "make",
+            "-C",
+            &dir,
+        ],
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    let summary = read_json(&prepared.join("summary.json")).unwrap();
+    let procs = processes_per_repetition(&summary);
+    // make, then per file: cc, cc1, as (at least 3 processes for each of the 3 files).
+    assert_eq!(procs.len(), 3, "{summary}");
+    assert!(
+        procs.iter().all(|&p| p == procs[0] && p >= 10.0),
+        "{procs:?}"
+    );
+    // (A busy machine may be warned about; a no-op may not.)
+    assert!(
+        !summary
+            .to_string()
+            .contains("warm-up probably did the work"),
+        "{summary}"
+    );
+    assert!(
+        !run.stderr.contains("warm-up probably did the work"),
+        "{run:?}"
+    );
+
+    // Without it, the warm-up builds and the repetitions find nothing to do.
+    let clean = Command::new("make")
+        .args(["-C", &dir, "clean"])
+        .output()
+        .unwrap();
+    assert!(clean.status.success());
+    let run = montrace(
+        tmp.path(),
+        &[
+            "run",
+            "--no-report",
+            "-q",
+            "--repeat",
+            "3",
+            "--warmup",
+            "1",
+            "--out",
+            tmp.path().join("noop").to_str().unwrap(),
+            "--",
+            "make",
+            "-C",
+            &dir,
+        ],
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    let summary = read_json(&tmp.path().join("noop/summary.json")).unwrap();
+    let warnings = summary["warnings"]
+        .as_array()
+        .expect("warnings in summary.json");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("--prepare 'make clean'")),
+        "{summary}"
+    );
+    assert!(
+        run.stderr.contains("warm-up probably did the work"),
+        "{run:?}"
+    );
+    // A failing prepare ends the series with its status.
+    let run = montrace(
+        tmp.path(),
+        &[
+            "run",
+            "--no-report",
+            "-q",
+            "--repeat",
+            "3",
+            "--prepare",
+            "exit 7",
+            "--out",
+            tmp.path().join("failed").to_str().unwrap(),
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(run.code(), 7, "{run:?}");
+    assert!(run.stderr.contains("--prepare `exit 7` failed"), "{run:?}");
+}
+
+#[test]
+fn identical_runs_pass_in_every_format_and_bmf_gives_one_runs_figures() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("base");
+    let run = montrace(
+        tmp.path(),
+        &[
+            "run",
+            "--no-report",
+            "-q",
+            "--repeat",
+            "3",
+            "--out",
+            run_dir.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done",
+        ],
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    let base = run_dir.to_str().unwrap();
+    for format in ["text", "md", "json", "bmf"] {
+        let cmp = montrace(tmp.path(), &["compare", base, base, "--format", format]);
+        assert_eq!(cmp.code(), 0, "{format}: {cmp:?}");
+        if format == "text" {
+            let wall = cmp
+                .stdout
+                .lines()
+                .find(|l| l.starts_with("wall_s"))
+                .unwrap();
+            assert!(wall.ends_with("not gated"), "{wall}");
+            assert!(cmp.stdout.contains("no regression"), "{cmp:?}");
+        }
+        if format == "json" {
+            let json: serde_json::Value = serde_json::from_str(&cmp.stdout).unwrap();
+            assert_eq!(json["regressed"], false);
+        }
+    }
+    let bmf = montrace(tmp.path(), &["export", "--format", "bmf", base]);
+    assert_eq!(bmf.code(), 0, "{bmf:?}");
+    let json: serde_json::Value = serde_json::from_str(&bmf.stdout).unwrap();
+    let summary = read_json(&run_dir.join("summary.json")).unwrap();
+    let command = summary["command"].as_str().unwrap();
+    assert_eq!(
+        json[command]["cpu_s"]["value"], summary["stats"]["cpu_s"]["median"],
+        "{json}"
+    );
+    assert_eq!(
+        json[command]["processes"]["value"].as_f64(),
+        Some(1.0),
+        "{json}"
+    );
+}
+
+/// The ```sh block that follows the recipe marker in docs/ci.md.
+fn ci_recipe() -> String {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ci.md");
+    let text = std::fs::read_to_string(&doc).unwrap();
+    let after = text
+        .split_once("<!-- recipe:")
+        .expect("docs/ci.md marks its recipe with <!-- recipe: ... -->")
+        .1;
+    let block = after
+        .split_once("```sh\n")
+        .expect("a ```sh block after the marker")
+        .1;
+    block.split_once("```").unwrap().0.to_string()
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn the_ci_recipe_runs_as_written_and_catches_a_heavier_build() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    write_project(&project, 2);
+    git(&project, &["init", "-q"]);
+    git(&project, &["add", "."]);
+    git(&project, &["commit", "-qm", "base"]);
+    let base = git(&project, &["rev-parse", "HEAD"]);
+    // The candidate builds three times as many files.
+    write_project(&project, 6);
+    git(&project, &["add", "."]);
+    git(&project, &["commit", "-qm", "heavier"]);
+
+    let bin_dir: PathBuf = montrace_bin().parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("bash");
+    cmd.current_dir(&project)
+        .args(["-e", "-c", &ci_recipe()])
+        .env("PATH", path)
+        .env("BASE", &base);
+    let run = run_with_timeout(&mut cmd, TIMEOUT * 3);
+    assert_eq!(run.code(), 1, "the heavier build regressed: {run:?}");
+    let verdict = std::fs::read_to_string(project.join("verdict.md")).unwrap();
+    assert!(
+        run.stdout.contains("regressed"),
+        "the recipe prints the verdict: {run:?}"
+    );
+    assert!(verdict.contains("regressed"), "{verdict}");
+    assert!(verdict.contains("| `processes` |"), "{verdict}");
+    assert!(project.join("runs/verdict.md").is_file());
+    // Five repetitions a side, each a full build of its checkout.
+    for (side, files) in [("baseline", 2.0), ("candidate", 6.0)] {
+        let mut procs = Vec::new();
+        for rep in 1..=5 {
+            let summary =
+                read_json(&project.join(format!("runs/{side}/rep-{rep:03}/summary.json"))).unwrap();
+            procs.extend(processes_per_repetition(&summary));
+        }
+        assert!(
+            procs.iter().all(|&p| p == procs[0] && p >= 3.0 * files),
+            "{side}: {procs:?}"
+        );
+    }
+}

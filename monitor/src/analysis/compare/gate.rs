@@ -140,6 +140,9 @@ pub struct Decision {
     pub noise: Option<f64>,
     /// The smallest relative change that counts: the larger of the limit and the noise.
     pub min_effect: f64,
+    /// The significance level the t-test used: 1 - confidence, shared among the gated metrics
+    /// of the comparison (see [`build_report`]).
+    pub alpha: f64,
 }
 
 /// The baseline's relative standard deviation, None without 2 samples or with a mean of 0.
@@ -164,12 +167,13 @@ pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence
     decide_above(baseline, candidate, max_increase, confidence, 0.0)
 }
 
-/// The smallest change of a metric in its unit that can count at all: 10 ms for times (below
-/// that a relative change of a near-zero figure — 4 ms of system time become 0 — means
-/// nothing), none for counts and bytes.
+/// The smallest change of a metric in its unit that can count at all: below it a relative
+/// change of a near-zero figure (4 ms of system time become 0; a 1.5 MiB process grows by 150
+/// KiB of page-granular noise) means nothing: 10 ms for times, 1 MiB for bytes, none for counts.
 pub fn absolute_floor(unit: &str) -> f64 {
     match unit {
         "s" => 0.010,
+        "B" => 1024.0 * 1024.0,
         _ => 0.0,
     }
 }
@@ -189,6 +193,7 @@ pub fn decide_above(
             ratio: None,
             noise: None,
             min_effect: max_increase,
+            alpha: 1.0 - confidence,
         };
     };
     let ratio = if base.median > 0.0 {
@@ -236,6 +241,7 @@ pub fn decide_above(
         ratio,
         noise,
         min_effect,
+        alpha: 1.0 - confidence,
     }
 }
 
@@ -389,6 +395,24 @@ pub fn build_report(
     limits: &BTreeMap<&'static str, f64>,
     confidence: f64,
 ) -> Report {
+    let limit_of = |name: &str| {
+        limits
+            .get(name)
+            .copied()
+            .or_else(|| default_max_increase(name))
+            .unwrap_or(0.0)
+    };
+    // Several metrics are tested at once: at a 5% level each, six gated metrics would fail
+    // identical code far more often than 5% of the time. Bonferroni: the level is shared among
+    // the gated metrics that get a t-test, so the chance that any of them fails identical code
+    // stays within 1 - confidence.
+    let tested = METRICS
+        .iter()
+        .filter(|def| limit_of(def.name).is_finite())
+        .filter(|def| baseline.values(def.name).len() >= 2 && candidate.values(def.name).len() >= 2)
+        .count()
+        .max(1);
+    let per_metric_confidence = 1.0 - (1.0 - confidence) / tested as f64;
     let rows = METRICS
         .iter()
         .filter_map(|def| {
@@ -396,11 +420,7 @@ pub fn build_report(
             if base.is_empty() && cand.is_empty() {
                 return None;
             }
-            let max_increase = limits
-                .get(def.name)
-                .copied()
-                .or_else(|| default_max_increase(def.name))
-                .unwrap_or(0.0);
+            let max_increase = limit_of(def.name);
             Some(Row {
                 metric: def.name,
                 unit: def.unit,
@@ -411,7 +431,7 @@ pub fn build_report(
                     &base,
                     &cand,
                     max_increase,
-                    confidence,
+                    per_metric_confidence,
                     absolute_floor(def.unit),
                 ),
             })

@@ -104,7 +104,7 @@ pub(super) fn format_noise(row: &Row) -> String {
 /// `cpu_s +101.0% (1.000s → 2.010s; limit +5%, noise ±1.2%; p=0.0001 < 0.05)`,
 /// `cpu_s +6.0% (...; limit +5%; fewer than 2 samples a side)`,
 /// `read_bytes from 0 to 4.00 KiB (p=0.0210 < 0.05)`.
-pub(super) fn explain(row: &Row, confidence: f64) -> String {
+pub(super) fn explain(row: &Row) -> String {
     let median = |s: Option<Stats>| format_value(row.unit, s.map_or(0.0, |s| s.median));
     let change = match row.decision.ratio {
         None => format!("from 0 to {}", median(row.candidate)),
@@ -120,8 +120,8 @@ pub(super) fn explain(row: &Row, confidence: f64) -> String {
         let _ = write!(bounds, ", noise ±{:.1}%", noise * 100.0);
     }
     let evidence = match p_value(row) {
-        Some(p) if p < 0.0001 => format!("p<0.0001 < {}", alpha(confidence)),
-        Some(p) => format!("p={} < {}", format_p(p), alpha(confidence)),
+        Some(p) if p < 0.0001 => format!("p<0.0001 < {}", alpha(1.0 - row.decision.alpha)),
+        Some(p) => format!("p={} < {}", format_p(p), alpha(1.0 - row.decision.alpha)),
         None => "fewer than 2 samples a side".into(),
     };
     match row.decision.ratio {
@@ -138,7 +138,7 @@ pub(super) fn conclusion(report: &Report) -> Vec<(String, Vec<String>)> {
             .rows
             .iter()
             .filter(|r| r.decision.verdict == verdict)
-            .map(|r| explain(r, report.confidence))
+            .map(explain)
             .collect()
     };
     let mut lines = Vec::new();
@@ -169,7 +169,8 @@ pub(super) fn rule(report: &Report) -> [String; 2] {
             .into(),
         format!(
             "and, with 2+ samples a side, Welch's t-test finds the increase significant at {}% \
-             confidence; a metric without a limit is reported, not gated",
+             confidence over all gated metrics together (Bonferroni); a metric without a limit \
+             is reported, not gated",
             trim_float(report.confidence * 100.0, 2)
         ),
     ]
@@ -395,6 +396,9 @@ pub(super) struct JsonRow<'a> {
     noise: Option<f64>,
     /// The smallest relative change that counts: max(limit, noise); null when not gated.
     min_effect: Option<f64>,
+    /// The significance level of this metric's test (1 - confidence, shared among the gated
+    /// metrics).
+    alpha: f64,
     verdict: &'static str,
     /// `welch`, `threshold`, or null (no data).
     method: Option<&'static str>,
@@ -428,6 +432,7 @@ pub fn render_json(report: &Report) -> String {
                 max_increase: finite(row.max_increase),
                 noise: row.decision.noise,
                 min_effect: finite(row.decision.min_effect),
+                alpha: row.decision.alpha,
                 verdict: row.decision.verdict.as_str(),
                 method,
                 t,

@@ -196,6 +196,7 @@ fn missing_samples_are_no_data() {
             ratio: None,
             noise: None,
             min_effect: 0.05,
+            alpha: 1.0 - 0.95,
         }
     );
     assert_eq!(decide(&[1.0], &[], 0.05, 0.95).verdict, Verdict::NoData);
@@ -381,6 +382,7 @@ fn sample_report() -> Report {
         ratio: Some(ratio),
         noise: Some(noise),
         min_effect: noise.max(0.05),
+        alpha: 0.05,
     };
     Report {
             baseline: side("runs/main"),
@@ -418,7 +420,7 @@ fn sample_report() -> Report {
                         method: Some(Method::Threshold),
                         ratio: Some(212.0 / 210.0),
                         noise: None,
-                        min_effect: 0.05,
+                        min_effect: 0.05, alpha: 0.05,
                     },
                 ),
                 row(
@@ -431,7 +433,7 @@ fn sample_report() -> Report {
                         method: Some(Method::Threshold),
                         ratio: None,
                         noise: None,
-                        min_effect: 0.10,
+                        min_effect: 0.10, alpha: 0.05,
                     },
                 ),
                 row(
@@ -446,7 +448,7 @@ fn sample_report() -> Report {
                     stats(5, 1520.0, 1510.5, 30.2, 1490.0, 1570.0),
                     None,
                     0.10,
-                    Decision { verdict: Verdict::NoData, method: None, ratio: None, noise: None, min_effect: 0.10 },
+                    Decision { verdict: Verdict::NoData, method: None, ratio: None, noise: None, min_effect: 0.10, alpha: 0.05 },
                 ),
             ],
             warnings: vec![
@@ -803,5 +805,27 @@ fn a_change_below_the_absolute_floor_is_no_verdict() {
         absolute_floor("s"),
     );
     assert_eq!(d.verdict, Verdict::Regressed);
-    assert_eq!(absolute_floor("B"), 0.0);
+    assert_eq!(absolute_floor("B"), 1048576.0);
+    assert_eq!(absolute_floor(""), 0.0);
+}
+
+#[test]
+fn the_significance_level_is_shared_among_the_gated_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = write_run(&dir.path().join("a"), "x", &STEADY);
+    let cand = write_run(&dir.path().join("b"), "x", &STEADY);
+    let report = prepare(&args(&base, &cand)).unwrap();
+    // cpu_s has 2+ samples a side and a limit; wall_s is not gated: one test, the whole 5%.
+    let cpu = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert!(
+        (cpu.decision.alpha - 0.05).abs() < 1e-12,
+        "{:?}",
+        cpu.decision
+    );
+    let mut gated = args(&base, &cand);
+    gated.gate.max = vec!["wall=+10%".into()];
+    let report = prepare(&gated).unwrap();
+    for row in &report.rows {
+        assert!((row.decision.alpha - 0.025).abs() < 1e-12, "{row:?}");
+    }
 }

@@ -5,10 +5,11 @@
 //! `BENCHMARKS.md` and `bench/results.json`.
 //!
 //! Layout: `tools` (the helpers in bench/workloads/, ways to run and read runs), one module per
-//! group of sections (`tree`: 1, 2, 7; `overhead`: 3; `agent`: 4, 5, 6), `stats` (medians,
+//! group of sections (`tree`: 1, 2, 7; `overhead`: 3; `agent`: 4, 5, 6; `gate`: 9), `stats` (medians,
 //! ratios) and `report` (the results model, JSON and Markdown).
 
 mod agent;
+mod gate;
 mod overhead;
 mod report;
 mod stats;
@@ -47,6 +48,8 @@ pub enum Group {
     Agent,
     /// 8. `montrace report` on a large synthetic run
     Report,
+    /// 9. the CI gate's false-alarm and detection rates (`montrace bench`, A/A and A/B)
+    Gate,
 }
 
 /// Sizes and repetitions.
@@ -147,7 +150,13 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
         start,
     };
     let groups: Vec<Group> = if args.only.is_empty() {
-        vec![Group::Tree, Group::Overhead, Group::Agent, Group::Report]
+        vec![
+            Group::Tree,
+            Group::Overhead,
+            Group::Agent,
+            Group::Report,
+            Group::Gate,
+        ]
     } else {
         args.only.clone()
     };
@@ -247,6 +256,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::Overhead => overhead::measure(ctx)?,
         Group::Agent => agent::measure(ctx)?,
         Group::Report => vec![report_section(ctx)?],
+        Group::Gate => gate::measure(ctx)?,
     };
     let load = Load {
         before,
@@ -258,6 +268,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::Overhead => "overhead",
         Group::Agent => "agent",
         Group::Report => "report",
+        Group::Gate => "gate",
     };
     for s in &mut sections {
         s.group = name;

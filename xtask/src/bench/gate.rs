@@ -1,0 +1,234 @@
+//! Section 9: the CI gate's error rates, measured. `montrace bench` (interleaved A B B A, 5
+//! repetitions a side after a warm-up) compares identical workloads (A/A: how often identical
+//! code fails the gate) and workloads that differ by a known amount (A/B: how often a real
+//! change is caught), with a CPU hog pinned to CPU 0 during every other comparison.
+use super::{report::Figure, report::Section, tools, Ctx};
+use anyhow::{Context, Result};
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, Stdio};
+
+/// One experiment: what both sides run, and what a correct gate says.
+struct Experiment {
+    key: &'static str,
+    label: &'static str,
+    baseline: String,
+    candidate: String,
+    prepare: Option<String>,
+    /// A/A: the gate should pass; A/B: it should fail, on `metric`.
+    expect_regression: Option<&'static str>,
+}
+
+/// A CPU hog on CPU 0 (a noisy neighbour), killed on drop.
+struct Neighbour(Child);
+
+impl Neighbour {
+    fn start(ctx: &Ctx) -> Result<Neighbour> {
+        let mut cmd = Command::new(ctx.tools.helper("burn"));
+        cmd.arg("100000000").stdin(Stdio::null());
+        // SAFETY: sched_setaffinity on the child itself, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+                Ok(())
+            });
+        }
+        Ok(Neighbour(cmd.spawn().context("starting the CPU hog")?))
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The outcome of one `montrace bench`: its exit status and the metrics it called regressed.
+fn compare_once(ctx: &Ctx, e: &Experiment, i: usize) -> Result<(i32, Vec<String>)> {
+    let out = ctx.tools.fresh(&format!("gate-{}-{i}", e.key));
+    let mut cmd = Command::new(&ctx.tools.montrace);
+    cmd.args([
+        "bench", "--repeat", "5", "--warmup", "1", "--format", "json", "--out",
+    ])
+    .arg(&out)
+    .args(["-a", &e.baseline, "-b", &e.candidate])
+    .stdin(Stdio::null())
+    .stderr(Stdio::null());
+    if let Some(prepare) = &e.prepare {
+        cmd.args(["--prepare", prepare]);
+    }
+    let output = cmd.output().context("running montrace bench")?;
+    let code = output.status.code().unwrap_or(-1);
+    anyhow::ensure!(
+        code == 0 || code == 1,
+        "montrace bench for {} failed with {code}",
+        e.label
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .with_context(|| format!("montrace bench for {} printed no JSON", e.label))?;
+    let regressed = json["metrics"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["verdict"] == "regressed")
+                .filter_map(|m| m["metric"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((code, regressed))
+}
+
+pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
+    let n = if ctx.plan.quick { 10 } else { 20 };
+    let burn = ctx.tools.helper("burn");
+    let mem = ctx.tools.helper("mem");
+    let build = ctx.tools.make_build().join(" ");
+    let clean = format!("{} >/dev/null", ctx.tools.make_clean().join(" "));
+    // Two burners side by side: the candidate's second one burns 10% of the first's CPU, on the
+    // other core, so CPU grows by 10% and wall time stays.
+    let pair = |extra: u32| format!("{burn} {extra} & {burn} 200; wait");
+    let hold = |mib: u32| format!("{mem} {mib} 0 200 0 /dev/null");
+    let experiments = [
+        Experiment {
+            key: "aa_build",
+            label: "A/A: a small C build (`make clean` before each run)",
+            baseline: build.clone(),
+            candidate: build.clone(),
+            prepare: Some(clean),
+            expect_regression: None,
+        },
+        Experiment {
+            key: "aa_burn",
+            label: "A/A: a CPU burner (200 ms)",
+            baseline: pair(0),
+            candidate: pair(0),
+            prepare: None,
+            expect_regression: None,
+        },
+        Experiment {
+            key: "ab_cpu",
+            label: "A/B: +10% CPU, same wall time",
+            baseline: pair(0),
+            candidate: pair(20),
+            prepare: None,
+            expect_regression: Some("cpu_s"),
+        },
+        Experiment {
+            key: "ab_mem",
+            label: "A/B: +20% peak memory (50 → 60 MiB)",
+            baseline: hold(50),
+            candidate: hold(60),
+            prepare: None,
+            expect_regression: Some("peak_rss_bytes"),
+        },
+    ];
+    let mut rows = Vec::new();
+    let mut figures = Vec::new();
+    let mut aa_fails = 0;
+    let mut aa_total = 0;
+    for e in &experiments {
+        // The A/A comparisons are split between the two workloads.
+        let count = if e.expect_regression.is_none() {
+            n / 2
+        } else {
+            n
+        };
+        let mut hits = 0;
+        let mut seen = Vec::new();
+        for i in 0..count {
+            ctx.progress(&format!("9. gate: {} ({}/{count})", e.label, i + 1));
+            let _neighbour = if i % 2 == 1 {
+                Some(Neighbour::start(ctx)?)
+            } else {
+                None
+            };
+            let (code, regressed) = compare_once(ctx, e, i)?;
+            let hit = match e.expect_regression {
+                None => code == 1,
+                Some(metric) => regressed.iter().any(|m| m == metric),
+            };
+            hits += usize::from(hit);
+            if code == 1 {
+                seen.extend(regressed);
+            }
+        }
+        seen.sort();
+        seen.dedup();
+        rows.push(vec![
+            e.label.to_string(),
+            match e.expect_regression {
+                None => format!("{hits} of {count} failed"),
+                Some(metric) => format!("{hits} of {count} caught (`{metric}`)"),
+            },
+            if seen.is_empty() {
+                "-".into()
+            } else {
+                seen.join(", ")
+            },
+        ]);
+        match e.expect_regression {
+            None => {
+                aa_fails += hits;
+                aa_total += count;
+            }
+            Some(metric) => {
+                let want = if e.key == "ab_mem" {
+                    count
+                } else {
+                    count - count / 20
+                };
+                figures.push(
+                    Figure::new(
+                        &format!("gate.{}_caught", e.key),
+                        e.label,
+                        "",
+                        Some(hits as f64 / count as f64),
+                        format!("{hits} of {count} (`{metric}`)"),
+                    )
+                    .target(&format!("≥ {want} of {count}"), hits >= want),
+                );
+            }
+        }
+    }
+    let allowed = aa_total / 20;
+    figures.insert(
+        0,
+        Figure::new(
+            "gate.aa_false_alarms",
+            "A/A: identical code failing the gate",
+            "",
+            Some(aa_fails as f64 / aa_total as f64),
+            format!("{aa_fails} of {aa_total}"),
+        )
+        .target(&format!("≤ {allowed} of {aa_total}"), aa_fails <= allowed),
+    );
+    Ok(vec![Section {
+        id: "gate",
+        title: "9. CI gate error rates".into(),
+        method: format!(
+            "`montrace bench --repeat 5 --warmup 1` (A B B A ..., default limits and confidence) \
+             {n} times per A/B experiment and {n} times A/A (half a small C build of {} files \
+             with `--prepare 'make clean'`, half a pair of CPU burners), with a CPU hog pinned \
+             to CPU 0 during every other comparison. A/A counts comparisons that exited 1; A/B \
+             counts those that flagged the metric that changed.",
+            tools::MAKE_FILES
+        ),
+        columns: vec![
+            "experiment".into(),
+            "outcome".into(),
+            "metrics flagged".into(),
+        ],
+        rows,
+        figures,
+        notes: vec![
+            "CPU time on this 2-vCPU VM moves by several percent between identical runs (no \
+             hardware counters; SMT siblings and frequency belong to the host), so the burners \
+             spin until they have used a given CPU time: the A/B CPU experiment tests the gate, \
+             not the VM's clock."
+                .into(),
+        ],
+        ..Section::default()
+    }])
+}

@@ -81,11 +81,11 @@ pub enum GpuMode {
 #[derive(Debug, Args)]
 pub struct RecordOptions {
     /// Run directory to write (default: ./montrace-runs/<UTC time>-<command name>)
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, short = 'o', value_name = "DIR")]
     pub out: Option<PathBuf>,
 
     /// How often to sample every live process and the system from /proc (at least 10ms)
-    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_interval)]
+    #[arg(long, short = 'i', value_name = "DURATION", default_value = "200ms", value_parser = parse_interval)]
     pub interval: Duration,
 
     /// `full` adds USS/PSS/swap from smaps_rollup, read again when a process's RSS moved or every
@@ -189,7 +189,7 @@ pub struct ExportArgs {
     pub format: ExportFormat,
     /// Where to write (default: RUN_DIR/trace.json for perfetto, RUN_DIR/csv/ for csv, stdout
     /// for bmf)
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, short = 'o', value_name = "PATH")]
     pub out: Option<PathBuf>,
 }
 
@@ -268,7 +268,7 @@ pub struct BenchArgs {
     #[arg(long, short = 'b', value_name = "CMD")]
     pub candidate: String,
     /// Measured repetitions of each side
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
     pub repeat: u32,
     /// Unmeasured runs of each side first
     #[arg(long, value_name = "K", default_value_t = 1)]
@@ -280,7 +280,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "CMD")]
     pub cleanup: Option<String>,
     /// Directory to write (default: ./montrace-bench/<UTC time>)
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, short = 'o', value_name = "DIR")]
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub gate: GateOptions,
@@ -320,7 +320,7 @@ pub struct RunArgs {
 
     /// Run the command N times into one run directory (rep-001, rep-002, ...); summary.json
     /// holds each repetition's figures and their mean, median and spread
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
 
     /// Runs before the measured repetitions, recorded under warmup-NN and left out of the figures

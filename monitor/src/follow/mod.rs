@@ -302,7 +302,8 @@ pub async fn follow(
                 take_in!();
             }
             _ = ticks.live.tick(), if live.enabled() => {
-                live.show(&recorder.live_status(started.elapsed()));
+                let pids = recorder.tracker.live_pids();
+                live.show(&recorder.live_status(started.elapsed()), &pids);
             }
             _ = sleep_until(f.kill_at()) => {
                 f.on_kill_time(recorder);

@@ -167,9 +167,14 @@ pub enum GpuStatus {
 }
 
 impl GpuStatus {
-    /// The line to print before the command starts: why there is no GPU data (`--gpu auto`).
+    /// The line to print before the command starts: why there is no GPU data (`--gpu auto`) on
+    /// a machine that seems to have NVIDIA GPUs (the driver library is there). A machine without
+    /// the driver gets no line on every run: run.json's `gpu.reason` and `montrace doctor` say it.
     pub fn notice(&self) -> Option<String> {
         match self {
+            GpuStatus::Unavailable { reason } if reason.starts_with(nvml::NO_DRIVER_LIBRARY) => {
+                None
+            }
             GpuStatus::Unavailable { reason } => Some(format!("montrace: no GPU data: {reason}")),
             GpuStatus::Off | GpuStatus::Monitoring(_) => None,
         }

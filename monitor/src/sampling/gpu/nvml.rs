@@ -1,6 +1,10 @@
 //! The real GPUs, through NVML (libnvidia-ml.so.1, loaded at run time).
 use super::*;
 
+/// How the reason starts on a machine without the NVIDIA driver library: a machine without
+/// NVIDIA GPUs, where `--gpu auto` stays silent (run.json and `montrace doctor` say why).
+pub const NO_DRIVER_LIBRARY: &str = "no NVIDIA driver library";
+
 /// The real GPUs, through NVML.
 pub struct NvmlBackend {
     nvml: Nvml,
@@ -40,7 +44,7 @@ pub fn nvml_device_count() -> Option<u32> {
 /// Why NVML did not start, for people.
 fn init_failure(err: &NvmlError) -> String {
     match err {
-        NvmlError::LibloadingError(err) => format!("no NVIDIA driver library ({err})"),
+        NvmlError::LibloadingError(err) => format!("{NO_DRIVER_LIBRARY} ({err})"),
         NvmlError::DriverNotLoaded => {
             "the NVIDIA driver library is installed but the driver is not loaded".into()
         }

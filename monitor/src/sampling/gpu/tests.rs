@@ -519,10 +519,15 @@ fn the_real_nvml_without_a_driver() {
                 assert!(reason.contains("libnvidia-ml.so.1"), "{reason}");
             }
             let status = GpuMonitor::open(GpuMode::Auto).unwrap();
-            assert_eq!(
-                status.notice(),
-                Some(format!("montrace: no GPU data: {reason}"))
-            );
+            if reason.starts_with(nvml::NO_DRIVER_LIBRARY) {
+                // No NVIDIA driver: nothing to say on every run.
+                assert_eq!(status.notice(), None);
+            } else {
+                assert_eq!(
+                    status.notice(),
+                    Some(format!("montrace: no GPU data: {reason}"))
+                );
+            }
             let err = GpuMonitor::open(GpuMode::Require).unwrap_err();
             assert_eq!(err, GpuError::Required { reason });
             assert_eq!(nvml_device_count(), None);

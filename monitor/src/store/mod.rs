@@ -3,6 +3,8 @@
 //! summary.json (`summary_json`), and the reader that `report` and `export` read a run through
 //! (`read`: a finished or a killed run, older versions too), all with the invoking user's
 //! identity (`userfs`).
+#[cfg(test)]
+pub(crate) mod doc_check;
 pub mod read;
 pub mod records;
 pub mod run_json;

@@ -416,8 +416,59 @@ mod tests {
     }
 
     #[test]
+    fn docs_name_every_run_json_field() {
+        let mut info = sample_info();
+        // Every optional part present, so that its fields are serialized.
+        info.cgroup = CgroupReport {
+            version: Some(crate::sampling::cgroup::CgroupVersion::V2),
+            path: Some("/sys/fs/cgroup/montrace/run-1".into()),
+            totals: Some(Default::default()),
+            cpu_coverage: Some(1.0),
+            error: Some("x".into()),
+            removed: true,
+        };
+        info.gpu
+            .devices
+            .push(crate::sampling::gpu::GpuDeviceSummary {
+                index: 0,
+                uuid: Some("GPU-1".into()),
+                name: Some("H100".into()),
+                memory_total_bytes: Some(1),
+                accounting_mode: false,
+                samples: 1,
+                utilization_gpu_mean_percent: Some(1.0),
+                utilization_gpu_max_percent: Some(1.0),
+                memory_used_max_bytes: Some(1),
+                power_max_watts: Some(1.0),
+                energy_joules: Some(1.0),
+            });
+        let json = serde_json::to_value(&info).unwrap();
+        crate::store::doc_check::assert_documented("run.json", &json);
+    }
+
+    #[test]
     fn summary_mentions_every_headline_figure() {
-        let info = RunInfo {
+        let info = sample_info();
+        let text = format_summary(&info);
+        for needle in [
+            "make -j8",
+            "killed by signal 9",
+            "2.500s",
+            "12 (at most 4 at once)",
+            "1.500s / 0.250s",
+            "200.0 MiB (pid 1, p1)",
+            "lost events          3 (ring buffer full: 3",
+            "runs/x",
+            "peak RSS, whole tree 300.0 MiB",
+            "CPU coverage         99.5%",
+            "LIMIT BREACHED       rss: 150.0 MiB > 100.0 MiB after 1.250s",
+        ] {
+            assert!(text.contains(needle), "summary lacks {needle:?}:\n{text}");
+        }
+    }
+
+    fn sample_info() -> RunInfo {
+        RunInfo {
             schema_version: 1,
             montrace_version: "0.1.0".into(),
             command: "make -j8".into(),
@@ -471,22 +522,6 @@ mod tests {
             out_dir: "runs/x".into(),
             recording_error: None,
             marks_dropped: 0,
-        };
-        let text = format_summary(&info);
-        for needle in [
-            "make -j8",
-            "killed by signal 9",
-            "2.500s",
-            "12 (at most 4 at once)",
-            "1.500s / 0.250s",
-            "200.0 MiB (pid 1, p1)",
-            "lost events          3 (ring buffer full: 3",
-            "runs/x",
-            "peak RSS, whole tree 300.0 MiB",
-            "CPU coverage         99.5%",
-            "LIMIT BREACHED       rss: 150.0 MiB > 100.0 MiB after 1.250s",
-        ] {
-            assert!(text.contains(needle), "summary lacks {needle:?}:\n{text}");
         }
     }
 }

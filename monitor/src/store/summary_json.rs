@@ -232,6 +232,59 @@ impl Summary {
 mod tests {
     use super::*;
 
+    /// The metrics table of docs/schema.md, made from [`METRICS`].
+    fn metrics_table() -> String {
+        METRICS
+            .iter()
+            .map(|m| {
+                let unit = match m.unit {
+                    "" => "count",
+                    "B" => "bytes",
+                    "s" => "seconds",
+                    "J" => "joules",
+                    other => other,
+                };
+                format!("| `{}` | {unit} | {} |\n", m.name, m.description)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn docs_list_every_metric_and_name_every_summary_field() {
+        let doc = crate::store::doc_check::schema_doc();
+        assert!(
+            doc.contains(&metrics_table()),
+            "docs/schema.md's metrics table differs from METRICS: make it\n{}",
+            metrics_table()
+        );
+        let rep = Repetition {
+            run_dir: "rep-001".into(),
+            exit_status: 0,
+            lost_events: 0,
+            metrics: METRICS.iter().map(|m| (m.name.to_string(), 1.0)).collect(),
+            other_cpu_share: Some(0.1),
+        };
+        let mut s = Summary::new(
+            "x".into(),
+            vec!["x".into()],
+            "h".into(),
+            1,
+            vec![rep.clone(), rep],
+            Some(LimitBreach {
+                limit: "rss".into(),
+                threshold: 1.0,
+                value: 2.0,
+                time: "t".into(),
+                elapsed_s: 1.0,
+            }),
+        );
+        s.warnings.push("w".into());
+        crate::store::doc_check::assert_documented(
+            "summary.json",
+            &serde_json::to_value(&s).unwrap(),
+        );
+    }
+
     #[test]
     fn stats_of_values() {
         let s = Stats::of(&[3.0, 1.0, 2.0, 10.0]).unwrap();

@@ -59,6 +59,14 @@ pub enum Command {
     /// Say which tracking mode a run would get here, and why: kernel, BTF, capabilities,
     /// cgroups, NVIDIA GPUs
     Doctor,
+    /// Print a shell completion script (e.g. `montrace completions bash >
+    /// /etc/bash_completion.d/montrace`)
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, roff (e.g. `montrace man > /usr/local/share/man/man1/montrace.1`)
+    Man,
 }
 
 #[derive(Debug, Args)]
@@ -400,6 +408,26 @@ mod tests {
         };
         assert_eq!(run.command, ["ls", "-l", "--out", "x"]);
         assert_eq!(run.record.out, None);
+    }
+
+    #[test]
+    fn short_flags_for_the_frequent_options() {
+        let cli = Cli::try_parse_from([
+            "montrace", "run", "-o", "d", "-i", "50ms", "-n", "3", "-q", "--", "make",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.record.out, Some(PathBuf::from("d")));
+        assert_eq!(run.record.interval, Duration::from_millis(50));
+        assert_eq!((run.repeat, run.record.quiet), (3, true));
+        let cli =
+            Cli::try_parse_from(["montrace", "bench", "-a", "x", "-b", "y", "-o", "o"]).unwrap();
+        let Command::Bench(bench) = cli.command else {
+            panic!("not bench")
+        };
+        assert_eq!((bench.baseline.as_str(), bench.repeat), ("x", 5));
     }
 
     #[test]

@@ -29,6 +29,30 @@ fn dispatch(command: Command) -> anyhow::Result<i32> {
         Command::Mark(args) => monitor::follow::marks::mark_main(args),
         Command::Setcap(args) => monitor::doctor::setcap_main(args),
         Command::Doctor => monitor::doctor::doctor_main(),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "montrace", &mut text);
+            print_bytes(&text)
+        }
+        Command::Man => {
+            use clap::CommandFactory as _;
+            let mut text = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut text)?;
+            print_bytes(&text)
+        }
+    }
+}
+
+/// Writes generated text to stdout; a reader that stops early (`| head`) is no error.
+fn print_bytes(text: &[u8]) -> anyhow::Result<i32> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("cannot write to stdout: {e}"))
+        }
+        _ => Ok(0),
     }
 }
 

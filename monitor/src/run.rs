@@ -182,7 +182,12 @@ fn repeat(
             break;
         }
     }
-    let warnings = plan::warnings(&warmup_walls, &measured);
+    // A single run is not a measurement series: nothing to warn about.
+    let warnings = if single {
+        Vec::new()
+    } else {
+        plan::warnings(&warmup_walls, &measured)
+    };
     for warning in &warnings {
         crate::say!("montrace: warning: {warning}");
     }

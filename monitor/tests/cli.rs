@@ -294,3 +294,33 @@ fn report_and_export_write_files_of_the_user_who_runs_them() {
         assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{name}");
     }
 }
+
+#[test]
+fn completions_and_the_man_page_come_from_the_cli() {
+    let bash = run(montrace().args(["completions", "bash"]));
+    assert_eq!(code(&bash), 0, "{}", stderr(&bash));
+    let text = String::from_utf8_lossy(&bash.stdout);
+    for word in [
+        "_montrace",
+        "--interval",
+        "--prepare",
+        "bench",
+        "completions",
+    ] {
+        assert!(text.contains(word), "bash completions lack {word}");
+    }
+    for shell in ["zsh", "fish"] {
+        let out = run(montrace().args(["completions", shell]));
+        assert_eq!(code(&out), 0, "{shell}: {}", stderr(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("montrace"));
+    }
+    let man = run(montrace().arg("man"));
+    assert_eq!(code(&man), 0, "{}", stderr(&man));
+    let page = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        page.starts_with(".ie") && page.contains(".TH montrace 1"),
+        "{page}"
+    );
+    assert!(page.contains("bench"), "the man page lists the subcommands");
+    assert_eq!(code(&run(montrace().args(["completions", "tcsh"]))), 2);
+}

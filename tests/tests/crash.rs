@@ -3,11 +3,13 @@
 use std::{
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
-    process::Stdio,
+    process::{Command, Stdio},
     time::Duration,
 };
 
-use tests::{duckdb_queries, montrace_command, require_root};
+use tests::{
+    duckdb_queries, montrace_bin, montrace_command, require_root, run_with_timeout, TIMEOUT,
+};
 
 /// Kills what a killed montrace left running (its command's tree, in montrace's process group
 /// and in its run cgroup) and removes that run cgroup, which montrace can no longer remove.
@@ -237,5 +239,40 @@ fn kill_9_keeps_flushed_rows() {
     assert!(
         system.f64(0, "n").unwrap() >= flushed_samples as f64,
         "one system row per sweep: {system:?}"
+    );
+
+    // The shell was still running at the kill, so it has no processes row: its name, program
+    // and arguments come from its exec event, in the report and in the CSV export.
+    let script = "while :; do sleep 0.5; done";
+    let report = run_with_timeout(
+        Command::new(montrace_bin())
+            .args(["report", "--format", "md"])
+            .arg(&dir),
+        TIMEOUT,
+    );
+    assert_eq!(report.code(), 0, "{report:?}");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains(script),
+        "the running shell is named in the report:\n{md}"
+    );
+    let csv = tmp.path().join("csv");
+    let export = run_with_timeout(
+        Command::new(montrace_bin())
+            .args(["export", "--format", "csv", "--out"])
+            .arg(&csv)
+            .arg(&dir),
+        TIMEOUT,
+    );
+    assert_eq!(export.code(), 0, "{export:?}");
+    let processes = std::fs::read_to_string(csv.join("processes.csv")).unwrap();
+    let shell = processes
+        .lines()
+        .find(|l| l.contains(script))
+        .unwrap_or_else(|| panic!("no row for the running shell in processes.csv:\n{processes}"));
+    assert!(shell.contains(",sh,"), "its comm: {shell}");
+    assert!(
+        shell.contains("/bin/sh") || shell.contains("/usr/bin/sh"),
+        "its program: {shell}"
     );
 }

@@ -330,7 +330,12 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
         }
         let path = out_dir.join(format!("{table}.csv"));
         let temp = out_dir.join(format!(".{table}.csv.tmp"));
-        let result = write_csv_table(&files, &temp, &path);
+        let extra = if table == "processes" {
+            unflushed_processes(run_dir)?
+        } else {
+            None
+        };
+        let result = write_csv_table(&files, extra.as_ref(), &temp, &path);
         if result.is_err() {
             // No half-written leftover.
             let _ = crate::store::userfs::remove_file(&temp);
@@ -346,10 +351,38 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
     Ok(written)
 }
 
-/// One table's files as CSV into `temp`, renamed to `path` once complete; returns the rows
-/// written and the columns left empty.
+/// A killed run's processes that have no processes row yet (they were still running), as rows
+/// of that table made from their events: pid, start, parent, program, arguments and name, alive
+/// at the end. None when there is none.
+fn unflushed_processes(run_dir: &Path) -> anyhow::Result<Option<RecordBatch>> {
+    let data = load::load(run_dir)?;
+    let rows: Vec<crate::store::records::ProcessRecord> = data
+        .processes
+        .iter()
+        .filter(|p| p.unflushed)
+        .map(|p| crate::store::records::ProcessRecord {
+            pid: p.pid,
+            start_time_ns: p.start_ns,
+            parent_pid: p.parent.map(|(pid, _)| pid),
+            parent_start_time_ns: p.parent.map(|(_, start)| start),
+            filename: p.filename.clone(),
+            argv: p.argv.clone(),
+            comm: p.comm.clone(),
+            alive_at_end: true,
+            ..Default::default()
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(crate::store::schema::processes_batch(&rows)?))
+}
+
+/// One table's files (and `extra` rows) as CSV into `temp`, renamed to `path` once complete;
+/// returns the rows written and the columns left empty.
 fn write_csv_table(
     files: &[PathBuf],
+    extra: Option<&RecordBatch>,
     temp: &Path,
     path: &Path,
 ) -> anyhow::Result<(u64, Vec<String>)> {
@@ -383,6 +416,9 @@ fn write_csv_table(
                 let batch = batch.with_context(|| format!("cannot read {}", source.display()))?;
                 rows += write_batch(&mut w, &batch, &mut skipped)?;
             }
+        }
+        if let Some(batch) = extra {
+            rows += write_batch(&mut w, batch, &mut skipped)?;
         }
         w.flush()
             .with_context(|| format!("cannot write {}", temp.display()))?;

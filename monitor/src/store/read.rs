@@ -245,6 +245,9 @@ pub struct Process {
     pub cpu_system_ns: Option<u64>,
     pub peak_rss_bytes: Option<u64>,
     pub alive_at_end: bool,
+    /// No processes row: a run killed while it ran. What is known comes from its events and
+    /// samples.
+    pub unflushed: bool,
 }
 
 impl Process {
@@ -445,6 +448,7 @@ pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     }
     data.processes = read_processes(dir)?;
     let mut index = data.process_index();
+    name_unflushed_processes(dir, &mut data.processes, &mut index)?;
     data.samples = read_samples(dir, &mut data.processes, &mut index)?;
     data.system = read_system(dir)?;
     data.marks = read_marks(dir)?;
@@ -487,13 +491,7 @@ fn read_processes(dir: &Path) -> anyhow::Result<Vec<Process>> {
                 filename: filename
                     .filter(|a| a.is_valid(i))
                     .map(|a| a.value(i).to_string()),
-                argv: argv.filter(|a| a.is_valid(i)).map(|a| {
-                    let v = a.value(i);
-                    v.as_string::<i32>()
-                        .iter()
-                        .map(|s| s.unwrap_or_default().to_string())
-                        .collect()
-                }),
+                argv: strings_at(argv, i),
                 comm: comm
                     .filter(|a| a.is_valid(i))
                     .map(|a| a.value(i).to_string())
@@ -504,10 +502,88 @@ fn read_processes(dir: &Path) -> anyhow::Result<Vec<Process>> {
                 cpu_system_ns: opt(system, i),
                 peak_rss_bytes: opt(peak, i),
                 alive_at_end: alive.is_some_and(|a| a.is_valid(i) && a.value(i)),
+                unflushed: false,
             });
         }
     }
     Ok(rows)
+}
+
+/// Row `i` of a list-of-strings column, None when null.
+fn strings_at(list: Option<&arrow_array::ListArray>, i: usize) -> Option<Vec<String>> {
+    list.filter(|a| a.is_valid(i)).map(|a| {
+        a.value(i)
+            .as_string::<i32>()
+            .iter()
+            .map(|s| s.unwrap_or_default().to_string())
+            .collect()
+    })
+}
+
+/// A run killed before its end has no processes rows for the processes still running then; their
+/// fork and exec events (flushed to `events.parts/`) give them their parent, program, arguments
+/// and name (the kernel's: the program's base name, at most 15 bytes; a process that never
+/// exec'd has its parent's program, arguments and name).
+fn name_unflushed_processes(
+    dir: &Path,
+    processes: &mut Vec<Process>,
+    index: &mut HashMap<(u32, i64), usize>,
+) -> anyhow::Result<()> {
+    let mut stand_ins = std::collections::HashSet::new();
+    for (path, batch) in read_table(dir, "events")? {
+        let c = Cols {
+            batch: &batch,
+            path: &path,
+        };
+        let (Some(kind), pid, start) = (
+            c.str("kind"),
+            c.req::<UInt32Type>("pid")?,
+            c.req::<TimestampNanosecondType>("start_time")?,
+        ) else {
+            continue;
+        };
+        let parent_pid = c.prim::<UInt32Type>("parent_pid");
+        let parent_start = c.time("parent_start_time");
+        let filename = c.str("filename");
+        let argv = c.list("argv");
+        for i in 0..batch.num_rows() {
+            let key = (pid.value(i), start.value(i));
+            if !index.contains_key(&key) {
+                stand_ins.insert(process_index(key, processes, index));
+            }
+            let at = index[&key];
+            if !stand_ins.contains(&at) {
+                continue;
+            }
+            match kind.value(i) {
+                "fork" => {
+                    let parent = opt(parent_pid, i).zip(opt(parent_start, i));
+                    processes[at].parent = parent;
+                    // Until it execs, a child runs its parent's program.
+                    if let Some(&p) = parent.as_ref().and_then(|p| index.get(p)) {
+                        processes[at].comm = processes[p].comm.clone();
+                        processes[at].filename = processes[p].filename.clone();
+                        processes[at].argv = processes[p].argv.clone();
+                    }
+                }
+                "exec" => {
+                    let file = filename.filter(|f| f.is_valid(i)).map(|f| f.value(i));
+                    if let Some(file) = file {
+                        let base = file.rsplit('/').next().unwrap_or(file);
+                        let mut end = base.len().min(15);
+                        while !base.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        processes[at].comm = base[..end].to_string();
+                        processes[at].filename = Some(file.to_string());
+                    }
+                    processes[at].argv = strings_at(argv, i);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 fn read_samples(
@@ -583,6 +659,7 @@ fn process_index(
             start_ns: key.1,
             comm: format!("pid {}", key.0),
             alive_at_end: true,
+            unflushed: true,
             ..Default::default()
         });
         processes.len() - 1
@@ -763,6 +840,38 @@ mod tests {
         assert!(data.notes.iter().any(|n| n.contains("processes.parts/")));
         assert_eq!(data.processes.len(), 22, "every flushed process");
         assert_eq!(data.samples.len(), load(&fixture()).unwrap().samples.len());
+    }
+
+    /// Killed before any process row was flushed: every process still has its name, program,
+    /// arguments and parent, from its fork and exec events.
+    #[test]
+    fn a_killed_runs_unflushed_processes_are_named_from_their_events() {
+        let tmp = tempfile::tempdir().unwrap();
+        for table in ["events", "samples"] {
+            let parts = tmp.path().join(format!("{table}.parts"));
+            std::fs::create_dir(&parts).unwrap();
+            std::fs::copy(
+                fixture().join(format!("{table}.parquet")),
+                parts.join(format!("{table}-000000.parquet")),
+            )
+            .unwrap();
+        }
+        let whole = load(&fixture()).unwrap();
+        let data = load(tmp.path()).unwrap();
+        assert_eq!(data.processes.len(), whole.processes.len());
+        for p in &whole.processes {
+            let q = data
+                .processes
+                .iter()
+                .find(|q| (q.pid, q.start_ns) == (p.pid, p.start_ns))
+                .unwrap();
+            assert_eq!(
+                (&q.filename, &q.argv, &q.parent),
+                (&p.filename, &p.argv, &p.parent)
+            );
+            assert_eq!(q.comm, p.comm, "pid {}", p.pid);
+            assert!(q.alive_at_end && q.unflushed);
+        }
     }
 
     /// A processes table with only the columns every version had: the optional ones read as

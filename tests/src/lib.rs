@@ -271,6 +271,11 @@ pub struct MontraceLaunch {
 }
 
 impl MontraceLaunch {
+    /// The run directory montrace will write.
+    pub fn dir(&self) -> PathBuf {
+        self.dir.clone()
+    }
+
     /// Extra environment variables for montrace. With `SUDO_UID` and `SUDO_GID` (montrace as
     /// `sudo` starts it), the directory that will hold the run directory is given to that user:
     /// montrace creates the run with the user's identity, in a place the user can write, as a
@@ -764,13 +769,14 @@ impl<'a> Columns<'a> {
         })
     }
 
-    /// A timestamp column, which the schema says is in ns and UTC.
+    /// A timestamp column, which the schema says is in ns, UTC, with no time zone in the type
+    /// (schema version 2).
     fn time(&self, name: &str) -> &'a TimestampNanosecondArray {
         let column = self.get::<TimestampNanosecondArray>(name);
         assert_eq!(
             column.timezone(),
-            Some("UTC"),
-            "column `{name}` of {} should be a UTC timestamp",
+            None,
+            "column `{name}` of {} should be a timestamp without a time zone",
             self.path.display()
         );
         column

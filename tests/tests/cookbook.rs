@@ -449,7 +449,90 @@ fn every_cookbook_query_answers_correctly() {
         );
     }
 
+    // Processes started per second, with DuckDB's time functions on the timestamp columns: every
+    // process is in one bucket, and each bucket's wall time is its processes' summed.
+    let per_second = under(&answers, "Processes started per second")[0];
+    let started: u64 = (0..per_second.rows.len())
+        .map(|i| per_second.u64(i, "started").unwrap())
+        .sum();
+    assert_eq!(started, processes.len() as u64, "{per_second:?}");
+    let wall_ms: f64 = (0..per_second.rows.len())
+        .filter_map(|i| per_second.f64(i, "wall_ms"))
+        .sum();
+    let expected_ms: f64 = processes
+        .iter()
+        .filter_map(|p| {
+            p.end_time
+                .map(|end| (end.div_euclid(1_000_000) - p.start_time.div_euclid(1_000_000)) as f64)
+        })
+        .sum();
+    assert!(
+        (wall_ms - expected_ms).abs() <= processes.len() as f64,
+        "{wall_ms} ms against {expected_ms} ms from processes.parquet: {per_second:?}"
+    );
+
     // Schema version.
     let version = under(&answers, "Schema version")[0];
-    assert_eq!(version.str(0, "schema_version"), Some("1"));
+    assert_eq!(version.str(0, "schema_version"), Some("2"));
+}
+
+/// The ```sql blocks of `doc` (a path under docs/).
+fn sql_blocks(doc: &str) -> Vec<String> {
+    let path = format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut blocks = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == "```sql" {
+            let sql: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| l.trim_end() != "```")
+                .collect();
+            blocks.push(sql.join("\n"));
+        }
+    }
+    blocks
+}
+
+/// The queries of docs/marks.md and README (its `duckdb -c "..."` line) run as written on a real
+/// run and answer about the known workload: the `holders` phase sent by `montrace mark`, and
+/// the programs of the tree.
+#[test]
+fn the_queries_of_marks_md_and_the_readme_answer_correctly() {
+    let workload = known_workload();
+    let run = launch_montrace(&["--interval", "100ms"], &workload.command())
+        .ahead_of_the_machine()
+        .run();
+    run.assert_code(0);
+    let dir = run.dir.display().to_string();
+    let marks = sql_blocks("docs/marks.md");
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    let readme =
+        std::fs::read_to_string(format!("{}/../README.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let one_liner = readme
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("duckdb -c \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("README's duckdb -c example");
+    let queries = vec![
+        marks[0].replace("'RUN/", &format!("'{dir}/")),
+        // Over all runs under montrace-runs/: here the one run.
+        one_liner.replace("'montrace-runs/*/", &format!("'{dir}/")),
+    ];
+    let mut answers = duckdb_queries(&queries).into_iter();
+    let phases = answers.next().unwrap().expect("marks.md's query");
+    assert_eq!(phases.rows.len(), 1, "{phases:?}");
+    assert_eq!(phases.str(0, "label"), Some("holders"));
+    let seconds = phases.f64(0, "seconds").unwrap();
+    assert!((0.05..10.0).contains(&seconds), "{phases:?}");
+    let programs = answers.next().unwrap().expect("README's query");
+    let files: BTreeSet<String> = (0..programs.rows.len())
+        .filter_map(|i| programs.str(i, "filename").map(String::from))
+        .collect();
+    assert!(files.contains("/bin/true"), "{programs:?}");
+    assert!(files.contains(workload.holder.as_str()), "{programs:?}");
+    let n: u64 = (0..programs.rows.len())
+        .map(|i| programs.u64(i, "n").unwrap())
+        .sum();
+    assert_eq!(n, run.processes().len() as u64, "{programs:?}");
 }

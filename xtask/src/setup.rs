@@ -84,6 +84,16 @@ const PIP_PACKAGES: &[PipPackage] = &[
         pip: "matplotlib",
         module: "matplotlib",
     },
+    // The schema test reads a run with pandas (through pyarrow) and polars, as docs/schema.md
+    // shows.
+    PipPackage {
+        pip: "pyarrow",
+        module: "pyarrow",
+    },
+    PipPackage {
+        pip: "polars",
+        module: "polars",
+    },
     PipPackage {
         pip: "nbformat",
         module: "nbformat",

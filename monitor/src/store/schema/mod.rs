@@ -20,7 +20,10 @@ use crate::store::records::{
 use Values::{Bool, Str, StrList, Time, F64, I32, U32, U64};
 
 /// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: the timestamp columns carry no time zone (`Timestamp(Nanosecond, None)`, still UTC), so
+/// that DuckDB's time functions, pandas and polars take them as they are. Version 1 runs
+/// (`Timestamp(Nanosecond, "UTC")`) read the same.
+pub const SCHEMA_VERSION: u32 = 2;
 /// Schema metadata key holding [`SCHEMA_VERSION`]; it also lands in each Parquet file's
 /// key-value metadata.
 pub const SCHEMA_VERSION_KEY: &str = "montrace.schema_version";
@@ -310,7 +313,9 @@ enum Values<R> {
     U64(fn(&R) -> Option<u64>),
     F64(fn(&R) -> Option<f64>),
     Bool(fn(&R) -> Option<bool>),
-    /// Nanoseconds since the Unix epoch, stored as a UTC timestamp.
+    /// Nanoseconds since the Unix epoch (UTC), stored as a timestamp without a time zone: DuckDB
+    /// reads it as `TIMESTAMP_NS`, on which every time function works (`TIMESTAMPTZ_NS` lacks
+    /// `-`, `epoch_ms` and `time_bucket`), and Python gets it without pytz.
     Time(fn(&R) -> Option<i64>),
     Str(fn(&R) -> Option<&str>),
     StrList(fn(&R) -> Option<&[String]>),
@@ -324,7 +329,7 @@ impl<R> Values<R> {
             Values::U64(_) => DataType::UInt64,
             Values::F64(_) => DataType::Float64,
             Values::Bool(_) => DataType::Boolean,
-            Values::Time(_) => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            Values::Time(_) => DataType::Timestamp(TimeUnit::Nanosecond, None),
             Values::Str(_) => DataType::Utf8,
             Values::StrList(_) => DataType::List(Arc::new(list_item())),
         }

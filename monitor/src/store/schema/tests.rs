@@ -86,7 +86,7 @@ fn processes_columns_in_order() {
             "alive_at_end"
         ]
     );
-    let utc = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
+    let utc = DataType::Timestamp(TimeUnit::Nanosecond, None);
     assert_eq!(
         schema.field_with_name("start_time").unwrap().data_type(),
         &utc
@@ -95,7 +95,7 @@ fn processes_columns_in_order() {
         schema.field_with_name("argv").unwrap().data_type(),
         &DataType::List(Arc::new(Field::new("item", DataType::Utf8, false)))
     );
-    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "1");
+    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "2");
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn events_columns_in_order() {
             field.as_ref()
         );
     }
-    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "1");
+    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "2");
 }
 
 #[test]
@@ -244,11 +244,12 @@ fn assert_columns_are_fields(schema: &SchemaRef, debug: &str) {
         .collect();
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names, expected);
-    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "1");
+    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "2");
 }
 
+/// Times are UTC, without a time zone in the type (schema version 2).
 fn utc() -> DataType {
-    DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()))
+    DataType::Timestamp(TimeUnit::Nanosecond, None)
 }
 
 /// A sample with every field set (also used by the writer's tests).

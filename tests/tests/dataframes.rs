@@ -1,0 +1,76 @@
+//! docs/schema.md's Python lines work as written: pandas (one line, with a glob) and polars read
+//! a run while it is running (tables in parts) and once it has finished, and the timestamp
+//! columns are plain UTC datetimes both take as they are (schema version 2).
+use std::process::Command;
+
+use tests::{launch_montrace, run_with_timeout, Finished, TIMEOUT};
+
+/// Runs the docs' pandas and polars reads of `run`, printing rows, the type of `time`, and the
+/// span of the samples in seconds.
+fn read_with_pandas_and_polars(run: &std::path::Path) -> Finished {
+    let script = format!(
+        r#"
+import glob, pandas as pd, polars as pl
+run = "{run}"
+samples = pd.read_parquet(glob.glob(f"{{run}}/**/samples*.parquet", recursive=True))
+samples_pl = pl.read_parquet(f"{{run}}/**/samples*.parquet")
+wall_s = (samples.time.max() - samples.time.min()).total_seconds()
+print("pandas", len(samples), samples.time.dtype, wall_s)
+print("polars", samples_pl.height, samples_pl.schema["time"])
+"#,
+        run = run.display()
+    );
+    run_with_timeout(Command::new("python3").args(["-c", &script]), TIMEOUT)
+}
+
+fn figures(out: &Finished, tool: &str) -> Vec<String> {
+    out.stdout
+        .lines()
+        .find(|l| l.starts_with(tool))
+        .unwrap_or_else(|| panic!("no {tool} line: {out:?}"))
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn pandas_and_polars_read_a_running_and_a_finished_run() {
+    let launch = launch_montrace(
+        &["--interval", "50ms", "--flush-interval", "200ms"],
+        &["sh", "-c", "sleep 2.5"],
+    );
+    let dir = launch.dir();
+    let mut while_running = None;
+    let run = launch.during(|_| {
+        // Parts of samples are closed every 200 ms: read them while the command runs.
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        while_running = Some(read_with_pandas_and_polars(&dir));
+    });
+    run.assert_code(0);
+    let running = while_running.unwrap();
+    assert_eq!(running.code(), 0, "the reads while running: {running:?}");
+    let finished = read_with_pandas_and_polars(&dir);
+    assert_eq!(
+        finished.code(),
+        0,
+        "the reads of the finished run: {finished:?}"
+    );
+    for out in [&running, &finished] {
+        let pandas = figures(out, "pandas");
+        let polars = figures(out, "polars");
+        assert_eq!(pandas[2], "datetime64[ns]", "UTC without a zone: {out:?}");
+        assert_eq!(
+            polars[2..4],
+            ["Datetime(time_unit='ns',", "time_zone=None)"],
+            "{out:?}"
+        );
+        assert_eq!(pandas[1], polars[1], "the same rows: {out:?}");
+        assert!(pandas[1].parse::<u64>().unwrap() > 0, "{out:?}");
+    }
+    let rows = |out: &Finished| figures(out, "pandas")[1].parse::<u64>().unwrap();
+    assert!(rows(&running) < rows(&finished), "{running:?} {finished:?}");
+    assert_eq!(rows(&finished), run.samples().len() as u64);
+    // Samples every 50 ms over the 2.5 s the command ran.
+    let span: f64 = figures(&finished, "pandas")[3].parse().unwrap();
+    assert!((2.2..3.5).contains(&span), "{span} s: {finished:?}");
+}

@@ -72,6 +72,11 @@ impl Rendered {
 
 /// Screenshots `page` (a file) at [`WINDOW`] with a fresh profile.
 fn screenshot(page: &Path) -> Rendered {
+    screenshot_at(page, WINDOW)
+}
+
+/// Screenshots `page` at a window of `size` (width, height) with a fresh profile.
+fn screenshot_at(page: &Path, size: (u32, u32)) -> Rendered {
     let tmp = tempfile::tempdir().expect("creating a temporary directory");
     let png = tmp.path().join("shot.png");
     let finished = run_with_timeout(
@@ -81,7 +86,7 @@ fn screenshot(page: &Path) -> Rendered {
                 tmp.path().join("profile").display()
             ))
             .arg(format!("--screenshot={}", png.display()))
-            .arg(format!("--window-size={},{}", WINDOW.0, WINDOW.1))
+            .arg(format!("--window-size={},{}", size.0, size.1))
             .arg(format!("file://{}", page.display())),
         Duration::from_secs(60),
     );
@@ -177,12 +182,31 @@ fn report_html_renders_in_headless_chromium_without_errors() {
         "Total private memory",
         "CPU per group",
         "Cumulative CPU time per group",
-        "Active instances per group",
+        "Active instances per group, stacked",
         "Process tree timeline",
         "By CPU time",
         "By peak memory",
     ] {
         assert!(dom.contains(needle), "the rendered page lacks {needle:?}");
+    }
+    // The top processes show each command whole: the root shell's ends, past 80 characters,
+    // with its last loop.
+    let root_row = dom
+        .lines()
+        .find(|l| l.contains("<td class=\"cmd\">sh -c ") && l.contains("mark --begin hold"))
+        .expect("the root shell in the top processes");
+    assert!(
+        root_row.contains("for i in 1 2 3 4 5; do /bin/true; done</td>"),
+        "{root_row}"
+    );
+    // The timeline's axis stays in view; a narrow window says which columns it hides.
+    assert!(dom.contains(r#"<div class="axis"><svg"#));
+    assert!(dom.contains("A narrow window: samples, agg. peak PSS"));
+    // A narrow and a wide window: no errors, the whole page drawn at that width.
+    for size in [(800, 1600), (1400, 2000)] {
+        let shot = screenshot_at(&page, size);
+        assert_eq!(shot.page_console(&page), Vec::<&str>::new(), "at {size:?}");
+        assert_eq!(png_size(&shot.png), size);
     }
     let processes = run.processes();
     // One timeline bar per process (small runs are not merged), each with its tooltip.

@@ -36,6 +36,9 @@ pub enum Unit {
     Watts,
 }
 
+/// The (empty) suffix of count axes, which take whole ticks only.
+const COUNT_SUFFIX: &str = "";
+
 /// Divisor and suffix for axis labels of values up to `max`.
 fn scale(unit: Unit, max: f64) -> (f64, &'static str) {
     match unit {
@@ -51,7 +54,7 @@ fn scale(unit: Unit, max: f64) -> (f64, &'static str) {
         }
         Unit::Percent => (1.0, "%"),
         Unit::Seconds => (1.0, " s"),
-        Unit::Count => (1.0, ""),
+        Unit::Count => (1.0, COUNT_SUFFIX),
         Unit::Watts => (1.0, " W"),
     }
 }
@@ -153,7 +156,14 @@ fn time_chart<'a, 'b>(
         .light_line_style(TRANSPARENT)
         .bold_line_style(RGBColor(228, 231, 235))
         .x_label_formatter(&|v| time_label(*v, x_max))
-        .y_label_formatter(&|v| axis_label(*v, suffix))
+        .y_label_formatter(&|v| {
+            // Counts have whole ticks only: no "0.5 processes".
+            if suffix == COUNT_SUFFIX && v.fract() != 0.0 {
+                String::new()
+            } else {
+                axis_label(*v, suffix)
+            }
+        })
         .label_style((FONT, 12))
         .draw()
         .map_err(err)?;
@@ -321,12 +331,10 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
         Unit::Seconds,
         &model::cumulative_cpu(data, model),
     )?);
-    plots.extend(plot(
-        "instances",
-        "Active instances per group",
-        "Processes of each group alive at each moment, from their exact start and end times.",
-        Unit::Count,
+    plots.extend(stacked_instances(
         &model::active_instances(data, model),
+        &marks,
+        x_max,
     )?);
     plots.extend(plot(
         "gpu-tree-memory",
@@ -359,6 +367,57 @@ fn group_plot(
         title: title.into(),
         caption: caption.into(),
         svg: line_chart(title, unit, series, marks, x_max, &[])?,
+    }))
+}
+
+/// Processes alive per group, stacked: each group a band whose height is its count, the top
+/// edge the whole tree's; whole-number ticks.
+fn stacked_instances(
+    series: &[Series],
+    marks: &[MarkLine],
+    x_max: f64,
+) -> PlotResult<Option<Plot>> {
+    if !has_data(series) {
+        return Ok(None);
+    }
+    let layers = model::stack_steps(series);
+    let total = layers
+        .last()
+        .map_or(0.0, |l| l.points.iter().map(|p| p.1).fold(0.0, f64::max));
+    let title = "Active instances per group, stacked";
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let y_max = (total + 1.0).ceil();
+        let mut chart = time_chart(&plot_area, title, x_max.max(1e-3), y_max, COUNT_SUFFIX)?;
+        let mut entries = Vec::new();
+        // Top layer first, so each lower layer is drawn over the ones above it.
+        for (k, layer) in layers.iter().enumerate().rev() {
+            let color = series_color(layer, k);
+            chart
+                .draw_series(
+                    AreaSeries::new(layer.points.iter().copied(), 0.0, color.filled())
+                        .border_style(color),
+                )
+                .map_err(err)?;
+            entries.push((layer.name.clone(), color));
+        }
+        entries.reverse();
+        draw_marks(&mut chart, marks, y_max)?;
+        legend(&legend_area, &entries)?;
+        root.present().map_err(err)?;
+    }
+    Ok(Some(Plot {
+        id: "instances".into(),
+        title: title.into(),
+        caption: format!(
+            "Processes of each group alive at each moment, from their exact start and end times, \
+             stacked: a group's band is its count, the top edge the whole tree's (at most {}).",
+            total as u64
+        ),
+        svg,
     }))
 }
 

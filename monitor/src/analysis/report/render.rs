@@ -70,8 +70,22 @@ struct View {
     plots: Vec<PlotView>,
     timeline_caption: String,
     timeline_svg: String,
+    timeline_axis_svg: String,
     timeline_file: &'static str,
+    /// Group-table columns hidden on a narrow window (the page says so).
+    minor_columns: Vec<&'static str>,
 }
+
+/// The per-group table's columns that give way on a narrow window, so that the group, its
+/// instances, memory peaks, CPU total and duration stay in view.
+pub const MINOR_COLUMNS: [&str; 6] = [
+    "samples",
+    "agg. peak PSS",
+    "CPU user",
+    "CPU system",
+    "avg USS",
+    "avg CPU",
+];
 
 /// The columns of the per-group table, after the group's name.
 pub const GROUP_COLUMNS: [Column; 13] = [
@@ -283,7 +297,9 @@ fn process_rows(data: &RunData, model: &Model, top: &[super::model::TopProcess])
                 name: p.pid.to_string(),
                 cells: vec![
                     cell(model.groups[g].name.clone(), g as f64),
-                    cell(cut(&p.command_line(), 80), 0.0),
+                    // Whole: the part that tells `cc1 src/u07.c` from `cc1 src/u08.c` is
+                    // often at the end (the page wraps it).
+                    cell(p.command_line(), 0.0),
                     cell(format!("+{}", fmt_secs(start)), start),
                     cell(fmt_secs(duration), duration),
                     secs_cell(t.cpu_ns),
@@ -372,12 +388,15 @@ pub fn header(report: &Report) -> Vec<Item> {
             fmt_secs(system as f64 / 1e9)
         ),
     );
+    if let Some(peak) = memory_peak(report) {
+        put("Memory peak", peak);
+    }
     if let Some(peaks) = info.map(|i| i.tree_memory_peaks) {
         let p = [peaks.uss_bytes, peaks.rss_bytes, peaks.pss_bytes];
         if p.iter().any(Option::is_some) {
             let show = |v: Option<u64>| v.map_or("n/a".into(), format_bytes);
             put(
-                "Tree memory peak",
+                "Tree memory, sampled peaks",
                 format!("USS {}, RSS {}, PSS {}", show(p[0]), show(p[1]), show(p[2])),
             );
         }
@@ -391,6 +410,51 @@ pub fn header(report: &Report) -> Vec<Item> {
         },
     );
     items
+}
+
+/// The memory peak, exact figures first: the whole tree's from the kernel (the run cgroup's
+/// `memory.peak`) where it has one, the largest process's (its exit VmHWM) and which command it
+/// was, then the sampled peak of the tree and when it happened. A sampled sum below the exact
+/// peak of one process says why.
+pub fn memory_peak(report: &Report) -> Option<String> {
+    let data = &report.data;
+    let info = data.info.as_ref();
+    let mut parts = Vec::new();
+    let exact_tree = info.and_then(|i| i.cgroup.totals.as_ref()?.memory_peak_bytes);
+    if let Some(bytes) = exact_tree {
+        parts.push(format!(
+            "whole tree {} (exact: the kernel's, page cache included)",
+            format_bytes(bytes)
+        ));
+    }
+    let largest = data
+        .processes
+        .iter()
+        .filter_map(|p| p.peak_rss_bytes.map(|b| (b, p)))
+        .max_by_key(|(b, _)| *b);
+    if let Some((bytes, p)) = largest {
+        parts.push(format!(
+            "largest process {} (exact: {}, pid {})",
+            format_bytes(bytes),
+            cut(&p.command_line(), 100),
+            p.pid
+        ));
+    }
+    if let Some((t, rss)) = report.model.tree_rss_peak() {
+        let mut text = format!(
+            "whole tree sampled {} RSS at +{}",
+            format_bytes(rss),
+            fmt_secs(report.model.secs(t))
+        );
+        if largest.is_some_and(|(b, _)| b > rss) {
+            text.push_str(
+                " (sampled at each sweep only: a peak between two sweeps is missed, so it can be \
+                 below one process's exact peak)",
+            );
+        }
+        parts.push(text);
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// How the command ended, and the limit that stopped it.
@@ -529,7 +593,9 @@ fn view(report: &Report) -> View {
             .collect(),
         timeline_caption: timeline_caption(report),
         timeline_svg: report.timeline_svg.clone(),
+        timeline_axis_svg: super::timeline::axis_svg(model),
         timeline_file: "report-timeline.svg",
+        minor_columns: MINOR_COLUMNS.to_vec(),
     }
 }
 
@@ -672,7 +738,16 @@ mod tests {
         for needle in ["src=\"http", "href=\"http", "url(http", "@import", "<link"] {
             assert!(!html.contains(needle), "{needle}");
         }
-        assert_eq!(html.matches("<svg").count(), report.plots.len() + 1);
+        // The plots, the timeline and its axis (kept in view while the rows scroll).
+        assert_eq!(html.matches("<svg").count(), report.plots.len() + 2);
+        assert!(html.contains(r#"<div class="axis"><svg"#));
+        // The command of every top process, whole: the root's ends, past 80 characters, with
+        // `for i in $(seq 5); do /bin/true; done`.
+        let root = html
+            .lines()
+            .find(|l| l.contains("<td class=\"cmd\">sh -c for i in 1 2 3"))
+            .expect("the root shell in the top processes");
+        assert!(root.contains("for i in $(seq 5); do "), "{root}");
         assert!(html.contains("<title>"));
         // Every process of the fixture has its bar (one row each: it is small).
         assert_eq!(report.timeline.rows.len(), report.data.processes.len());
@@ -688,7 +763,24 @@ mod tests {
         let labels: Vec<&str> = items.iter().map(|i| i.label.as_str()).collect();
         assert_eq!(
             labels,
-            ["Duration", "Exit status", "Processes", "CPU", "Samples"]
+            [
+                "Duration",
+                "Exit status",
+                "Processes",
+                "CPU",
+                "Memory peak",
+                "Samples"
+            ]
+        );
+        // Without run.json: the exact peak of the largest process, and the sampled one.
+        let peak = &items[4].value;
+        assert!(
+            peak.starts_with("largest process 39.8 MiB (exact: sh -c x="),
+            "{peak}"
+        );
+        assert!(
+            peak.contains("whole tree sampled 84.6 MiB RSS at +"),
+            "{peak}"
         );
         let html = html(&report).unwrap();
         assert!(html.contains("run.json is missing"));

@@ -227,6 +227,41 @@ pub fn tick_step(span: f64, target: f64) -> f64 {
     step.max(1e-6)
 }
 
+/// The time axis (labels, and grid lines down to `bottom`), on top of the timeline.
+fn axis(out: &mut String, span_s: f64, bottom: f64) {
+    let plot_w = WIDTH - LABEL_WIDTH - RIGHT;
+    let step = tick_step(span_s, 10.0);
+    let mut t = 0.0;
+    while t <= span_s * 1.0001 {
+        let px = LABEL_WIDTH + t / span_s * plot_w;
+        let _ = write!(
+            out,
+            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{bottom:.1}" stroke="#d0d4d9" stroke-width="0.5"/><text x="{px:.1}" y="{:.1}" text-anchor="middle" fill="#444">{}</text>"##,
+            AXIS - 4.0,
+            AXIS - 8.0,
+            tick_label(t, step)
+        );
+        t += step;
+    }
+    let _ = write!(
+        out,
+        r##"<text x="4" y="{:.1}" fill="#444">process (pid) · time since start (s)</text>"##,
+        AXIS - 8.0
+    );
+}
+
+/// The time axis alone, as wide as the timeline: the HTML report keeps it in view (sticky) while
+/// the rows scroll under it.
+pub fn axis_svg(model: &Model) -> String {
+    let span_s = model.secs(model.t1_ns).max(1e-3);
+    let mut out = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{AXIS}" viewBox="0 0 {WIDTH} {AXIS}" font-family="sans-serif" font-size="11" aria-hidden="true"><rect width="100%" height="100%" fill="white"/>"#
+    );
+    axis(&mut out, span_s, AXIS);
+    out.push_str("</svg>");
+    out
+}
+
 /// The timeline as an SVG document (no script; tooltips are `<title>` elements).
 pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -> String {
     let span_s = model.secs(model.t1_ns).max(1e-3);
@@ -249,25 +284,8 @@ pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -
             AXIS + r as f64 * ROW
         );
     }
-    let step = tick_step(span_s, 10.0);
     let bottom = AXIS + rows as f64 * ROW;
-    let mut t = 0.0;
-    while t <= span_s * 1.0001 {
-        let px = LABEL_WIDTH + t / span_s * plot_w;
-        let _ = write!(
-            out,
-            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{bottom:.1}" stroke="#d0d4d9" stroke-width="0.5"/><text x="{px:.1}" y="{:.1}" text-anchor="middle" fill="#444">{}</text>"##,
-            AXIS - 4.0,
-            AXIS - 8.0,
-            tick_label(t, step)
-        );
-        t += step;
-    }
-    let _ = write!(
-        out,
-        r##"<text x="4" y="{:.1}" fill="#444">process (pid) · time since start (s)</text>"##,
-        AXIS - 8.0
-    );
+    axis(&mut out, span_s, bottom);
     // Rows.
     let mut ticks_left = limits.max_ticks;
     for (r, row) in timeline.rows.iter().enumerate() {

@@ -177,6 +177,27 @@ pub struct Model {
 }
 
 impl Model {
+    /// The tree's largest RSS at one sweep (sum over its processes) and when: (time, bytes).
+    pub fn tree_rss_peak(&self) -> Option<(i64, u64)> {
+        let mut per_sweep: Vec<Option<u64>> = vec![None; self.sweeps.len()];
+        for group in &self.group_sweeps {
+            for (i, sum) in group {
+                if let (Some(slot), Some(rss)) = (per_sweep.get_mut(*i), sum.rss) {
+                    *slot = Some(slot.unwrap_or(0) + rss);
+                }
+            }
+        }
+        per_sweep
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (self.sweeps[i], v)))
+            // The first sweep with the largest sum.
+            .fold(None, |best: Option<(i64, u64)>, (t, v)| match best {
+                Some((_, b)) if b >= v => best,
+                _ => Some((t, v)),
+            })
+    }
+
     /// Seconds since `t0_ns`.
     pub fn secs(&self, t_ns: i64) -> f64 {
         (t_ns - self.t0_ns) as f64 / 1e9
@@ -651,6 +672,52 @@ pub fn cumulative_cpu(data: &RunData, model: &Model) -> Vec<Series> {
 
 /// How many processes of each top group (by peak) were alive, as exact steps at every start
 /// and end, so processes shorter than the sampling interval count too.
+/// Step series (as [`active_instances`] makes them: a jump is two points at one x) stacked: layer
+/// k's value is the sum of layers 0..=k, with a jump wherever any layer jumps. Drawn as areas,
+/// every layer stays readable where the separate lines would lie on top of each other.
+pub fn stack_steps(series: &[Series]) -> Vec<Series> {
+    let mut xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let mut stacked: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            name: s.name.clone(),
+            group: s.group,
+            points: Vec::with_capacity(2 * xs.len()),
+        })
+        .collect();
+    // cursor[k]: how many points of series k lie before the current x (points are sorted).
+    let mut cursors = vec![0usize; series.len()];
+    for &x in &xs {
+        let (mut below_before, mut below_after) = (0.0, 0.0);
+        for (k, s) in series.iter().enumerate() {
+            let pts = &s.points;
+            while cursors[k] < pts.len() && pts[cursors[k]].0 < x {
+                cursors[k] += 1;
+            }
+            let first = pts.first().map_or(0.0, |p| p.1);
+            let before = cursors[k].checked_sub(1).map_or(first, |j| pts[j].1);
+            let mut m = cursors[k];
+            while m < pts.len() && pts[m].0 <= x {
+                m += 1;
+            }
+            let after = if m > cursors[k] { pts[m - 1].1 } else { before };
+            below_before += before;
+            below_after += after;
+            let out = &mut stacked[k].points;
+            out.push((x, below_before));
+            if below_after != below_before {
+                out.push((x, below_after));
+            }
+        }
+    }
+    stacked
+}
+
 pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
     let groups = model.groups.len();
     let mut changes: Vec<(i64, i32, usize)> = Vec::with_capacity(2 * data.processes.len());

@@ -325,3 +325,60 @@ fn exit_texts() {
     p.exit_code = Some(3);
     assert_eq!(exit_text(&p), "exit 3");
 }
+
+#[test]
+fn stacked_steps_sum_the_layers_below() {
+    let series = |name: &str, points: Vec<(f64, f64)>| Series {
+        name: name.into(),
+        group: None,
+        points,
+    };
+    // a: 0 → 2 at t=1 → 0 at t=3; b: 0 → 1 at t=2.
+    let a = series(
+        "a",
+        vec![(0.0, 0.0), (1.0, 0.0), (1.0, 2.0), (3.0, 2.0), (3.0, 0.0)],
+    );
+    let b = series("b", vec![(0.0, 0.0), (2.0, 0.0), (2.0, 1.0)]);
+    let s = stack_steps(&[a, b]);
+    assert_eq!(
+        s[0].points,
+        [
+            (0.0, 0.0),
+            (1.0, 0.0),
+            (1.0, 2.0),
+            (2.0, 2.0),
+            (3.0, 2.0),
+            (3.0, 0.0)
+        ]
+    );
+    assert_eq!(
+        s[1].points,
+        [
+            (0.0, 0.0),
+            (1.0, 0.0),
+            (1.0, 2.0),
+            (2.0, 2.0),
+            (2.0, 3.0),
+            (3.0, 3.0),
+            (3.0, 1.0)
+        ]
+    );
+}
+
+#[test]
+fn the_tree_rss_peak_is_the_largest_sweep_sum() {
+    let sum = |rss: u64| SweepSum {
+        rss: Some(rss),
+        ..Default::default()
+    };
+    let model = Model {
+        sweeps: vec![10, 20, 30],
+        group_sweeps: vec![
+            vec![(0, sum(5)), (1, sum(7))],
+            vec![(1, sum(3)), (2, sum(9))],
+        ],
+        ..Default::default()
+    };
+    assert_eq!(model.tree_rss_peak(), Some((20, 10)));
+    assert_eq!(Model::default().tree_rss_peak(), None);
+}

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Smaller sizes and fewer runs (under 5 minutes; the full suite takes under 20)
+    /// Smaller sizes and fewer runs (under 8 minutes; the full suite takes about 20, 26 at most)
     #[arg(long)]
     pub quick: bool,
     /// Only these groups of sections; their results go to target/bench/ and stdout, and
@@ -165,7 +165,7 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
         sections.extend(measure(&ctx, *group)?);
     }
     // Timing figures taken while other work ran are noisy: measure them once more at the end
-    // (full runs only, when it still ends within 19 minutes even if the second pass takes twice
+    // (full runs only, when it still ends within 26 minutes even if the second pass takes twice
     // as long as the first, as it does on a busy machine) and keep the quieter of the two.
     let overhead_s = sections
         .iter()
@@ -173,7 +173,7 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
         .map_or(0.0, |s| s.elapsed_s);
     if !ctx.plan.quick
         && groups.contains(&Group::Overhead)
-        && start.elapsed().as_secs_f64() + 2.0 * overhead_s < 19.0 * 60.0
+        && start.elapsed().as_secs_f64() + 2.0 * overhead_s < 26.0 * 60.0
     {
         let busy = |s: &[Section]| -> f64 {
             s.iter()

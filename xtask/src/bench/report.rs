@@ -251,9 +251,9 @@ impl Results {
 const RERUN: &str = concat!(
     "How to rerun (as root; the first run installs psrecord with pip):\n\n",
     "```\n",
-    "cargo xtask bench --quick           # smaller sizes, fewer runs: under 5 minutes\n",
-    "cargo xtask bench                   # the full suite: under 20 minutes\n",
-    "cargo xtask bench --only overhead   # some groups (tree, overhead, agent, report): prints\n",
+    "cargo xtask bench --quick           # smaller sizes, fewer runs: under 8 minutes\n",
+    "cargo xtask bench                   # the full suite: about 20 minutes\n",
+    "cargo xtask bench --only overhead   # some groups (tree, overhead, agent, report, gate): prints\n",
     "                                    # them, leaves this file and bench/results.json alone\n",
     "```\n\n",
     "It builds `target/release/montrace` first (`--montrace PATH` takes another binary), and \

@@ -217,6 +217,12 @@ fn follow_attached(
     let pid = args.pid;
     launch::block_forwarded_signals().context("blocking signals")?;
     let mut gpu = end::open_gpu(&args.record)?;
+    let mut stream = args
+        .record
+        .stream
+        .as_deref()
+        .map(crate::follow::stream::Stream::open)
+        .transpose()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -235,6 +241,7 @@ fn follow_attached(
         pid,
         args.record.memory_detail,
         gpu.monitor_mut(),
+        stream.as_mut(),
     )?;
     let (argv, executable) = match &existing[0] {
         KernelEvent::Exec { argv, filename, .. } => (argv.clone(), filename.clone()),
@@ -317,6 +324,9 @@ fn follow_attached(
         interval: args.record.interval,
         out_dir,
     });
+    if let Some(stream) = stream.as_mut() {
+        stream.send(&end::stream_end(&info, true));
+    }
     end::write_run_info(&info, out_dir, !args.record.quiet, !args.record.no_report);
     let repetition: summary_json::Repetition = info.repetition(".");
     end::write_summary(out_dir, argv, 0, vec![repetition], breach, Vec::new());

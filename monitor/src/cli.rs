@@ -122,6 +122,11 @@ pub struct RecordOptions {
     /// Do not write report.html / report.md into the run directory at the end
     #[arg(long)]
     pub no_report: bool,
+    /// Write the run as it goes to PATH (a new file) or `-` (stdout), one JSON object per line:
+    /// each sampling sweep with the tree's totals, each process start, exec and exit, marks,
+    /// limit breaches, and a final line at the end (docs/schema.md, "The live stream")
+    #[arg(long, value_name = "PATH|-")]
+    pub stream: Option<PathBuf>,
 
     /// Stop the whole tree when it crosses a limit: `rss=2GiB` (sum over live processes),
     /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started),

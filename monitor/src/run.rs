@@ -58,6 +58,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         launch::sudo_identity()?
     };
 
+    // Before the run directory: a --stream that cannot be created leaves nothing behind.
+    let mut stream = args
+        .record
+        .stream
+        .as_deref()
+        .map(crate::follow::stream::Stream::open)
+        .transpose()?;
     let out_dir = match create_out_dir(args.record.out.as_deref(), &program, started_wall_ns) {
         Ok(dir) => dir,
         Err(err @ OutDirError::NotEmpty(_)) => {
@@ -74,7 +81,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         &out_dir,
         identity.as_ref(),
         &child_sigmask,
-        &mut gpu,
+        (&mut gpu, &mut stream),
         (started_boot_ns, started_wall_ns),
     );
     if result.is_err() && dir_is_empty(&out_dir) {
@@ -96,7 +103,7 @@ fn repeat(
     out_dir: &Path,
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
-    gpu: &mut GpuStatus,
+    (gpu, stream): (&mut GpuStatus, &mut Option<crate::follow::stream::Stream>),
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
     let single = args.repeat == 1 && args.warmup == 0;
@@ -133,7 +140,7 @@ fn repeat(
             &dir,
             identity,
             child_sigmask,
-            gpu,
+            (gpu, stream),
             if i == 0 {
                 started
             } else {
@@ -311,7 +318,7 @@ fn record(
     out_dir: &Path,
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
-    gpu: &mut GpuStatus,
+    (gpu, stream): (&mut GpuStatus, &mut Option<crate::follow::stream::Stream>),
     (started_boot_ns, started_wall_ns): (u64, i64),
     print_summary: bool,
     last: bool,
@@ -362,6 +369,7 @@ fn record(
         root_pid,
         args.record.memory_detail,
         monitor,
+        stream.as_mut(),
     )?;
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
@@ -421,6 +429,9 @@ fn record(
         interval: args.record.interval,
         out_dir,
     });
+    if let Some(stream) = stream.as_mut() {
+        stream.send(&end::stream_end(&info, last));
+    }
     write_run_info(&info, out_dir, print_summary, !args.record.no_report);
     Ok(info)
 }

@@ -254,3 +254,16 @@ pub fn shell_words(argv: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// The last `--stream` line of a recording (`final` for the last of a series).
+pub fn stream_end(info: &RunInfo, last: bool) -> crate::follow::stream::Line {
+    crate::follow::stream::Line::End {
+        time: info.end_time.clone(),
+        exit_status: info.exit_status,
+        wall_s: info.command_wall_s.unwrap_or(info.duration_s),
+        processes_started: info.processes_started,
+        cpu_s: (info.totals.cpu_user_ns + info.totals.cpu_system_ns) as f64 / 1e9,
+        peak_rss_bytes: info.totals.peak_rss_bytes,
+        is_final: last,
+    }
+}

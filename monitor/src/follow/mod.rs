@@ -19,6 +19,7 @@ pub mod live;
 pub mod marks;
 pub mod recorder;
 pub mod state;
+pub mod stream;
 
 use std::{
     collections::HashSet,
@@ -326,7 +327,11 @@ pub async fn follow(
             }
         }
         let now = Instant::now();
+        let unbreached = f.outcome.breach.is_none();
         f.check_limits(recorder, now);
+        if let (true, Some(breach)) = (unbreached, &f.outcome.breach) {
+            recorder.stream_breach(breach);
+        }
         if f.is_done(recorder) {
             break;
         }

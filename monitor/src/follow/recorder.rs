@@ -69,6 +69,11 @@ pub struct Recorder<'g> {
     broken: bool,
     /// Ring-buffer records that could not be decoded (said once).
     bad_records: u64,
+    /// `--stream`: the run as it goes, one JSON line at a time.
+    stream: Option<&'g mut crate::follow::stream::Stream>,
+    /// The command's first exec was streamed (it starts it: it has no fork event).
+    root_streamed: bool,
+    created: std::time::Instant,
 }
 
 impl<'g> Recorder<'g> {
@@ -103,6 +108,7 @@ impl<'g> Recorder<'g> {
         root_pid: u32,
         detail: MemoryDetail,
         gpu: Option<&'g mut GpuMonitor>,
+        stream: Option<&'g mut crate::follow::stream::Stream>,
     ) -> anyhow::Result<Recorder<'g>> {
         Ok(Recorder {
             tracker,
@@ -138,7 +144,27 @@ impl<'g> Recorder<'g> {
             failure: None,
             broken: false,
             bad_records: 0,
+            stream,
+            root_streamed: false,
+            created: std::time::Instant::now(),
         })
+    }
+
+    /// Sends lines to `--stream`, if given.
+    fn stream_lines(&mut self, lines: impl IntoIterator<Item = crate::follow::stream::Line>) {
+        if let Some(stream) = self.stream.as_deref_mut() {
+            lines.into_iter().for_each(|line| stream.send(&line));
+        }
+    }
+
+    /// A `--limit` was crossed: its line in `--stream`.
+    pub fn stream_breach(&mut self, breach: &crate::store::summary_json::LimitBreach) {
+        self.stream_lines([crate::follow::stream::Line::Limit {
+            time: breach.time.clone(),
+            limit: breach.limit.clone(),
+            threshold: breach.threshold,
+            value: breach.value,
+        }]);
     }
 
     /// Why recording stopped, if it did.
@@ -226,6 +252,14 @@ impl<'g> Recorder<'g> {
             );
             self.write(|r| r.samples.push(exit));
             self.sample_rows += 1;
+        }
+        if self.stream.is_some() {
+            let first = row.pid == self.root_pid && !self.root_streamed;
+            if first && row.kind == crate::store::records::EventKind::Exec {
+                self.root_streamed = true;
+            }
+            let lines = crate::follow::stream::Line::of_event(&row, self.root_pid, first);
+            self.stream_lines(lines);
         }
         self.write(|r| r.events.push(row));
         self.store_finished()
@@ -319,6 +353,25 @@ impl<'g> Recorder<'g> {
         self.last_sweep_rss = Some(sweep.iter().filter_map(|s| s.rss_bytes).sum());
         self.last_sweep_cpu_percent = Some(sweep.iter().filter_map(|s| s.cpu_percent).sum());
         self.sample_rows += sweep.len() as u64;
+        if self.stream.is_some() {
+            let sum = |f: fn(&crate::store::records::SampleRecord) -> Option<u64>| {
+                sweep.iter().filter_map(f).reduce(|a, b| a + b)
+            };
+            let line = crate::follow::stream::Line::Sweep {
+                time: crate::units::rfc3339(now),
+                elapsed_s: self.created.elapsed().as_secs_f64(),
+                live: self.tracker.live_count(),
+                started: self.tracker.processes_started(),
+                cpu_percent: self.last_sweep_cpu_percent.unwrap_or(0.0),
+                rss_bytes: self.last_sweep_rss.unwrap_or(0),
+                uss_bytes: sum(|s| s.uss_bytes),
+                pss_bytes: sum(|s| s.pss_bytes),
+                read_bytes: sum(|s| s.read_bytes).unwrap_or(0),
+                write_bytes: sum(|s| s.write_bytes).unwrap_or(0),
+                gpu_memory_bytes: self.gpu.as_ref().and_then(|g| g.last_tree_memory_bytes()),
+            };
+            self.stream_lines([line]);
+        }
         self.write(|r| sweep.into_iter().try_for_each(|s| r.samples.push(s)));
         if let Some(gpu) = self.gpu.as_deref_mut() {
             let tracker = &self.tracker;
@@ -361,6 +414,7 @@ impl<'g> Recorder<'g> {
                 label: mark.label,
                 kind: mark.kind,
             };
+            self.stream_lines([crate::follow::stream::Line::of_mark(&row)]);
             self.write(|r| r.marks.push(row));
         }
     }
@@ -503,7 +557,7 @@ mod tests {
         tracker.add_root(pid, start_boot_ns, "true");
         let dir = tempfile::tempdir().unwrap();
         let mut recorder =
-            Recorder::create(dir.path(), tracker, pid, MemoryDetail::Basic, None).unwrap();
+            Recorder::create(dir.path(), tracker, pid, MemoryDetail::Basic, None, None).unwrap();
         recorder.sample();
         assert_eq!(recorder.sample_rows, 0, "no row from the zombie");
         recorder.on_event(&KernelEvent::Exit {
@@ -575,6 +629,7 @@ mod tests {
             own,
             MemoryDetail::Basic,
             Some(&mut gpu),
+            None,
         )
         .unwrap();
         let limit = Limit::GpuMem(2 << 30);

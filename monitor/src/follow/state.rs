@@ -286,7 +286,8 @@ mod tests {
         let clock = Clock { boot_to_wall_ns: 0 };
         let mut tracker = Tracker::new(clock);
         tracker.add_root(ROOT, 1_000, "sh");
-        let mut recorder = Recorder::create(dir, tracker, ROOT, MemoryDetail::Basic, None).unwrap();
+        let mut recorder =
+            Recorder::create(dir, tracker, ROOT, MemoryDetail::Basic, None, None).unwrap();
         recorder.on_event(&KernelEvent::Fork {
             time_ns: 2_000,
             pid: CHILD,

@@ -6,8 +6,10 @@
 //! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside a CPU hog.
 //! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
 //! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
+//! - `cargo xtask wheel [--release]`: the Python wheel (the binary and the `montrace` package).
 
 mod bench;
+mod python;
 mod run;
 mod setup;
 mod suite;
@@ -41,17 +43,21 @@ enum Command {
         #[arg(last = true, value_name = "CMD ARGS")]
         cmd: Vec<String>,
     },
-    /// Set up, then run the unit tests and the root end-to-end tests, stopping at the first failure.
+    /// Set up, then run the unit tests, the Python package's tests (the wheel in a fresh virtual
+    /// environment) and the root end-to-end tests, stopping at the first failure.
     Test {
         /// Only the unit tests (`cargo test` of the workspace's default members).
-        #[arg(long, conflicts_with = "e2e")]
+        #[arg(long, conflicts_with_all = ["e2e", "python"])]
         unit: bool,
+        /// Only the Python package's tests (pytest python/tests, as root).
+        #[arg(long, conflicts_with = "e2e")]
+        python: bool,
         /// Only the end-to-end tests (crate `tests`, run as root against target/debug/montrace).
         #[arg(long)]
         e2e: bool,
         /// Run the end-to-end suite N times instead, the second half beside a CPU hog on one
         /// core: what to run before calling a timing-sensitive test fixed.
-        #[arg(long, value_name = "N", conflicts_with_all = ["unit", "e2e"])]
+        #[arg(long, value_name = "N", conflicts_with_all = ["unit", "python", "e2e"])]
         stress: Option<u32>,
     },
     /// Benchmarks (as root): completeness, accuracy, overhead, agent cost, throughput and
@@ -65,6 +71,13 @@ enum Command {
         #[arg(long, default_value = run::INSTALL_PATH)]
         to: std::path::PathBuf,
     },
+    /// Build the Python wheel (maturin): the montrace binary and the `montrace` package, into
+    /// target/wheels/<profile>/.
+    Wheel {
+        /// An optimised binary (what to install); without it, the debug build's.
+        #[arg(long)]
+        release: bool,
+    },
 }
 
 fn main() {
@@ -76,11 +89,12 @@ fn main() {
         Command::Test {
             stress: Some(n), ..
         } => suite::stress(cli.verbose, n),
-        Command::Test { unit, e2e, .. } => {
-            suite::test(cli.verbose, suite::Tiers::from_flags(unit, e2e))
-        }
+        Command::Test {
+            unit, python, e2e, ..
+        } => suite::test(cli.verbose, suite::Tiers::from_flags(unit, python, e2e)),
         Command::Bench(args) => bench::bench(cli.verbose, args),
         Command::Setcap { to } => run::setcap(cli.verbose, &to),
+        Command::Wheel { release } => python::wheel(cli.verbose, release),
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");
@@ -112,6 +126,8 @@ mod tests {
     #[test]
     fn test_tiers_are_exclusive() {
         assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--e2e"]).is_err());
+        assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--python"]).is_err());
+        assert!(Cli::try_parse_from(["xtask", "test", "--python"]).is_ok());
         assert!(Cli::try_parse_from(["xtask", "test", "--e2e"]).is_ok());
     }
 }

@@ -106,6 +106,11 @@ const PIP_PACKAGES: &[PipPackage] = &[
         pip: "ipykernel",
         module: "ipykernel",
     },
+    // Builds the Python wheel (`cargo xtask wheel`, the python test tier).
+    PipPackage {
+        pip: "maturin>=1.5,<2",
+        module: "maturin",
+    },
 ];
 
 /// The toolchain that builds the eBPF crate: it must be the one `monitor/build.rs` hands to

@@ -1,5 +1,6 @@
-//! `cargo xtask test`: set-up, then the unit tests, the GPU tests (where NVML finds a GPU), then
-//! the root end-to-end tests.
+//! `cargo xtask test`: set-up, then the unit tests, the GPU tests (where NVML finds a GPU), the
+//! Python package's tests (the wheel in a fresh virtual environment), then the root end-to-end
+//! tests.
 
 use crate::util::{self, check};
 use anyhow::{Context, Result};
@@ -9,17 +10,19 @@ use std::process::{Command, Stdio};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tiers {
     pub unit: bool,
+    pub python: bool,
     pub e2e: bool,
 }
 
 impl Tiers {
-    /// `--unit` / `--e2e` pick one tier; neither means both.
-    pub fn from_flags(unit: bool, e2e: bool) -> Self {
-        if unit || e2e {
-            Tiers { unit, e2e }
+    /// `--unit` / `--python` / `--e2e` pick one tier; none means all.
+    pub fn from_flags(unit: bool, python: bool, e2e: bool) -> Self {
+        if unit || python || e2e {
+            Tiers { unit, python, e2e }
         } else {
             Tiers {
                 unit: true,
+                python: true,
                 e2e: true,
             }
         }
@@ -48,6 +51,11 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
 
     // The GPU tier goes with the unit tier: NVML needs no root.
     let gpu_skipped = if tiers.unit { gpu_tests()? } else { None };
+
+    if tiers.python {
+        header("python tests: the wheel in a fresh virtual environment, pytest python/tests");
+        crate::python::test(verbose)?;
+    }
 
     if tiers.e2e {
         header("end-to-end tests: cargo build -p monitor, then cargo test -p tests (as root)");
@@ -245,27 +253,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn no_flag_means_both_tiers() {
+    fn no_flag_means_every_tier() {
+        let all = Tiers {
+            unit: true,
+            python: true,
+            e2e: true,
+        };
+        assert_eq!(Tiers::from_flags(false, false, false), all);
+        let only = |unit, python, e2e| Tiers { unit, python, e2e };
         assert_eq!(
-            Tiers::from_flags(false, false),
-            Tiers {
-                unit: true,
-                e2e: true
-            }
+            Tiers::from_flags(true, false, false),
+            only(true, false, false)
         );
         assert_eq!(
-            Tiers::from_flags(true, false),
-            Tiers {
-                unit: true,
-                e2e: false
-            }
+            Tiers::from_flags(false, true, false),
+            only(false, true, false)
         );
         assert_eq!(
-            Tiers::from_flags(false, true),
-            Tiers {
-                unit: false,
-                e2e: true
-            }
+            Tiers::from_flags(false, false, true),
+            only(false, false, true)
         );
     }
 

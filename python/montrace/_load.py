@@ -1,0 +1,310 @@
+"""Reading a run directory: its Parquet tables as DataFrames, run.json and summary.json as dicts.
+
+A finished run has ``<table>.parquet``; a running or killed one has ``<table>.parts/`` (closed
+Parquet parts, in order), read the same way."""
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ._binary import MontraceError
+
+TABLES = ("processes", "samples", "system", "events", "marks", "gpu", "gpu_processes")
+MIB = 1024 * 1024
+
+
+def _read_table(directory: Path, name: str) -> Optional[pa.Table]:
+    final = directory / f"{name}.parquet"
+    parts = directory / f"{name}.parts"
+    for _ in range(3):
+        try:
+            if final.is_file():
+                return pq.read_table(final)
+            if parts.is_dir():
+                files = sorted(
+                    p for p in parts.iterdir()
+                    if p.name.startswith(f"{name}-") and p.name.endswith(".parquet")
+                )
+                if not files:
+                    return None
+                return pa.concat_tables([pq.read_table(p) for p in files])
+            return None
+        except FileNotFoundError:
+            # The run ended while we read its parts: they became the final file.
+            continue
+    return None
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return {}
+
+
+class Run:
+    """One run directory written by ``montrace run`` or ``montrace attach``.
+
+    Tables are pandas DataFrames (``frames="polars"`` for polars); ``info`` is run.json and
+    ``summary`` summary.json (empty dicts when a killed run has none)."""
+
+    def __init__(self, path: "str | os.PathLike[str]", frames: str = "pandas") -> None:
+        self.path = Path(path)
+        if frames not in ("pandas", "polars", "arrow"):
+            raise ValueError(f"frames must be 'pandas', 'polars' or 'arrow', not {frames!r}")
+        if not ((self.path / "processes.parquet").is_file() or (self.path / "processes.parts").is_dir()):
+            raise MontraceError(
+                f"{self.path} is not a montrace run directory (no processes.parquet nor "
+                "processes.parts/): give the directory `montrace run --out` wrote"
+            )
+        self.frames = frames
+        self.info: Dict[str, Any] = _read_json(self.path / "run.json")
+        self.summary: Dict[str, Any] = _read_json(self.path / "summary.json")
+        self._cache: Dict[str, Any] = {}
+
+    # Tables -------------------------------------------------------------------------------
+
+    def table(self, name: str) -> pa.Table:
+        """A table as a pyarrow Table (an empty one, without columns, when the run has none,
+        e.g. ``gpu`` without an NVIDIA GPU)."""
+        if name not in TABLES:
+            raise KeyError(f"no table {name!r}: the tables are {', '.join(TABLES)}")
+        table = _read_table(self.path, name)
+        return table if table is not None else pa.table({})
+
+    def frame(self, name: str, frames: Optional[str] = None) -> Any:
+        kind = frames or self.frames
+        key = f"{kind}:{name}"
+        if key not in self._cache:
+            table = self.table(name)
+            if kind == "pandas":
+                self._cache[key] = table.to_pandas()
+            elif kind == "polars":
+                import polars as pl
+
+                self._cache[key] = pl.from_arrow(table)
+            else:
+                self._cache[key] = table
+        return self._cache[key]
+
+    @property
+    def processes(self) -> Any:
+        return self.frame("processes")
+
+    @property
+    def samples(self) -> Any:
+        return self.frame("samples")
+
+    @property
+    def system(self) -> Any:
+        return self.frame("system")
+
+    @property
+    def events(self) -> Any:
+        return self.frame("events")
+
+    @property
+    def marks(self) -> Any:
+        return self.frame("marks")
+
+    @property
+    def gpu(self) -> Any:
+        return self.frame("gpu")
+
+    @property
+    def gpu_processes(self) -> Any:
+        return self.frame("gpu_processes")
+
+    # Headline figures ---------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        """True when montrace ended the run cleanly (its tables are whole files)."""
+        return (self.path / "processes.parquet").is_file()
+
+    @property
+    def exit_status(self) -> Optional[int]:
+        if "exit_status" in self.summary:
+            return int(self.summary["exit_status"])
+        return self.info.get("exit_status")
+
+    @property
+    def limit_breach(self) -> Optional[Dict[str, Any]]:
+        return self.summary.get("limit_breach") or self.info.get("limit_breach")
+
+    @property
+    def resources(self) -> Dict[str, Any]:
+        """The run's figures as one flat dict (like cctools' resource_monitor summary): wall
+        and CPU seconds, peaks of the tree and of its largest process, processes and how many at
+        once, bytes read and written, the GPU memory peak (None without GPU data)."""
+        metrics: Dict[str, Any] = {}
+        reps = self.summary.get("repetitions") or []
+        if reps:
+            metrics = dict(reps[-1].get("metrics", {}))
+        procs = self.table("processes")
+        if not metrics and procs.num_rows:
+            metrics = _metrics_from_processes(procs)
+        out = {
+            "wall_s": metrics.get("wall_s", self.info.get("command_wall_s")),
+            "cpu_user_s": metrics.get("cpu_user_s"),
+            "cpu_system_s": metrics.get("cpu_system_s"),
+            "cpu_s": metrics.get("cpu_s"),
+            "peak_rss_bytes": metrics.get("peak_tree_rss_bytes"),
+            "peak_process_rss_bytes": metrics.get("peak_rss_bytes"),
+            "peak_uss_bytes": metrics.get("peak_tree_uss_bytes"),
+            "processes": _int(metrics.get("processes")),
+            "max_concurrent": _int(metrics.get("max_concurrent")),
+            "read_bytes": _int(metrics.get("read_bytes")),
+            "write_bytes": _int(metrics.get("write_bytes")),
+            "gpu_memory_peak_bytes": self._gpu_memory_peak(),
+            "exit_status": self.exit_status,
+            "tracking_mode": self.info.get("tracking_mode"),
+            "run_dir": str(self.path),
+        }
+        return out
+
+    def _gpu_memory_peak(self) -> Optional[int]:
+        """The most GPU memory the tree's processes held at once (sampled), or the largest a
+        single process held (NVML's figure at its exit), whichever is larger."""
+        gpu = self.table("gpu_processes")
+        if gpu.num_rows == 0:
+            return None
+        per_time: Dict[Any, int] = {}
+        times = gpu.column("time").to_pylist()
+        for t, used in zip(times, gpu.column("gpu_memory_bytes").to_pylist()):
+            per_time[t] = per_time.get(t, 0) + (used or 0)
+        largest = [v for v in gpu.column("max_gpu_memory_bytes").to_pylist() if v is not None]
+        return max(list(per_time.values()) + largest)
+
+    def tree_memory(self) -> List["tuple[Any, int]"]:
+        """(time, RSS of the whole tree) for each sampling sweep."""
+        samples = self.table("samples")
+        if samples.num_rows == 0:
+            return []
+        per_time: Dict[Any, int] = {}
+        for t, rss in zip(samples.column("time").to_pylist(), samples.column("rss_bytes").to_pylist()):
+            per_time[t] = per_time.get(t, 0) + (rss or 0)
+        return sorted(per_time.items())
+
+    def groups(self) -> List[Dict[str, Any]]:
+        """One row per program (the executable's file name): processes, CPU seconds, the largest
+        peak RSS; most CPU first."""
+        procs = self.table("processes")
+        rows: Dict[str, Dict[str, Any]] = {}
+        cols = {c: procs.column(c).to_pylist() for c in ("filename", "comm", "cpu_user_ns", "cpu_system_ns", "peak_rss_bytes")}
+        for i in range(procs.num_rows):
+            name = os.path.basename(cols["filename"][i] or "") or (cols["comm"][i] or "?")
+            row = rows.setdefault(name, {"program": name, "processes": 0, "cpu_s": 0.0, "peak_rss_bytes": 0})
+            row["processes"] += 1
+            row["cpu_s"] += ((cols["cpu_user_ns"][i] or 0) + (cols["cpu_system_ns"][i] or 0)) / 1e9
+            row["peak_rss_bytes"] = max(row["peak_rss_bytes"], cols["peak_rss_bytes"][i] or 0)
+        return sorted(rows.values(), key=lambda r: -r["cpu_s"])
+
+    def __repr__(self) -> str:
+        r = self.resources
+        return (
+            f"<montrace.Run {str(self.path)!r}: {r['processes']} processes, "
+            f"cpu {_fmt_s(r['cpu_s'])}, wall {_fmt_s(r['wall_s'])}, "
+            f"peak RSS {_fmt_bytes(r['peak_rss_bytes'])}, exit {r['exit_status']}>"
+        )
+
+    def _repr_html_(self) -> str:
+        r = self.resources
+        esc = html.escape
+        head = [
+            ("command", esc(str(self.info.get("command", "")))),
+            ("tracking", esc(str(r["tracking_mode"]))),
+            ("exit status", esc(str(r["exit_status"]))),
+            ("wall", _fmt_s(r["wall_s"])),
+            ("CPU (user + system)", f"{_fmt_s(r['cpu_s'])} ({_fmt_s(r['cpu_user_s'])} + {_fmt_s(r['cpu_system_s'])})"),
+            ("memory peak of the tree", _fmt_bytes(r["peak_rss_bytes"])),
+            ("largest process peak", _fmt_bytes(r["peak_process_rss_bytes"])),
+            ("processes (at most at once)", f"{r['processes']} ({r['max_concurrent']})"),
+            ("read / written", f"{_fmt_bytes(r['read_bytes'])} / {_fmt_bytes(r['write_bytes'])}"),
+        ]
+        if r["gpu_memory_peak_bytes"] is not None:
+            head.append(("GPU memory peak", _fmt_bytes(r["gpu_memory_peak_bytes"])))
+        if self.limit_breach:
+            b = self.limit_breach
+            head.append(("stopped by limit", esc(f"{b.get('limit')}: {b.get('value')} over {b.get('threshold')}")))
+        rows = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{v}</td></tr>" for k, v in head)
+        groups = "".join(
+            f"<tr><td>{esc(g['program'])}</td><td>{g['processes']}</td><td>{g['cpu_s']:.3f}</td>"
+            f"<td>{_fmt_bytes(g['peak_rss_bytes'])}</td></tr>"
+            for g in self.groups()[:15]
+        )
+        return (
+            f"<div class='montrace-run'><b>montrace run</b> <code>{esc(str(self.path))}</code>"
+            f"<table>{rows}</table>"
+            "<table><thead><tr><th>program</th><th>processes</th><th>CPU s</th>"
+            f"<th>largest peak RSS</th></tr></thead><tbody>{groups}</tbody></table>"
+            f"{_memory_svg(self.tree_memory())}</div>"
+        )
+
+
+def load(path: "str | os.PathLike[str]", frames: str = "pandas") -> Run:
+    """Opens a run directory (finished, running or killed)."""
+    return Run(path, frames=frames)
+
+
+def _metrics_from_processes(procs: pa.Table) -> Dict[str, Any]:
+    """A killed run has no summary.json: its totals from the processes table."""
+    col = lambda c: [v or 0 for v in procs.column(c).to_pylist()]  # noqa: E731
+    user = sum(col("cpu_user_ns")) / 1e9
+    system = sum(col("cpu_system_ns")) / 1e9
+    return {
+        "cpu_user_s": user,
+        "cpu_system_s": system,
+        "cpu_s": user + system,
+        "peak_rss_bytes": max(col("peak_rss_bytes"), default=0),
+        "processes": procs.num_rows,
+        "read_bytes": sum(col("read_bytes")),
+        "write_bytes": sum(col("write_bytes")),
+    }
+
+
+def _int(value: Any) -> Optional[int]:
+    return None if value is None else int(value)
+
+
+def _fmt_s(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.3f} s"
+
+
+def _fmt_bytes(value: Optional[float]) -> str:
+    if value is None:
+        return "–"
+    for unit, size in (("GiB", 1024**3), ("MiB", MIB), ("KiB", 1024)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{int(value)} B"
+
+
+def _memory_svg(points: List["tuple[Any, int]"], width: int = 600, height: int = 160) -> str:
+    """The tree's RSS over time as an inline SVG line (no plotting library needed)."""
+    if len(points) < 2:
+        return ""
+    t0 = points[0][0]
+    xs = [(t - t0).total_seconds() if hasattr(t - t0, "total_seconds") else float(t - t0) for t, _ in points]
+    ys = [v / MIB for _, v in points]
+    span, top = max(xs[-1], 1e-9), max(max(ys), 1e-9)
+    pad = 40
+    coords = " ".join(
+        f"{pad + x / span * (width - pad - 10):.1f},{height - 20 - y / top * (height - 35):.1f}"
+        for x, y in zip(xs, ys)
+    )
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+        f"aria-label='memory of the tree over time'>"
+        f"<text x='4' y='12' font-size='11'>RSS of the tree, peak {top:.1f} MiB</text>"
+        f"<text x='{pad}' y='{height - 4}' font-size='10'>0 s</text>"
+        f"<text x='{width - 60}' y='{height - 4}' font-size='10'>{span:.1f} s</text>"
+        f"<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='{coords}'/></svg>"
+    )

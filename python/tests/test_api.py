@@ -1,0 +1,218 @@
+"""The package against real runs of the installed wheel's montrace: counts and CPU seconds equal
+processes.parquet, a killed run loads, monitor() / phase() / monitored() / the stream / the
+callback do what docs/python.md says."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import montrace
+from workloads import allocate, crash, spawn_true
+
+
+def kernel_cpu_s(run: montrace.Run) -> float:
+    p = run.processes
+    return float((p.cpu_user_ns.fillna(0) + p.cpu_system_ns.fillna(0)).sum()) / 1e9
+
+
+def test_run_figures_are_those_of_processes_parquet(out: Path) -> None:
+    run = montrace.run(["sh", "-c", "for i in " + " ".join(["x"] * 20) + "; do /bin/true; done"], out=out, interval=0.05)
+    assert run.path == out and run.finished
+    assert run.info["tracking_mode"] != "polling"
+    rows = pq.read_table(out / "processes.parquet")
+    assert len(run.processes) == rows.num_rows == 21
+    assert (run.processes.filename == "/bin/true").sum() == 20
+    figures = run.resources
+    assert figures["processes"] == 21
+    assert figures["cpu_s"] == pytest.approx(kernel_cpu_s(run), abs=1e-9)
+    assert figures["exit_status"] == 0 == run.exit_status
+    assert run.summary["exit_status"] == 0 and run.info["argv"][0] == "sh"
+    for name in ("samples", "system", "events", "marks"):
+        assert len(run.frame(name)) == pq.read_table(out / f"{name}.parquet").num_rows
+    assert len(run.gpu) == 0  # no NVIDIA GPU here: an empty frame
+    polars = montrace.load(out, frames="polars")
+    assert polars.processes.height == 21
+
+
+def test_check_raises_on_a_failing_command(out: Path) -> None:
+    with pytest.raises(montrace.CommandFailed) as failed:
+        montrace.run(["sh", "-c", "exit 3"], out=out, check=True)
+    assert failed.value.status == 3
+    assert failed.value.run.exit_status == 3
+    assert montrace.run(["sh", "-c", "exit 3"], out=out.with_name("again")).exit_status == 3
+
+
+def test_bad_arguments_raise_montrace_error(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "file").write_text("mine")
+    with pytest.raises(montrace.MontraceError) as err:
+        montrace.run(["true"], out=taken)
+    assert "recorded no run" in str(err.value)
+    assert (taken / "file").read_text() == "mine"
+
+
+def test_a_killed_run_loads(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [montrace.binary(), "run", "-q", "--no-report", "--interval", "50ms", "--flush-interval",
+         "100ms", "--out", str(out), "--", "sh", "-c", "/bin/true; exec sleep 30"],
+    )
+    parts = out / "samples.parts"
+    deadline = time.monotonic() + 30
+    while len(list(parts.glob("*.parquet"))) < 2:
+        assert time.monotonic() < deadline, "no sample parts"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    run = montrace.load(out)
+    assert not run.finished and run.summary == {}
+    samples = run.samples
+    assert len(samples) > 0
+    pids = set(samples.pid)
+    # The tree outlived montrace: end it.
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert run.resources["processes"] is None or run.resources["processes"] >= 1
+    assert "montrace run" in run._repr_html_()
+
+
+def test_monitor_records_the_50_processes_started_in_the_block(tmp_path: Path) -> None:
+    with montrace.monitor(interval=0.05, out=tmp_path / "m") as m:
+        for _ in range(50):
+            subprocess.run(["/bin/true"], check=True)
+        x = sum(i * i for i in range(200_000))
+    assert x > 0
+    run = m.run
+    assert run is not None and run.finished
+    procs = run.processes
+    assert (procs.filename == "/bin/true").sum() == 50
+    assert len(procs) == 51  # and this Python process, the root
+    assert int(procs.pid[procs.parent_pid.isna() | (procs.pid == os.getpid())].iloc[0]) == os.getpid()
+    assert m.resources["processes"] == 51
+    children = procs[procs.pid != os.getpid()]
+    child_cpu = float((children.cpu_user_ns + children.cpu_system_ns).sum()) / 1e9
+    # Children's exact exit figures plus this process's own (getrusage over the block).
+    assert m.resources["cpu_s"] > child_cpu
+    assert m.resources["wall_s"] > 0
+
+
+def test_phase_marks_bracket_the_work(tmp_path: Path) -> None:
+    with montrace.monitor(interval=0.05, out=tmp_path / "m") as m:
+        with m.phase("work"):
+            subprocess.run(["sleep", "0.2"], check=True)
+        m.mark("after")
+    marks = m.run.marks
+    assert list(zip(marks.label, marks.kind)) == [("work", "begin"), ("work", "end"), ("after", "point")]
+    sleep = m.run.processes[m.run.processes.filename.str.endswith("/sleep")].iloc[0]
+    begin, end = marks.time.iloc[0], marks.time.iloc[1]
+    assert begin <= sleep.start_time and sleep.end_time <= end
+    assert (marks.pid == os.getpid()).all()
+
+
+def test_monitored_returns_the_result_and_the_resources(tmp_path: Path) -> None:
+    result, resources = montrace.monitored(out=tmp_path)(spawn_true)(3)
+    assert result == 3
+    run = montrace.load(resources["run_dir"])
+    procs = run.processes
+    assert (procs.filename == "/bin/true").sum() == 3
+    assert resources["processes"] == len(procs) == 4  # the child Python and its 3
+    assert resources["cpu_s"] == pytest.approx(kernel_cpu_s(run), abs=1e-9)
+    plain = montrace.monitored(return_resources=False)(spawn_true)(1)
+    assert plain == 1
+
+
+def test_monitored_raises_limit_exceeded_and_this_process_goes_on() -> None:
+    fn = montrace.monitored(limits={"rss": "100MiB"}, interval=0.05)(allocate)
+    with pytest.raises(montrace.LimitExceeded) as breach:
+        fn(300)
+    err = breach.value
+    assert err.limit == "rss"
+    assert err.threshold == 100 * 1024 * 1024
+    assert err.value > err.threshold
+    assert err.run is not None and err.run.limit_breach["limit"] == "rss"
+    # Still alive and able to go on.
+    assert montrace.monitored(return_resources=False)(spawn_true)(0) == 0
+
+
+def test_monitored_propagates_exceptions_with_their_traceback() -> None:
+    with pytest.raises(ValueError, match="boom 7") as raised:
+        montrace.monitored(crash)(7)
+    cause = raised.value.__cause__
+    assert cause is not None and "in crash" in str(cause) and "boom 7" in str(cause)
+
+
+def test_monitored_says_what_to_do_with_an_unpicklable_argument() -> None:
+    import threading
+
+    with pytest.raises(TypeError, match="module level"):
+        montrace.monitored(spawn_true)(threading.Lock())
+
+
+def test_monitored_takes_a_lambda_through_cloudpickle() -> None:
+    import cloudpickle  # noqa: F401  (comes with mlflow-skinny, installed with the tests)
+    assert montrace.monitored(return_resources=False)(lambda: 41 + 1)() == 42
+
+
+def test_the_stream_and_the_callback(tmp_path: Path) -> None:
+    got = []
+    seen_while_running = []
+
+    def callback(line: dict) -> None:
+        got.append(line)
+        if line["type"] == "sweep":
+            seen_while_running.append(time.time())
+
+    stream = tmp_path / "stream.jsonl"
+    run = montrace.run(
+        ["sh", "-c", "for i in 1 2 3 4 5; do /bin/true; done; sleep 0.5"],
+        interval=0.05, out=tmp_path / "run", stream=stream, callback=callback,
+    )
+    text = stream.read_text()
+    lines = [json.loads(line) for line in text.splitlines()]  # valid JSON on every line
+    assert got == lines, "the callback got every line, in order"
+    assert lines[-1]["type"] == "end" and lines[-1]["final"] is True
+    assert sum(1 for line in lines if line.get("final")) == 1
+    sweeps = [line for line in lines if line["type"] == "sweep"]
+    samples = run.samples
+    assert len(sweeps) == samples[samples.source == "procfs"].time.nunique()
+    procs = run.processes
+    starts = {line["pid"] for line in lines if line["type"] == "start"}
+    exits = {line["pid"] for line in lines if line["type"] == "exit"}
+    assert starts == exits == set(int(p) for p in procs.pid)
+    assert sum(1 for line in lines if line["type"] == "start") == len(procs)
+    end_of_run = procs.end_time.max().timestamp()
+    assert seen_while_running and seen_while_running[0] < end_of_run
+    assert montrace.read_stream(stream) == lines
+
+
+def test_a_failing_callback_is_raised_after_the_run(tmp_path: Path) -> None:
+    def callback(line: dict) -> None:
+        raise RuntimeError("callback broke")
+
+    with pytest.raises(RuntimeError, match="callback broke"):
+        montrace.run(["sleep", "0.2"], out=tmp_path / "run", interval=0.05, callback=callback)
+    assert (tmp_path / "run" / "processes.parquet").is_file(), "the run was recorded whole"
+
+
+def test_repr_html_shows_the_headline_the_groups_and_the_memory_plot(tmp_path: Path) -> None:
+    run = montrace.run(
+        [sys.executable, "-c", "b = bytearray(40 * 1024 * 1024); import time; time.sleep(0.4)"],
+        out=tmp_path / "run", interval=0.05,
+    )
+    page = run._repr_html_()
+    assert "memory peak of the tree" in page and "<svg" in page and "<polyline" in page
+    assert os.path.basename(sys.executable) in page  # the group table names the program
+    peak_mib = run.resources["peak_rss_bytes"] / 2**20
+    assert peak_mib > 40 and f"{peak_mib:.1f} MiB" in page

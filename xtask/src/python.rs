@@ -1,0 +1,108 @@
+//! The Python package: `cargo xtask wheel` builds the wheel (maturin: the `montrace` binary plus
+//! the pure-Python package in python/), and the python tier of `cargo xtask test` installs the
+//! wheel into a fresh virtual environment and runs python/tests there with pytest.
+
+use crate::util::{self, check, check_quietly};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What the tests' environment installs beside the wheel: the test runner, the optional frame
+/// libraries, MLflow with the sqlite backend's libraries (its file backend is retired), and
+/// cloudpickle (which `monitored` uses for lambdas when it is there).
+pub const TEST_PACKAGES: &[&str] = &[
+    "pytest",
+    "pandas",
+    "polars",
+    "mlflow-skinny",
+    "sqlalchemy",
+    "alembic",
+    "cloudpickle",
+];
+
+/// Builds the wheel into `target/wheels/<profile>/` (emptied first) and returns its path. The
+/// tests use the `dev` profile (it reuses the debug build); `release` is what users install.
+pub fn build_wheel(release: bool, verbose: bool) -> Result<PathBuf> {
+    let profile = if release { "release" } else { "dev" };
+    let out = util::target_dir().join("wheels").join(profile);
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("emptying {}", out.display()))?;
+    }
+    let mut maturin = Command::new("python3");
+    maturin
+        .args([
+            "-m",
+            "maturin",
+            "build",
+            "--strip",
+            "--profile",
+            profile,
+            "--out",
+        ])
+        .arg(&out)
+        .current_dir(util::workspace_root().join("python"));
+    check_quietly(&mut maturin, verbose).context("building the wheel (maturin) failed")?;
+    let wheels: Vec<PathBuf> = std::fs::read_dir(&out)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    match wheels.as_slice() {
+        [one] => Ok(one.clone()),
+        other => bail!("expected one wheel in {}, found {other:?}", out.display()),
+    }
+}
+
+/// `cargo xtask wheel [--release]`.
+pub fn wheel(verbose: bool, release: bool) -> Result<()> {
+    crate::setup::setup(verbose)?;
+    let wheel = build_wheel(release, verbose)?;
+    eprintln!(
+        "xtask: built {}\n  install it with: pip install {}",
+        wheel.display(),
+        wheel.display()
+    );
+    Ok(())
+}
+
+/// Where the tests' virtual environment goes: under the system's temporary directory, so the
+/// ordinary user the tests create can run its interpreter (a checkout under /root may be closed
+/// to them).
+pub fn venv_dir() -> PathBuf {
+    std::env::temp_dir().join("montrace-python-tests")
+}
+
+/// The python tier: the wheel, a fresh virtual environment with it and [`TEST_PACKAGES`], then
+/// `pytest python/tests` (as root: some tests create an ordinary user).
+pub fn test(verbose: bool) -> Result<()> {
+    let wheel = build_wheel(false, verbose)?;
+    let venv = venv_dir();
+    check_quietly(
+        Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv),
+        verbose,
+    )
+    .context("creating the tests' virtual environment failed")?;
+    let python = venv.join("bin/python");
+    check_quietly(pip(&python).arg(&wheel).args(TEST_PACKAGES), verbose)
+        .context("installing the wheel and the test packages into a fresh virtual environment")?;
+    let mut pytest = Command::new(&python);
+    pytest
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(util::workspace_root().join("python/tests"))
+        .current_dir(util::workspace_root())
+        // The wheel's own binary, not the one the e2e tier uses.
+        .env_remove("MONTRACE_BIN");
+    if !util::is_root() {
+        bail!("the python tests create an ordinary user: run `cargo xtask test` as root");
+    }
+    check(&mut pytest).context("python tests failed")
+}
+
+fn pip(python: &Path) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "pip", "install", "--quiet"])
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+    cmd
+}

@@ -1,11 +1,13 @@
 //! examples/analysis.ipynb runs from top to bottom on a real run (with nbclient, as Jupyter
-//! would) and shows the right per-command table.
+//! would), loads it with the montrace package (whose view of the run it shows), and shows the
+//! right per-command table.
 use std::path::Path;
 
 use serde_json::Value;
 use tests::{known_workload, launch_montrace, python, read_json};
 
 const NOTEBOOK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/analysis.ipynb");
+const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../python");
 
 /// Executes a notebook with nbclient on the `python3` kernel and writes the executed copy.
 const EXECUTE: &str = r#"
@@ -95,6 +97,9 @@ fn notebook_runs_top_to_bottom_against_a_real_run() {
         &[
             ("MONTRACE_RUN", run.dir.to_str().unwrap()),
             ("MPLBACKEND", "Agg"),
+            // The notebook uses the montrace package: this checkout's (the wheel's tests are the
+            // python tier's).
+            ("PYTHONPATH", PACKAGE),
         ],
     );
     let notebook = read_json(&executed).unwrap_or_else(|e| panic!("{e}"));
@@ -128,6 +133,23 @@ fn notebook_runs_top_to_bottom_against_a_real_run() {
     assert!(
         peak_uss >= 60.0,
         "three holders had 20 MiB each at once: {memory}"
+    );
+
+    // montrace.load's run shows itself: the headline figures, the programs, the memory plot.
+    let html: String = cells(&notebook)
+        .iter()
+        .flat_map(|cell| cell["outputs"].as_array().into_iter().flatten())
+        .map(|output| text(&output["data"]["text/html"]))
+        .collect();
+    for part in ["memory peak of the tree", "<svg", workload.holder.as_str()] {
+        assert!(html.contains(part), "no {part:?} in the run's view: {html}");
+    }
+    let processes_line = format!("{} processes, ", run.processes().len());
+    assert!(
+        cells(&notebook)
+            .iter()
+            .any(|cell| output_text(cell).contains(&processes_line)),
+        "the load cell counts the processes montrace recorded"
     );
 
     // The per-command table: one line per program, `index filename instances ...`.

@@ -123,6 +123,62 @@ mod tests {
         assert!(matches!(cli.command, Command::Run { cmd } if cmd.is_empty()));
     }
 
+    /// Every `cargo xtask ...` the docs show: the words up to a comment, a closing quote or
+    /// punctuation.
+    fn documented_commands(text: &str) -> Vec<Vec<String>> {
+        let mut found = Vec::new();
+        for line in text.lines() {
+            let mut rest = line;
+            while let Some(at) = rest.find("cargo xtask ") {
+                rest = &rest[at + "cargo xtask ".len()..];
+                let mut words = vec!["xtask".to_owned()];
+                for token in rest.split_whitespace() {
+                    if token.starts_with(['#', '(']) || token == "&&" {
+                        break;
+                    }
+                    let word = token.trim_end_matches(['`', ')', ',', '.', ':', ';']);
+                    if !word.is_empty() {
+                        words.push(word.to_owned());
+                    }
+                    if word.len() != token.len() {
+                        break;
+                    }
+                }
+                found.push(words);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_xtask_command_in_the_docs_parses() {
+        let root = crate::util::workspace_root();
+        let mut checked = 0;
+        for doc in [
+            "README.md",
+            "BENCHMARKS.md",
+            "docs/python.md",
+            "docs/ci.md",
+            "docs/security.md",
+            "docs/report.md",
+        ] {
+            let text = std::fs::read_to_string(root.join(doc)).unwrap();
+            for words in documented_commands(&text) {
+                assert!(
+                    Cli::try_parse_from(&words).is_ok(),
+                    "{doc} shows `cargo {}`, which cargo xtask does not take",
+                    words.join(" ")
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 8, "only {checked} commands found");
+        assert_eq!(
+            documented_commands("run `cargo xtask test --e2e` (as root), cargo xtask wheel."),
+            [vec!["xtask", "test", "--e2e"], vec!["xtask", "wheel"]]
+        );
+    }
+
     #[test]
     fn test_tiers_are_exclusive() {
         assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--e2e"]).is_err());

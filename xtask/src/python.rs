@@ -92,7 +92,9 @@ pub fn test(verbose: bool) -> Result<()> {
         .arg(util::workspace_root().join("python/tests"))
         .current_dir(util::workspace_root())
         // The wheel's own binary, not the one the e2e tier uses.
-        .env_remove("MONTRACE_BIN");
+        .env_remove("MONTRACE_BIN")
+        // docs/python.md's install lines are checked against it.
+        .env("MONTRACE_WHEEL", &wheel);
     if !util::is_root() {
         bail!("the python tests create an ordinary user: run `cargo xtask test` as root");
     }

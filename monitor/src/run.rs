@@ -493,6 +493,17 @@ fn load_probes(
 /// The run's cgroup (and what run.json says of it), or none, said once.
 fn create_cgroup(started_wall_ns: i64) -> (Option<RunCgroup>, run_json::CgroupReport) {
     let mut report = run_json::CgroupReport::default();
+    // Inside a limited cgroup that is not the top of its hierarchy (a batch job's, a slice's),
+    // a run cgroup at the top would take the command out of its limits: it stays where it is.
+    if let Some(limit) = crate::sampling::capacity::confining_cgroup() {
+        let why = format!(
+            "montrace runs in a limited cgroup ({limit}); moving the command into a run cgroup \
+             would lift that limit, so it stays there"
+        );
+        crate::say!("montrace: no cgroup for the run, so no kernel totals to compare with: {why}");
+        report.error = Some(why);
+        return (None, report);
+    }
     match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
         Ok(cgroup) => (Some(cgroup), report),
         Err(err) => {

@@ -249,6 +249,9 @@ def _with_own_usage(run: Run, began: Any, ended: Any) -> Dict[str, Any]:
                if p == os.getpid() and r is not None]
         if own:
             figures["peak_process_rss_bytes"] = max(figures.get("peak_process_rss_bytes") or 0, max(own))
+    from ._load import _capacity_shares
+
+    figures.update(_capacity_shares(run.info.get("capacity"), figures))
     return figures
 
 

@@ -168,6 +168,7 @@ class Run:
             "tracking_mode": self.info.get("tracking_mode"),
             "run_dir": str(self.path),
         }
+        out.update(_capacity_shares(self.info.get("capacity"), out))
         return out
 
     def _gpu_memory_peak(self) -> Optional[int]:
@@ -267,6 +268,25 @@ def _metrics_from_processes(procs: pa.Table) -> Dict[str, Any]:
         "processes": procs.num_rows,
         "read_bytes": sum(col("read_bytes")),
         "write_bytes": sum(col("write_bytes")),
+    }
+
+
+def _capacity_shares(capacity: Optional[Dict[str, Any]], figures: Dict[str, Any]) -> Dict[str, Any]:
+    """Percentages against what the run could use (run.json ``capacity``: a limited container's
+    cgroup limits, else the host): the average CPU over the wall time (100 = every core it may
+    use busy the whole time) and the tree's memory peak."""
+    capacity = capacity or {}
+    cores, memory = capacity.get("cpu_cores"), capacity.get("memory_bytes")
+    cpu_s, wall_s, peak = figures.get("cpu_s"), figures.get("wall_s"), figures.get("peak_rss_bytes")
+    return {
+        "cpu_capacity_cores": cores,
+        "cpu_capacity_basis": capacity.get("cpu_basis"),
+        "memory_capacity_bytes": memory,
+        "memory_capacity_basis": capacity.get("memory_basis"),
+        "avg_cpu_percent_of_capacity": (
+            cpu_s / wall_s / cores * 100 if cores and cpu_s is not None and wall_s else None
+        ),
+        "peak_memory_percent_of_capacity": peak / memory * 100 if memory and peak is not None else None,
     }
 
 

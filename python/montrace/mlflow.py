@@ -3,7 +3,9 @@
 
 Metrics (one step per sampling sweep, timestamped at the sweep): the tree's ``cpu_percent``
 (100 = one core), ``rss_mb``, ``uss_mb``, ``pss_mb``, ``vms_mb``, ``threads``, ``fds``,
-``read_mb`` and ``write_mb`` (bytes read/written so far by the live processes), and per GPU
+``read_mb`` and ``write_mb`` (bytes read/written so far by the live processes),
+``cpu_percent_of_capacity`` and ``rss_percent_of_capacity`` (against run.json ``capacity``: a
+limited container's limits, else the host), and per GPU
 ``gpu<N>_memory_mb`` and ``gpu<N>_utilization_percent`` when the run has GPU data. The summary
 goes in as params (command, tracking mode, exit status) and ``montrace_*`` metrics, report.html
 (when the run has one) as an artifact under ``montrace/``. Needs ``mlflow`` or ``mlflow-skinny``."""
@@ -52,9 +54,16 @@ def series(run: Run) -> Dict[str, List["tuple[int, int, float]"]]:
                 value = columns[column][i]
                 if value is not None:
                     row[name] = (row.get(name) or 0.0) + value * scale
+        capacity = run.info.get("capacity") or {}
+        cores, memory = capacity.get("cpu_cores"), capacity.get("memory_bytes")
         for step, t in enumerate(sorted(sums)):
             ms = _ms(t)
-            for name, value in sums[t].items():
+            row = sums[t]
+            if cores and row.get("cpu_percent") is not None:
+                row["cpu_percent_of_capacity"] = row["cpu_percent"] / cores
+            if memory and row.get("rss_mb") is not None:
+                row["rss_percent_of_capacity"] = row["rss_mb"] * MIB / memory * 100
+            for name, value in row.items():
                 if value is not None:
                     out.setdefault(name, []).append((step, ms, value))
     gpu = run.table("gpu")
@@ -133,7 +142,9 @@ def callback(*, run_id: Optional[str] = None, prefix: str = "") -> Callable[[Dic
             return
         values = {
             "cpu_percent": line.get("cpu_percent"),
+            "cpu_percent_of_capacity": line.get("cpu_percent_of_capacity"),
             "rss_mb": _mb(line.get("rss_bytes")),
+            "rss_percent_of_capacity": line.get("rss_percent_of_capacity"),
             "uss_mb": _mb(line.get("uss_bytes")),
             "pss_mb": _mb(line.get("pss_bytes")),
             "read_mb": _mb(line.get("read_bytes")),

@@ -49,3 +49,54 @@ def user() -> Iterator[User]:
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
         subprocess.run(["userdel", "-r", name], capture_output=True)
         shutil.rmtree(f"/home/{name}", ignore_errors=True)
+
+
+class LimitedCgroup:
+    """A cgroup limited to half a core and 256 MiB (cgroup v2 where it has cpu and memory,
+    else one directory in each v1 hierarchy); ``wrap(argv)`` starts argv inside it."""
+
+    MEMORY = 256 << 20
+
+    def __init__(self) -> None:
+        name = f"montrace-pycapacity-{os.getpid()}"
+        v2 = Path("/sys/fs/cgroup")
+        controllers = (v2 / "cgroup.controllers").read_text() if (v2 / "cgroup.controllers").exists() else ""
+        if "cpu" in controllers.split() and "memory" in controllers.split():
+            d = v2 / name
+            d.mkdir()
+            (d / "cpu.max").write_text("50000 100000")
+            (d / "memory.max").write_text(str(self.MEMORY))
+            self.dirs = [d]
+        else:
+            cpu_mount = next(Path(p) for p in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct")
+                             if Path(p, "cpu.cfs_quota_us").exists())
+            cpu = cpu_mount / name
+            cpu.mkdir()
+            (cpu / "cpu.cfs_period_us").write_text("100000")
+            (cpu / "cpu.cfs_quota_us").write_text("50000")
+            memory = Path("/sys/fs/cgroup/memory") / name
+            memory.mkdir()
+            (memory / "memory.limit_in_bytes").write_text(str(self.MEMORY))
+            self.dirs = [cpu, memory]
+
+    def wrap(self, argv: "list[str]") -> "list[str]":
+        moves = "".join(f"echo $$ > '{d}/cgroup.procs'; " for d in self.dirs)
+        return ["sh", "-c", moves + 'exec "$@"', "sh", *argv]
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def limited_cgroup() -> Iterator[LimitedCgroup]:
+    if os.geteuid() != 0:
+        pytest.fail("this test makes a cgroup: run the suite as root (cargo xtask test)")
+    cgroup = LimitedCgroup()
+    try:
+        yield cgroup
+    finally:
+        cgroup.remove()

@@ -405,69 +405,7 @@ impl Run {
 
     /// The rows of `processes.parquet`, in file order.
     pub fn processes(&self) -> Vec<Proc> {
-        let path = self.dir.join("processes.parquet");
-        let mut rows = Vec::new();
-        for batch in read_batches(&path) {
-            let c = Columns {
-                batch: &batch,
-                path: &path,
-            };
-            let pid = c.get::<UInt32Array>("pid");
-            let start_time = c.time("start_time");
-            let parent_pid = c.get::<UInt32Array>("parent_pid");
-            let parent_start_time = c.time("parent_start_time");
-            let end_time = c.time("end_time");
-            let filename = c.get::<StringArray>("filename");
-            let argv = c.get::<ListArray>("argv");
-            let argv_truncated = c.get::<BooleanArray>("argv_truncated");
-            let comm = c.get::<StringArray>("comm");
-            let exec_count = c.get::<UInt32Array>("exec_count");
-            let exit_code = c.get::<Int32Array>("exit_code");
-            let exit_signal = c.get::<Int32Array>("exit_signal");
-            let core_dumped = c.get::<BooleanArray>("core_dumped");
-            let cpu_user_ns = c.get::<UInt64Array>("cpu_user_ns");
-            let cpu_system_ns = c.get::<UInt64Array>("cpu_system_ns");
-            let peak_rss_bytes = c.get::<UInt64Array>("peak_rss_bytes");
-            let minor_faults = c.get::<UInt64Array>("minor_faults");
-            let major_faults = c.get::<UInt64Array>("major_faults");
-            let voluntary = c.get::<UInt64Array>("voluntary_ctxt_switches");
-            let involuntary = c.get::<UInt64Array>("involuntary_ctxt_switches");
-            let read_bytes = c.get::<UInt64Array>("read_bytes");
-            let write_bytes = c.get::<UInt64Array>("write_bytes");
-            let read_chars = c.get::<UInt64Array>("read_chars");
-            let write_chars = c.get::<UInt64Array>("write_chars");
-            let alive_at_end = c.get::<BooleanArray>("alive_at_end");
-            for i in 0..batch.num_rows() {
-                rows.push(Proc {
-                    pid: pid.value(i),
-                    start_time: start_time.value(i),
-                    parent_pid: opt(parent_pid, i),
-                    parent_start_time: opt(parent_start_time, i),
-                    end_time: opt(end_time, i),
-                    filename: opt_str(filename, i),
-                    argv: opt_list(argv, i),
-                    argv_truncated: argv_truncated.value(i),
-                    comm: comm.value(i).to_string(),
-                    exec_count: exec_count.value(i),
-                    exit_code: opt(exit_code, i),
-                    exit_signal: opt(exit_signal, i),
-                    core_dumped: core_dumped.value(i),
-                    cpu_user_ns: opt(cpu_user_ns, i),
-                    cpu_system_ns: opt(cpu_system_ns, i),
-                    peak_rss_bytes: opt(peak_rss_bytes, i),
-                    minor_faults: opt(minor_faults, i),
-                    major_faults: opt(major_faults, i),
-                    voluntary_ctxt_switches: opt(voluntary, i),
-                    involuntary_ctxt_switches: opt(involuntary, i),
-                    read_bytes: opt(read_bytes, i),
-                    write_bytes: opt(write_bytes, i),
-                    read_chars: opt(read_chars, i),
-                    write_chars: opt(write_chars, i),
-                    alive_at_end: alive_at_end.value(i),
-                });
-            }
-        }
-        rows
+        read_processes(&self.dir)
     }
 
     /// The rows of `events.parquet`, in file order.
@@ -1180,4 +1118,71 @@ impl Run {
         }
         rows
     }
+}
+
+/// The rows of `<dir>/processes.parquet`, in file order.
+pub fn read_processes(dir: &Path) -> Vec<Proc> {
+    let path = dir.join("processes.parquet");
+    let mut rows = Vec::new();
+    for batch in read_batches(&path) {
+        let c = Columns {
+            batch: &batch,
+            path: &path,
+        };
+        let pid = c.get::<UInt32Array>("pid");
+        let start_time = c.time("start_time");
+        let parent_pid = c.get::<UInt32Array>("parent_pid");
+        let parent_start_time = c.time("parent_start_time");
+        let end_time = c.time("end_time");
+        let filename = c.get::<StringArray>("filename");
+        let argv = c.get::<ListArray>("argv");
+        let argv_truncated = c.get::<BooleanArray>("argv_truncated");
+        let comm = c.get::<StringArray>("comm");
+        let exec_count = c.get::<UInt32Array>("exec_count");
+        let exit_code = c.get::<Int32Array>("exit_code");
+        let exit_signal = c.get::<Int32Array>("exit_signal");
+        let core_dumped = c.get::<BooleanArray>("core_dumped");
+        let cpu_user_ns = c.get::<UInt64Array>("cpu_user_ns");
+        let cpu_system_ns = c.get::<UInt64Array>("cpu_system_ns");
+        let peak_rss_bytes = c.get::<UInt64Array>("peak_rss_bytes");
+        let minor_faults = c.get::<UInt64Array>("minor_faults");
+        let major_faults = c.get::<UInt64Array>("major_faults");
+        let voluntary = c.get::<UInt64Array>("voluntary_ctxt_switches");
+        let involuntary = c.get::<UInt64Array>("involuntary_ctxt_switches");
+        let read_bytes = c.get::<UInt64Array>("read_bytes");
+        let write_bytes = c.get::<UInt64Array>("write_bytes");
+        let read_chars = c.get::<UInt64Array>("read_chars");
+        let write_chars = c.get::<UInt64Array>("write_chars");
+        let alive_at_end = c.get::<BooleanArray>("alive_at_end");
+        for i in 0..batch.num_rows() {
+            rows.push(Proc {
+                pid: pid.value(i),
+                start_time: start_time.value(i),
+                parent_pid: opt(parent_pid, i),
+                parent_start_time: opt(parent_start_time, i),
+                end_time: opt(end_time, i),
+                filename: opt_str(filename, i),
+                argv: opt_list(argv, i),
+                argv_truncated: argv_truncated.value(i),
+                comm: comm.value(i).to_string(),
+                exec_count: exec_count.value(i),
+                exit_code: opt(exit_code, i),
+                exit_signal: opt(exit_signal, i),
+                core_dumped: core_dumped.value(i),
+                cpu_user_ns: opt(cpu_user_ns, i),
+                cpu_system_ns: opt(cpu_system_ns, i),
+                peak_rss_bytes: opt(peak_rss_bytes, i),
+                minor_faults: opt(minor_faults, i),
+                major_faults: opt(major_faults, i),
+                voluntary_ctxt_switches: opt(voluntary, i),
+                involuntary_ctxt_switches: opt(involuntary, i),
+                read_bytes: opt(read_bytes, i),
+                write_bytes: opt(write_bytes, i),
+                read_chars: opt(read_chars, i),
+                write_chars: opt(write_chars, i),
+                alive_at_end: alive_at_end.value(i),
+            });
+        }
+    }
+    rows
 }

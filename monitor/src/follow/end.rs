@@ -203,6 +203,7 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
         limit_breach: e.outcome.breach,
         out_dir: e.out_dir.display().to_string(),
         recording_error: finished.recording_error,
+        capacity: Some(finished.capacity),
         marks_dropped: e.outcome.marks_dropped,
     }
 }

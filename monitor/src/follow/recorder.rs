@@ -74,6 +74,8 @@ pub struct Recorder<'g> {
     /// The command's first exec was streamed (it starts it: it has no fork event).
     root_streamed: bool,
     created: std::time::Instant,
+    /// What 100 % of CPU and memory is for this run (a container's limits, or the host).
+    capacity: crate::sampling::capacity::Capacity,
 }
 
 impl<'g> Recorder<'g> {
@@ -147,6 +149,7 @@ impl<'g> Recorder<'g> {
             stream,
             root_streamed: false,
             created: std::time::Instant::now(),
+            capacity: crate::sampling::capacity::Capacity::read(),
         })
     }
 
@@ -363,7 +366,13 @@ impl<'g> Recorder<'g> {
                 live: self.tracker.live_count(),
                 started: self.tracker.processes_started(),
                 cpu_percent: self.last_sweep_cpu_percent.unwrap_or(0.0),
+                cpu_percent_of_capacity: self
+                    .capacity
+                    .cpu_share_percent(self.last_sweep_cpu_percent.unwrap_or(0.0)),
                 rss_bytes: self.last_sweep_rss.unwrap_or(0),
+                rss_percent_of_capacity: self
+                    .capacity
+                    .memory_share_percent(self.last_sweep_rss.unwrap_or(0)),
                 uss_bytes: sum(|s| s.uss_bytes),
                 pss_bytes: sum(|s| s.pss_bytes),
                 read_bytes: sum(|s| s.read_bytes).unwrap_or(0),
@@ -505,6 +514,7 @@ impl<'g> Recorder<'g> {
             sample_rows: self.sample_rows,
             exec_time_boot_ns: self.exec_time_boot_ns,
             recording_error: failure,
+            capacity: self.capacity,
         }
     }
 }
@@ -521,6 +531,7 @@ pub struct Finished {
     pub exec_time_boot_ns: Option<u64>,
     /// Why recording stopped before the end, if it did (see the module's doc).
     pub recording_error: Option<String>,
+    pub capacity: crate::sampling::capacity::Capacity,
 }
 
 #[cfg(test)]

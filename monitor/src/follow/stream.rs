@@ -29,7 +29,11 @@ pub enum Line {
         started: usize,
         /// Sums over the processes read in the sweep (100 = one core for CPU).
         cpu_percent: f64,
+        /// The same as shares of the run's capacity (run.json `capacity`: a container's
+        /// limits, or the host's CPUs and memory).
+        cpu_percent_of_capacity: f64,
         rss_bytes: u64,
+        rss_percent_of_capacity: f64,
         uss_bytes: Option<u64>,
         pss_bytes: Option<u64>,
         read_bytes: u64,

@@ -1,6 +1,7 @@
 //! Samples on top of the tree: every live process and the machine from /proc (`sampler`), the
 //! per-interval figures derived from two readings (`rates`), the run cgroup's kernel totals
-//! (`cgroup`), NVIDIA GPUs (`gpu`), and the host's clocks and facts (`host`).
+//! (`cgroup`), what 100 % means inside a limited container (`capacity`), NVIDIA GPUs (`gpu`), and the host's clocks and facts (`host`).
+pub mod capacity;
 pub mod cgroup;
 pub mod gpu;
 pub mod host;

@@ -161,6 +161,10 @@ pub struct RunInfo {
     /// Why recording stopped before the run ended (a full disk, a write error, an internal
     /// error): the tables hold what was written until then. None when the record is whole.
     pub recording_error: Option<String>,
+    /// What 100 % of CPU and memory means for this run: a limited container's cgroup limits (or
+    /// a narrower CPU affinity), else the host's CPUs and memory. None in runs before it.
+    #[serde(default)]
+    pub capacity: Option<crate::sampling::capacity::Capacity>,
 }
 
 impl RunInfo {
@@ -311,6 +315,10 @@ pub fn format_summary(info: &RunInfo) -> String {
         ));
     }
     lines.extend(info.gpu.format_lines());
+    // Inside a limited container, say what the run could use (the host's figures go unsaid).
+    if let Some(capacity) = info.capacity.as_ref().filter(|c| c.limited()) {
+        lines.push(format!("  capacity (limited)   {}", capacity.describe()));
+    }
     match (info.cgroup.cpu_coverage, &info.cgroup.path) {
         (Some(coverage), _) => lines.push(format!(
             "  CPU coverage         {:.1}% of the cgroup's total",
@@ -521,6 +529,7 @@ mod tests {
             }),
             out_dir: "runs/x".into(),
             recording_error: None,
+            capacity: None,
             marks_dropped: 0,
         }
     }

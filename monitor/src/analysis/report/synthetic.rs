@@ -377,6 +377,7 @@ pub fn synthetic_run(
         out_dir: dir.display().to_string(),
         marks_dropped: 0,
         recording_error: None,
+        capacity: None,
     };
     let run_json = dir.join("run.json");
     std::fs::write(&run_json, serde_json::to_string_pretty(&info)? + "\n")

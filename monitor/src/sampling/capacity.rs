@@ -1,0 +1,414 @@
+//! What 100 % means for a run: the CPU and memory its processes may use. Inside a limited
+//! container, a cgroup limit on montrace's own cgroup or one of its ancestors (v2 `cpu.max` and
+//! `memory.max`; v1 `cpu.cfs_quota_us`/`cpu.cfs_period_us` and `memory.limit_in_bytes`), or a
+//! CPU affinity narrower than the machine (a cpuset); otherwise the host's CPUs and memory.
+//! run.json records which (`capacity`), and the percentages of the live stream, the report and
+//! the Python package are taken against it.
+//!
+//! Pure: the parsers, [`cgroup_dirs`] and [`decide`]; the edge, [`Capacity::read`], reads
+//! /proc/self/cgroup, /proc/self/mountinfo, the limit files, the affinity and /proc/meminfo.
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::cgroup::{CgroupMount, CgroupVersion};
+
+/// The CPU and memory the run may use, and where each figure comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// CPUs' worth of time per second (a cgroup quota may be fractional, e.g. 1.5).
+    pub cpu_cores: f64,
+    /// `host`, or the limit that set it, e.g. `cgroup v2 cpu.max (/sys/fs/cgroup/job/cpu.max)`.
+    pub cpu_basis: String,
+    pub memory_bytes: u64,
+    /// `host` (MemTotal), or e.g. `cgroup v1 memory.limit_in_bytes (/sys/fs/cgroup/memory/...)`.
+    pub memory_basis: String,
+}
+
+impl Capacity {
+    /// True when either figure comes from a limit rather than the whole host.
+    pub fn limited(&self) -> bool {
+        self.cpu_basis != HOST || self.memory_basis != HOST
+    }
+
+    /// `cpu_percent` (100 = one core) as a share of the CPU capacity.
+    pub fn cpu_share_percent(&self, cpu_percent: f64) -> f64 {
+        cpu_percent / self.cpu_cores.max(f64::MIN_POSITIVE)
+    }
+
+    /// Bytes as a share of the memory capacity, in percent.
+    pub fn memory_share_percent(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.memory_bytes.max(1) as f64 * 100.0
+    }
+
+    /// One line for people: `2 cores (host), 23.5 GiB (cgroup v1 memory.limit_in_bytes ...)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} core{} ({}), {} ({})",
+            trim_float(self.cpu_cores),
+            if self.cpu_cores == 1.0 { "" } else { "s" },
+            self.cpu_basis,
+            crate::units::format_bytes(self.memory_bytes),
+            self.memory_basis
+        )
+    }
+
+    /// This process's capacity, read now (the run's processes inherit montrace's cgroup and
+    /// affinity). Anything unreadable counts as no limit.
+    pub fn read() -> Capacity {
+        let limits = Limits::read();
+        decide(
+            limits.host_cores,
+            limits.host_memory,
+            &limits.cpu,
+            &limits.memory,
+        )
+    }
+}
+
+/// The cgroup limit that confines montrace below the top of its cgroup hierarchy (the top is the
+/// host's root, or a container's own cgroup), if one does: moving the command into a run cgroup
+/// at the top would lift it, so montrace then leaves the command where it is.
+pub fn confining_cgroup() -> Option<String> {
+    let limits = Limits::read();
+    let capacity = decide(
+        limits.host_cores,
+        limits.host_memory,
+        &limits.cpu,
+        &limits.memory,
+    );
+    limits
+        .below_top
+        .into_iter()
+        .find(|basis| *basis == capacity.cpu_basis || *basis == capacity.memory_basis)
+}
+
+/// The host's figures and every limit found, with those set below the top of a hierarchy.
+struct Limits {
+    host_cores: f64,
+    host_memory: u64,
+    cpu: Vec<(f64, String)>,
+    memory: Vec<(u64, String)>,
+    below_top: Vec<String>,
+}
+
+impl Limits {
+    fn read() -> Limits {
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let host_cores = online_cpus().unwrap_or(online) as f64;
+        let host_memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| mem_total(&t))
+            .unwrap_or(0);
+        let mut limits = Limits {
+            host_cores,
+            host_memory,
+            cpu: Vec::new(),
+            memory: Vec::new(),
+            below_top: Vec::new(),
+        };
+        if let Some(n) = affinity_cpus() {
+            limits.cpu.push((
+                n as f64,
+                format!("CPU affinity (cpuset): {n} of {host_cores} CPUs"),
+            ));
+        }
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|t| super::cgroup::parse_mountinfo_cgroups(&t))
+            .unwrap_or_default();
+        for (version, dir, top) in cgroup_dirs(&own, &mounts) {
+            let (cpu, memory) = (limits.cpu.len(), limits.memory.len());
+            collect_limits(version, &dir, &mut limits.cpu, &mut limits.memory);
+            if !top {
+                let found = limits.cpu[cpu..].iter().map(|(_, b)| b.clone());
+                let found: Vec<String> = found
+                    .chain(limits.memory[memory..].iter().map(|(_, b)| b.clone()))
+                    .collect();
+                limits.below_top.extend(found);
+            }
+        }
+        limits
+    }
+}
+
+/// The basis of a figure that no limit lowered.
+pub const HOST: &str = "host";
+
+/// The smallest limit below the host's figure, with its basis; the host's otherwise.
+pub fn decide(
+    host_cores: f64,
+    host_memory: u64,
+    cpu_limits: &[(f64, String)],
+    memory_limits: &[(u64, String)],
+) -> Capacity {
+    let cpu = cpu_limits
+        .iter()
+        .filter(|(c, _)| *c > 0.0 && *c < host_cores)
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    let memory = memory_limits
+        .iter()
+        .filter(|(m, _)| *m > 0 && (host_memory == 0 || *m < host_memory))
+        .min_by_key(|(m, _)| *m);
+    Capacity {
+        cpu_cores: cpu.map_or(host_cores, |c| c.0),
+        cpu_basis: cpu.map_or_else(|| HOST.to_owned(), |c| c.1.clone()),
+        memory_bytes: memory.map_or(host_memory, |m| m.0),
+        memory_basis: memory.map_or_else(|| HOST.to_owned(), |m| m.1.clone()),
+    }
+}
+
+/// v2 `cpu.max`: `QUOTA PERIOD` in µs, or `max PERIOD` (no limit).
+pub fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut fields = text.split_whitespace();
+    let quota = fields.next()?;
+    let period: f64 = fields.next().unwrap_or("100000").parse().ok()?;
+    cores(quota, period)
+}
+
+/// v1 `cpu.cfs_quota_us` (`-1`: no limit) over `cpu.cfs_period_us`.
+pub fn parse_cfs_quota(quota: &str, period: &str) -> Option<f64> {
+    cores(quota.trim(), period.trim().parse().ok()?)
+}
+
+fn cores(quota: &str, period: f64) -> Option<f64> {
+    let quota: f64 = quota.parse().ok()?;
+    (quota > 0.0 && period > 0.0).then(|| quota / period)
+}
+
+/// v2 `memory.max` (`max`: no limit) or v1 `memory.limit_in_bytes` (no limit is a huge value,
+/// the largest page-aligned `i64`).
+pub fn parse_memory_limit(text: &str) -> Option<u64> {
+    let value: u64 = text.trim().parse().ok()?;
+    (value < 1 << 60).then_some(value)
+}
+
+/// MemTotal of /proc/meminfo, in bytes.
+pub fn mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The directories that may hold a limit on this process: its cgroup in the v2 hierarchy and in
+/// the v1 `cpu` and `memory` hierarchies, then each ancestor up to the mount point (the top of
+/// what this process sees: a container's own cgroup when it has a cgroup namespace). The flag is
+/// true for the top.
+pub fn cgroup_dirs(
+    proc_self_cgroup: &str,
+    mounts: &[CgroupMount],
+) -> Vec<(CgroupVersion, PathBuf, bool)> {
+    let mut dirs = Vec::new();
+    for line in proc_self_cgroup.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let mount = if id == "0" && controllers.is_empty() {
+            mounts.iter().find(|m| m.version == CgroupVersion::V2)
+        } else {
+            let listed: Vec<&str> = controllers.split(',').collect();
+            if !listed.iter().any(|c| *c == "cpu" || *c == "memory") {
+                continue;
+            }
+            mounts.iter().find(|m| {
+                m.version == CgroupVersion::V1
+                    && listed
+                        .iter()
+                        .all(|c| m.controllers.iter().any(|mc| mc == c))
+            })
+        };
+        let Some(mount) = mount else { continue };
+        let relative = Path::new(path)
+            .strip_prefix(&mount.root)
+            .unwrap_or(Path::new(""))
+            .to_path_buf();
+        let mut dir = mount.mount_point.join(relative);
+        loop {
+            dirs.push((mount.version, dir.clone(), dir == mount.mount_point));
+            if dir == mount.mount_point || !dir.pop() || !dir.starts_with(&mount.mount_point) {
+                break;
+            }
+        }
+    }
+    dirs
+}
+
+/// Reads the limit files of one cgroup directory.
+fn collect_limits(
+    version: CgroupVersion,
+    dir: &Path,
+    cpu: &mut Vec<(f64, String)>,
+    memory: &mut Vec<(u64, String)>,
+) {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    let basis = |what: &str| {
+        format!(
+            "cgroup {what} ({})",
+            dir.join(what.rsplit(' ').next().unwrap_or(what)).display()
+        )
+    };
+    match version {
+        CgroupVersion::V2 => {
+            if let Some(c) = read("cpu.max").as_deref().and_then(parse_cpu_max) {
+                cpu.push((c, basis("v2 cpu.max")));
+            }
+            if let Some(m) = read("memory.max").as_deref().and_then(parse_memory_limit) {
+                memory.push((m, basis("v2 memory.max")));
+            }
+        }
+        CgroupVersion::V1 => {
+            if let (Some(q), Some(p)) = (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us")) {
+                if let Some(c) = parse_cfs_quota(&q, &p) {
+                    cpu.push((c, basis("v1 cpu.cfs_quota_us")));
+                }
+            }
+            if let Some(m) = read("memory.limit_in_bytes")
+                .as_deref()
+                .and_then(parse_memory_limit)
+            {
+                memory.push((m, basis("v1 memory.limit_in_bytes")));
+            }
+        }
+    }
+}
+
+fn online_cpus() -> Option<usize> {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
+/// CPUs in this process's affinity mask.
+fn affinity_cpus() -> Option<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let ok =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: the set was filled by the kernel.
+    (ok == 0).then(|| unsafe { libc::CPU_COUNT(&set) } as usize)
+}
+
+fn trim_float(v: f64) -> String {
+    let text = format!("{v:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount(point: &str, root: &str, version: CgroupVersion, controllers: &[&str]) -> CgroupMount {
+        CgroupMount {
+            mount_point: point.into(),
+            root: root.into(),
+            version,
+            controllers: controllers.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn limits_parse_and_no_limit_is_none() {
+        assert_eq!(parse_cpu_max("150000 100000\n"), Some(1.5));
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cfs_quota("50000\n", "100000\n"), Some(0.5));
+        assert_eq!(parse_cfs_quota("-1\n", "100000\n"), None);
+        assert_eq!(parse_memory_limit("268435456\n"), Some(256 << 20));
+        assert_eq!(parse_memory_limit("max\n"), None);
+        assert_eq!(parse_memory_limit("9223372036854771712\n"), None);
+        assert_eq!(
+            mem_total("MemTotal:       24684092 kB\nMemFree: 1 kB\n"),
+            Some(24684092 * 1024)
+        );
+    }
+
+    #[test]
+    fn the_smallest_limit_below_the_host_wins() {
+        let host = decide(2.0, 24 << 30, &[], &[]);
+        assert_eq!((host.cpu_cores, host.memory_bytes), (2.0, 24 << 30));
+        assert!(!host.limited());
+        let limited = decide(
+            8.0,
+            64 << 30,
+            &[
+                (4.0, "affinity".into()),
+                (1.5, "job cpu.max".into()),
+                (16.0, "parent".into()),
+            ],
+            &[
+                (128 << 30, "bigger than the host".into()),
+                (1 << 30, "memory.max".into()),
+            ],
+        );
+        assert_eq!(limited.cpu_cores, 1.5);
+        assert_eq!(limited.cpu_basis, "job cpu.max");
+        assert_eq!(limited.memory_bytes, 1 << 30);
+        assert!(limited.limited());
+        assert_eq!(limited.cpu_share_percent(75.0), 50.0);
+        assert_eq!(limited.memory_share_percent(512 << 20), 50.0);
+        // A limit above the host's figure is no limit.
+        let loose = decide(
+            2.0,
+            1 << 30,
+            &[(4.0, "quota".into())],
+            &[(2 << 30, "max".into())],
+        );
+        assert!(!loose.limited());
+    }
+
+    #[test]
+    fn the_dirs_go_from_the_own_cgroup_up_to_the_mount_in_each_hierarchy() {
+        let mounts = [
+            mount("/sys/fs/cgroup/memory", "/", CgroupVersion::V1, &["memory"]),
+            mount(
+                "/sys/fs/cgroup/cpu,cpuacct",
+                "/",
+                CgroupVersion::V1,
+                &["cpu", "cpuacct"],
+            ),
+            mount("/sys/fs/cgroup/pids", "/", CgroupVersion::V1, &["pids"]),
+            mount("/sys/fs/cgroup/unified", "/", CgroupVersion::V2, &[]),
+        ];
+        let own = "9:pids:/a\n4:memory:/jobs/42\n2:cpu,cpuacct:/jobs\n0::/user.slice/s.scope\n";
+        let dirs: Vec<String> = cgroup_dirs(own, &mounts)
+            .into_iter()
+            .map(|(v, d, top)| format!("{v:?} {}{}", d.display(), if top { " (top)" } else { "" }))
+            .collect();
+        assert_eq!(
+            dirs,
+            [
+                "V1 /sys/fs/cgroup/memory/jobs/42",
+                "V1 /sys/fs/cgroup/memory/jobs",
+                "V1 /sys/fs/cgroup/memory (top)",
+                "V1 /sys/fs/cgroup/cpu,cpuacct/jobs",
+                "V1 /sys/fs/cgroup/cpu,cpuacct (top)",
+                "V2 /sys/fs/cgroup/unified/user.slice/s.scope",
+                "V2 /sys/fs/cgroup/unified/user.slice",
+                "V2 /sys/fs/cgroup/unified (top)",
+            ]
+        );
+        // A container with its own cgroup namespace: its cgroup is the mount's top, "/".
+        let container = [mount("/sys/fs/cgroup", "/", CgroupVersion::V2, &[])];
+        let dirs = cgroup_dirs("0::/\n", &container);
+        assert_eq!(
+            dirs,
+            [(CgroupVersion::V2, PathBuf::from("/sys/fs/cgroup"), true)]
+        );
+    }
+
+    #[test]
+    fn the_description_names_both_bases() {
+        let c = decide(
+            2.0,
+            1 << 30,
+            &[(0.5, "cgroup v2 cpu.max (/x/cpu.max)".into())],
+            &[],
+        );
+        assert_eq!(
+            c.describe(),
+            "0.5 cores (cgroup v2 cpu.max (/x/cpu.max)), 1.0 GiB (host)"
+        );
+    }
+}

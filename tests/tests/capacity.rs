@@ -1,0 +1,214 @@
+//! Container-aware percentages: montrace started inside a cgroup limited to half a core and
+//! 256 MiB records that capacity in run.json (with the files that set it), its live stream's
+//! percentages are taken against it, its summary says so, and the command stays under the
+//! limits (no run cgroup lifts them); a run outside any limit records the host's CPUs and memory.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tests::{montrace_bin, read_json, require_root, run_with_timeout, TIMEOUT};
+
+const MEMORY_LIMIT: u64 = 256 << 20;
+
+/// A cgroup with `cpu` limited to 0.5 cores and `memory` to 256 MiB: one v2 directory where
+/// cgroup v2 has both controllers, else one directory in each v1 hierarchy. Removed on drop.
+struct Limited {
+    dirs: Vec<PathBuf>,
+}
+
+impl Limited {
+    fn create() -> Limited {
+        require_root();
+        let name = format!("montrace-capacity-{}", std::process::id());
+        let v2 = Path::new("/sys/fs/cgroup");
+        let controllers =
+            std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
+        let dirs = if controllers.contains("cpu") && controllers.contains("memory") {
+            let dir = v2.join(&name);
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join("cpu.max"), "50000 100000").unwrap();
+            std::fs::write(dir.join("memory.max"), MEMORY_LIMIT.to_string()).unwrap();
+            vec![dir]
+        } else {
+            let cpu = ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
+                .into_iter()
+                .map(Path::new)
+                .find(|p| p.join("cpu.cfs_quota_us").exists())
+                .expect("a cgroup v1 cpu hierarchy");
+            let cpu_dir = cpu.join(&name);
+            std::fs::create_dir(&cpu_dir).unwrap();
+            std::fs::write(cpu_dir.join("cpu.cfs_period_us"), "100000").unwrap();
+            std::fs::write(cpu_dir.join("cpu.cfs_quota_us"), "50000").unwrap();
+            let memory_dir = Path::new("/sys/fs/cgroup/memory").join(&name);
+            std::fs::create_dir(&memory_dir).unwrap();
+            std::fs::write(
+                memory_dir.join("memory.limit_in_bytes"),
+                MEMORY_LIMIT.to_string(),
+            )
+            .unwrap();
+            vec![cpu_dir, memory_dir]
+        };
+        Limited { dirs }
+    }
+
+    /// `sh -c` that moves itself into the cgroup, then execs montrace with `args`.
+    fn montrace(&self, args: &[&str]) -> Command {
+        let moves: String = self
+            .dirs
+            .iter()
+            .map(|d| format!("echo $$ > '{}/cgroup.procs'; ", d.display()))
+            .collect();
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("{moves}exec \"$@\""))
+            .arg("sh")
+            .arg(montrace_bin())
+            .args(args);
+        cmd
+    }
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+fn sweeps(stream: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(stream)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["type"] == "sweep")
+        .collect()
+}
+
+#[test]
+fn a_run_inside_a_limited_cgroup_is_measured_against_its_limits() {
+    let limited = Limited::create();
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, stream) = (tmp.path().join("run"), tmp.path().join("stream.jsonl"));
+    let run = run_with_timeout(
+        &mut limited.montrace(&[
+            "run",
+            "--no-report",
+            "--interval",
+            "100ms",
+            "--stream",
+            stream.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "timeout 1 sh -c 'while :; do :; done'; true",
+        ]),
+        TIMEOUT,
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    let info = read_json(&out.join("run.json")).unwrap();
+    let capacity = &info["capacity"];
+    assert_eq!(capacity["cpu_cores"], 0.5, "{capacity}");
+    assert_eq!(capacity["memory_bytes"], MEMORY_LIMIT, "{capacity}");
+    let cpu_file = if limited.dirs.len() == 1 {
+        limited.dirs[0].join("cpu.max")
+    } else {
+        limited.dirs[0].join("cpu.cfs_quota_us")
+    };
+    let basis = capacity["cpu_basis"].as_str().unwrap();
+    assert!(basis.contains(cpu_file.to_str().unwrap()), "{basis}");
+    let memory_basis = capacity["memory_basis"].as_str().unwrap();
+    assert!(
+        memory_basis.contains(limited.dirs.last().unwrap().to_str().unwrap()),
+        "{memory_basis}"
+    );
+    assert!(
+        run.stderr.contains("capacity (limited)   0.5 cores"),
+        "the summary says so: {run:?}"
+    );
+    let lines = sweeps(&stream);
+    assert!(lines.len() >= 5, "{lines:?}");
+    let mut busy = 0;
+    for line in &lines {
+        let cpu = line["cpu_percent"].as_f64().unwrap();
+        let rss = line["rss_bytes"].as_f64().unwrap();
+        let of_cpu = line["cpu_percent_of_capacity"].as_f64().unwrap();
+        let of_memory = line["rss_percent_of_capacity"].as_f64().unwrap();
+        assert!((of_cpu - cpu / 0.5).abs() < 1e-9, "{line}");
+        assert!(
+            (of_memory - rss / MEMORY_LIMIT as f64 * 100.0).abs() < 1e-9,
+            "{line}"
+        );
+        if cpu > 10.0 {
+            busy += 1;
+        }
+    }
+    assert!(busy >= 3, "the loop was sampled busy: {lines:?}");
+
+    // The command stayed in the limited cgroup (a run cgroup at the top would have lifted the
+    // limit): the loop that ran 1 s got half a core, as the kernel's exit figures show.
+    let cgroup_error = info["cgroup"]["error"].as_str().unwrap_or_default();
+    assert!(
+        cgroup_error.contains("limited cgroup"),
+        "{}",
+        info["cgroup"]
+    );
+    let rows = tests::read_processes(&out);
+    let loops: Vec<_> = rows
+        .iter()
+        .filter(|p| {
+            p.argv
+                .as_ref()
+                .is_some_and(|a| a.len() == 3 && a[2] == "while :; do :; done")
+        })
+        .collect();
+    assert_eq!(loops.len(), 1, "{rows:?}");
+    let cpu_s = loops[0].cpu_ns() as f64 / 1e9;
+    assert!(
+        (0.35..0.65).contains(&cpu_s),
+        "the loop used {cpu_s} s of CPU in 1 s"
+    );
+}
+
+#[test]
+fn a_run_outside_any_limit_is_measured_against_the_host() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, stream) = (tmp.path().join("run"), tmp.path().join("stream.jsonl"));
+    let run = run_with_timeout(
+        Command::new(montrace_bin())
+            .args(["run", "--no-report", "--interval", "50ms", "--stream"])
+            .arg(&stream)
+            .arg("--out")
+            .arg(&out)
+            .args(["--", "sleep", "0.3"]),
+        TIMEOUT,
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    let capacity = read_json(&out.join("run.json")).unwrap()["capacity"].clone();
+    // This test's own view of the machine: its CPUs and MemTotal.
+    let cpus = String::from_utf8(Command::new("nproc").arg("--all").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .parse::<f64>()
+        .unwrap();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let mem_total: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024;
+    assert_eq!(capacity["cpu_basis"], "host", "{capacity}");
+    assert_eq!(capacity["cpu_cores"], cpus, "{capacity}");
+    assert_eq!(capacity["memory_bytes"], mem_total, "{capacity}");
+    assert!(!run.stderr.contains("capacity (limited)"), "{run:?}");
+    for line in sweeps(&stream) {
+        let cpu = line["cpu_percent"].as_f64().unwrap();
+        let of_cpu = line["cpu_percent_of_capacity"].as_f64().unwrap();
+        assert!((of_cpu - cpu / cpus).abs() < 1e-9, "{line}");
+    }
+}

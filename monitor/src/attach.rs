@@ -45,6 +45,9 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     }
     // Room for the sampler's open /proc handles.
     host::raise_open_files_limit();
+    // Before any thread exists (the BTF preload and NVML start some): montrace receives the
+    // forwarded signals through a signalfd.
+    launch::block_forwarded_signals().context("blocking signals")?;
     let offsets = ebpf_offsets(pid);
     let name = OsString::from(format!("attach-{}", comm.trim()));
     let out_dir = match run::create_out_dir(args.record.out.as_deref(), &name, started.1) {
@@ -103,6 +106,8 @@ fn ebpf_offsets(pid: u32) -> Option<monitor_common::Offsets> {
              `sudo montrace attach {pid}`"
         )
     } else {
+        // aya's own BTF parses go on beside montrace's (start-up).
+        crate::kernel::ebpf::preload();
         match btf::Btf::from_file(Path::new(btf::VMLINUX_BTF)).and_then(|b| btf::kernel_offsets(&b))
         {
             Ok(offsets) => return Some(offsets),
@@ -215,7 +220,6 @@ fn follow_attached(
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
     let pid = args.pid;
-    launch::block_forwarded_signals().context("blocking signals")?;
     let mut gpu = end::open_gpu(&args.record)?;
     let mut stream = args
         .record

@@ -43,11 +43,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 
     // Room for the sampler's open /proc handles; the command gets the limit back.
     host::raise_open_files_limit();
-    let offsets = ebpf_offsets(&args, &program)?;
-    // Before any thread exists (NVML may start some), so every thread has the forwarded
-    // signals blocked and montrace receives them through a signalfd; the command gets the
-    // original mask back before it execs.
+    // Before any thread exists (the BTF preload and NVML start some), so every thread has the
+    // forwarded signals blocked and montrace receives them through a signalfd; the command gets
+    // the original mask back before it execs.
     let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
+    let offsets = ebpf_offsets(&args, &program)?;
     // `--gpu require` fails here, before anything is created or started.
     let mut gpu = open_gpu(&args.record)?;
     // Only root can become another user; without root the command keeps montrace's identity.
@@ -292,6 +292,8 @@ fn ebpf_offsets(
             program.to_string_lossy()
         )
     } else {
+        // aya's own BTF parses go on beside montrace's (start-up).
+        crate::kernel::ebpf::preload();
         match btf::Btf::from_file(Path::new(btf::VMLINUX_BTF)).and_then(|b| btf::kernel_offsets(&b))
         {
             Ok(offsets) => return Ok(Some(offsets)),

@@ -64,6 +64,44 @@ const PROGRAMS: [(&str, &str, &str); 4] = [
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
+/// Start-up: aya reads and parses the kernel's BTF (5 MB here, 9 to 24 ms a parse) once when a
+/// loader is made and once more for the `tp_btf` programs, and montrace parses it a third time
+/// for its own field offsets. [`preload`] starts aya's two on other threads, so that the three
+/// overlap; the next [`Probes::load`] takes them up. Threads: start them once the forwarded
+/// signals are blocked (they inherit the mask), and as a capable user before anything drops
+/// capabilities (they are joined by the load that uses them, before capabilities go).
+struct Preloaded {
+    loader: std::thread::JoinHandle<EbpfLoader<'static>>,
+    btf: std::thread::JoinHandle<Result<Btf, aya::BtfError>>,
+}
+
+static PRELOADED: std::sync::Mutex<Option<Preloaded>> = std::sync::Mutex::new(None);
+
+/// Starts parsing the kernel's BTF for aya on two threads (see [`Preloaded`]).
+pub fn preload() {
+    let loader = std::thread::Builder::new()
+        .name("btf-loader".into())
+        .spawn(EbpfLoader::new);
+    let btf = std::thread::Builder::new()
+        .name("btf-tp".into())
+        .spawn(Btf::from_sys_fs);
+    if let (Ok(loader), Ok(btf)) = (loader, btf) {
+        if let Ok(mut slot) = PRELOADED.lock() {
+            *slot = Some(Preloaded { loader, btf });
+        }
+    }
+}
+
+/// What [`preload`] made, if it ran and its threads finished well: a loader, and the BTF for
+/// the `tp_btf` programs.
+fn take_preloaded() -> (Option<EbpfLoader<'static>>, Option<Btf>) {
+    let taken = PRELOADED.lock().ok().and_then(|mut slot| slot.take());
+    match taken {
+        Some(p) => (p.loader.join().ok(), p.btf.join().ok().and_then(Result::ok)),
+        None => (None, None),
+    }
+}
+
 pub struct Probes {
     // Keeps the programs attached: dropping `Ebpf` detaches them.
     _ebpf: Ebpf,
@@ -86,7 +124,9 @@ impl Probes {
             wakeup_bytes: ring_buffer_bytes / 4,
             ..*offsets
         };
-        let mut ebpf = EbpfLoader::new()
+        let (loader, btf) = take_preloaded();
+        let mut loader = loader.unwrap_or_default();
+        let mut ebpf = loader
             .override_global("OFFSETS", &offsets, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
             .load(aya::include_bytes_aligned!(concat!(
@@ -97,14 +137,14 @@ impl Probes {
 
         let mode = match choice {
             TracepointChoice::Btf => {
-                attach_btf(&mut ebpf)?;
+                attach_btf(&mut ebpf, btf)?;
                 TrackingMode::TpBtf
             }
             TracepointChoice::Classic => {
                 attach_classic(&mut ebpf)?;
                 TrackingMode::Tracepoint
             }
-            TracepointChoice::Auto => match attach_btf(&mut ebpf) {
+            TracepointChoice::Auto => match attach_btf(&mut ebpf, btf) {
                 Ok(()) => TrackingMode::TpBtf,
                 Err(btf_err) => {
                     attach_classic(&mut ebpf)
@@ -146,8 +186,12 @@ impl Probes {
     }
 }
 
-fn attach_btf(ebpf: &mut Ebpf) -> anyhow::Result<()> {
-    let btf = Btf::from_sys_fs().context("reading kernel BTF for tp_btf programs")?;
+/// Attaches the `tp_btf` programs, with the kernel BTF `btf` (read now when not preloaded).
+fn attach_btf(ebpf: &mut Ebpf, btf: Option<Btf>) -> anyhow::Result<()> {
+    let btf = match btf {
+        Some(btf) => btf,
+        None => Btf::from_sys_fs().context("reading kernel BTF for tp_btf programs")?,
+    };
     for (short, tracepoint, _) in PROGRAMS {
         let name = format!("{short}_btf");
         let program: &mut BtfTracePoint = ebpf

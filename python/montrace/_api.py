@@ -114,6 +114,9 @@ def run(argv: Sequence[str], *, interval: Union[str, float, None] = None,
     finally:
         follower.stop()
         stderr = relay.finish()
+    if out is not None:
+        # The run is elsewhere: the private directory held only the default stream.
+        shutil.rmtree(private, ignore_errors=True)
     if not _is_run_dir(out_dir):
         raise MontraceError(f"montrace exited with status {status} and recorded no run", stderr)
     result = load(out_dir)
@@ -179,6 +182,13 @@ class Monitor:
         if self._proc.poll() is not None and not self._follower.lines:
             self._abandon()
             raise MontraceError("montrace attach ended at once", self._relay.finish())
+        # montrace binds the mark socket right after it has found the tree: a mark sent before
+        # would be lost. (Should it fail to bind, it says why; marks then raise.)
+        bound_by = time.monotonic() + 5.0
+        while not os.path.exists(self._socket_path) and time.monotonic() < bound_by:
+            if self._proc.poll() is not None:
+                break
+            time.sleep(0.01)
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._began = (time.monotonic(), resource.getrusage(resource.RUSAGE_SELF))
         return self
@@ -192,10 +202,12 @@ class Monitor:
     def _send(self, kind: str, label: str) -> None:
         if self._socket is None:
             raise MontraceError("marks are recorded only inside the `with montrace.monitor()` block")
-        data = f"{kind} {label}".encode()
         if "\n" in label or not label.strip():
             raise ValueError(f"a mark's label is one non-empty line: {label!r}")
-        self._socket.sendto(data, self._socket_path)
+        try:
+            self._socket.sendto(f"{kind} {label}".encode(), self._socket_path)
+        except OSError as err:
+            raise MontraceError(f"the mark {label!r} could not be sent to montrace: {err}") from err
 
     def mark(self, label: str) -> None:
         """A point mark: "this happened now"."""
@@ -226,7 +238,9 @@ class Monitor:
             raise MontraceError(f"montrace attach exited with status {status} and recorded no run", stderr)
         self.run = load(self.out_dir)
         self.resources = _with_own_usage(self.run, self._began, ended)
-        shutil.rmtree(self._private, ignore_errors=True) if self._out is not None else None
+        if self._out is not None:
+            # The run is elsewhere: the private directory held the stream and the socket.
+            shutil.rmtree(self._private, ignore_errors=True)
         if self._follower.error is not None and exc[0] is None:
             raise self._follower.error
 

@@ -90,6 +90,7 @@ def test_a_killed_run_loads(tmp_path: Path) -> None:
 
 def test_monitor_records_the_50_processes_started_in_the_block(tmp_path: Path) -> None:
     with montrace.monitor(interval=0.05, out=tmp_path / "m") as m:
+        m.mark("first")  # at once: the socket is bound before the block starts
         for _ in range(50):
             subprocess.run(["/bin/true"], check=True)
         x = sum(i * i for i in range(200_000))
@@ -101,6 +102,7 @@ def test_monitor_records_the_50_processes_started_in_the_block(tmp_path: Path) -
     assert len(procs) == 51  # and this Python process, the root
     assert int(procs.pid[procs.parent_pid.isna() | (procs.pid == os.getpid())].iloc[0]) == os.getpid()
     assert m.resources["processes"] == 51
+    assert list(run.marks.label) == ["first"]
     children = procs[procs.pid != os.getpid()]
     child_cpu = float((children.cpu_user_ns + children.cpu_system_ns).sum()) / 1e9
     # Children's exact exit figures plus this process's own (getrusage over the block).

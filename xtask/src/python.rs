@@ -66,9 +66,12 @@ pub fn wheel(verbose: bool, release: bool) -> Result<()> {
 
 /// Where the tests' virtual environment goes: under the system's temporary directory, so the
 /// ordinary user the tests create can run its interpreter (a checkout under /root may be closed
-/// to them).
+/// to them); one per checkout, so that two checkouts' suites never clear each other's.
 pub fn venv_dir() -> PathBuf {
-    std::env::temp_dir().join("montrace-python-tests")
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    util::workspace_root().hash(&mut hasher);
+    std::env::temp_dir().join(format!("montrace-python-tests-{:016x}", hasher.finish()))
 }
 
 /// The python tier: the wheel, a fresh virtual environment with it and [`TEST_PACKAGES`], then

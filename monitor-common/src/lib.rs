@@ -19,6 +19,38 @@ pub const MAX_PENDING_EXITS: u32 = 16_384;
 /// `task_struct::__state` of a task that has exited and schedules for the last time
 /// (`TASK_DEAD` in include/linux/sched.h; a #define, so not in BTF).
 pub const TASK_DEAD: u32 = 0x80;
+/// A task blocked without being woken by signals (`TASK_UNINTERRUPTIBLE`: the D state, mostly
+/// I/O), unless it also has `TASK_NOLOAD` (`TASK_IDLE`: kernel threads waiting for work).
+pub const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+pub const TASK_NOLOAD: u32 = 0x400;
+/// Most threads of tracked processes whose waiting is followed at once (see [`TaskWaits`]).
+pub const MAX_WAITING_THREADS: u32 = 65_536;
+
+/// Where a tracked thread's time went off the CPU, kept per thread (by tid) by the `sched_switch`
+/// and `sched_wakeup`/`sched_wakeup_new` programs and sent with its exit event: each interval
+/// starts at a switch-out or wake-up (`since_ns`, with the `state` it left the CPU in) and is
+/// added to its total at the next wake-up or switch-in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskWaits {
+    /// When the current interval began (boot-clock ns); 0 while on a CPU.
+    pub since_ns: u64,
+    /// One of [`wait_state`].
+    pub state: u32,
+    pub _pad: u32,
+    /// Time spent in each [`wait_state`], indexed by it: runnable waiting for a CPU (run-queue
+    /// delay), blocked uninterruptibly (the D state, mostly I/O), sleeping (a timer, a pipe, a
+    /// lock, a child...). An array indexed by a masked state keeps the verifier's bounds simple.
+    pub total_ns: [u64; 4],
+}
+
+/// `TaskWaits::state` values.
+pub mod wait_state {
+    pub const RUNNING: u32 = 0;
+    pub const RUNNABLE: u32 = 1;
+    pub const BLOCKED: u32 = 2;
+    pub const SLEEPING: u32 = 3;
+}
 
 /// `EventHeader::kind` values.
 pub mod kind {
@@ -123,6 +155,13 @@ pub struct ExitEvent {
     /// Bytes passed to read/write-like syscalls (`rchar`, `wchar`).
     pub rchar: u64,
     pub wchar: u64,
+    /// The thread's time off the CPU while tracked (see [`TaskWaits`]), when `waits_known` is
+    /// 1: only the BTF tracepoints follow it.
+    pub run_queue_ns: u64,
+    pub blocked_ns: u64,
+    pub sleep_ns: u64,
+    pub waits_known: u32,
+    pub _pad: u32,
     pub comm: [u8; COMM_LEN],
 }
 
@@ -201,4 +240,5 @@ mod pod {
     unsafe impl aya::Pod for super::ForkEvent {}
     unsafe impl aya::Pod for super::ExecEvent {}
     unsafe impl aya::Pod for super::ExitEvent {}
+    unsafe impl aya::Pod for super::TaskWaits {}
 }

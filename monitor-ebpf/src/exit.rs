@@ -84,6 +84,11 @@ fn handle(task: usize, group_dead: bool) {
         (*e).rchar = task::read(task, ioac + off!(ioac_rchar));
         (*e).wchar = task::read(task, ioac + off!(ioac_wchar));
         (*e).comm = task::comm(task);
+        // Filled at the final switch from `WAITS` (BTF tracepoints only).
+        (*e).run_queue_ns = 0;
+        (*e).blocked_ns = 0;
+        (*e).sleep_ns = 0;
+        (*e).waits_known = 0;
         // Sent at the thread's final context switch, with its CPU time complete then; if the
         // pending map is full, now, with what the scheduler has accounted so far.
         if PENDING.insert(&tid, &*e, 0).is_err() {

@@ -15,12 +15,16 @@ mod exit;
 mod fork;
 mod switch;
 mod task;
+mod waits;
 
 use aya_ebpf::{
     macros::map,
     maps::{HashMap, PerCpuArray, RingBuf},
 };
-use monitor_common::{ExitEvent, Offsets, MAX_PENDING_EXITS, MAX_TRACKED, RING_BUFFER_BYTES};
+use monitor_common::{
+    ExitEvent, Offsets, TaskWaits, MAX_PENDING_EXITS, MAX_TRACKED, MAX_WAITING_THREADS,
+    RING_BUFFER_BYTES,
+};
 
 /// Kernel field offsets, written by the agent before load (see `monitor::kernel::btf`).
 #[no_mangle]
@@ -39,6 +43,10 @@ static TRACKED: HashMap<u32, u64> = HashMap::with_max_entries(MAX_TRACKED, 0);
 /// complete and their exit event is sent (see `switch`).
 #[map]
 static PENDING: HashMap<u32, ExitEvent> = HashMap::with_max_entries(MAX_PENDING_EXITS, 0);
+
+/// Where each thread of the tree spent its time off the CPU (by tid; see `waits`).
+#[map]
+static WAITS: HashMap<u32, TaskWaits> = HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
 
 /// One exit event under construction per CPU: the 512-byte BPF stack cannot hold it.
 #[map]

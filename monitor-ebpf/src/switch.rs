@@ -1,24 +1,36 @@
-//! `sched_switch`, for one purpose: the final context switch of an exited thread. Its exit event
-//! (filled at `sched_process_exit`, see `exit`) waits in `PENDING` until then, because only now
+//! `sched_switch`, for two purposes: the final context switch of an exited thread, and the
+//! waiting times of the tree's threads (`waits`, BTF tracepoint only). The exit event (filled at
+//! `sched_process_exit`, see `exit`) waits in `PENDING` until the final switch, because only now
 //! has the scheduler added the thread's last slice of CPU time (`dequeue_entity()` calls
-//! `update_curr()` before the switch). Every other switch returns after one comparison.
+//! `update_curr()` before the switch).
 use aya_ebpf::{
     helpers::{bpf_get_current_task, bpf_ktime_get_boot_ns},
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
-use monitor_common::{stat, ExitEvent, TASK_DEAD};
+use monitor_common::{stat, wait_state, ExitEvent, TASK_DEAD};
 
-use crate::{count, off, ready, task, EVENTS, PENDING};
+use crate::{count, off, ready, task, waits, EVENTS, PENDING, WAITS};
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn switch_btf(ctx: BtfTracePointContext) -> i32 {
     // (bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+    let preempt: u64 = ctx.arg(0);
+    let prev: usize = ctx.arg(1);
+    let next: usize = ctx.arg(2);
     let prev_state: u64 = ctx.arg(3);
-    if prev_state as u32 & TASK_DEAD != 0 {
-        let prev: usize = ctx.arg(1);
-        finish(prev);
+    if !ready() {
+        return 0;
     }
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_boot_ns() };
+    if prev_state as u32 & TASK_DEAD != 0 {
+        finish(prev);
+    } else {
+        // The bool argument occupies a whole register slot; only its low byte is defined.
+        waits::switched_out(prev, prev_state as u32, preempt & 0xff != 0, now);
+    }
+    waits::switched_in(next, now);
     0
 }
 
@@ -44,6 +56,7 @@ fn finish(task: usize) {
     }
     let tid = task::pid(task);
     let Some(pending) = PENDING.get_ptr_mut(&tid) else {
+        let _ = WAITS.remove(&tid);
         return;
     };
     // SAFETY: a valid map value for the duration of the program; the dead thread's own final
@@ -54,9 +67,16 @@ fn finish(task: usize) {
         (*pending).stime_ns = task::read(task, off!(task_stime));
         (*pending).nvcsw = task::read(task, off!(task_nvcsw));
         (*pending).nivcsw = task::read(task, off!(task_nivcsw));
+        if let Some(w) = WAITS.get_ptr(&tid) {
+            (*pending).run_queue_ns = (*w).total_ns[wait_state::RUNNABLE as usize];
+            (*pending).blocked_ns = (*w).total_ns[wait_state::BLOCKED as usize];
+            (*pending).sleep_ns = (*w).total_ns[wait_state::SLEEPING as usize];
+            (*pending).waits_known = 1;
+        }
         send(&mut *pending);
     }
     let _ = PENDING.remove(&tid);
+    let _ = WAITS.remove(&tid);
 }
 
 /// Stamps and sends an exit event (copied from map memory into the ring buffer).

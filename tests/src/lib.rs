@@ -526,6 +526,10 @@ pub struct Proc {
     pub write_bytes: Option<u64>,
     pub read_chars: Option<u64>,
     pub write_chars: Option<u64>,
+    /// Time off the CPU (null without the BTF tracepoints).
+    pub run_queue_ns: Option<u64>,
+    pub blocked_ns: Option<u64>,
+    pub sleep_ns: Option<u64>,
     pub alive_at_end: bool,
 }
 
@@ -1152,6 +1156,9 @@ pub fn read_processes(dir: &Path) -> Vec<Proc> {
         let read_bytes = c.get::<UInt64Array>("read_bytes");
         let write_bytes = c.get::<UInt64Array>("write_bytes");
         let read_chars = c.get::<UInt64Array>("read_chars");
+        let run_queue = c.get::<UInt64Array>("run_queue_ns");
+        let blocked = c.get::<UInt64Array>("blocked_ns");
+        let sleep = c.get::<UInt64Array>("sleep_ns");
         let write_chars = c.get::<UInt64Array>("write_chars");
         let alive_at_end = c.get::<BooleanArray>("alive_at_end");
         for i in 0..batch.num_rows() {
@@ -1179,6 +1186,9 @@ pub fn read_processes(dir: &Path) -> Vec<Proc> {
                 read_bytes: opt(read_bytes, i),
                 write_bytes: opt(write_bytes, i),
                 read_chars: opt(read_chars, i),
+                run_queue_ns: opt(run_queue, i),
+                blocked_ns: opt(blocked, i),
+                sleep_ns: opt(sleep, i),
                 write_chars: opt(write_chars, i),
                 alive_at_end: alive_at_end.value(i),
             });

@@ -89,6 +89,11 @@ pub struct ExitStats {
     pub write_bytes: u64,
     pub read_chars: u64,
     pub write_chars: u64,
+    /// Time off the CPU while tracked: runnable waiting for a CPU, blocked (D state), sleeping.
+    /// None where it is not followed (classic tracepoints, polling).
+    pub run_queue_ns: Option<u64>,
+    pub blocked_ns: Option<u64>,
+    pub sleep_ns: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -113,6 +118,18 @@ impl ExitStats {
         self.write_bytes += other.write_bytes;
         self.read_chars += other.read_chars;
         self.write_chars += other.write_chars;
+        self.run_queue_ns = add_known(self.run_queue_ns, other.run_queue_ns);
+        self.blocked_ns = add_known(self.blocked_ns, other.blocked_ns);
+        self.sleep_ns = add_known(self.sleep_ns, other.sleep_ns);
+    }
+}
+
+/// The sum of what is known.
+fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, None) => a,
+        (None, b) => b,
     }
 }
 
@@ -180,6 +197,9 @@ pub fn decode(bytes: &[u8], page_size: u64) -> Result<KernelEvent, DecodeError> 
                     write_bytes: e.write_bytes,
                     read_chars: e.rchar,
                     write_chars: e.wchar,
+                    run_queue_ns: (e.waits_known != 0).then_some(e.run_queue_ns),
+                    blocked_ns: (e.waits_known != 0).then_some(e.blocked_ns),
+                    sleep_ns: (e.waits_known != 0).then_some(e.sleep_ns),
                 },
             })
         }
@@ -347,6 +367,11 @@ mod tests {
             write_bytes: 6,
             rchar: 7,
             wchar: 8,
+            run_queue_ns: 9,
+            blocked_ns: 10,
+            sleep_ns: 11,
+            waits_known: 1,
+            _pad: 0,
             comm: comm("sh"),
         };
         match decode(&bytes_of(&e), 4096).unwrap() {
@@ -375,9 +400,37 @@ mod tests {
                     ),
                     (5, 6, 7, 8)
                 );
+                assert_eq!(
+                    (stats.run_queue_ns, stats.blocked_ns, stats.sleep_ns),
+                    (Some(9), Some(10), Some(11))
+                );
             }
             other => panic!("not an exit: {other:?}"),
         }
+        // Without the BTF tracepoints the waits are unknown, not 0.
+        let unknown = ExitEvent {
+            waits_known: 0,
+            ..e
+        };
+        match decode(&bytes_of(&unknown), 4096).unwrap() {
+            KernelEvent::Exit { stats, .. } => {
+                assert_eq!((stats.run_queue_ns, stats.sleep_ns), (None, None))
+            }
+            other => panic!("not an exit: {other:?}"),
+        }
+        let mut process = ExitStats {
+            run_queue_ns: Some(5),
+            ..ExitStats::default()
+        };
+        process.add_thread(&ExitStats {
+            run_queue_ns: Some(7),
+            sleep_ns: Some(3),
+            ..ExitStats::default()
+        });
+        assert_eq!(
+            (process.run_queue_ns, process.sleep_ns),
+            (Some(12), Some(3))
+        );
         let thread = ExitEvent {
             header: header(kind::THREAD_EXIT),
             ..e

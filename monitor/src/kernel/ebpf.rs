@@ -62,6 +62,13 @@ const PROGRAMS: [(&str, &str, &str); 4] = [
     ("switch", "sched_switch", "sched"),
 ];
 
+/// BTF tracepoints only: the waiting times of the tree's threads (with `sched_switch`). The
+/// classic fallback has no task pointers, and leaves them unknown.
+const WAIT_PROGRAMS: [(&str, &str); 2] = [
+    ("wakeup", "sched_wakeup"),
+    ("wakeup_new", "sched_wakeup_new"),
+];
+
 const TRACEFS: &str = "/sys/kernel/tracing";
 
 /// Start-up: aya reads and parses the kernel's BTF (5 MB here, 9 to 24 ms a parse) once when a
@@ -192,7 +199,10 @@ fn attach_btf(ebpf: &mut Ebpf, btf: Option<Btf>) -> anyhow::Result<()> {
         Some(btf) => btf,
         None => Btf::from_sys_fs().context("reading kernel BTF for tp_btf programs")?,
     };
-    for (short, tracepoint, _) in PROGRAMS {
+    let names = PROGRAMS
+        .iter()
+        .map(|(short, tracepoint, _)| (*short, *tracepoint));
+    for (short, tracepoint) in names.chain(WAIT_PROGRAMS) {
         let name = format!("{short}_btf");
         let program: &mut BtfTracePoint = ebpf
             .program_mut(&name)

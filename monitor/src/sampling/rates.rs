@@ -442,6 +442,7 @@ mod tests {
             write_bytes: 16384,
             read_chars: 10000,
             write_chars: 2000,
+            ..ExitStats::default()
         }
     }
 

@@ -45,6 +45,12 @@ pub struct ProcessRecord {
     /// Bytes through read/write-like syscalls (`rchar`/`wchar`).
     pub read_chars: Option<u64>,
     pub write_chars: Option<u64>,
+    /// Time its threads spent off the CPU while tracked, summed over them: runnable waiting for
+    /// a CPU, blocked uninterruptibly (the D state, mostly I/O), sleeping. None where montrace
+    /// does not follow it (classic tracepoints, polling) or the process has not ended.
+    pub run_queue_ns: Option<u64>,
+    pub blocked_ns: Option<u64>,
+    pub sleep_ns: Option<u64>,
     /// Still running when montrace stopped (its figures are then null).
     pub alive_at_end: bool,
 }

@@ -293,6 +293,9 @@ impl Tracker {
             r.write_bytes = Some(figures.write_bytes);
             r.read_chars = Some(figures.read_chars);
             r.write_chars = Some(figures.write_chars);
+            r.run_queue_ns = figures.run_queue_ns;
+            r.blocked_ns = figures.blocked_ns;
+            r.sleep_ns = figures.sleep_ns;
             (EventKind::Exit, figures)
         } else {
             entry.exited_threads.add_thread(stats);

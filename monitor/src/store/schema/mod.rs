@@ -69,6 +69,9 @@ static PROCESS_COLUMNS: &[Column<ProcessRecord>] = &[
     nullable("write_bytes", U64(|r| r.write_bytes)),
     nullable("read_chars", U64(|r| r.read_chars)),
     nullable("write_chars", U64(|r| r.write_chars)),
+    nullable("run_queue_ns", U64(|r| r.run_queue_ns)),
+    nullable("blocked_ns", U64(|r| r.blocked_ns)),
+    nullable("sleep_ns", U64(|r| r.sleep_ns)),
     required("alive_at_end", Bool(|r| Some(r.alive_at_end))),
 ];
 

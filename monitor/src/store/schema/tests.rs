@@ -30,6 +30,9 @@ fn full_process() -> ProcessRecord {
         write_bytes: Some(9),
         read_chars: Some(10),
         write_chars: Some(11),
+        run_queue_ns: Some(12),
+        blocked_ns: Some(13),
+        sleep_ns: Some(14),
         alive_at_end: false,
     }
 }
@@ -65,6 +68,9 @@ fn processes_columns_in_order() {
             "write_bytes",
             "read_chars",
             "write_chars",
+            "run_queue_ns",
+            "blocked_ns",
+            "sleep_ns",
             "alive_at_end",
         ]
     );

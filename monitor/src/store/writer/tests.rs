@@ -105,6 +105,9 @@ fn full_process() -> ProcessRecord {
         write_bytes: Some(8192),
         read_chars: Some(10_000),
         write_chars: Some(20_000),
+        run_queue_ns: Some(1_000),
+        blocked_ns: Some(0),
+        sleep_ns: Some(2_000),
         alive_at_end: false,
     }
 }

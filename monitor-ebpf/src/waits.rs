@@ -1,0 +1,108 @@
+//! Where a tracked thread's time goes off the CPU: run-queue delay (runnable, waiting for a
+//! CPU), blocked (the D state) and sleeping, per thread in `WAITS`, from `sched_switch` (an
+//! interval starts when a thread leaves the CPU, and a run-queue wait ends when it comes back)
+//! and `sched_wakeup`/`sched_wakeup_new` (a sleep or block ends, a run-queue wait starts). The
+//! thread's totals go out with its exit event (`switch::finish`). Only the BTF tracepoints feed
+//! it: the classic `sched_switch` record has no task pointers.
+use aya_ebpf::{
+    helpers::bpf_ktime_get_boot_ns, macros::btf_tracepoint, programs::BtfTracePointContext,
+};
+use monitor_common::{wait_state, TaskWaits, TASK_NOLOAD, TASK_UNINTERRUPTIBLE};
+
+use crate::{ready, task, TRACKED, WAITS};
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn wakeup_btf(ctx: BtfTracePointContext) -> i32 {
+    let woken: usize = ctx.arg(0);
+    if ready() {
+        wake(woken);
+    }
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn wakeup_new_btf(ctx: BtfTracePointContext) -> i32 {
+    let new: usize = ctx.arg(0);
+    if ready() && unsafe { TRACKED.get(&task::tgid(new)) }.is_some() {
+        let waits = TaskWaits {
+            // SAFETY: plain helper call.
+            since_ns: unsafe { bpf_ktime_get_boot_ns() },
+            state: wait_state::RUNNABLE,
+            ..TaskWaits::default()
+        };
+        let _ = WAITS.insert(&task::pid(new), &waits, 0);
+    }
+    0
+}
+
+/// A thread woke up: its sleep or block ends, its wait for a CPU begins.
+fn wake(woken: usize) {
+    let Some(w) = WAITS.get_ptr_mut(&task::pid(woken)) else {
+        return;
+    };
+    // SAFETY: a valid map value for the duration of the program; one CPU updates a thread's
+    // entry at a time (the scheduler holds its run-queue lock).
+    unsafe {
+        match (*w).state {
+            wait_state::BLOCKED | wait_state::SLEEPING => {
+                // SAFETY: plain helper call.
+                let now = bpf_ktime_get_boot_ns();
+                add(&mut *w, now);
+                (*w).state = wait_state::RUNNABLE;
+                (*w).since_ns = now;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `prev` leaves the CPU: still runnable when `preempted` or its state is 0; otherwise blocked
+/// or sleeping, until its wake-up.
+pub fn switched_out(prev: usize, prev_state: u32, preempted: bool, now: u64) {
+    let tid = task::pid(prev);
+    let mut entry = WAITS.get_ptr_mut(&tid);
+    if entry.is_none() && unsafe { TRACKED.get(&task::tgid(prev)) }.is_some() {
+        let _ = WAITS.insert(&tid, &TaskWaits::default(), 0);
+        entry = WAITS.get_ptr_mut(&tid);
+    }
+    let Some(w) = entry else {
+        return;
+    };
+    let state = if preempted || prev_state == 0 {
+        wait_state::RUNNABLE
+    } else if prev_state & TASK_UNINTERRUPTIBLE != 0 && prev_state & TASK_NOLOAD == 0 {
+        wait_state::BLOCKED
+    } else {
+        wait_state::SLEEPING
+    };
+    // SAFETY: as in `wake`.
+    unsafe {
+        (*w).state = state;
+        (*w).since_ns = now;
+    }
+}
+
+/// `next` gets the CPU: its wait for it ends.
+pub fn switched_in(next: usize, now: u64) {
+    if let Some(w) = WAITS.get_ptr_mut(&task::pid(next)) {
+        // SAFETY: as in `wake`.
+        unsafe {
+            add(&mut *w, now);
+            (*w).state = wait_state::RUNNING;
+            (*w).since_ns = 0;
+        }
+    }
+}
+
+/// Adds the interval since `since_ns` to the total of the state it was spent in.
+fn add(w: &mut TaskWaits, now: u64) {
+    if w.since_ns == 0 || now < w.since_ns {
+        return;
+    }
+    let spent = now - w.since_ns;
+    // Masked, so the index is provably in bounds; RUNNING (0) collects nothing.
+    let state = (w.state & 3) as usize;
+    if state != wait_state::RUNNING as usize {
+        w.total_ns[state] += spent;
+    }
+}

@@ -164,6 +164,8 @@ class Run:
             "read_bytes": _int(metrics.get("read_bytes")),
             "write_bytes": _int(metrics.get("write_bytes")),
             "gpu_memory_peak_bytes": self._gpu_memory_peak(),
+            "critical_path_s": metrics.get("critical_path_s"),
+            "avg_parallelism": metrics.get("avg_parallelism"),
             "exit_status": self.exit_status,
             "tracking_mode": self.info.get("tracking_mode"),
             "run_dir": str(self.path),

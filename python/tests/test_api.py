@@ -32,6 +32,8 @@ def test_run_figures_are_those_of_processes_parquet(out: Path) -> None:
     assert (run.processes.filename == "/bin/true").sum() == 20
     figures = run.resources
     assert figures["processes"] == 21
+    assert figures["critical_path_s"] == run.info["time"]["critical_path_s"] > 0
+    assert figures["avg_parallelism"] == run.info["time"]["avg_parallelism"]
     assert figures["cpu_s"] == pytest.approx(kernel_cpu_s(run), abs=1e-9)
     assert figures["exit_status"] == 0 == run.exit_status
     assert run.summary["exit_status"] == 0 and run.info["argv"][0] == "sh"

@@ -158,6 +158,13 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     let (host_name, kernel) = host::uname();
     let (start_time, end_time, duration_s) = RunInfo::new_times(e.started_wall_ns, e.ended_wall_ns);
     let finished = e.finished;
+    let command_wall_ns = finished
+        .exec_time_boot_ns
+        .map(|t| e.ended_boot_ns.saturating_sub(t));
+    let time = crate::analysis::critical::analyse(
+        &finished.spans,
+        command_wall_ns.unwrap_or(e.ended_boot_ns.saturating_sub(e.started_boot_ns)),
+    );
     RunInfo {
         schema_version: run_json::RUN_JSON_VERSION,
         montrace_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -167,9 +174,7 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
         start_time,
         end_time,
         duration_s,
-        command_wall_s: finished
-            .exec_time_boot_ns
-            .map(|t| e.ended_boot_ns.saturating_sub(t) as f64 / 1e9),
+        command_wall_s: command_wall_ns.map(|ns| ns as f64 / 1e9),
         host: host_name,
         kernel,
         tracking_mode: e.tracking_mode,
@@ -204,6 +209,7 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
         out_dir: e.out_dir.display().to_string(),
         recording_error: finished.recording_error,
         capacity: Some(finished.capacity),
+        time: Some(time),
         marks_dropped: e.outcome.marks_dropped,
     }
 }

@@ -76,6 +76,8 @@ pub struct Recorder<'g> {
     created: std::time::Instant,
     /// What 100 % of CPU and memory is for this run (a container's limits, or the host).
     capacity: crate::sampling::capacity::Capacity,
+    /// Every ended process, as the critical-path analysis needs it.
+    spans: Vec<crate::analysis::critical::Span>,
 }
 
 impl<'g> Recorder<'g> {
@@ -150,6 +152,7 @@ impl<'g> Recorder<'g> {
             root_streamed: false,
             created: std::time::Instant::now(),
             capacity: crate::sampling::capacity::Capacity::read(),
+            spans: Vec::new(),
         })
     }
 
@@ -280,6 +283,7 @@ impl<'g> Recorder<'g> {
                 gpu.on_exit(record.pid, record.start_time_ns, end);
             }
             self.totals.add(&record);
+            self.spans.push(span_of(&record));
             self.write(|r| r.processes.push(record));
         }
     }
@@ -455,6 +459,7 @@ impl<'g> Recorder<'g> {
             let tracker = std::mem::replace(&mut self.tracker, Tracker::new(clock));
             for record in tracker.finish() {
                 self.totals.add(&record);
+                self.spans.push(span_of(&record));
                 self.write(|r| r.processes.push(record));
             }
         }
@@ -515,7 +520,26 @@ impl<'g> Recorder<'g> {
             exec_time_boot_ns: self.exec_time_boot_ns,
             recording_error: failure,
             capacity: self.capacity,
+            spans: self.spans,
         }
+    }
+}
+
+/// What the critical-path analysis keeps of a process.
+fn span_of(r: &crate::store::records::ProcessRecord) -> crate::analysis::critical::Span {
+    crate::analysis::critical::Span {
+        pid: r.pid,
+        start_ns: r.start_time_ns,
+        parent: r.parent_pid.zip(r.parent_start_time_ns),
+        end_ns: r.end_time_ns,
+        cpu_ns: r.cpu_user_ns.unwrap_or(0) + r.cpu_system_ns.unwrap_or(0),
+        run_queue_ns: r.run_queue_ns,
+        blocked_ns: r.blocked_ns,
+        command: crate::analysis::critical::command_of(
+            r.argv.as_deref(),
+            r.filename.as_deref(),
+            &r.comm,
+        ),
     }
 }
 
@@ -532,6 +556,7 @@ pub struct Finished {
     /// Why recording stopped before the end, if it did (see the module's doc).
     pub recording_error: Option<String>,
     pub capacity: crate::sampling::capacity::Capacity,
+    pub spans: Vec<crate::analysis::critical::Span>,
 }
 
 #[cfg(test)]

@@ -165,6 +165,10 @@ pub struct RunInfo {
     /// a narrower CPU affinity), else the host's CPUs and memory. None in runs before it.
     #[serde(default)]
     pub capacity: Option<crate::sampling::capacity::Capacity>,
+    /// Where the command's wall time went: the critical path and the average parallelism.
+    /// None in runs before it.
+    #[serde(default)]
+    pub time: Option<crate::analysis::critical::TimeAnalysis>,
 }
 
 impl RunInfo {
@@ -204,6 +208,10 @@ impl RunInfo {
         put("max_concurrent", Some(self.max_concurrent as f64));
         put("read_bytes", Some(t.read_bytes as f64));
         put("write_bytes", Some(t.write_bytes as f64));
+        if let Some(time) = &self.time {
+            put("critical_path_s", Some(time.critical_path_s));
+            put("avg_parallelism", Some(time.avg_parallelism));
+        }
         for (name, value) in self.gpu.metrics() {
             put(name, value);
         }
@@ -530,6 +538,7 @@ mod tests {
             out_dir: "runs/x".into(),
             recording_error: None,
             capacity: None,
+            time: None,
             marks_dropped: 0,
         }
     }

@@ -80,6 +80,16 @@ pub const METRICS: &[MetricDef] = &[
         description: "bytes written to storage by the tree",
     },
     MetricDef {
+        name: "critical_path_s",
+        unit: "s",
+        description: "the chain of processes that bounded the wall time, summed (run.json time)",
+    },
+    MetricDef {
+        name: "avg_parallelism",
+        unit: "",
+        description: "processes running or waiting to run, on average over the wall time (higher is better; never gated)",
+    },
+    MetricDef {
         name: "gpu_peak_memory_bytes",
         unit: "B",
         description: "largest GPU memory held by the tree",

@@ -40,10 +40,19 @@ pub const DEFAULT_MAX_INCREASE: &[(&str, f64)] = &[
     // Storage reads depend on the page cache: a warm cache reads nothing from storage.
     ("read_bytes", NOT_GATED),
     ("write_bytes", 0.10),
+    // The critical path is made of wall times: as noisy as the wall time; gate it with
+    // `--max critical_path=+10%` where it matters. Parallelism is better when higher: never
+    // gated (see HIGHER_IS_BETTER).
+    ("critical_path_s", NOT_GATED),
+    ("avg_parallelism", NOT_GATED),
     // Sampled by NVML.
     ("gpu_peak_memory_bytes", NOT_GATED),
     ("gpu_energy_joules", NOT_GATED),
 ];
+
+/// Metrics that are better when higher: reported beside the others, never gated (the gate fails
+/// on increases).
+pub const HIGHER_IS_BETTER: &[&str] = &["avg_parallelism"];
 
 /// Short names `--max` accepts besides the full metric names (`-` may stand for `_`).
 pub const METRIC_ALIASES: &[(&str, &str)] = &[
@@ -60,6 +69,8 @@ pub const METRIC_ALIASES: &[(&str, &str)] = &[
     ("concurrent", "max_concurrent"),
     ("read", "read_bytes"),
     ("write", "write_bytes"),
+    ("critical_path", "critical_path_s"),
+    ("parallelism", "avg_parallelism"),
     ("gpu_mem", "gpu_peak_memory_bytes"),
     ("energy", "gpu_energy_joules"),
     ("gpu_energy", "gpu_energy_joules"),
@@ -276,6 +287,12 @@ pub(super) fn parse_one_max(spec: &str) -> Result<(&'static str, f64), String> {
     // page cache), or one whose baseline is 0 where any use at all would fail the job.
     if value.trim().eq_ignore_ascii_case("off") {
         return Ok((metric, NOT_GATED));
+    }
+    if HIGHER_IS_BETTER.contains(&metric) {
+        return Err(format!(
+            "--max `{spec}`: {metric} is better when higher, and the gate fails on increases: \
+             it is reported, not gated; watch the run's critical_path_s instead"
+        ));
     }
     let percent = value
         .trim()

@@ -257,6 +257,12 @@ fn max_takes_aliases_and_full_names() {
         parse_max(&["rss=+1%".into()]).unwrap()["peak_tree_rss_bytes"],
         0.01
     );
+    let wrong_way = parse_max(&["parallelism=+5%".into()]).unwrap_err();
+    assert!(wrong_way.contains("better when higher"), "{wrong_way}");
+    assert_eq!(
+        parse_max(&["critical-path=+10%".into()]).unwrap()["critical_path_s"],
+        0.10
+    );
     let off = parse_max(&["read=off".into(), "Write = OFF".into()]).unwrap();
     assert_eq!(off["read_bytes"], f64::INFINITY);
     assert_eq!(off["write_bytes"], f64::INFINITY);

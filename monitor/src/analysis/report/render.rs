@@ -74,6 +74,76 @@ struct View {
     timeline_file: &'static str,
     /// Group-table columns hidden on a narrow window (the page says so).
     minor_columns: Vec<&'static str>,
+    /// "Where the time went", from run.json `time` (absent without it).
+    time: Option<TimeView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimeView {
+    pub summary: String,
+    pub steps: Vec<StepRow>,
+    pub more: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepRow {
+    pub start: String,
+    pub duration: String,
+    pub cpu: String,
+    pub run_queue: String,
+    pub blocked: String,
+    pub command: String,
+}
+
+/// Steps of the critical path listed at most.
+pub const TIME_STEPS: usize = 30;
+
+/// The report's first section: the critical path and how parallel the run was.
+pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
+    let time = info.time.as_ref()?;
+    let wall = info.command_wall_s.unwrap_or(info.duration_s);
+    let cores = cores.map_or(String::new(), |c| format!(" of {}", trim_cores(c)));
+    let summary = format!(
+        "The critical path, the chain of processes that bounded the wall time, took {} of the \
+         {} wall time in {} step{}. On average {:.2} processes were running or waiting to run, \
+         and {:.2} cores{cores} were used.",
+        fmt_secs(time.critical_path_s),
+        fmt_secs(wall),
+        time.critical_path.len(),
+        if time.critical_path.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        time.avg_parallelism,
+        time.avg_cores_used,
+    );
+    let opt = |v: Option<f64>| v.map_or("n/a".to_string(), fmt_secs);
+    let steps = time
+        .critical_path
+        .iter()
+        .take(TIME_STEPS)
+        .map(|s| StepRow {
+            start: fmt_secs(s.start_s),
+            duration: fmt_secs(s.duration_s),
+            cpu: fmt_secs(s.cpu_s),
+            run_queue: opt(s.run_queue_s),
+            blocked: opt(s.blocked_s),
+            command: s.command.clone(),
+        })
+        .collect();
+    let more = time.critical_path.len().saturating_sub(TIME_STEPS);
+    Some(TimeView {
+        summary,
+        steps,
+        more: (more > 0)
+            .then(|| format!("{more} more steps are in run.json (time.critical_path).")),
+    })
+}
+
+fn trim_cores(c: f64) -> String {
+    let text = format!("{c:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// The per-group table's columns that give way on a narrow window, so that the group, its
@@ -596,6 +666,10 @@ fn view(report: &Report) -> View {
         timeline_axis_svg: super::timeline::axis_svg(model),
         timeline_file: "report-timeline.svg",
         minor_columns: MINOR_COLUMNS.to_vec(),
+        time: data
+            .info
+            .as_ref()
+            .and_then(|info| time_view(info, info.capacity.as_ref().map(|c| c.cpu_cores))),
     }
 }
 
@@ -679,6 +753,54 @@ mod tests {
     use super::*;
     use crate::analysis::report::tests::fixture;
     use crate::analysis::report::{prepare, prepare_data};
+
+    #[test]
+    fn where_the_time_went_lists_the_critical_path() {
+        use crate::analysis::critical::{Step, TimeAnalysis};
+        let report = prepare(&fixture(), "exe").unwrap();
+        let mut info = report.data.info.clone().expect("the fixture has run.json");
+        assert_eq!(
+            time_view(&info, Some(2.0)),
+            None,
+            "no section without run.json time"
+        );
+        let step = |pid, start_s: f64| Step {
+            pid,
+            command: format!("cc -c {pid}.c"),
+            start_s,
+            duration_s: 0.3,
+            cpu_s: 0.29,
+            run_queue_s: Some(0.01),
+            blocked_s: None,
+        };
+        info.time = Some(TimeAnalysis {
+            critical_path: (0..35).map(|i| step(i, i as f64 * 0.3)).collect(),
+            critical_path_s: 10.5,
+            avg_parallelism: 1.5,
+            avg_cores_used: 1.25,
+        });
+        let view = time_view(&info, Some(2.0)).unwrap();
+        assert!(view.summary.contains("took 10.50 s"), "{}", view.summary);
+        assert!(view.summary.contains("in 35 steps"), "{}", view.summary);
+        assert!(
+            view.summary.contains("1.25 cores of 2 were used"),
+            "{}",
+            view.summary
+        );
+        assert_eq!(view.steps.len(), TIME_STEPS);
+        assert_eq!(view.steps[1].start, "0.300 s");
+        assert_eq!(
+            (
+                view.steps[0].run_queue.as_str(),
+                view.steps[0].blocked.as_str()
+            ),
+            ("0.010 s", "n/a")
+        );
+        assert_eq!(
+            view.more.as_deref(),
+            Some("5 more steps are in run.json (time.critical_path).")
+        );
+    }
 
     #[test]
     fn markdown_escapes() {

@@ -378,6 +378,7 @@ pub fn synthetic_run(
         marks_dropped: 0,
         recording_error: None,
         capacity: None,
+        time: None,
     };
     let run_json = dir.join("run.json");
     std::fs::write(&run_json, serde_json::to_string_pretty(&info)? + "\n")

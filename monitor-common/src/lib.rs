@@ -23,6 +23,28 @@ pub const TASK_DEAD: u32 = 0x80;
 /// I/O), unless it also has `TASK_NOLOAD` (`TASK_IDLE`: kernel threads waiting for work).
 pub const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 pub const TASK_NOLOAD: u32 = 0x400;
+/// Most tracked threads with socket bytes at once (see [`NetBytes`]).
+pub const MAX_NET_THREADS: u32 = 65_536;
+/// Address families counted apart (`sock_common::skc_family`).
+pub const AF_UNIX: u16 = 1;
+pub const AF_INET: u16 = 2;
+pub const AF_INET6: u16 = 10;
+/// `MSG_PEEK`: a receive that leaves the data queued moves no bytes.
+pub const MSG_PEEK: u32 = 2;
+
+/// Bytes a tracked thread sent and received through sockets, by address family, kept per thread
+/// (by tid) by the `sock_send_length`/`sock_recv_length` programs (Linux 6.3 and later) and sent
+/// with its exit event; a process's are the sum over its threads.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetBytes {
+    /// IPv4 and IPv6.
+    pub inet_sent: u64,
+    pub inet_received: u64,
+    pub unix_sent: u64,
+    pub unix_received: u64,
+}
+
 /// Most threads of tracked processes whose waiting is followed at once (see [`TaskWaits`]).
 pub const MAX_WAITING_THREADS: u32 = 65_536;
 
@@ -161,7 +183,9 @@ pub struct ExitEvent {
     pub blocked_ns: u64,
     pub sleep_ns: u64,
     pub waits_known: u32,
-    pub _pad: u32,
+    /// 1 when `net` holds the thread's socket bytes (the `sock_*_length` programs attached).
+    pub net_known: u32,
+    pub net: NetBytes,
     pub comm: [u8; COMM_LEN],
 }
 
@@ -222,6 +246,8 @@ pub struct Offsets {
     /// `task_struct::__state`, for the classic `sched_switch` record, which reports the state in
     /// another encoding.
     pub task_state: u32,
+    /// `sock::__sk_common.skc_family`: a socket's address family.
+    pub sock_family: u32,
     /// Not an offset, but set by the agent at load like them: once this many bytes wait in the
     /// ring buffer, an event wakes the agent up; below it the agent drains on its own timer,
     /// instead of waking up for every event.
@@ -241,4 +267,5 @@ mod pod {
     unsafe impl aya::Pod for super::ExecEvent {}
     unsafe impl aya::Pod for super::ExitEvent {}
     unsafe impl aya::Pod for super::TaskWaits {}
+    unsafe impl aya::Pod for super::NetBytes {}
 }

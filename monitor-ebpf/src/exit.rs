@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use monitor_common::{kind, stat, EventHeader};
 
-use crate::{count, off, ready, switch, task, PENDING, SCRATCH, TRACKED};
+use crate::{count, off, ready, switch, task, NET, PENDING, SCRATCH, TRACKED};
 
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn exit_btf(ctx: BtfTracePointContext) -> i32 {
@@ -89,6 +89,13 @@ fn handle(task: usize, group_dead: bool) {
         (*e).blocked_ns = 0;
         (*e).sleep_ns = 0;
         (*e).waits_known = 0;
+        // This thread's socket bytes (the agent sums a process's threads).
+        (*e).net = monitor_common::NetBytes::default();
+        if let Some(net) = NET.get_ptr(&tid) {
+            (*e).net = *net;
+        }
+        let _ = NET.remove(&tid);
+        (*e).net_known = crate::net_attached() as u32;
         // Sent at the thread's final context switch, with its CPU time complete then; if the
         // pending map is full, now, with what the scheduler has accounted so far.
         if PENDING.insert(&tid, &*e, 0).is_err() {

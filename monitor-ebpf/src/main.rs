@@ -13,17 +13,18 @@
 mod exec;
 mod exit;
 mod fork;
+mod net;
 mod switch;
 mod task;
 mod waits;
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use monitor_common::{
-    ExitEvent, Offsets, TaskWaits, MAX_PENDING_EXITS, MAX_TRACKED, MAX_WAITING_THREADS,
-    RING_BUFFER_BYTES,
+    ExitEvent, NetBytes, Offsets, TaskWaits, MAX_NET_THREADS, MAX_PENDING_EXITS, MAX_TRACKED,
+    MAX_WAITING_THREADS, RING_BUFFER_BYTES,
 };
 
 /// Kernel field offsets, written by the agent before load (see `monitor::kernel::btf`).
@@ -47,6 +48,19 @@ static PENDING: HashMap<u32, ExitEvent> = HashMap::with_max_entries(MAX_PENDING_
 /// Where each thread of the tree spent its time off the CPU (by tid; see `waits`).
 #[map]
 static WAITS: HashMap<u32, TaskWaits> = HashMap::with_max_entries(MAX_WAITING_THREADS, 0);
+
+/// Socket bytes of each tracked thread that used a socket (by tid; see `net`).
+#[map]
+static NET: HashMap<u32, NetBytes> = HashMap::with_max_entries(MAX_NET_THREADS, 0);
+
+/// What the agent attached beyond the process tracepoints, set after attaching: index 0 is 1
+/// when the `sock_*_length` programs run (socket bytes are then known, 0 included).
+#[map]
+static FEATURES: Array<u32> = Array::with_max_entries(1, 0);
+
+pub(crate) fn net_attached() -> bool {
+    FEATURES.get(0).is_some_and(|v| *v == 1)
+}
 
 /// One exit event under construction per CPU: the 512-byte BPF stack cannot hold it.
 #[map]

@@ -163,7 +163,16 @@ fn load_probes(
             args.record.ring_buffer_size,
             args.record.tracepoints,
         ) {
-            Ok(loaded) => Some(loaded),
+            Ok(loaded) => {
+                if let (Some(note), crate::kernel::ebpf::TrackingMode::TpBtf) =
+                    (&loaded.0.net_note, loaded.0.mode)
+                {
+                    if !args.record.quiet {
+                        crate::say!("montrace: note: no socket byte counts: {note}");
+                    }
+                }
+                Some(loaded)
+            }
             Err(err) => {
                 crate::say!(
                     "montrace: warning: {err:#}; following the tree by polling /proc instead"

@@ -530,6 +530,11 @@ pub struct Proc {
     pub run_queue_ns: Option<u64>,
     pub blocked_ns: Option<u64>,
     pub sleep_ns: Option<u64>,
+    /// Socket bytes by family (null without the BTF tracepoints of Linux 6.3+).
+    pub net_inet_sent_bytes: Option<u64>,
+    pub net_inet_received_bytes: Option<u64>,
+    pub net_unix_sent_bytes: Option<u64>,
+    pub net_unix_received_bytes: Option<u64>,
     pub alive_at_end: bool,
 }
 
@@ -1158,6 +1163,15 @@ pub fn read_processes(dir: &Path) -> Vec<Proc> {
         let read_chars = c.get::<UInt64Array>("read_chars");
         let run_queue = c.get::<UInt64Array>("run_queue_ns");
         let blocked = c.get::<UInt64Array>("blocked_ns");
+        let net: Vec<&UInt64Array> = [
+            "net_inet_sent_bytes",
+            "net_inet_received_bytes",
+            "net_unix_sent_bytes",
+            "net_unix_received_bytes",
+        ]
+        .iter()
+        .map(|name| c.get::<UInt64Array>(name))
+        .collect();
         let sleep = c.get::<UInt64Array>("sleep_ns");
         let write_chars = c.get::<UInt64Array>("write_chars");
         let alive_at_end = c.get::<BooleanArray>("alive_at_end");
@@ -1188,6 +1202,10 @@ pub fn read_processes(dir: &Path) -> Vec<Proc> {
                 read_chars: opt(read_chars, i),
                 run_queue_ns: opt(run_queue, i),
                 blocked_ns: opt(blocked, i),
+                net_inet_sent_bytes: opt(net[0], i),
+                net_inet_received_bytes: opt(net[1], i),
+                net_unix_sent_bytes: opt(net[2], i),
+                net_unix_received_bytes: opt(net[3], i),
                 sleep_ns: opt(sleep, i),
                 write_chars: opt(write_chars, i),
                 alive_at_end: alive_at_end.value(i),

@@ -94,6 +94,18 @@ pub struct ExitStats {
     pub run_queue_ns: Option<u64>,
     pub blocked_ns: Option<u64>,
     pub sleep_ns: Option<u64>,
+    /// Bytes sent and received through sockets, IPv4/IPv6 and unix. None where they are not
+    /// counted (before Linux 6.3, classic tracepoints, polling).
+    pub net: Option<NetTotals>,
+}
+
+/// Socket bytes of a process by address family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetTotals {
+    pub inet_sent: u64,
+    pub inet_received: u64,
+    pub unix_sent: u64,
+    pub unix_received: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -121,6 +133,15 @@ impl ExitStats {
         self.run_queue_ns = add_known(self.run_queue_ns, other.run_queue_ns);
         self.blocked_ns = add_known(self.blocked_ns, other.blocked_ns);
         self.sleep_ns = add_known(self.sleep_ns, other.sleep_ns);
+        self.net = match (self.net, other.net) {
+            (Some(a), Some(b)) => Some(NetTotals {
+                inet_sent: a.inet_sent + b.inet_sent,
+                inet_received: a.inet_received + b.inet_received,
+                unix_sent: a.unix_sent + b.unix_sent,
+                unix_received: a.unix_received + b.unix_received,
+            }),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -200,6 +221,12 @@ pub fn decode(bytes: &[u8], page_size: u64) -> Result<KernelEvent, DecodeError> 
                     run_queue_ns: (e.waits_known != 0).then_some(e.run_queue_ns),
                     blocked_ns: (e.waits_known != 0).then_some(e.blocked_ns),
                     sleep_ns: (e.waits_known != 0).then_some(e.sleep_ns),
+                    net: (e.net_known != 0).then_some(NetTotals {
+                        inet_sent: e.net.inet_sent,
+                        inet_received: e.net.inet_received,
+                        unix_sent: e.net.unix_sent,
+                        unix_received: e.net.unix_received,
+                    }),
                 },
             })
         }
@@ -371,7 +398,13 @@ mod tests {
             blocked_ns: 10,
             sleep_ns: 11,
             waits_known: 1,
-            _pad: 0,
+            net_known: 1,
+            net: monitor_common::NetBytes {
+                inet_sent: 12,
+                inet_received: 13,
+                unix_sent: 14,
+                unix_received: 15,
+            },
             comm: comm("sh"),
         };
         match decode(&bytes_of(&e), 4096).unwrap() {
@@ -404,17 +437,29 @@ mod tests {
                     (stats.run_queue_ns, stats.blocked_ns, stats.sleep_ns),
                     (Some(9), Some(10), Some(11))
                 );
+                let net = stats.net.unwrap();
+                assert_eq!(
+                    (
+                        net.inet_sent,
+                        net.inet_received,
+                        net.unix_sent,
+                        net.unix_received
+                    ),
+                    (12, 13, 14, 15)
+                );
             }
             other => panic!("not an exit: {other:?}"),
         }
         // Without the BTF tracepoints the waits are unknown, not 0.
         let unknown = ExitEvent {
             waits_known: 0,
+            net_known: 0,
             ..e
         };
         match decode(&bytes_of(&unknown), 4096).unwrap() {
             KernelEvent::Exit { stats, .. } => {
-                assert_eq!((stats.run_queue_ns, stats.sleep_ns), (None, None))
+                assert_eq!((stats.run_queue_ns, stats.sleep_ns), (None, None));
+                assert_eq!(stats.net, None);
             }
             other => panic!("not an exit: {other:?}"),
         }

@@ -51,6 +51,12 @@ pub struct ProcessRecord {
     pub run_queue_ns: Option<u64>,
     pub blocked_ns: Option<u64>,
     pub sleep_ns: Option<u64>,
+    /// Bytes sent and received through sockets (IPv4 and IPv6; unix), from every send and
+    /// receive. None where they are not counted (before Linux 6.3, classic tracepoints, polling).
+    pub net_inet_sent_bytes: Option<u64>,
+    pub net_inet_received_bytes: Option<u64>,
+    pub net_unix_sent_bytes: Option<u64>,
+    pub net_unix_received_bytes: Option<u64>,
     /// Still running when montrace stopped (its figures are then null).
     pub alive_at_end: bool,
 }

@@ -296,6 +296,10 @@ impl Tracker {
             r.run_queue_ns = figures.run_queue_ns;
             r.blocked_ns = figures.blocked_ns;
             r.sleep_ns = figures.sleep_ns;
+            r.net_inet_sent_bytes = figures.net.map(|n| n.inet_sent);
+            r.net_inet_received_bytes = figures.net.map(|n| n.inet_received);
+            r.net_unix_sent_bytes = figures.net.map(|n| n.unix_sent);
+            r.net_unix_received_bytes = figures.net.map(|n| n.unix_received);
             (EventKind::Exit, figures)
         } else {
             entry.exited_threads.add_thread(stats);

@@ -522,6 +522,7 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         mm_arg_end: mm("arg_end")?,
         bprm_filename: btf.member_offset("linux_binprm", "filename")?,
         task_state: btf.member_offset("task_struct", "__state")?,
+        sock_family: btf.member_offset("sock", "__sk_common.skc_family")?,
         // Set by `ebpf::Probes::load` from the ring buffer's size.
         wakeup_bytes: 0,
         signal_live: signal("live")?,

@@ -72,6 +72,16 @@ static PROCESS_COLUMNS: &[Column<ProcessRecord>] = &[
     nullable("run_queue_ns", U64(|r| r.run_queue_ns)),
     nullable("blocked_ns", U64(|r| r.blocked_ns)),
     nullable("sleep_ns", U64(|r| r.sleep_ns)),
+    nullable("net_inet_sent_bytes", U64(|r| r.net_inet_sent_bytes)),
+    nullable(
+        "net_inet_received_bytes",
+        U64(|r| r.net_inet_received_bytes),
+    ),
+    nullable("net_unix_sent_bytes", U64(|r| r.net_unix_sent_bytes)),
+    nullable(
+        "net_unix_received_bytes",
+        U64(|r| r.net_unix_received_bytes),
+    ),
     required("alive_at_end", Bool(|r| Some(r.alive_at_end))),
 ];
 

@@ -33,6 +33,10 @@ fn full_process() -> ProcessRecord {
         run_queue_ns: Some(12),
         blocked_ns: Some(13),
         sleep_ns: Some(14),
+        net_inet_sent_bytes: Some(15),
+        net_inet_received_bytes: Some(16),
+        net_unix_sent_bytes: Some(17),
+        net_unix_received_bytes: Some(18),
         alive_at_end: false,
     }
 }
@@ -71,6 +75,10 @@ fn processes_columns_in_order() {
             "run_queue_ns",
             "blocked_ns",
             "sleep_ns",
+            "net_inet_sent_bytes",
+            "net_inet_received_bytes",
+            "net_unix_sent_bytes",
+            "net_unix_received_bytes",
             "alive_at_end",
         ]
     );

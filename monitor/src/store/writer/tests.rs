@@ -108,6 +108,10 @@ fn full_process() -> ProcessRecord {
         run_queue_ns: Some(1_000),
         blocked_ns: Some(0),
         sleep_ns: Some(2_000),
+        net_inet_sent_bytes: Some(1),
+        net_inet_received_bytes: Some(2),
+        net_unix_sent_bytes: Some(3),
+        net_unix_received_bytes: Some(4),
         alive_at_end: false,
     }
 }

@@ -284,6 +284,11 @@ const PROGRAMS: &[&str] = &[
     "exec_btf",
     "exit_btf",
     "switch_btf",
+    // Waiting times and socket bytes (BTF tracepoints only).
+    "wakeup_btf",
+    "wakeup_new_btf",
+    "send_length_btf",
+    "recv_length_btf",
     "fork_tp",
     "exec_tp",
     "exit_tp",
@@ -411,8 +416,10 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
              2 workers), then a 0.5 s sleep; `bpftool prog show` is read every 100 ms during the \
              run and the last reading before montrace unloads its programs is kept. The programs \
              run for every process on the machine (they filter in the kernel), so the counts \
-             include other processes' events; a `switch` program runs at every context switch \
-             of the machine. The statistics are switched back off afterwards.",
+             include other processes' events; the `switch` and `wakeup` programs run at every \
+             context switch and wake-up of the machine (they keep the tree's waiting times), the \
+             `*_length` ones at every socket send and receive (the tree's socket bytes). The \
+             statistics are switched back off afterwards.",
             p.storm_n
         ),
         columns: vec![
@@ -430,7 +437,7 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
     for (name, &(cnt, ns)) in &by_name {
         all_cnt += cnt;
         all_ns += ns;
-        if !name.starts_with("switch") {
+        if ["fork", "exec", "exit"].iter().any(|l| name.starts_with(l)) {
             lifecycle_cnt += cnt;
             lifecycle_ns += ns;
         }

@@ -30,6 +30,10 @@ pub struct Span {
 /// Longest command kept per step.
 pub const COMMAND_CHARS: usize = 120;
 
+/// Steps kept in run.json at most: the longest ones, in order (a shell loop of 20,000 short
+/// commands has a path of 20,000 steps; `critical_path_steps` counts them all).
+pub const KEPT_STEPS: usize = 1000;
+
 /// One step of the critical path.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Step {
@@ -51,6 +55,9 @@ pub struct TimeAnalysis {
     pub critical_path: Vec<Step>,
     /// Their durations summed: the wall time no amount of parallelism would have saved.
     pub critical_path_s: f64,
+    /// The steps on the path, kept or not (`critical_path` keeps the [`KEPT_STEPS`] longest).
+    #[serde(default)]
+    pub critical_path_steps: usize,
     /// Processes running or waiting to run, on average over the wall time: the tree's CPU time
     /// plus its run-queue delay (when known), over the wall time.
     pub avg_parallelism: f64,
@@ -104,10 +111,31 @@ pub fn analyse(spans: &[Span], wall_ns: u64) -> TimeAnalysis {
         .collect();
     TimeAnalysis {
         critical_path_s: critical_path.iter().map(|s| s.duration_s).sum(),
-        critical_path,
+        critical_path_steps: critical_path.len(),
+        critical_path: longest(&critical_path, KEPT_STEPS)
+            .into_iter()
+            .cloned()
+            .collect(),
         avg_parallelism: busy as f64 / wall,
         avg_cores_used: cpu as f64 / wall,
     }
+}
+
+/// The `n` longest of `steps` (the earlier of equal ones), in their order.
+pub fn longest(steps: &[Step], n: usize) -> Vec<&Step> {
+    if steps.len() <= n {
+        return steps.iter().collect();
+    }
+    let mut by_length: Vec<usize> = (0..steps.len()).collect();
+    by_length.sort_by(|&a, &b| {
+        steps[b]
+            .duration_s
+            .total_cmp(&steps[a].duration_s)
+            .then(a.cmp(&b))
+    });
+    by_length.truncate(n);
+    by_length.sort_unstable();
+    by_length.into_iter().map(|i| &steps[i]).collect()
 }
 
 /// The chain of `parent`'s children that held up its end, latest first back to its start.
@@ -121,18 +149,22 @@ fn chain(
     let Some(kids) = children.get(&(p.pid, p.start_ns)) else {
         return Vec::new();
     };
+    // The last arrival before `until`, again and again: one pass over the children latest end
+    // first (ties: the earlier start), as `until` only moves back (a shell loop of 20,000
+    // commands is one sort, not a search per step).
+    let mut order: Vec<usize> = kids
+        .iter()
+        .copied()
+        .filter(|&k| spans[k].start_ns >= p.start_ns)
+        .collect();
+    order.sort_by_key(|&k| (std::cmp::Reverse(end_of(&spans[k])), spans[k].start_ns));
     let mut until = end_of(p);
     let mut found = Vec::new();
-    loop {
-        let last = kids
-            .iter()
-            .copied()
-            .filter(|&k| !found.contains(&k))
-            .filter(|&k| end_of(&spans[k]) <= until && spans[k].start_ns >= p.start_ns)
-            .max_by_key(|&k| (end_of(&spans[k]), std::cmp::Reverse(spans[k].start_ns)));
-        let Some(k) = last else { break };
-        found.push(k);
-        until = spans[k].start_ns;
+    for k in order {
+        if end_of(&spans[k]) <= until {
+            found.push(k);
+            until = spans[k].start_ns;
+        }
     }
     found.reverse();
     found
@@ -286,6 +318,47 @@ mod tests {
         assert_eq!(t.critical_path[0].pid, 2);
         assert!((t.critical_path[0].duration_s - 0.499).abs() < 1e-9);
         assert_eq!(analyse(&[], 1), TimeAnalysis::default());
+    }
+
+    #[test]
+    fn a_shell_loop_of_20000_commands_is_a_path_of_20000_steps_kept_longest_first() {
+        // sh (1) runs 20,000 commands one after another, 1 ms each, the 7th of every 1,000
+        // 2 ms: one pass per parent, not a search per step.
+        let mut spans = vec![span(1, None, 0, 0, 1)];
+        let mut at = 0;
+        for i in 0..20_000u32 {
+            let length = if i % 1000 == 7 { 2 } else { 1 };
+            spans.push(span(i + 2, Some(1), at, at + length, length));
+            at += length;
+        }
+        spans[0].end_ns = Some(at * MS);
+        let t = analyse(&spans, (at * MS) as u64);
+        assert_eq!(t.critical_path_steps, 20_000);
+        assert!(
+            (t.critical_path_s - 20.02).abs() < 1e-6,
+            "{}",
+            t.critical_path_s
+        );
+        assert_eq!(t.critical_path.len(), KEPT_STEPS);
+        // The 20 long ones first, then the earliest short ones, all in time order.
+        let pids: Vec<u32> = t.critical_path.iter().map(|s| s.pid).collect();
+        assert!(pids.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(
+            t.critical_path
+                .iter()
+                .filter(|s| s.duration_s > 0.0015)
+                .count(),
+            20
+        );
+        // Commands 0..=980 but the long 7th, pids 2..=982 but 9, are the short ones kept.
+        let short: Vec<u32> = t
+            .critical_path
+            .iter()
+            .filter(|s| s.duration_s < 0.0015)
+            .map(|s| s.pid)
+            .collect();
+        assert_eq!(short, (2..=982).filter(|&p| p != 9).collect::<Vec<_>>());
+        assert_eq!(pids[KEPT_STEPS - 1], 19_009);
     }
 
     #[test]

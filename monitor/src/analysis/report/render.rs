@@ -101,6 +101,8 @@ pub const TIME_STEPS: usize = 30;
 /// The report's first section: the critical path and how parallel the run was.
 pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
     let time = info.time.as_ref()?;
+    // Runs recorded before the count was kept: the steps they list are all there were.
+    let count = time.critical_path_steps.max(time.critical_path.len());
     let wall = info.command_wall_s.unwrap_or(info.duration_s);
     let cores = cores.map_or(String::new(), |c| format!(" of {}", trim_cores(c)));
     let summary = format!(
@@ -109,20 +111,14 @@ pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
          and {:.2} cores{cores} were used.",
         fmt_secs(time.critical_path_s),
         fmt_secs(wall),
-        time.critical_path.len(),
-        if time.critical_path.len() == 1 {
-            ""
-        } else {
-            "s"
-        },
+        count,
+        if count == 1 { "" } else { "s" },
         time.avg_parallelism,
         time.avg_cores_used,
     );
     let opt = |v: Option<f64>| v.map_or("n/a".to_string(), fmt_secs);
-    let steps = time
-        .critical_path
-        .iter()
-        .take(TIME_STEPS)
+    let steps = crate::analysis::critical::longest(&time.critical_path, TIME_STEPS)
+        .into_iter()
         .map(|s| StepRow {
             start: fmt_secs(s.start_s),
             duration: fmt_secs(s.duration_s),
@@ -132,12 +128,21 @@ pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
             command: s.command.clone(),
         })
         .collect();
-    let more = time.critical_path.len().saturating_sub(TIME_STEPS);
+    let more = count.saturating_sub(TIME_STEPS);
+    let kept = time.critical_path.len();
     Some(TimeView {
         summary,
         steps,
-        more: (more > 0)
-            .then(|| format!("{more} more steps are in run.json (time.critical_path).")),
+        more: (more > 0).then(|| {
+            let where_ = if kept < count {
+                format!(
+                    "run.json (time.critical_path) keeps the {kept} longest of them, in order"
+                )
+            } else {
+                "they are in run.json (time.critical_path)".to_owned()
+            };
+            format!("The {TIME_STEPS} longest steps are listed, in order; {more} more ran on the path: {where_}.")
+        }),
     })
 }
 
@@ -776,6 +781,7 @@ mod tests {
         info.time = Some(TimeAnalysis {
             critical_path: (0..35).map(|i| step(i, i as f64 * 0.3)).collect(),
             critical_path_s: 10.5,
+            critical_path_steps: 35,
             avg_parallelism: 1.5,
             avg_cores_used: 1.25,
         });
@@ -798,7 +804,26 @@ mod tests {
         );
         assert_eq!(
             view.more.as_deref(),
-            Some("5 more steps are in run.json (time.critical_path).")
+            Some(
+                "The 30 longest steps are listed, in order; 5 more ran on the path: they are in \
+                 run.json (time.critical_path)."
+            )
+        );
+        // A path longer than run.json keeps: the longest steps, in order, and the count.
+        let time = info.time.as_mut().unwrap();
+        time.critical_path[33].duration_s = 2.0;
+        time.critical_path_steps = 20_000;
+        let view = time_view(&info, Some(2.0)).unwrap();
+        assert!(view.summary.contains("in 20000 steps"), "{}", view.summary);
+        assert_eq!(view.steps.len(), TIME_STEPS);
+        assert_eq!(view.steps[TIME_STEPS - 1].duration, "2.000 s");
+        assert_eq!(view.steps[TIME_STEPS - 2].command, "cc -c 28.c");
+        assert!(
+            view.more.as_deref().unwrap().contains(
+                "19970 more ran on the path: run.json (time.critical_path) keeps the 35 longest"
+            ),
+            "{:?}",
+            view.more
         );
     }
 

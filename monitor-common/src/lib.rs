@@ -59,7 +59,9 @@ pub struct TaskWaits {
     pub since_ns: u64,
     /// One of [`wait_state`].
     pub state: u32,
-    pub _pad: u32,
+    /// The thread's process (thread group id), so that userspace can sum a live process's
+    /// threads at each sweep.
+    pub tgid: u32,
     /// Time spent in each [`wait_state`], indexed by it: runnable waiting for a CPU (run-queue
     /// delay), blocked uninterruptibly (the D state, mostly I/O), sleeping (a timer, a pipe, a
     /// lock, a child...). An array indexed by a masked state keeps the verifier's bounds simple.

@@ -28,6 +28,7 @@ pub fn wakeup_new_btf(ctx: BtfTracePointContext) -> i32 {
             // SAFETY: plain helper call.
             since_ns: unsafe { bpf_ktime_get_boot_ns() },
             state: wait_state::RUNNABLE,
+            tgid: task::tgid(new),
             ..TaskWaits::default()
         };
         let _ = WAITS.insert(&task::pid(new), &waits, 0);
@@ -62,7 +63,11 @@ pub fn switched_out(prev: usize, prev_state: u32, preempted: bool, now: u64) {
     let tid = task::pid(prev);
     let mut entry = WAITS.get_ptr_mut(&tid);
     if entry.is_none() && unsafe { TRACKED.get(&task::tgid(prev)) }.is_some() {
-        let _ = WAITS.insert(&tid, &TaskWaits::default(), 0);
+        let waits = TaskWaits {
+            tgid: task::tgid(prev),
+            ..TaskWaits::default()
+        };
+        let _ = WAITS.insert(&tid, &waits, 0);
         entry = WAITS.get_ptr_mut(&tid);
     }
     let Some(w) = entry else {

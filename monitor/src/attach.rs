@@ -256,6 +256,7 @@ fn follow_attached(
         gpu.monitor_mut(),
         stream.as_mut(),
     )?;
+    recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
     let (argv, executable) = match &existing[0] {
         KernelEvent::Exec { argv, filename, .. } => (argv.clone(), filename.clone()),
         _ => (Vec::new(), String::new()),

@@ -373,6 +373,7 @@ fn record(
         monitor,
         stream.as_mut(),
     )?;
+    recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         crate::say!("montrace: {err}");

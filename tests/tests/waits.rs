@@ -90,3 +90,76 @@ fn classic_tracepoints_leave_the_waits_unknown() {
         );
     }
 }
+
+/// Each sample carries its process's waiting times so far, read from the programs' per-thread
+/// map at the sweep: they never go back, the exit row holds processes.parquet's exact figures,
+/// and a CPU burner, always either on a CPU or waiting for one, shows CPU share + run-queue
+/// share = 100 % in every interval (within /proc's clock-tick rounding).
+#[test]
+fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
+    require_root();
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let script = format!(
+        "for i in $(seq {}); do timeout 1.5 sh -c 'while :; do :; done' & done; wait",
+        2 * cores
+    );
+    let run = run_montrace(
+        &["--tracepoints", "btf", "--interval", "250ms"],
+        &["sh", "-c", &script],
+    );
+    run.assert_code(0);
+    let dir = run.dir.display();
+    let samples = format!("'{dir}/samples.parquet'");
+    let processes = format!("'{dir}/processes.parquet'");
+    let answers = tests::duckdb_queries(&[
+        format!(
+            "WITH s AS (SELECT run_queue_ns, blocked_ns, sleep_ns, \
+               lag(run_queue_ns) OVER w AS rq0, lag(blocked_ns) OVER w AS b0, \
+               lag(sleep_ns) OVER w AS s0 FROM {samples} \
+               WINDOW w AS (PARTITION BY pid, start_time ORDER BY time, source = 'exit')) \
+             SELECT count(*) AS n, \
+               count(*) FILTER (WHERE run_queue_ns IS NULL OR sleep_ns IS NULL) AS missing, \
+               count(*) FILTER (WHERE run_queue_ns < rq0 OR blocked_ns < b0 OR sleep_ns < s0) \
+                 AS backwards FROM s"
+        ),
+        format!(
+            "SELECT count(*) AS n, (SELECT count(*) FROM {processes}) AS processes, \
+               count(*) FILTER (WHERE s.run_queue_ns = p.run_queue_ns \
+               AND s.blocked_ns = p.blocked_ns AND s.sleep_ns = p.sleep_ns) AS same \
+             FROM {samples} s JOIN {processes} p USING (pid, start_time) \
+             WHERE s.source = 'exit'"
+        ),
+        format!(
+            "SELECT count(*) AS n, \
+               count(*) FILTER (WHERE abs(s.cpu_percent + s.run_queue_percent - 100) > 12) \
+                 AS off, min(s.cpu_percent + s.run_queue_percent) AS low, \
+               max(s.cpu_percent + s.run_queue_percent) AS high, \
+               avg(s.run_queue_percent) AS waiting \
+             FROM {samples} s JOIN {processes} p USING (pid, start_time) \
+             WHERE s.source = 'procfs' AND p.argv = ['sh', '-c', 'while :; do :; done']"
+        ),
+    ]);
+    let [all, exits, burners]: [tests::QueryResult; 3] = answers
+        .into_iter()
+        .map(|a| a.expect("query"))
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    assert!(all.f64(0, "n").unwrap() >= 20.0, "{all:?}");
+    assert_eq!(all.f64(0, "missing"), Some(0.0), "{all:?}");
+    assert_eq!(all.f64(0, "backwards"), Some(0.0), "{all:?}");
+    let n = exits.f64(0, "n").unwrap();
+    // sh, seq, and a timeout and its sh per burner.
+    assert_eq!(exits.f64(0, "processes"), Some((4 * cores + 2) as f64));
+    assert_eq!(n, (4 * cores + 2) as f64, "one exit row per process: {exits:?}");
+    assert_eq!(exits.f64(0, "same"), Some(n), "{exits:?}");
+    // 2 × cores burners of 1.5 s, sampled every 250 ms: about 5 rows each.
+    assert!(
+        burners.f64(0, "n").unwrap() >= (8 * cores) as f64,
+        "{burners:?}"
+    );
+    assert_eq!(burners.f64(0, "off"), Some(0.0), "{burners:?}");
+    // Twice as many burners as cores: each waits about half the time.
+    let waiting = burners.f64(0, "waiting").unwrap();
+    assert!((30.0..=70.0).contains(&waiting), "{burners:?}");
+}

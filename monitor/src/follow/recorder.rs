@@ -78,6 +78,8 @@ pub struct Recorder<'g> {
     capacity: crate::sampling::capacity::Capacity,
     /// Every ended process, as the critical-path analysis needs it.
     spans: Vec<crate::analysis::critical::Span>,
+    /// The live threads' waiting times in the kernel (BTF tracepoints), read at each sweep.
+    waits: Option<crate::kernel::ebpf::WaitsMap>,
 }
 
 impl<'g> Recorder<'g> {
@@ -153,6 +155,7 @@ impl<'g> Recorder<'g> {
             created: std::time::Instant::now(),
             capacity: crate::sampling::capacity::Capacity::read(),
             spans: Vec::new(),
+            waits: None,
         })
     }
 
@@ -288,10 +291,18 @@ impl<'g> Recorder<'g> {
         }
     }
 
+    /// Hands the recorder the kernel's per-thread waiting times, so that samples carry them.
+    pub fn set_waits(&mut self, waits: Option<crate::kernel::ebpf::WaitsMap>) {
+        self.waits = waits;
+    }
+
     /// One sweep: every live process of the tree and the system, stamped with one time.
     pub fn sample(&mut self) {
         let clock = self.tracker.clock();
         let now = host::realtime_ns();
+        // The live threads of multi-threaded processes, read once per sweep when first needed
+        // (a single-threaded process's thread is looked up as it is read).
+        let mut threads_waits = None;
         let mut sweep = Vec::new();
         for (pid, start_time_ns) in self.tracker.live_processes() {
             let key = (pid, start_time_ns);
@@ -344,13 +355,46 @@ impl<'g> Recorder<'g> {
                 (None, Some((_, _, last))) if full => reading.smaps = Some(last),
                 _ => {}
             }
-            let sample = rates::process_sample(
+            let mut sample = rates::process_sample(
                 &reading,
                 now,
                 measured,
                 start_time_ns,
                 self.previous.get(&key),
             );
+            if let Some(map) = &self.waits {
+                let live = if reading.threads == 1 {
+                    map.thread(pid)
+                        .map(Option::unwrap_or_default)
+                        .map_err(|e| e.to_string())
+                } else {
+                    match threads_waits.get_or_insert_with(|| map.read().map_err(|e| e.to_string())) {
+                        Ok(by_process) => Ok(by_process.get(&pid).copied().unwrap_or_default()),
+                        Err(e) => Err(e.clone()),
+                    }
+                };
+                match live {
+                    Ok(live) => {
+                        let mut waits = self.tracker.exited_thread_waits(pid);
+                        waits.add(&live);
+                        rates::add_waits(
+                            &mut sample,
+                            waits,
+                            measured,
+                            start_time_ns,
+                            self.previous.get(&key),
+                        );
+                    }
+                    Err(err) => {
+                        crate::say!(
+                            "montrace: warning: the waiting times of live threads cannot be \
+                             read ({err}); samples go on without them (processes.parquet keeps \
+                             the exact figures at exit)"
+                        );
+                        self.waits = None;
+                    }
+                }
+            }
             self.previous
                 .insert(key, rates::Previous::of(&sample, measured));
             sweep.push(sample);

@@ -1,5 +1,5 @@
 //! Turns ring-buffer records into typed events. Pure: bytes in, values out; no clock, no kernel.
-use monitor_common::{kind, EventHeader, ExecEvent, ExitEvent, ForkEvent};
+use monitor_common::{kind, wait_state, EventHeader, ExecEvent, ExitEvent, ForkEvent, TaskWaits};
 
 /// A lifecycle event as the kernel reported it. Times are ns since boot.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,6 +145,51 @@ impl ExitStats {
     }
 }
 
+/// Where a process's live threads' time went off the CPU so far (see [`TaskWaits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitTotals {
+    pub run_queue_ns: u64,
+    pub blocked_ns: u64,
+    pub sleep_ns: u64,
+}
+
+/// Sums the kernel's per-thread `WAITS` entries by process, each thread's interval in progress
+/// counted up to `now_boot_ns` (boot clock, as the programs stamp it).
+pub fn waits_by_process(
+    threads: impl IntoIterator<Item = TaskWaits>,
+    now_boot_ns: u64,
+) -> std::collections::HashMap<u32, WaitTotals> {
+    let mut by_process = std::collections::HashMap::<u32, WaitTotals>::new();
+    for w in threads {
+        by_process
+            .entry(w.tgid)
+            .or_default()
+            .add(&WaitTotals::of_thread(&w, now_boot_ns));
+    }
+    by_process
+}
+
+impl WaitTotals {
+    /// One thread's totals, its interval in progress counted up to `now_boot_ns`.
+    pub fn of_thread(w: &TaskWaits, now_boot_ns: u64) -> WaitTotals {
+        let mut total = w.total_ns;
+        if w.since_ns != 0 && now_boot_ns > w.since_ns && w.state != wait_state::RUNNING {
+            total[(w.state & 3) as usize] += now_boot_ns - w.since_ns;
+        }
+        WaitTotals {
+            run_queue_ns: total[wait_state::RUNNABLE as usize],
+            blocked_ns: total[wait_state::BLOCKED as usize],
+            sleep_ns: total[wait_state::SLEEPING as usize],
+        }
+    }
+
+    pub fn add(&mut self, other: &WaitTotals) {
+        self.run_queue_ns += other.run_queue_ns;
+        self.blocked_ns += other.blocked_ns;
+        self.sleep_ns += other.sleep_ns;
+    }
+}
+
 /// The sum of what is known.
 fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
@@ -270,6 +315,45 @@ fn split_argv(bytes: &[u8]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn live_threads_waits_are_summed_by_process_with_the_interval_in_progress() {
+        let thread = |tgid, state, since_ns, total_ns| TaskWaits {
+            since_ns,
+            state,
+            tgid,
+            total_ns,
+        };
+        let threads = [
+            // Process 10: one thread runnable since 900 (100 ns so far), one asleep since 500.
+            thread(10, wait_state::RUNNABLE, 900, [0, 5, 7, 11]),
+            thread(10, wait_state::SLEEPING, 500, [0, 1, 0, 2]),
+            // Process 20: on a CPU (nothing in progress), and one blocked since 990.
+            thread(20, wait_state::RUNNING, 0, [0, 3, 0, 0]),
+            thread(20, wait_state::BLOCKED, 990, [0, 0, 4, 0]),
+            // A stamp after `now` (read racing the kernel) adds nothing.
+            thread(30, wait_state::SLEEPING, 2000, [0, 0, 0, 9]),
+        ];
+        let sums = waits_by_process(threads, 1000);
+        assert_eq!(
+            sums[&10],
+            WaitTotals {
+                run_queue_ns: 5 + 100 + 1,
+                blocked_ns: 7,
+                sleep_ns: 11 + 2 + 500
+            }
+        );
+        assert_eq!(
+            sums[&20],
+            WaitTotals {
+                run_queue_ns: 3,
+                blocked_ns: 4 + 10,
+                sleep_ns: 0
+            }
+        );
+        assert_eq!(sums[&30].sleep_ns, 9);
+        assert_eq!(sums.len(), 3);
+    }
     use monitor_common::{ARGV_LEN, COMM_LEN, FILENAME_LEN};
 
     fn bytes_of<T>(value: &T) -> Vec<u8> {

@@ -8,7 +8,9 @@ use aya::{
     programs::{BtfTracePoint, TracePoint},
     Btf, Ebpf, EbpfLoader,
 };
-use monitor_common::{stat, Offsets};
+use monitor_common::{stat, Offsets, TaskWaits};
+
+use crate::kernel::decode::WaitTotals;
 use serde::Serialize;
 
 /// How montrace's programs are attached to the scheduler's process tracepoints.
@@ -126,6 +128,45 @@ pub struct Probes {
     pub load_ms: f64,
     /// Why socket bytes are not counted, when they are not.
     pub net_note: Option<String>,
+    /// The live threads' waiting times (BTF tracepoints only), until handed to the recorder.
+    waits: Option<WaitsMap>,
+}
+
+/// The kernel's per-thread waiting times of the tracked threads still alive (`WAITS`), read at
+/// each sweep. Reading a map through a descriptor montrace already holds needs no capability
+/// (Linux 6.5 and later; before, with unprivileged BPF disabled, the read fails and the
+/// per-sweep figures are left empty).
+pub struct WaitsMap(HashMap<MapData, u32, TaskWaits>);
+
+impl WaitsMap {
+    /// Each process's live threads' totals, up to now: one walk of the map.
+    pub fn read(&self) -> Result<std::collections::HashMap<u32, WaitTotals>, aya::maps::MapError> {
+        let now = crate::sampling::host::boottime_ns();
+        // A thread that exits during the walk is skipped, not an error.
+        let threads: Vec<TaskWaits> = self
+            .0
+            .iter()
+            .filter_map(|entry| match entry {
+                Ok((_, waits)) => Some(Ok(waits)),
+                Err(aya::maps::MapError::KeyNotFound) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(crate::kernel::decode::waits_by_process(threads, now))
+    }
+
+    /// One thread's totals, up to now: one lookup, at the moment its process is read. None: no
+    /// entry (it has not left a CPU since it was tracked, or it has exited).
+    pub fn thread(&self, tid: u32) -> Result<Option<WaitTotals>, aya::maps::MapError> {
+        match self.0.get(&tid, 0) {
+            Ok(w) => Ok(Some(WaitTotals::of_thread(
+                &w,
+                crate::sampling::host::boottime_ns(),
+            ))),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 impl Probes {
@@ -189,6 +230,12 @@ impl Probes {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
         let tracked = HashMap::try_from(ebpf.take_map("TRACKED").context("no TRACKED map")?)?;
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("no STATS map")?)?;
+        let waits = match mode {
+            TrackingMode::TpBtf => Some(WaitsMap(HashMap::try_from(
+                ebpf.take_map("WAITS").context("no WAITS map")?,
+            )?)),
+            _ => None,
+        };
         let probes = Probes {
             _ebpf: ebpf,
             mode,
@@ -196,8 +243,15 @@ impl Probes {
             stats,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             net_note,
+            waits,
         };
         Ok((probes, ring))
+    }
+
+    /// The live threads' waiting times, for the recorder's sweeps (once; None without the BTF
+    /// tracepoints).
+    pub fn take_waits(&mut self) -> Option<WaitsMap> {
+        self.waits.take()
     }
 
     /// Starts following `pid`: its forks, execs and exit from now on.

@@ -4,7 +4,7 @@
 //!
 //! Times are wall-clock nanoseconds since the Unix epoch (UTC).
 
-use crate::kernel::decode::ExitStats;
+use crate::kernel::decode::{ExitStats, WaitTotals};
 use crate::sampling::sampler::{CpuTicks, ProcessReading, SystemReading};
 use crate::store::records::{SampleRecord, SampleSource, SystemRecord};
 
@@ -17,6 +17,8 @@ pub struct Previous {
     pub cpu_total_ns: u64,
     /// Its threads then: CPU% cannot exceed 100 per thread.
     pub threads: Option<u32>,
+    /// Its waiting times then, when followed.
+    pub waits: Option<WaitTotals>,
 }
 
 impl Previous {
@@ -26,6 +28,7 @@ impl Previous {
             time_ns: measured_ns,
             cpu_total_ns: sample.cpu_user_ns.saturating_add(sample.cpu_system_ns),
             threads: sample.threads,
+            waits: waits_of(sample),
         }
     }
 }
@@ -74,7 +77,46 @@ pub fn process_sample(
         minor_faults: Some(reading.minor_faults),
         major_faults: Some(reading.major_faults),
         state: Some(reading.state.to_string()),
+        ..SampleRecord::default()
     }
+}
+
+/// The waiting times a sample carries.
+fn waits_of(sample: &SampleRecord) -> Option<WaitTotals> {
+    Some(WaitTotals {
+        run_queue_ns: sample.run_queue_ns?,
+        blocked_ns: sample.blocked_ns?,
+        sleep_ns: sample.sleep_ns?,
+    })
+}
+
+/// Adds a process's waiting times so far (its live threads' from the kernel's map and its exited
+/// threads' from their exit events) to its sample, with the run-queue and blocked shares since
+/// the previous sample (or since it started), measured like `cpu_percent`.
+pub fn add_waits(
+    sample: &mut SampleRecord,
+    waits: WaitTotals,
+    measured_ns: i64,
+    start_time_ns: i64,
+    previous: Option<&Previous>,
+) {
+    sample.run_queue_ns = Some(waits.run_queue_ns);
+    sample.blocked_ns = Some(waits.blocked_ns);
+    sample.sleep_ns = Some(waits.sleep_ns);
+    // A previous sample without waits (the map could not be read then) gives no share.
+    let (since_ns, before) = match previous {
+        Some(p) => match p.waits {
+            Some(w) => (p.time_ns, w),
+            None => return,
+        },
+        None => (start_time_ns, WaitTotals::default()),
+    };
+    let Some(elapsed_ns) = measured_ns.checked_sub(since_ns).filter(|&ns| ns > 0) else {
+        return;
+    };
+    let share = |now: u64, then: u64| now.saturating_sub(then) as f64 / elapsed_ns as f64 * 100.0;
+    sample.run_queue_percent = Some(share(waits.run_queue_ns, before.run_queue_ns));
+    sample.blocked_percent = Some(share(waits.blocked_ns, before.blocked_ns));
 }
 
 /// The last samples.parquet row of a process, from the kernel's figures at its exit. What the
@@ -89,7 +131,7 @@ pub fn exit_sample(
     previous: Option<&Previous>,
 ) -> SampleRecord {
     let cpu_total_ns = stats.cpu_user_ns.saturating_add(stats.cpu_system_ns);
-    SampleRecord {
+    let mut sample = SampleRecord {
         time_ns,
         pid,
         start_time_ns,
@@ -115,7 +157,19 @@ pub fn exit_sample(
         minor_faults: Some(stats.minor_faults),
         major_faults: Some(stats.major_faults),
         state: Some("X".to_string()),
+        ..SampleRecord::default()
+    };
+    if let (Some(run_queue_ns), Some(blocked_ns), Some(sleep_ns)) =
+        (stats.run_queue_ns, stats.blocked_ns, stats.sleep_ns)
+    {
+        let waits = WaitTotals {
+            run_queue_ns,
+            blocked_ns,
+            sleep_ns,
+        };
+        add_waits(&mut sample, waits, time_ns, start_time_ns, previous);
     }
+    sample
 }
 
 /// Share of one CPU (100 = one core busy) since the previous sample, or since the process
@@ -230,6 +284,54 @@ impl CpuShares {
 mod tests {
     use super::*;
 
+    #[test]
+    fn waits_carry_their_share_of_the_interval_since_the_previous_sample() {
+        let waits = |rq, blocked, sleep| WaitTotals {
+            run_queue_ns: rq,
+            blocked_ns: blocked,
+            sleep_ns: sleep,
+        };
+        // First sample, 1 s after the start: 250 ms waiting for a CPU, 100 ms blocked.
+        let mut first = SampleRecord::default();
+        add_waits(&mut first, waits(250_000_000, 100_000_000, 7), START + SECOND, START, None);
+        assert_eq!(
+            (first.run_queue_ns, first.blocked_ns, first.sleep_ns),
+            (Some(250_000_000), Some(100_000_000), Some(7))
+        );
+        assert_eq!(first.run_queue_percent, Some(25.0));
+        assert_eq!(first.blocked_percent, Some(10.0));
+        // Half a second later: 250 ms more waiting (half the interval), no more blocked.
+        let previous = Previous::of(&first, START + SECOND);
+        let mut second = SampleRecord::default();
+        add_waits(
+            &mut second,
+            waits(500_000_000, 100_000_000, 7),
+            START + SECOND + SECOND / 2,
+            START,
+            Some(&previous),
+        );
+        assert_eq!(second.run_queue_percent, Some(50.0));
+        assert_eq!(second.blocked_percent, Some(0.0));
+        // A previous sample without waits: the totals, but no share.
+        let bare = Previous::of(&SampleRecord::default(), START + SECOND);
+        let mut third = SampleRecord::default();
+        add_waits(&mut third, waits(1, 2, 3), START + 2 * SECOND, START, Some(&bare));
+        assert_eq!((third.run_queue_ns, third.run_queue_percent), (Some(1), None));
+        // The exit row takes the exit figures.
+        let stats = ExitStats {
+            run_queue_ns: Some(600_000_000),
+            blocked_ns: Some(100_000_000),
+            sleep_ns: Some(9),
+            ..ExitStats::default()
+        };
+        let exit = exit_sample(1, &stats, START + 2 * SECOND, START, Some(&previous));
+        assert_eq!(exit.run_queue_ns, Some(600_000_000));
+        assert_eq!(exit.run_queue_percent, Some(35.0));
+        // Without waits in the exit figures (classic tracepoints): none.
+        let exit = exit_sample(1, &ExitStats::default(), START + 2 * SECOND, START, None);
+        assert_eq!((exit.run_queue_ns, exit.blocked_percent), (None, None));
+    }
+
     /// A sample read at the sweep's own time.
     fn sample_at(
         reading: &ProcessReading,
@@ -256,6 +358,7 @@ mod tests {
             time_ns: START,
             cpu_total_ns: 90_000_000,
             threads: Some(1),
+            waits: None,
         };
         let stats = ExitStats {
             cpu_user_ns: 101_000_000,
@@ -345,6 +448,7 @@ mod tests {
                 minor_faults: Some(5432),
                 major_faults: Some(12),
                 state: Some("S".to_string()),
+                ..SampleRecord::default()
             }
         );
     }
@@ -382,6 +486,7 @@ mod tests {
                 time_ns: START + SECOND,
                 cpu_total_ns: 500_000_000,
                 threads: first.threads,
+                waits: None,
             }
         );
         // 0.2 s more CPU over the next 2 s.
@@ -400,6 +505,7 @@ mod tests {
             time_ns: START + SECOND,
             cpu_total_ns: 1_000_000_000,
             threads: None,
+            waits: None,
         };
         // 3.5 s of CPU in 1 s of wall time: three and a half cores.
         let sample = sample_at(
@@ -420,6 +526,7 @@ mod tests {
             time_ns: START + SECOND,
             cpu_total_ns: 0,
             threads: None,
+            waits: None,
         };
         let same_time = sample_at(&r, START + SECOND, START, Some(&previous));
         assert_eq!(same_time.cpu_percent, None);
@@ -473,6 +580,7 @@ mod tests {
                 minor_faults: Some(6000),
                 major_faults: Some(13),
                 state: Some("X".to_string()),
+                ..SampleRecord::default()
             }
         );
     }

@@ -153,6 +153,16 @@ pub struct SampleRecord {
     pub major_faults: Option<u64>,
     /// One-letter state from /proc/PID/stat (R, S, D, Z, ...); "X" for the exit row.
     pub state: Option<String>,
+    /// Time its threads spent off the CPU so far (as processes.parquet's figures, summed over
+    /// its threads, live and exited): runnable waiting for a CPU, blocked (D state), sleeping.
+    /// None where montrace's programs do not follow it (classic tracepoints, polling).
+    pub run_queue_ns: Option<u64>,
+    pub blocked_ns: Option<u64>,
+    pub sleep_ns: Option<u64>,
+    /// The run-queue delay and the blocked time since the previous sample of this process (or
+    /// since it started), as a share of that interval: 100 = one thread waiting all along.
+    pub run_queue_percent: Option<f64>,
+    pub blocked_percent: Option<f64>,
 }
 
 /// One row of system.parquet: the whole machine at one moment. Percentages cover all CPUs

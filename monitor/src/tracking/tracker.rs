@@ -409,6 +409,20 @@ impl Tracker {
             .collect()
     }
 
+    /// The waiting times of a live process's threads that already exited (their exit events
+    /// carry them); zero when none did.
+    pub fn exited_thread_waits(&self, pid: u32) -> crate::kernel::decode::WaitTotals {
+        let Some(e) = self.live.get(&pid) else {
+            return Default::default();
+        };
+        let t = &e.exited_threads;
+        crate::kernel::decode::WaitTotals {
+            run_queue_ns: t.run_queue_ns.unwrap_or(0),
+            blocked_ns: t.blocked_ns.unwrap_or(0),
+            sleep_ns: t.sleep_ns.unwrap_or(0),
+        }
+    }
+
     /// Start time of a live process.
     pub fn start_time_of(&self, pid: u32) -> Option<i64> {
         self.live.get(&pid).map(|e| e.record.start_time_ns)

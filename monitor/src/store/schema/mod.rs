@@ -126,6 +126,11 @@ static SAMPLE_COLUMNS: &[Column<SampleRecord>] = &[
     nullable("minor_faults", U64(|r| r.minor_faults)),
     nullable("major_faults", U64(|r| r.major_faults)),
     nullable("state", Str(|r| r.state.as_deref())),
+    nullable("run_queue_ns", U64(|r| r.run_queue_ns)),
+    nullable("blocked_ns", U64(|r| r.blocked_ns)),
+    nullable("sleep_ns", U64(|r| r.sleep_ns)),
+    nullable("run_queue_percent", F64(|r| r.run_queue_percent)),
+    nullable("blocked_percent", F64(|r| r.blocked_percent)),
 ];
 
 /// One row per system sample: see [`SystemRecord`].

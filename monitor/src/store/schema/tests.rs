@@ -233,7 +233,7 @@ fn events_batch_values() {
 fn no_rows_is_an_empty_batch() {
     assert_eq!(processes_batch(&[]).unwrap().num_rows(), 0);
     assert_eq!(events_batch(&[]).unwrap().num_columns(), 14);
-    assert_eq!(samples_batch(&[]).unwrap().num_columns(), 21);
+    assert_eq!(samples_batch(&[]).unwrap().num_columns(), 26);
     assert_eq!(system_batch(&[]).unwrap().num_columns(), 22);
 }
 
@@ -290,6 +290,11 @@ pub(crate) fn full_sample() -> SampleRecord {
         minor_faults: Some(14),
         major_faults: Some(u64::MAX),
         state: Some("R".into()),
+        run_queue_ns: Some(15),
+        blocked_ns: Some(16),
+        sleep_ns: Some(17),
+        run_queue_percent: Some(18.5),
+        blocked_percent: Some(19.5),
     }
 }
 

@@ -374,6 +374,7 @@ fn record(
         stream.as_mut(),
     )?;
     recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
+    recorder.set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         crate::say!("montrace: {err}");

@@ -242,31 +242,55 @@ impl Drop for Delegated {
     }
 }
 
+impl Delegated {
+    /// `montrace run ARGS --out OUT -- sh -c SCRIPT` as `user`, with the granted `copy`,
+    /// started in the delegated leaf.
+    fn run(
+        &self,
+        copy: &CapableCopy,
+        user: &TestUser,
+        out: &Path,
+        args: &[&str],
+        script: &str,
+    ) -> Finished {
+        let go = user.home.join("go");
+        let _ = std::fs::remove_file(&go);
+        // The user's shell waits until root has moved it into the delegated leaf, then becomes
+        // montrace.
+        let mut cmd = user.command("sh");
+        cmd.current_dir(&user.home)
+            .arg("-c")
+            .arg("while [ ! -e \"$GO\" ]; do sleep 0.01; done; exec \"$@\"")
+            .arg("sh")
+            .arg(&copy.bin)
+            .args(["run", "--no-report", "-q"])
+            .args(args)
+            .arg("--out")
+            .arg(out)
+            .args(["--", "sh", "-c", script])
+            .env("GO", &go);
+        let session = self.dir.join("session/cgroup.procs");
+        tests::run_with_timeout_and(&mut cmd, TIMEOUT, |pid| {
+            std::fs::write(&session, pid.to_string()).unwrap();
+            std::fs::write(&go, "").unwrap();
+        })
+    }
+}
+
 #[test]
 fn a_delegated_cgroup_v2_subtree_gives_an_ordinary_users_run_kernel_totals() {
     let copy = CapableCopy::new();
     let user = TestUser::create("dlg");
     let delegated = Delegated::new(&user);
     let out = user.home.join("run");
-    let go = user.home.join("go");
-    // The user's shell waits until root has moved it into the delegated leaf, then becomes
-    // montrace, whose command burns CPU in a few processes.
-    let mut cmd = user.command("sh");
-    cmd.current_dir(&user.home)
-        .arg("-c")
-        .arg("while [ ! -e \"$GO\" ]; do sleep 0.01; done; exec \"$@\"")
-        .arg("sh")
-        .arg(&copy.bin)
-        .args(["run", "--no-report", "-q", "--out"])
-        .arg(&out)
-        .args(["--", "sh", "-c"])
-        .arg("for n in 1 2 3; do sh -c 'i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done'; done")
-        .env("GO", &go);
-    let session = delegated.dir.join("session/cgroup.procs");
-    let run = tests::run_with_timeout_and(&mut cmd, TIMEOUT, |pid| {
-        std::fs::write(&session, pid.to_string()).unwrap();
-        std::fs::write(&go, "").unwrap();
-    });
+    // The command burns CPU in a few processes.
+    let run = delegated.run(
+        &copy,
+        &user,
+        &out,
+        &[],
+        "for n in 1 2 3; do sh -c 'i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done'; done",
+    );
     assert_eq!(run.code(), 0, "{run:?}");
     let json = read_json(&out.join("run.json")).unwrap();
     assert_eq!(json["tracking_mode"], "tp_btf", "{json}");
@@ -318,6 +342,49 @@ impl Drop for Loop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The run cgroup's own pressure, per sweep in system.parquet: while twice as many burners as
+/// cores run, some of the tree's tasks wait for a CPU all the time; while it only sleeps, none.
+#[test]
+fn a_v2_run_cgroup_gives_the_trees_own_pressure_per_sweep() {
+    let copy = CapableCopy::new();
+    let user = TestUser::create("psi");
+    let delegated = Delegated::new(&user);
+    let out = user.home.join("run");
+    let burners = 2 * std::thread::available_parallelism().unwrap().get();
+    let script = format!(
+        "for i in $(seq {burners}); do timeout 1.5 sh -c 'while :; do :; done' & done; wait; \
+         sleep 1.2"
+    );
+    let run = delegated.run(&copy, &user, &out, &["--interval", "250ms"], &script);
+    assert_eq!(run.code(), 0, "{run:?}");
+    let dir = out.display();
+    // Rows whose whole interval (since the previous row) lies in the burners' time, or in the
+    // sleep's.
+    let answer = tests::duckdb_query(&format!(
+        "WITH p AS (SELECT * FROM '{dir}/processes.parquet'), \
+           busy AS (SELECT min(start_time) AS t0, max(end_time) AS t1 FROM p \
+                    WHERE argv = ['sh', '-c', 'while :; do :; done']), \
+           quiet AS (SELECT start_time AS t0, end_time AS t1 FROM p WHERE argv = ['sleep', '1.2']), \
+           s AS (SELECT time, lag(time) OVER (ORDER BY time) AS since, run_cpu_some_percent AS cpu \
+                 FROM '{dir}/system.parquet') \
+         SELECT count(*) FILTER (WHERE s.since >= busy.t0 AND s.time <= busy.t1) AS busy_rows, \
+           min(cpu) FILTER (WHERE s.since >= busy.t0 AND s.time <= busy.t1) AS busy_low, \
+           avg(cpu) FILTER (WHERE s.since >= busy.t0 AND s.time <= busy.t1) AS busy_mean, \
+           count(*) FILTER (WHERE s.since >= quiet.t0 AND s.time <= quiet.t1) AS quiet_rows, \
+           max(cpu) FILTER (WHERE s.since >= quiet.t0 AND s.time <= quiet.t1) AS quiet_high, \
+           count(*) FILTER (WHERE s.since IS NOT NULL AND cpu IS NULL) AS missing \
+         FROM s, busy, quiet"
+    ));
+    eprintln!("{answer:?}");
+    assert_eq!(answer.f64(0, "missing"), Some(0.0), "{answer:?}");
+    assert!(answer.f64(0, "busy_rows").unwrap() >= 3.0, "{answer:?}");
+    // The burners start and end a moment apart: fewer wait at the edges.
+    assert!(answer.f64(0, "busy_low").unwrap() >= 50.0, "{answer:?}");
+    assert!(answer.f64(0, "busy_mean").unwrap() >= 80.0, "{answer:?}");
+    assert!(answer.f64(0, "quiet_rows").unwrap() >= 2.0, "{answer:?}");
+    assert!(answer.f64(0, "quiet_high").unwrap() <= 10.0, "{answer:?}");
 }
 
 fn attach_as(user: &TestUser, bin: &Path, out: &Path, pid: u32) -> Finished {

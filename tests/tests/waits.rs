@@ -151,7 +151,11 @@ fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
     let n = exits.f64(0, "n").unwrap();
     // sh, seq, and a timeout and its sh per burner.
     assert_eq!(exits.f64(0, "processes"), Some((4 * cores + 2) as f64));
-    assert_eq!(n, (4 * cores + 2) as f64, "one exit row per process: {exits:?}");
+    assert_eq!(
+        n,
+        (4 * cores + 2) as f64,
+        "one exit row per process: {exits:?}"
+    );
     assert_eq!(exits.f64(0, "same"), Some(n), "{exits:?}");
     // 2 × cores burners of 1.5 s, sampled every 250 ms: about 5 rows each.
     assert!(

@@ -80,6 +80,10 @@ pub struct Recorder<'g> {
     spans: Vec<crate::analysis::critical::Span>,
     /// The live threads' waiting times in the kernel (BTF tracepoints), read at each sweep.
     waits: Option<crate::kernel::ebpf::WaitsMap>,
+    /// A v2 run cgroup's directory, whose stall totals are read at each sweep, and the last
+    /// reading with its time.
+    pressure: Option<std::path::PathBuf>,
+    previous_stalls: Option<(i64, crate::sampling::sampler::Stalls)>,
 }
 
 impl<'g> Recorder<'g> {
@@ -156,6 +160,8 @@ impl<'g> Recorder<'g> {
             capacity: crate::sampling::capacity::Capacity::read(),
             spans: Vec::new(),
             waits: None,
+            pressure: None,
+            previous_stalls: None,
         })
     }
 
@@ -291,6 +297,11 @@ impl<'g> Recorder<'g> {
         }
     }
 
+    /// Hands the recorder the run cgroup's directory, whose stall totals system rows then carry.
+    pub fn set_pressure(&mut self, dir: Option<std::path::PathBuf>) {
+        self.pressure = dir;
+    }
+
     /// Hands the recorder the kernel's per-thread waiting times, so that samples carry them.
     pub fn set_waits(&mut self, waits: Option<crate::kernel::ebpf::WaitsMap>) {
         self.waits = waits;
@@ -368,7 +379,8 @@ impl<'g> Recorder<'g> {
                         .map(Option::unwrap_or_default)
                         .map_err(|e| e.to_string())
                 } else {
-                    match threads_waits.get_or_insert_with(|| map.read().map_err(|e| e.to_string())) {
+                    match threads_waits.get_or_insert_with(|| map.read().map_err(|e| e.to_string()))
+                    {
                         Ok(by_process) => Ok(by_process.get(&pid).copied().unwrap_or_default()),
                         Err(e) => Err(e.clone()),
                     }
@@ -447,11 +459,31 @@ impl<'g> Recorder<'g> {
         }
         match self.reader.read_system() {
             Ok(reading) => {
-                let row = rates::system_sample(&reading, now, self.previous_system.as_ref());
+                let mut row = rates::system_sample(&reading, now, self.previous_system.as_ref());
+                self.add_stalls(&mut row);
                 self.write(|r| r.system.push(row));
                 self.previous_system = Some(reading);
             }
             Err(err) => crate::say!("montrace: warning: {err}"),
+        }
+    }
+
+    /// The run cgroup's stall shares since the last sweep, when it keeps them.
+    fn add_stalls(&mut self, row: &mut crate::store::records::SystemRecord) {
+        let Some(dir) = &self.pressure else { return };
+        match crate::sampling::sampler::read_cgroup_stalls(dir) {
+            Ok(Some(stalls)) => {
+                let now = host::realtime_ns();
+                if let Some((then, previous)) = &self.previous_stalls {
+                    rates::add_stalls(row, (*then, previous), (now, &stalls));
+                }
+                self.previous_stalls = Some((now, stalls));
+            }
+            Ok(None) => self.pressure = None,
+            Err(err) => {
+                crate::say!("montrace: warning: the run cgroup's pressure: {err}; not read again");
+                self.pressure = None;
+            }
         }
     }
 

@@ -5,7 +5,7 @@
 //! Times are wall-clock nanoseconds since the Unix epoch (UTC).
 
 use crate::kernel::decode::{ExitStats, WaitTotals};
-use crate::sampling::sampler::{CpuTicks, ProcessReading, SystemReading};
+use crate::sampling::sampler::{CpuTicks, ProcessReading, Stalls, SystemReading};
 use crate::store::records::{SampleRecord, SampleSource, SystemRecord};
 
 /// What the next sample of a process needs from its last one.
@@ -235,7 +235,31 @@ pub fn system_sample(
         psi_memory_full_avg10: psi.map(|p| p.memory_full_avg10),
         psi_io_some_avg10: psi.map(|p| p.io_some_avg10),
         psi_io_full_avg10: psi.map(|p| p.io_full_avg10),
+        ..SystemRecord::default()
     }
+}
+
+/// The run cgroup's stall shares between two readings of its totals (`previous` and `now`,
+/// each with the wall-clock time it was read): percent of the interval during which some or
+/// all of its tasks stalled. Nothing when no time passed.
+pub fn add_stalls(row: &mut SystemRecord, previous: (i64, &Stalls), now: (i64, &Stalls)) {
+    let Some(elapsed_us) = now
+        .0
+        .checked_sub(previous.0)
+        .filter(|&ns| ns > 0)
+        .map(|ns| ns as f64 / 1e3)
+    else {
+        return;
+    };
+    // A share cannot exceed the interval: the totals and the clock are read a moment apart.
+    let share = |a: u64, b: u64| (b.saturating_sub(a) as f64 / elapsed_us * 100.0).min(100.0);
+    let (a, b) = (previous.1, now.1);
+    row.run_cpu_some_percent = Some(share(a.cpu_some_us, b.cpu_some_us));
+    row.run_cpu_full_percent = a.cpu_full_us.zip(b.cpu_full_us).map(|(a, b)| share(a, b));
+    row.run_memory_some_percent = Some(share(a.memory_some_us, b.memory_some_us));
+    row.run_memory_full_percent = Some(share(a.memory_full_us, b.memory_full_us));
+    row.run_io_some_percent = Some(share(a.io_some_us, b.io_some_us));
+    row.run_io_full_percent = Some(share(a.io_full_us, b.io_full_us));
 }
 
 /// Percent of all CPU time between two readings spent in each state.
@@ -285,6 +309,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stall_shares_are_the_totals_moved_over_the_interval() {
+        let then = Stalls {
+            cpu_some_us: 1_000,
+            cpu_full_us: Some(0),
+            memory_some_us: 5,
+            memory_full_us: 5,
+            io_some_us: 100,
+            io_full_us: 50,
+        };
+        // 500 ms later: 450 ms with a task waiting for a CPU, 50 ms of it all of them; 100 ms
+        // with some waiting for I/O; memory untouched.
+        let now = Stalls {
+            cpu_some_us: 451_000,
+            cpu_full_us: Some(50_000),
+            io_some_us: 100_100,
+            io_full_us: 50,
+            ..then
+        };
+        let mut row = SystemRecord::default();
+        add_stalls(&mut row, (START, &then), (START + SECOND / 2, &now));
+        assert_eq!(row.run_cpu_some_percent, Some(90.0));
+        assert_eq!(row.run_cpu_full_percent, Some(10.0));
+        assert_eq!(row.run_memory_some_percent, Some(0.0));
+        assert_eq!(row.run_io_some_percent, Some(20.0));
+        assert_eq!(row.run_io_full_percent, Some(0.0));
+        // Never above the interval; no cpu `full` line before Linux 5.13; no time, no share.
+        let late = Stalls {
+            cpu_some_us: 2_000_000,
+            cpu_full_us: None,
+            ..now
+        };
+        let mut row = SystemRecord::default();
+        add_stalls(&mut row, (START, &then), (START + SECOND, &late));
+        assert_eq!(row.run_cpu_some_percent, Some(100.0));
+        assert_eq!(row.run_cpu_full_percent, None);
+        let mut row = SystemRecord::default();
+        add_stalls(&mut row, (START, &then), (START, &now));
+        assert_eq!(row, SystemRecord::default());
+    }
+
+    #[test]
     fn waits_carry_their_share_of_the_interval_since_the_previous_sample() {
         let waits = |rq, blocked, sleep| WaitTotals {
             run_queue_ns: rq,
@@ -293,7 +358,13 @@ mod tests {
         };
         // First sample, 1 s after the start: 250 ms waiting for a CPU, 100 ms blocked.
         let mut first = SampleRecord::default();
-        add_waits(&mut first, waits(250_000_000, 100_000_000, 7), START + SECOND, START, None);
+        add_waits(
+            &mut first,
+            waits(250_000_000, 100_000_000, 7),
+            START + SECOND,
+            START,
+            None,
+        );
         assert_eq!(
             (first.run_queue_ns, first.blocked_ns, first.sleep_ns),
             (Some(250_000_000), Some(100_000_000), Some(7))
@@ -315,8 +386,17 @@ mod tests {
         // A previous sample without waits: the totals, but no share.
         let bare = Previous::of(&SampleRecord::default(), START + SECOND);
         let mut third = SampleRecord::default();
-        add_waits(&mut third, waits(1, 2, 3), START + 2 * SECOND, START, Some(&bare));
-        assert_eq!((third.run_queue_ns, third.run_queue_percent), (Some(1), None));
+        add_waits(
+            &mut third,
+            waits(1, 2, 3),
+            START + 2 * SECOND,
+            START,
+            Some(&bare),
+        );
+        assert_eq!(
+            (third.run_queue_ns, third.run_queue_percent),
+            (Some(1), None)
+        );
         // The exit row takes the exit figures.
         let stats = ExitStats {
             run_queue_ns: Some(600_000_000),
@@ -666,6 +746,7 @@ mod tests {
                 psi_memory_full_avg10: Some(0.75),
                 psi_io_some_avg10: Some(3.1),
                 psi_io_full_avg10: Some(2.05),
+                ..SystemRecord::default()
             }
         );
     }

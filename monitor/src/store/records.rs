@@ -196,6 +196,16 @@ pub struct SystemRecord {
     pub psi_memory_full_avg10: Option<f64>,
     pub psi_io_some_avg10: Option<f64>,
     pub psi_io_full_avg10: Option<f64>,
+    /// The run cgroup's own pressure: the share of the time since the previous row (percent)
+    /// during which some (at least one) or all of the tree's tasks were stalled waiting for a
+    /// CPU, for memory (reclaim, swap-in, thrashing) or for I/O. None without a cgroup v2 run
+    /// cgroup (v1 keeps no pressure per cgroup), without PSI, and in the first row.
+    pub run_cpu_some_percent: Option<f64>,
+    pub run_cpu_full_percent: Option<f64>,
+    pub run_memory_some_percent: Option<f64>,
+    pub run_memory_full_percent: Option<f64>,
+    pub run_io_some_percent: Option<f64>,
+    pub run_io_full_percent: Option<f64>,
 }
 
 /// `MarkRecord::kind`.

@@ -266,6 +266,12 @@ impl RunCgroup {
         self.version
     }
 
+    /// The directory whose `*.pressure` files are the run's own stall totals: a v2 run cgroup's
+    /// (cgroup v1 keeps none per cgroup).
+    pub fn pressure_dir(&self) -> Option<PathBuf> {
+        (self.version == CgroupVersion::V2).then(|| self.hierarchies[0].dir.clone())
+    }
+
     /// Human-readable location, for run.json: the directory (v2), or the v1 directories, as
     /// `/sys/fs/cgroup/{memory,cpuacct,blkio,pids}/montrace/<name>` when they share a parent.
     pub fn path(&self) -> String {

@@ -473,19 +473,65 @@ impl ProcReader {
             return Ok(None);
         };
         Ok(Some(Psi {
-            cpu_some_avg10: cpu_some,
-            memory_some_avg10: memory_some,
-            memory_full_avg10: memory_full,
-            io_some_avg10: io_some,
-            io_full_avg10: io_full,
+            cpu_some_avg10: cpu_some.avg10,
+            memory_some_avg10: memory_some.avg10,
+            memory_full_avg10: memory_full.avg10,
+            io_some_avg10: io_some.avg10,
+            io_full_avg10: io_full.avg10,
         }))
     }
 }
 
-/// The avg10 of the `some` and `full` lines of one /proc/pressure file; None where the kernel
-/// has no PSI (no such file, or EOPNOTSUPP when booted with `psi=0`). procfs's `CpuPressure`
-/// is not used: it requires the `full` line, which the cpu file lacks before Linux 5.13.
-fn read_pressure(path: &Path) -> Result<Option<(f64, Option<f64>)>, ReadError> {
+/// A cgroup v2 directory's stall totals (`cpu.pressure`, `memory.pressure`, `io.pressure`,
+/// which the cgroup core keeps for every cgroup, with or without controllers): microseconds
+/// during which some (at least one) or all of its non-idle tasks were stalled on that resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stalls {
+    pub cpu_some_us: u64,
+    /// None before Linux 5.13 (the cpu file had no `full` line).
+    pub cpu_full_us: Option<u64>,
+    pub memory_some_us: u64,
+    pub memory_full_us: u64,
+    pub io_some_us: u64,
+    pub io_full_us: u64,
+}
+
+/// The stall totals of cgroup `dir`; None where the kernel keeps none (no PSI, or `psi=0`).
+pub fn read_cgroup_stalls(dir: &Path) -> Result<Option<Stalls>, ReadError> {
+    let Some((cpu_some, cpu_full)) = read_pressure(&dir.join("cpu.pressure"))? else {
+        return Ok(None);
+    };
+    let Some((memory_some, Some(memory_full))) = read_pressure(&dir.join("memory.pressure"))?
+    else {
+        return Ok(None);
+    };
+    let Some((io_some, Some(io_full))) = read_pressure(&dir.join("io.pressure"))? else {
+        return Ok(None);
+    };
+    Ok(Some(Stalls {
+        cpu_some_us: cpu_some.total_us,
+        cpu_full_us: cpu_full.map(|f| f.total_us),
+        memory_some_us: memory_some.total_us,
+        memory_full_us: memory_full.total_us,
+        io_some_us: io_some.total_us,
+        io_full_us: io_full.total_us,
+    }))
+}
+
+/// One line of a pressure file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct PressureLine {
+    /// Share of the last 10 s stalled, percent.
+    avg10: f64,
+    /// Stalled time since boot (or since the cgroup was made), microseconds.
+    total_us: u64,
+}
+
+/// The `some` and `full` lines of one pressure file (/proc/pressure/* or a cgroup's
+/// *.pressure); None where the kernel has no PSI (no such file, or EOPNOTSUPP when booted with
+/// `psi=0`). procfs's `CpuPressure` is not used: it requires the `full` line, which the cpu
+/// file lacks before Linux 5.13.
+fn read_pressure(path: &Path) -> Result<Option<(PressureLine, Option<PressureLine>)>, ReadError> {
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -495,10 +541,14 @@ fn read_pressure(path: &Path) -> Result<Option<(f64, Option<f64>)>, ReadError> {
     let (mut some, mut full) = (None, None);
     for line in text.lines().filter(|line| !line.trim().is_empty()) {
         let record = parse_pressure_record(line).map_err(|e| io_error(path, e))?;
+        let parsed = PressureLine {
+            avg10: widen(record.avg10),
+            total_us: record.total,
+        };
         if line.starts_with("some") {
-            some = Some(widen(record.avg10));
+            some = Some(parsed);
         } else {
-            full = Some(widen(record.avg10));
+            full = Some(parsed);
         }
     }
     match some {

@@ -157,6 +157,18 @@ static SYSTEM_COLUMNS: &[Column<SystemRecord>] = &[
     nullable("psi_memory_full_avg10", F64(|r| r.psi_memory_full_avg10)),
     nullable("psi_io_some_avg10", F64(|r| r.psi_io_some_avg10)),
     nullable("psi_io_full_avg10", F64(|r| r.psi_io_full_avg10)),
+    nullable("run_cpu_some_percent", F64(|r| r.run_cpu_some_percent)),
+    nullable("run_cpu_full_percent", F64(|r| r.run_cpu_full_percent)),
+    nullable(
+        "run_memory_some_percent",
+        F64(|r| r.run_memory_some_percent),
+    ),
+    nullable(
+        "run_memory_full_percent",
+        F64(|r| r.run_memory_full_percent),
+    ),
+    nullable("run_io_some_percent", F64(|r| r.run_io_some_percent)),
+    nullable("run_io_full_percent", F64(|r| r.run_io_full_percent)),
 ];
 
 /// One row per phase mark: see [`MarkRecord`].

@@ -234,7 +234,7 @@ fn no_rows_is_an_empty_batch() {
     assert_eq!(processes_batch(&[]).unwrap().num_rows(), 0);
     assert_eq!(events_batch(&[]).unwrap().num_columns(), 14);
     assert_eq!(samples_batch(&[]).unwrap().num_columns(), 26);
-    assert_eq!(system_batch(&[]).unwrap().num_columns(), 22);
+    assert_eq!(system_batch(&[]).unwrap().num_columns(), 28);
 }
 
 /// The field names of a record, in declaration order, read from its `Debug` output (the
@@ -323,6 +323,12 @@ pub(crate) fn full_system() -> SystemRecord {
         psi_memory_full_avg10: Some(19.0),
         psi_io_some_avg10: Some(20.0),
         psi_io_full_avg10: Some(21.5),
+        run_cpu_some_percent: Some(22.5),
+        run_cpu_full_percent: Some(23.5),
+        run_memory_some_percent: Some(24.5),
+        run_memory_full_percent: Some(25.5),
+        run_io_some_percent: Some(26.5),
+        run_io_full_percent: Some(27.5),
     }
 }
 

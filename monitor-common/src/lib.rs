@@ -68,6 +68,42 @@ pub struct TaskWaits {
     pub total_ns: [u64; 4],
 }
 
+/// One live thread of the tree at a sweep, written by the `iter/task` program (`sample`) in
+/// binary instead of the text of `/proc/PID/{stat,io}`: the agent reads one iterator per sweep
+/// and sums a process's threads (with the exit figures of those that already exited).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskSample {
+    pub tgid: u32,
+    pub tid: u32,
+    /// The thread's own `start_boottime` (the process's when `tid == tgid`).
+    pub start_ns: u64,
+    /// `se.sum_exec_runtime`, exact; `utime`/`stime` (tick-sampled) split it as /proc does.
+    pub runtime_ns: u64,
+    pub utime_ns: u64,
+    pub stime_ns: u64,
+    /// Resident pages (file + anon + shmem) and the high-water mark of the address space,
+    /// which its threads share; 0 without one.
+    pub rss_pages: u64,
+    pub peak_rss_pages: u64,
+    /// `mm->total_vm`: the virtual size in pages.
+    pub vm_pages: u64,
+    pub min_flt: u64,
+    pub maj_flt: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub rchar: u64,
+    pub wchar: u64,
+    /// Time off the CPU while tracked, from `WAITS`, its interval in progress counted up to
+    /// the pass (see [`TaskWaits`]): runnable waiting for a CPU, blocked, sleeping.
+    pub run_queue_ns: u64,
+    pub blocked_ns: u64,
+    pub sleep_ns: u64,
+    /// `task_struct::__state`.
+    pub state: u32,
+    pub _pad: u32,
+}
+
 /// `TaskWaits::state` values.
 pub mod wait_state {
     pub const RUNNING: u32 = 0;
@@ -258,6 +294,8 @@ pub struct Offsets {
     pub mm_filepages: u32,
     pub mm_anonpages: u32,
     pub mm_shmempages: u32,
+    /// `mm_struct::total_vm`: the virtual size, in pages.
+    pub mm_total_vm: u32,
 }
 
 #[cfg(feature = "user")]
@@ -270,4 +308,5 @@ mod pod {
     unsafe impl aya::Pod for super::ExitEvent {}
     unsafe impl aya::Pod for super::TaskWaits {}
     unsafe impl aya::Pod for super::NetBytes {}
+    unsafe impl aya::Pod for super::TaskSample {}
 }

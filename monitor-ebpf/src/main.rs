@@ -14,6 +14,7 @@ mod exec;
 mod exit;
 mod fork;
 mod net;
+mod sample;
 mod switch;
 mod task;
 mod waits;

@@ -257,6 +257,9 @@ fn follow_attached(
         stream.as_mut(),
     )?;
     recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
+    if args.record.samples_from == crate::cli::SamplesFrom::Auto {
+        recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
+    }
     let (argv, executable) = match &existing[0] {
         KernelEvent::Exec { argv, filename, .. } => (argv.clone(), filename.clone()),
         _ => (Vec::new(), String::new()),

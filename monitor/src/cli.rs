@@ -85,6 +85,13 @@ pub enum GpuMode {
     Require,
 }
 
+/// `--samples-from`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SamplesFrom {
+    Auto,
+    Procfs,
+}
+
 /// How a run is recorded: shared by `run` and `attach`.
 #[derive(Debug, Args)]
 pub struct RecordOptions {
@@ -101,6 +108,13 @@ pub struct RecordOptions {
     /// process-sample costs about 14 µs besides
     #[arg(long, value_enum, default_value = "full")]
     pub memory_detail: MemoryDetail,
+
+    /// Where the sweeps read each process's CPU, memory, faults and I/O: `auto` from montrace's
+    /// task iterator (one binary read of the whole tree, where the BTF tracepoints run; /proc
+    /// otherwise), `procfs` from /proc's text files always (descriptors and USS/PSS always
+    /// come from /proc)
+    #[arg(long, value_enum, default_value = "auto")]
+    pub samples_from: SamplesFrom,
 
     /// Longest time recorded rows stay in memory before they are written to closed Parquet parts
     /// (a crash or kill -9 of montrace loses at most this much)

@@ -374,6 +374,9 @@ fn record(
         stream.as_mut(),
     )?;
     recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
+    if args.record.samples_from == crate::cli::SamplesFrom::Auto {
+        recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
+    }
     recorder.set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.

@@ -1214,3 +1214,11 @@ pub fn read_processes(dir: &Path) -> Vec<Proc> {
     }
     rows
 }
+
+/// Now, in ns since the Unix epoch (the clock of the tables' `time` columns).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_nanos() as i64
+}

@@ -308,3 +308,144 @@ fn one_thread_never_shows_more_than_one_cpu() {
         over.join("\n")
     );
 }
+
+/// A process that touches 64 MiB, burns 300 ms of CPU, writes 1 MiB with fsync, then says its
+/// pid (in the file named by its argument) and sleeps 1.5 s with its figures still.
+const STILL: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    size_t size = 64u << 20;
+    char *p = malloc(size);
+    if (!p) return 1;
+    memset(p, 1, size);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    volatile unsigned long x = 0;
+    do {
+        for (int i = 0; i < 100000; i++) x += i;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+    } while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 300000000L);
+    char path[4096];
+    snprintf(path, sizeof path, "%s.data", argv[1]);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    for (int i = 0; i < 16; i++) write(fd, p, 65536);
+    fsync(fd);
+    close(fd);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", argv[1]);
+    FILE *f = fopen(tmp, "w");
+    fprintf(f, "%d\n", getpid());
+    fclose(f);
+    rename(tmp, argv[1]);
+    sleep(1);
+    usleep(500000);
+    return p[100] == 1 ? 0 : 2;
+}
+"#;
+
+/// With the BTF tracepoints the sweeps read the tree from montrace's task iterator, not /proc's
+/// text: its figures of a still process are /proc's own (read by this test meanwhile), CPU time
+/// exact where /proc has clock ticks.
+#[test]
+fn the_task_iterator_reads_what_proc_shows() {
+    let program = compile_c("still", STILL);
+    let tmp = tempfile::tempdir().unwrap();
+    let said = tmp.path().join("pid");
+    let launch = launch_montrace(
+        &["--interval", "100ms", "--tracepoints", "btf"],
+        &[program.as_str(), said.to_str().unwrap()],
+    );
+    let mut seen = None;
+    let run = launch.during(|_| {
+        tests::wait_for_file(&said);
+        let pid: u32 = std::fs::read_to_string(&said)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+        let at = tests::now_ns();
+        seen = Some((pid, stat, io, at));
+    });
+    run.assert_code(0);
+    assert_eq!(run.run_json()["samples_from"], "task_iter");
+    let (pid, stat, io, at) = seen.expect("the program said its pid");
+    // /proc/PID/stat after the command name: state is field 3; utime 14, stime 15, minflt 10,
+    // majflt 12, vsize 23, rss 24 (pages).
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    let field = |n: usize| -> u64 { fields[n - 3].parse().unwrap() };
+    let io_field = |name: &str| -> u64 {
+        io.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let page = 4096;
+    let still: Vec<Sample> = run
+        .samples()
+        .into_iter()
+        .filter(|s| s.pid == pid && s.source == "procfs" && s.time > at)
+        .collect();
+    assert!(still.len() >= 5, "{still:?}");
+    let s = &still[0];
+    assert_eq!(s.rss_bytes, Some(field(24) * page), "{s:?} {stat}");
+    assert_eq!(s.vms_bytes, Some(field(23)), "{s:?} {stat}");
+    assert_eq!(s.minor_faults, Some(field(10)), "{s:?} {stat}");
+    assert_eq!(s.major_faults, Some(field(12)), "{s:?} {stat}");
+    assert_eq!(s.threads, Some(1));
+    assert_eq!(s.state.as_deref(), Some("S"), "{s:?}");
+    assert_eq!(s.read_chars, Some(io_field("rchar")), "{s:?} {io}");
+    assert_eq!(s.write_chars, Some(io_field("wchar")), "{s:?} {io}");
+    assert_eq!(s.write_bytes, Some(io_field("write_bytes")), "{s:?} {io}");
+    assert!(s.write_bytes.unwrap() >= MIB, "the fsync'd MiB: {s:?}");
+    // /proc's CPU is in clock ticks, rounded down; the iterator's is exact.
+    let tick = 10 * MS;
+    let proc_cpu = (field(14) + field(15)) * tick;
+    assert!(
+        s.cpu_ns() >= proc_cpu && s.cpu_ns() < proc_cpu + 2 * tick,
+        "{} ns against /proc's {proc_cpu} ns",
+        s.cpu_ns()
+    );
+    assert!(s.cpu_ns() >= 300 * MS, "{s:?}");
+    // Not in clock ticks: the exact figure has digits below 10 ms.
+    assert_ne!(s.cpu_ns() % tick, 0, "{s:?}");
+    // The exit row's exact CPU is where the still process's rows stopped.
+    let exit = run
+        .samples()
+        .into_iter()
+        .find(|r| r.pid == pid && r.source == "exit")
+        .unwrap();
+    assert!(
+        exit.cpu_ns() >= s.cpu_ns() && exit.cpu_ns() - s.cpu_ns() < 5 * MS,
+        "{exit:?}"
+    );
+}
+
+/// `--samples-from procfs` reads /proc's text, as before the iterator.
+#[test]
+fn samples_from_procfs_reads_the_text_files() {
+    let run = launch_montrace(
+        &["--interval", "50ms", "--samples-from", "procfs"],
+        &["sleep", "0.3"],
+    )
+    .run();
+    run.assert_code(0);
+    assert_eq!(run.run_json()["samples_from"], "procfs");
+    let rows: Vec<Sample> = run
+        .samples()
+        .into_iter()
+        .filter(|s| s.source == "procfs")
+        .collect();
+    assert!(rows.len() >= 3, "{rows:?}");
+    // Clock ticks.
+    assert!(rows.iter().all(|s| s.cpu_ns() % (10 * MS) == 0), "{rows:?}");
+}

@@ -80,6 +80,8 @@ pub struct Recorder<'g> {
     spans: Vec<crate::analysis::critical::Span>,
     /// The live threads' waiting times in the kernel (BTF tracepoints), read at each sweep.
     waits: Option<crate::kernel::ebpf::WaitsMap>,
+    /// montrace's task iterator, which the sweeps read the tree's figures from (None: /proc).
+    task_iter: Option<crate::kernel::ebpf::TaskIter>,
     /// A v2 run cgroup's directory, whose stall totals are read at each sweep, and the last
     /// reading with its time.
     pressure: Option<std::path::PathBuf>,
@@ -160,6 +162,7 @@ impl<'g> Recorder<'g> {
             capacity: crate::sampling::capacity::Capacity::read(),
             spans: Vec::new(),
             waits: None,
+            task_iter: None,
             pressure: None,
             previous_stalls: None,
         })
@@ -297,6 +300,12 @@ impl<'g> Recorder<'g> {
         }
     }
 
+    /// Hands the recorder montrace's task iterator: sweeps then read the tree's figures from it
+    /// (descriptors and smaps_rollup still from /proc).
+    pub fn set_task_iter(&mut self, iter: Option<crate::kernel::ebpf::TaskIter>) {
+        self.task_iter = iter;
+    }
+
     /// Hands the recorder the run cgroup's directory, whose stall totals system rows then carry.
     pub fn set_pressure(&mut self, dir: Option<std::path::PathBuf>) {
         self.pressure = dir;
@@ -315,24 +324,61 @@ impl<'g> Recorder<'g> {
         // (a single-threaded process's thread is looked up as it is read).
         let mut threads_waits = None;
         let mut sweep = Vec::new();
+        // The whole tree's figures in one binary read, where montrace's task iterator runs.
+        let kernel = self.task_iter.as_mut().map(|iter| {
+            let figures = iter.sweep();
+            (figures, host::realtime_ns())
+        });
+        let kernel = match kernel {
+            Some((Ok(samples), at)) => Some((crate::kernel::decode::live_figures(&samples), at)),
+            Some((Err(err), _)) => {
+                crate::say!(
+                    "montrace: warning: montrace's task iterator cannot be read ({err}); the \
+                     sweeps read /proc from now on"
+                );
+                self.task_iter = None;
+                None
+            }
+            None => None,
+        };
         for (pid, start_time_ns) in self.tracker.live_processes() {
             let key = (pid, start_time_ns);
             let cached = self.smaps.get(&key).copied();
             let full = self.detail == MemoryDetail::Full;
+            let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
+            let want_smaps = |rss| {
+                full && cached.is_none_or(|(cached_rss, read_at, _)| {
+                    cached_rss != rss || now - read_at > SMAPS_MAX_AGE_NS
+                })
+            };
+            let from_kernel = kernel
+                .as_ref()
+                .and_then(|(figures, at)| Some((figures.get(&pid)?, *at)));
             let reading = match self.handles.take(key) {
                 Some(handle) => Ok(handle),
                 None => self.reader.open_process(pid),
             }
             .and_then(|mut handle| {
-                let reading = self.reader.read_open_process(&mut handle, |rss| {
-                    full && cached.is_none_or(|(cached_rss, read_at, _)| {
-                        cached_rss != rss || now - read_at > SMAPS_MAX_AGE_NS
-                    })
-                })?;
+                let reading = match from_kernel {
+                    Some((live, _)) => {
+                        let exited = self.tracker.exited_threads(pid);
+                        let mut reading =
+                            self.reader
+                                .reading_from_kernel(pid, live, &exited, start_boot_ns);
+                        self.reader.complete_kernel_reading(
+                            &mut handle,
+                            &mut reading,
+                            want_smaps,
+                        )?;
+                        reading
+                    }
+                    None => self.reader.read_open_process(&mut handle, want_smaps)?,
+                };
                 Ok((handle, reading))
             });
-            // /proc/PID/stat (the CPU figure) is the first file read.
-            let measured = host::realtime_ns();
+            // When the CPU figure was read: the iterator's pass, or /proc/PID/stat, the first
+            // file read.
+            let measured = from_kernel.map_or_else(host::realtime_ns, |(_, at)| at);
             let (handle, mut reading) = match reading {
                 Ok(read) => read,
                 // It exited since the last drain; its exit event brings its last figures.
@@ -351,7 +397,6 @@ impl<'g> Recorder<'g> {
                 continue;
             }
             // A pid reused by a process outside the tree since the exit was queued is not ours.
-            let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
             if !host::same_start(reading.start_ticks, start_boot_ns) {
                 continue;
             }
@@ -373,7 +418,18 @@ impl<'g> Recorder<'g> {
                 start_time_ns,
                 self.previous.get(&key),
             );
-            if let Some(map) = &self.waits {
+            if let Some((live, _)) = from_kernel.filter(|_| self.waits.is_some()) {
+                // The iterator read its threads' waiting times in the same pass.
+                let mut waits = self.tracker.exited_thread_waits(pid);
+                waits.add(&live.waits);
+                rates::add_waits(
+                    &mut sample,
+                    waits,
+                    measured,
+                    start_time_ns,
+                    self.previous.get(&key),
+                );
+            } else if let Some(map) = &self.waits {
                 let live = if reading.threads == 1 {
                     map.thread(pid)
                         .map(Option::unwrap_or_default)
@@ -597,6 +653,11 @@ impl<'g> Recorder<'g> {
             recording_error: failure,
             capacity: self.capacity,
             spans: self.spans,
+            samples_from: if self.task_iter.is_some() {
+                "task_iter"
+            } else {
+                "procfs"
+            },
         }
     }
 }
@@ -633,6 +694,8 @@ pub struct Finished {
     pub recording_error: Option<String>,
     pub capacity: crate::sampling::capacity::Capacity,
     pub spans: Vec<crate::analysis::critical::Span>,
+    /// run.json `samples_from`.
+    pub samples_from: &'static str,
 }
 
 #[cfg(test)]

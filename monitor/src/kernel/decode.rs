@@ -1,5 +1,7 @@
 //! Turns ring-buffer records into typed events. Pure: bytes in, values out; no clock, no kernel.
-use monitor_common::{kind, wait_state, EventHeader, ExecEvent, ExitEvent, ForkEvent, TaskWaits};
+use monitor_common::{
+    kind, wait_state, EventHeader, ExecEvent, ExitEvent, ForkEvent, TaskSample, TaskWaits,
+};
 
 /// A lifecycle event as the kernel reported it. Times are ns since boot.
 #[derive(Clone, Debug, PartialEq)]
@@ -279,6 +281,91 @@ pub fn decode(bytes: &[u8], page_size: u64) -> Result<KernelEvent, DecodeError> 
     }
 }
 
+/// A live process's figures from its live threads' [`TaskSample`]s (the `iter/task` program),
+/// before its exited threads' exit figures are added.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveFigures {
+    /// The process's start (its leader's `start_boottime`), when its leader was among them.
+    pub start_ns: Option<u64>,
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    pub rss_pages: u64,
+    pub vm_pages: u64,
+    pub threads: u32,
+    /// One-letter state as /proc shows it: the leader's, or a thread's without it.
+    pub state: char,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_chars: u64,
+    pub write_chars: u64,
+    /// Its live threads' waiting times so far.
+    pub waits: WaitTotals,
+}
+
+/// The records of one pass of the task iterator, whole records only.
+pub fn task_samples(bytes: &[u8]) -> Vec<TaskSample> {
+    bytes
+        .chunks_exact(size_of::<TaskSample>())
+        // SAFETY: a whole record; TaskSample is #[repr(C)] integers, valid for any bit pattern.
+        .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<TaskSample>()) })
+        .collect()
+}
+
+/// Sums the live threads of each process (by tgid): CPU split per thread as the exit events
+/// are, counters added, the address space's figures (shared by the threads) taken once.
+pub fn live_figures(samples: &[TaskSample]) -> std::collections::HashMap<u32, LiveFigures> {
+    let mut by_process = std::collections::HashMap::<u32, LiveFigures>::new();
+    for t in samples {
+        let p = by_process.entry(t.tgid).or_insert(LiveFigures {
+            state: task_state_letter(t.state),
+            ..LiveFigures::default()
+        });
+        let (user, system) = split_cputime(t.runtime_ns, t.utime_ns, t.stime_ns);
+        p.cpu_user_ns += user;
+        p.cpu_system_ns += system;
+        p.rss_pages = p.rss_pages.max(t.rss_pages);
+        p.vm_pages = p.vm_pages.max(t.vm_pages);
+        p.threads += 1;
+        p.minor_faults += t.min_flt;
+        p.major_faults += t.maj_flt;
+        p.read_bytes += t.read_bytes;
+        p.write_bytes += t.write_bytes;
+        p.read_chars += t.rchar;
+        p.write_chars += t.wchar;
+        p.waits.add(&WaitTotals {
+            run_queue_ns: t.run_queue_ns,
+            blocked_ns: t.blocked_ns,
+            sleep_ns: t.sleep_ns,
+        });
+        if t.tid == t.tgid {
+            p.start_ns = Some(t.start_ns);
+            p.state = task_state_letter(t.state);
+        }
+    }
+    by_process
+}
+
+/// `task_struct::__state` as the letter /proc shows (`task_state_index()`): the lowest report
+/// bits, idle for an uninterruptible sleep that does not count as load. A dead task (TASK_DEAD,
+/// whose `exit_state` says zombie) shows as `Z`.
+pub fn task_state_letter(state: u32) -> char {
+    const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+    const TASK_DEAD: u32 = 0x80;
+    const TASK_NOLOAD: u32 = 0x400;
+    if state & TASK_DEAD != 0 {
+        return 'Z';
+    }
+    if state & (TASK_UNINTERRUPTIBLE | TASK_NOLOAD) == TASK_UNINTERRUPTIBLE | TASK_NOLOAD {
+        return 'I';
+    }
+    match state & 0x7f {
+        0 => 'R',
+        s => b"SDTtXZP"[s.trailing_zeros() as usize] as char,
+    }
+}
+
 /// Splits the exact runtime into user and system time in the ratio of the tick-sampled
 /// utime/stime, as the kernel's `cputime_adjust()` does for getrusage and /proc, so that
 /// user + system equals the exact total.
@@ -315,6 +402,73 @@ fn split_argv(bytes: &[u8]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn task_samples_sum_to_process_figures() {
+        let thread = |tgid, tid, runtime_ns, rss_pages, state| TaskSample {
+            tgid,
+            tid,
+            start_ns: 1000 + tid as u64,
+            runtime_ns,
+            utime_ns: 3,
+            stime_ns: 1,
+            rss_pages,
+            peak_rss_pages: rss_pages,
+            vm_pages: 2 * rss_pages,
+            min_flt: 1,
+            maj_flt: 2,
+            read_bytes: 10,
+            write_bytes: 20,
+            rchar: 30,
+            wchar: 40,
+            run_queue_ns: 5,
+            blocked_ns: 6,
+            sleep_ns: tid as u64,
+            state,
+            _pad: 0,
+        };
+        let records = [
+            thread(7, 8, 400, 50, 0x1),
+            thread(7, 7, 800, 50, 0x2),
+            thread(9, 10, 100, 0, 0x0),
+        ];
+        let mut bytes: Vec<u8> = Vec::new();
+        for r in &records {
+            // SAFETY: viewing a plain #[repr(C)] record as its bytes.
+            bytes.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(
+                    (r as *const TaskSample).cast::<u8>(),
+                    size_of::<TaskSample>(),
+                )
+            });
+        }
+        // A torn last record is dropped.
+        bytes.extend_from_slice(&[1, 2, 3]);
+        let samples = task_samples(&bytes);
+        assert_eq!(samples, records);
+        let live = live_figures(&samples);
+        let p = live[&7];
+        assert_eq!(p.start_ns, Some(1007), "the leader's start");
+        assert_eq!((p.cpu_user_ns, p.cpu_system_ns), (300 + 600, 100 + 200));
+        assert_eq!((p.rss_pages, p.vm_pages, p.threads), (50, 100, 2));
+        assert_eq!(p.state, 'D', "the leader's state");
+        assert_eq!((p.minor_faults, p.major_faults), (2, 4));
+        assert_eq!(
+            (p.read_bytes, p.write_bytes, p.read_chars, p.write_chars),
+            (20, 40, 60, 80)
+        );
+        let q = live[&9];
+        assert_eq!((q.start_ns, q.state, q.threads), (None, 'R', 1));
+    }
+
+    #[test]
+    fn task_states_read_as_proc_shows_them() {
+        let letters: String = [0x0, 0x1, 0x2, 0x4, 0x8, 0x40, 0x402, 0x80, 0x2001, 0x101]
+            .into_iter()
+            .map(task_state_letter)
+            .collect();
+        assert_eq!(letters, "RSDTtPIZSS");
+    }
 
     #[test]
     fn live_threads_waits_are_summed_by_process_with_the_interval_in_progress() {

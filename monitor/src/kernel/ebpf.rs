@@ -130,6 +130,81 @@ pub struct Probes {
     pub net_note: Option<String>,
     /// The live threads' waiting times (BTF tracepoints only), until handed to the recorder.
     waits: Option<WaitsMap>,
+    /// The task iterator the sweeps read the tree's figures from, until handed to the recorder;
+    /// or why there is none (then the sweeps read /proc).
+    task_iter: Result<TaskIter, String>,
+}
+
+/// The `iter/task` program's link: each [`TaskIter::sweep`] opens one pass of it and reads every
+/// live thread of the tree, in binary. The link holds the program, so it outlives `Ebpf`'s
+/// unloading only as long as the recorder keeps it.
+pub struct TaskIter {
+    link: std::os::fd::OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl TaskIter {
+    /// Creates the iterator link of the loaded `iter/task` program (`BPF_LINK_CREATE` with
+    /// `BPF_TRACE_ITER` and no target; aya keeps its own links' descriptors private, and one link
+    /// must serve every sweep).
+    fn link(program: &aya::programs::Iter) -> anyhow::Result<TaskIter> {
+        use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _};
+        // uapi linux/bpf.h: enum bpf_cmd BPF_LINK_CREATE, enum bpf_attach_type BPF_TRACE_ITER.
+        const BPF_LINK_CREATE: libc::c_long = 28;
+        const BPF_TRACE_ITER: u32 = 28;
+        let prog_fd = program.fd()?.as_fd().as_raw_fd();
+        // union bpf_attr's link_create: prog_fd, target_fd, attach_type, flags, then the
+        // iterator's (absent) link info; the rest zero.
+        let mut attr = [0u32; 32];
+        attr[0] = prog_fd as u32;
+        attr[2] = BPF_TRACE_ITER;
+        // SAFETY: a zeroed bpf_attr of the size passed, with the link_create fields set.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_LINK_CREATE,
+                attr.as_mut_ptr(),
+                std::mem::size_of_val(&attr) as u32,
+            )
+        };
+        if fd < 0 {
+            bail!(
+                "creating the task iterator's link: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(TaskIter {
+            // SAFETY: a new descriptor the kernel just returned, owned by nothing else.
+            link: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) },
+            buf: Vec::with_capacity(64 * 1024),
+        })
+    }
+
+    /// One pass over the machine's tasks: every live thread of the tree, now.
+    pub fn sweep(&mut self) -> std::io::Result<Vec<monitor_common::TaskSample>> {
+        use std::io::Read as _;
+        use std::os::fd::{AsRawFd as _, FromRawFd as _};
+        const BPF_ITER_CREATE: libc::c_long = 33;
+        let mut attr = [0u32; 4];
+        attr[0] = self.link.as_raw_fd() as u32;
+        // SAFETY: a zeroed bpf_attr with iter_create.link_fd set.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_ITER_CREATE,
+                attr.as_mut_ptr(),
+                std::mem::size_of_val(&attr) as u32,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor the kernel just returned, owned by nothing else.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd as i32) };
+        self.buf.clear();
+        file.read_to_end(&mut self.buf)?;
+        Ok(crate::kernel::decode::task_samples(&self.buf))
+    }
 }
 
 /// The kernel's per-thread waiting times of the tracked threads still alive (`WAITS`), read at
@@ -230,6 +305,12 @@ impl Probes {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
         let tracked = HashMap::try_from(ebpf.take_map("TRACKED").context("no TRACKED map")?)?;
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("no STATS map")?)?;
+        let task_iter = match (&btf, mode) {
+            (Some(btf), TrackingMode::TpBtf) => {
+                load_task_iter(&mut ebpf, btf).map_err(|e| format!("{e:#}"))
+            }
+            _ => Err("the task iterator needs the BTF tracepoints' kernel".into()),
+        };
         let waits = match mode {
             TrackingMode::TpBtf => Some(WaitsMap(HashMap::try_from(
                 ebpf.take_map("WAITS").context("no WAITS map")?,
@@ -244,6 +325,7 @@ impl Probes {
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             net_note,
             waits,
+            task_iter,
         };
         Ok((probes, ring))
     }
@@ -252,6 +334,11 @@ impl Probes {
     /// tracepoints).
     pub fn take_waits(&mut self) -> Option<WaitsMap> {
         self.waits.take()
+    }
+
+    /// The task iterator for the recorder's sweeps (once), or why there is none.
+    pub fn take_task_iter(&mut self) -> Result<TaskIter, String> {
+        std::mem::replace(&mut self.task_iter, Err("already taken".into()))
     }
 
     /// Starts following `pid`: its forks, execs and exit from now on.
@@ -292,6 +379,16 @@ fn attach_btf(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<()> {
             .with_context(|| format!("attaching tp_btf/{tracepoint}"))?;
     }
     Ok(())
+}
+
+/// Loads the `iter/task` program (Linux 5.8 and later) and creates its link.
+fn load_task_iter(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<TaskIter> {
+    let program: &mut aya::programs::Iter = ebpf
+        .program_mut("sample_tasks")
+        .context("no program sample_tasks")?
+        .try_into()?;
+    program.load("task", btf).context("loading iter/task")?;
+    TaskIter::link(program)
 }
 
 /// Attaches the socket-bytes programs and tells the kernel side they run (`FEATURES`); Err says

@@ -115,6 +115,11 @@ pub struct RunInfo {
     pub host: String,
     pub kernel: String,
     pub tracking_mode: TrackingMode,
+    /// Where the sweeps read each process's CPU, memory, faults and I/O: `"task_iter"`
+    /// (montrace's task iterator, in binary) or `"procfs"` (/proc's text files). None in runs
+    /// of earlier versions (/proc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_from: Option<String>,
     /// The command's status: exit code, or None when a signal killed it.
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
@@ -497,6 +502,7 @@ mod tests {
             host: "h".into(),
             kernel: "6.18".into(),
             tracking_mode: TrackingMode::TpBtf,
+            samples_from: Some("task_iter".into()),
             exit_code: None,
             exit_signal: Some(9),
             exit_status: 137,

@@ -409,13 +409,18 @@ impl Tracker {
             .collect()
     }
 
+    /// The summed figures of a live process's threads that already exited (zero when none did).
+    pub fn exited_threads(&self, pid: u32) -> ExitStats {
+        self.live
+            .get(&pid)
+            .map(|e| e.exited_threads)
+            .unwrap_or_default()
+    }
+
     /// The waiting times of a live process's threads that already exited (their exit events
     /// carry them); zero when none did.
     pub fn exited_thread_waits(&self, pid: u32) -> crate::kernel::decode::WaitTotals {
-        let Some(e) = self.live.get(&pid) else {
-            return Default::default();
-        };
-        let t = &e.exited_threads;
+        let t = self.exited_threads(pid);
         crate::kernel::decode::WaitTotals {
             run_queue_ns: t.run_queue_ns.unwrap_or(0),
             blocked_ns: t.blocked_ns.unwrap_or(0),

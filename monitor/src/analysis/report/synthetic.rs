@@ -351,6 +351,7 @@ pub fn synthetic_run(
         host: "synthetic".into(),
         kernel: "6.1.0".into(),
         tracking_mode: crate::kernel::ebpf::TrackingMode::TpBtf,
+        samples_from: None,
         exit_code: Some(0),
         exit_signal: None,
         exit_status: 0,

@@ -537,6 +537,7 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         mm_filepages: index("MM_FILEPAGES")?,
         mm_anonpages: index("MM_ANONPAGES")?,
         mm_shmempages: index("MM_SHMEMPAGES")?,
+        mm_total_vm: mm("total_vm")?,
     })
 }
 

@@ -339,17 +339,10 @@ impl ProcReader {
         };
         let io = self.read_io(handle);
         let io = self.optional(handle, "io", io)?;
-        let fds = self.count_fds(handle);
-        let fds = self.optional(handle, "fd", fds.map(Some))?;
         // A zombie or a kernel thread has no address space: the kernel answers ESRCH.
         let has_address_space = !matches!(stat.state, 'Z' | 'X') && stat.flags & PF_KTHREAD == 0;
-        let smaps = if detail == MemoryDetail::Full && has_address_space {
-            let smaps = open_at(&handle.dir, c"smaps_rollup")
-                .and_then(|file| read_whole(&file, &mut self.buf).map(parse_smaps_rollup));
-            self.optional(handle, "smaps_rollup", smaps)?
-        } else {
-            None
-        };
+        let (fds, smaps) =
+            self.read_fds_and_smaps(handle, detail == MemoryDetail::Full && has_address_space)?;
         Ok(ProcessReading {
             pid,
             start_ticks: stat.start_ticks,
@@ -367,6 +360,74 @@ impl ProcReader {
             io,
             smaps,
         })
+    }
+
+    /// A process's reading from montrace's task iterator: its live threads' figures (`live`)
+    /// plus those of its threads that already exited (`exited`, from their exit events), as
+    /// /proc would add them up, except that CPU time is exact (not clock ticks) and I/O is the
+    /// process's own (/proc/PID/io also counts reaped children's). The start is the leader's, or
+    /// `start_boot_ns` (the tracker's) when the leader is gone. Descriptors and smaps_rollup
+    /// come from [`ProcReader::complete_kernel_reading`].
+    pub fn reading_from_kernel(
+        &self,
+        pid: u32,
+        live: &crate::kernel::decode::LiveFigures,
+        exited: &crate::kernel::decode::ExitStats,
+        start_boot_ns: u64,
+    ) -> ProcessReading {
+        let tick_ns = 1_000_000_000 / self.ticks_per_second.max(1);
+        ProcessReading {
+            pid,
+            start_ticks: live.start_ns.unwrap_or(start_boot_ns) / tick_ns,
+            cpu_user_ns: live.cpu_user_ns + exited.cpu_user_ns,
+            cpu_system_ns: live.cpu_system_ns + exited.cpu_system_ns,
+            rss_bytes: live.rss_pages.saturating_mul(self.page_size),
+            vms_bytes: live.vm_pages.saturating_mul(self.page_size),
+            threads: live.threads,
+            state: live.state,
+            minor_faults: live.minor_faults + exited.minor_faults,
+            major_faults: live.major_faults + exited.major_faults,
+            fds: None,
+            io: Some(IoReading {
+                read_bytes: live.read_bytes + exited.read_bytes,
+                write_bytes: live.write_bytes + exited.write_bytes,
+                read_chars: live.read_chars + exited.read_chars,
+                write_chars: live.write_chars + exited.write_chars,
+            }),
+            smaps: None,
+        }
+    }
+
+    /// What only /proc has, for a process whose other figures came from the kernel (montrace's
+    /// task iterator): its open descriptors, and smaps_rollup when `want_smaps(rss_bytes)`
+    /// says so (RSS moved) and it has an address space.
+    pub fn complete_kernel_reading(
+        &mut self,
+        handle: &mut ProcessHandle,
+        reading: &mut ProcessReading,
+        want_smaps: impl FnOnce(u64) -> bool,
+    ) -> Result<(), ReadError> {
+        let has_address_space = !matches!(reading.state, 'Z' | 'X') && reading.vms_bytes > 0;
+        let smaps = has_address_space && want_smaps(reading.rss_bytes);
+        (reading.fds, reading.smaps) = self.read_fds_and_smaps(handle, smaps)?;
+        Ok(())
+    }
+
+    fn read_fds_and_smaps(
+        &mut self,
+        handle: &mut ProcessHandle,
+        smaps: bool,
+    ) -> Result<(Option<u32>, Option<SmapsReading>), ReadError> {
+        let fds = self.count_fds(handle);
+        let fds = self.optional(handle, "fd", fds.map(Some))?;
+        let smaps = if smaps {
+            let smaps = open_at(&handle.dir, c"smaps_rollup")
+                .and_then(|file| read_whole(&file, &mut self.buf).map(parse_smaps_rollup));
+            self.optional(handle, "smaps_rollup", smaps)?
+        } else {
+            None
+        };
+        Ok((fds, smaps))
     }
 
     /// /proc/PID/io, opened the first time it can be; None when its contents do not parse.

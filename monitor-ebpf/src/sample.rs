@@ -1,0 +1,85 @@
+//! `iter/task`: one sweep's figures of every live thread of the tree, written in binary
+//! (`TaskSample`) to the iterator's file, which the agent reads instead of the text of
+//! `/proc/PID/stat` and `/proc/PID/io` for each process: the kernel formats no text, and one
+//! read returns the whole tree. The kernel calls the program for every task on the machine;
+//! those outside `TRACKED` are skipped.
+use aya_ebpf::{
+    bindings::seq_file,
+    helpers::{bpf_ktime_get_boot_ns, generated::bpf_seq_write},
+};
+use monitor_common::{wait_state, TaskSample};
+
+use crate::{off, ready, task, TRACKED, WAITS};
+
+/// `struct bpf_iter__task`: the iterator's context.
+#[repr(C)]
+pub struct IterTask {
+    /// `struct bpf_iter_meta *`, whose first field is the `seq_file *` to write to.
+    meta: *const *mut seq_file,
+    /// `struct task_struct *`, NULL at the end of the walk.
+    task: usize,
+}
+
+#[no_mangle]
+#[link_section = "iter/task"]
+pub fn sample_tasks(ctx: *const IterTask) -> i32 {
+    // SAFETY: the kernel passes a valid context; its fields are read with typed loads, which
+    // the verifier knows the types of (the seq_file pointer must stay one for the helper).
+    let (meta, task) = unsafe { ((*ctx).meta, (*ctx).task) };
+    if task == 0 || !ready() {
+        return 0;
+    }
+    let tgid = task::tgid(task);
+    // SAFETY: checked for presence only.
+    if unsafe { TRACKED.get(&tgid) }.is_none() {
+        return 0;
+    }
+    let ioac = off!(task_ioac);
+    let (peak, rss) = task::rss_pages(task);
+    let mm: usize = task::read(task, off!(task_mm));
+    let tid = task::pid(task);
+    // Its waiting times so far, the interval in progress up to now (as `waits::add` would).
+    let mut waits = [0u64; 4];
+    // SAFETY: copied out at once.
+    if let Some(w) = unsafe { WAITS.get(&tid) } {
+        waits = w.total_ns;
+        // SAFETY: plain helper call.
+        let now = unsafe { bpf_ktime_get_boot_ns() };
+        let state = (w.state & 3) as usize;
+        if w.since_ns != 0 && now > w.since_ns && state != wait_state::RUNNING as usize {
+            waits[state] += now - w.since_ns;
+        }
+    }
+    let sample = TaskSample {
+        tgid,
+        tid,
+        start_ns: task::start_ns(task),
+        runtime_ns: task::read(task, off!(task_sum_exec_runtime)),
+        utime_ns: task::read(task, off!(task_utime)),
+        stime_ns: task::read(task, off!(task_stime)),
+        rss_pages: rss,
+        peak_rss_pages: peak,
+        vm_pages: task::read(mm, off!(mm_total_vm)),
+        min_flt: task::read(task, off!(task_min_flt)),
+        maj_flt: task::read(task, off!(task_maj_flt)),
+        read_bytes: task::read(task, ioac + off!(ioac_read_bytes)),
+        write_bytes: task::read(task, ioac + off!(ioac_write_bytes)),
+        rchar: task::read(task, ioac + off!(ioac_rchar)),
+        wchar: task::read(task, ioac + off!(ioac_wchar)),
+        run_queue_ns: waits[wait_state::RUNNABLE as usize],
+        blocked_ns: waits[wait_state::BLOCKED as usize],
+        sleep_ns: waits[wait_state::SLEEPING as usize],
+        state: task::read(task, off!(task_state)),
+        _pad: 0,
+    };
+    // SAFETY: `meta` is the kernel's; the record lives on this stack for the call.
+    unsafe {
+        let seq = *meta;
+        bpf_seq_write(
+            seq,
+            &sample as *const TaskSample as *const core::ffi::c_void,
+            core::mem::size_of::<TaskSample>() as u32,
+        );
+    }
+    0
+}

@@ -16,7 +16,6 @@ use crate::{
         end::{self, Ended},
         FollowConfig, Source,
     },
-    kernel::btf,
     kernel::decode::{self, KernelEvent},
     kernel::ebpf::Probes,
     kernel::privilege,
@@ -99,7 +98,7 @@ fn status_ids(status: &str) -> Option<([u32; 3], [u32; 3])> {
 
 /// The kernel's field offsets, or None when attach must poll /proc (no privilege, no BTF): said
 /// once.
-fn ebpf_offsets(pid: u32) -> Option<monitor_common::Offsets> {
+fn ebpf_offsets(pid: u32) -> Option<crate::kernel::ebpf::KernelBtf> {
     let why_not = if !host::can_load_ebpf() {
         format!(
             "exact tracking needs root or the granted binary (`sudo montrace setcap`), e.g. \
@@ -108,9 +107,8 @@ fn ebpf_offsets(pid: u32) -> Option<monitor_common::Offsets> {
     } else {
         // aya's own BTF parses go on beside montrace's (start-up).
         crate::kernel::ebpf::preload();
-        match btf::Btf::from_file(Path::new(btf::VMLINUX_BTF)).and_then(|b| btf::kernel_offsets(&b))
-        {
-            Ok(offsets) => return Some(offsets),
+        match crate::kernel::ebpf::KernelBtf::read() {
+            Ok(kernel) => return Some(kernel),
             Err(err) => err.to_string(),
         }
     };
@@ -152,7 +150,7 @@ fn bind_marks(args: &AttachArgs) -> Option<crate::follow::marks::MarkServer> {
 #[allow(clippy::type_complexity)]
 fn load_probes(
     args: &AttachArgs,
-    offsets: Option<&monitor_common::Offsets>,
+    offsets: Option<&crate::kernel::ebpf::KernelBtf>,
 ) -> anyhow::Result<(
     Option<Probes>,
     Option<aya::maps::RingBuf<aya::maps::MapData>>,
@@ -224,7 +222,7 @@ fn find_tree(
 
 fn follow_attached(
     args: &AttachArgs,
-    offsets: Option<&monitor_common::Offsets>,
+    offsets: Option<&crate::kernel::ebpf::KernelBtf>,
     out_dir: &Path,
     started: (u64, i64),
 ) -> anyhow::Result<i32> {

@@ -3,7 +3,7 @@
 //! cgroup really created, NVML really opened), then undone; nothing is started.
 //!
 //! `montrace setcap`: the install-time grant (see `privilege`).
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::{
     cli::{GpuMode, SetcapArgs, EXIT_MONTRACE_FAILED, EXIT_USAGE},
@@ -145,9 +145,7 @@ pub fn gather() -> Facts {
         .as_deref()
         .and_then(|b| privilege::file_caps(b).ok().flatten());
     let effective_caps = privilege::current().map_or(0, |c| c.effective);
-    let offsets = btf::Btf::from_file(Path::new(btf::VMLINUX_BTF))
-        .and_then(|b| btf::kernel_offsets(&b))
-        .map_err(|e| e.to_string());
+    let offsets = crate::kernel::ebpf::KernelBtf::read().map_err(|e| e.to_string());
     let ebpf = match (&offsets, root || host::can_load_ebpf()) {
         (Err(why), _) => Err(format!("cannot be loaded: no BTF ({why})")),
         (Ok(_), false) => Err("cannot be loaded: no privilege (see above)".into()),

@@ -18,7 +18,6 @@ use crate::{
         end::{self, build_run_info, close_cgroup, open_gpu, write_run_info, write_summary, Ended},
         follow, FollowConfig, Outcome, Source,
     },
-    kernel::btf,
     kernel::ebpf::Probes,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
@@ -99,7 +98,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 fn repeat(
     args: &RunArgs,
     executable: &Path,
-    offsets: Option<&monitor_common::Offsets>,
+    offsets: Option<&crate::kernel::ebpf::KernelBtf>,
     out_dir: &Path,
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
@@ -283,7 +282,7 @@ impl MachineWindow {
 fn ebpf_offsets(
     args: &RunArgs,
     program: &OsString,
-) -> anyhow::Result<Option<monitor_common::Offsets>> {
+) -> anyhow::Result<Option<crate::kernel::ebpf::KernelBtf>> {
     let why_not = if !host::can_load_ebpf() {
         format!(
             "exact tracking needs CAP_BPF and CAP_PERFMON: grant them to the installed binary once \
@@ -294,9 +293,8 @@ fn ebpf_offsets(
     } else {
         // aya's own BTF parses go on beside montrace's (start-up).
         crate::kernel::ebpf::preload();
-        match btf::Btf::from_file(Path::new(btf::VMLINUX_BTF)).and_then(|b| btf::kernel_offsets(&b))
-        {
-            Ok(offsets) => return Ok(Some(offsets)),
+        match crate::kernel::ebpf::KernelBtf::read() {
+            Ok(kernel) => return Ok(Some(kernel)),
             Err(err) => format!("{err}"),
         }
     };
@@ -316,7 +314,7 @@ fn ebpf_offsets(
 fn record(
     args: &RunArgs,
     executable: &Path,
-    offsets: Option<&monitor_common::Offsets>,
+    offsets: Option<&crate::kernel::ebpf::KernelBtf>,
     out_dir: &Path,
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
@@ -331,13 +329,15 @@ fn record(
         .build()
         .context("starting the event loop")?;
 
-    let (mut probes, ring) = load_probes(args, offsets, last)?;
     let (cgroup, mut cgroup_report) = create_cgroup(started_wall_ns);
     let marks = bind_marks();
     let extra_env: Vec<(OsString, OsString)> = marks
         .iter()
         .map(|m| (marks::SOCKET_ENV.into(), m.path().as_os_str().to_owned()))
         .collect();
+    // The command is forked first and held at its barrier (it runs nothing until released), so
+    // that moving it into the run cgroup, which waits for the kernel (an RCU grace period per
+    // cgroup v1 hierarchy, 10 ms or more), goes on beside the loading of the programs (start-up).
     let held = launch::spawn_held(
         executable,
         &args.command,
@@ -346,14 +346,28 @@ fn record(
         child_sigmask,
     )?;
     let root_pid = held.pid;
+    let (loaded, added) = std::thread::scope(|scope| {
+        // Before exec, so the cgroup's totals include everything the command does.
+        let adding = cgroup.as_ref().and_then(|cgroup| {
+            std::thread::Builder::new()
+                .name("cgroup-add".into())
+                .spawn_scoped(scope, move || cgroup.add(root_pid))
+                .ok()
+        });
+        let loaded = load_probes(args, offsets, last);
+        let added = match adding {
+            Some(thread) => thread.join().ok(),
+            None => cgroup.as_ref().map(|cgroup| cgroup.add(root_pid)),
+        };
+        (loaded, added)
+    });
+    // A failure drops the held command, which then exits without running anything.
+    let (mut probes, ring) = loaded?;
+    if let Some(Err(err)) = added {
+        cgroup_report.error = Some(err.to_string());
+    }
     if let Some(probes) = &mut probes {
         probes.track(root_pid)?;
-    }
-    if let Some(cgroup) = &cgroup {
-        // Before exec, so the cgroup's totals include everything the command does.
-        if let Err(err) = cgroup.add(root_pid) {
-            cgroup_report.error = Some(err.to_string());
-        }
     }
     let mut tracker = Tracker::new(Clock {
         boot_to_wall_ns: host::boot_to_wall_ns(),
@@ -449,7 +463,7 @@ fn record(
 #[allow(clippy::type_complexity)]
 fn load_probes(
     args: &RunArgs,
-    offsets: Option<&monitor_common::Offsets>,
+    offsets: Option<&crate::kernel::ebpf::KernelBtf>,
     last: bool,
 ) -> anyhow::Result<(
     Option<Probes>,

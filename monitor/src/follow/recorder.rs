@@ -613,21 +613,34 @@ impl<'g> Recorder<'g> {
             ..
         } = self;
         if failure.is_none() {
-            let closed = (|| {
-                events.finish()?;
-                processes.finish()?;
-                samples.finish()?;
-                system.finish()?;
-                marks.finish()?;
-                if let (Some(devices), Some(mut gpu_processes)) = (gpu_table, gpu_processes) {
-                    for row in gpu_rows.into_iter().flatten() {
-                        gpu_processes.push(row)?;
+            // Each table merges its parts into its file and syncs it: one thread per table, so
+            // that the disk's waits overlap (finishing is on the command's critical path).
+            let closed = std::thread::scope(|scope| {
+                let gpu = scope.spawn(move || {
+                    if let (Some(devices), Some(mut gpu_processes)) = (gpu_table, gpu_processes) {
+                        for row in gpu_rows.into_iter().flatten() {
+                            gpu_processes.push(row)?;
+                        }
+                        devices.finish()?;
+                        gpu_processes.finish()?;
                     }
-                    devices.finish()?;
-                    gpu_processes.finish()?;
+                    Ok::<(), writer::WriteError>(())
+                });
+                let tables = [
+                    scope.spawn(move || events.finish().map(drop)),
+                    scope.spawn(move || samples.finish().map(drop)),
+                    scope.spawn(move || system.finish().map(drop)),
+                    scope.spawn(move || marks.finish().map(drop)),
+                ];
+                let mut result = processes.finish().map(drop);
+                for thread in tables.into_iter().chain([gpu]) {
+                    let finished = thread.join().unwrap_or_else(|_| {
+                        Err(writer::WriteError::Panicked("closing a table".into()))
+                    });
+                    result = result.and(finished);
                 }
-                Ok::<(), writer::WriteError>(())
-            })();
+                result
+            });
             if let Err(err) = closed {
                 crate::say!(
                     "montrace: error: the run's tables could not be closed: {err}. Their parts \

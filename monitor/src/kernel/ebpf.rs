@@ -80,43 +80,58 @@ const NET_PROGRAMS: [(&str, &str); 2] = [
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
-/// Start-up: aya reads and parses the kernel's BTF (5 MB here, 9 to 24 ms a parse) once when a
-/// loader is made and once more for the `tp_btf` programs, and montrace parses it a third time
-/// for its own field offsets. [`preload`] starts aya's two on other threads, so that the three
-/// overlap; the next [`Probes::load`] takes them up. Threads: start them once the forwarded
-/// signals are blocked (they inherit the mask), and as a capable user before anything drops
-/// capabilities (they are joined by the load that uses them, before capabilities go).
-struct Preloaded {
-    loader: std::thread::JoinHandle<EbpfLoader<'static>>,
-    btf: std::thread::JoinHandle<Result<Btf, aya::BtfError>>,
-}
+/// Start-up: aya's loader reads and parses the kernel's BTF (5 MB here, 9 to 24 ms a parse)
+/// when it is made, and montrace parses it once more for its own field offsets and for the
+/// attach subset (see [`KernelBtf`]). [`preload`] makes the loader on another thread, so that
+/// the two parses overlap; the next [`Probes::load`] takes it up. The thread: start it once the
+/// forwarded signals are blocked (it inherits the mask), and as a capable user before anything
+/// drops capabilities (it is joined by the load that uses it, before capabilities go).
+static PRELOADED: std::sync::Mutex<Option<std::thread::JoinHandle<EbpfLoader<'static>>>> =
+    std::sync::Mutex::new(None);
 
-static PRELOADED: std::sync::Mutex<Option<Preloaded>> = std::sync::Mutex::new(None);
-
-/// Starts parsing the kernel's BTF for aya on two threads (see [`Preloaded`]).
+/// Starts making aya's loader on another thread (see [`PRELOADED`]).
 pub fn preload() {
     let loader = std::thread::Builder::new()
         .name("btf-loader".into())
         .spawn(EbpfLoader::new);
-    let btf = std::thread::Builder::new()
-        .name("btf-tp".into())
-        .spawn(Btf::from_sys_fs);
-    if let (Ok(loader), Ok(btf)) = (loader, btf) {
-        if let Ok(mut slot) = PRELOADED.lock() {
-            *slot = Some(Preloaded { loader, btf });
-        }
+    if let (Ok(loader), Ok(mut slot)) = (loader, PRELOADED.lock()) {
+        *slot = Some(loader);
     }
 }
 
-/// What [`preload`] made, if it ran and its threads finished well: a loader, and the BTF for
-/// the `tp_btf` programs.
-fn take_preloaded() -> (Option<EbpfLoader<'static>>, Option<Btf>) {
+/// The loader [`preload`] made, if it ran and its thread finished well.
+fn take_preloaded() -> Option<EbpfLoader<'static>> {
     let taken = PRELOADED.lock().ok().and_then(|mut slot| slot.take());
-    match taken {
-        Some(p) => (p.loader.join().ok(), p.btf.join().ok().and_then(Result::ok)),
-        None => (None, None),
+    taken.and_then(|thread| thread.join().ok())
+}
+
+/// What montrace's own parse of the kernel BTF gives the loader: the field offsets its programs
+/// read tasks with, and the attach subset (`btf::Btf::attach_subset`): the ids of the
+/// tracepoints' and the task iterator's targets, so that aya need not parse the whole BTF again
+/// for them.
+pub struct KernelBtf {
+    pub offsets: Offsets,
+    attach: Vec<u8>,
+}
+
+impl KernelBtf {
+    pub fn read() -> Result<KernelBtf, crate::kernel::btf::BtfError> {
+        let btf = crate::kernel::btf::Btf::from_file(Path::new(crate::kernel::btf::VMLINUX_BTF))?;
+        let offsets = crate::kernel::btf::kernel_offsets(&btf)?;
+        let typedefs: Vec<String> = PROGRAMS
+            .iter()
+            .map(|(_, tracepoint, _)| *tracepoint)
+            .chain(WAIT_PROGRAMS.iter().chain(&NET_PROGRAMS).map(|(_, tp)| *tp))
+            .map(|tracepoint| format!("btf_trace_{tracepoint}"))
+            .collect();
+        let typedefs: Vec<&str> = typedefs.iter().map(String::as_str).collect();
+        let attach = btf.attach_subset(&typedefs, &[TASK_ITER_TARGET])?;
+        Ok(KernelBtf { offsets, attach })
     }
 }
+
+/// The kernel function the `iter/task` program attaches to.
+const TASK_ITER_TARGET: &str = "bpf_iter_task";
 
 pub struct Probes {
     // Keeps the programs attached: dropping `Ebpf` detaches them.
@@ -247,17 +262,17 @@ impl WaitsMap {
 impl Probes {
     /// Loads the programs with the kernel's field offsets and attaches them.
     pub fn load(
-        offsets: &Offsets,
+        kernel: &KernelBtf,
         ring_buffer_bytes: u32,
         choice: TracepointChoice,
     ) -> anyhow::Result<(Probes, RingBuf<MapData>)> {
         let started = std::time::Instant::now();
         let offsets = Offsets {
             wakeup_bytes: ring_buffer_bytes / 4,
-            ..*offsets
+            ..kernel.offsets
         };
-        let (loader, btf) = take_preloaded();
-        let mut loader = loader.unwrap_or_default();
+        let btf = Btf::parse(&kernel.attach, aya::Endianness::default()).ok();
+        let mut loader = take_preloaded().unwrap_or_default();
         let mut ebpf = loader
             .override_global("OFFSETS", &offsets, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
@@ -365,20 +380,61 @@ fn attach_btf(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<()> {
     let names = PROGRAMS
         .iter()
         .map(|(short, tracepoint, _)| (*short, *tracepoint));
-    for (short, tracepoint) in names.chain(WAIT_PROGRAMS) {
-        let name = format!("{short}_btf");
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut(&name)
-            .with_context(|| format!("no program {name}"))?
-            .try_into()?;
-        program
-            .load(tracepoint, btf)
-            .with_context(|| format!("loading tp_btf/{tracepoint}"))?;
-        program
-            .attach()
-            .with_context(|| format!("attaching tp_btf/{tracepoint}"))?;
+    load_btf_programs(ebpf, btf, &names.chain(WAIT_PROGRAMS).collect::<Vec<_>>())
+}
+
+/// Loads and attaches the `<short>_btf` programs on their tracepoints, half of them on another
+/// thread: the kernel's verifier, most of a load, checks one program at a time per caller
+/// (start-up). The thread shares this one's credentials as they are now (a capable user's
+/// raised capabilities included) and is gone when this returns.
+fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf, targets: &[(&str, &str)]) -> anyhow::Result<()> {
+    let mut programs: Vec<(&str, &mut BtfTracePoint)> = Vec::new();
+    for (name, program) in ebpf.programs_mut() {
+        if let Some((_, tracepoint)) = targets
+            .iter()
+            .find(|(short, _)| name.strip_suffix("_btf") == Some(short))
+        {
+            programs.push((tracepoint, program.try_into()?));
+        }
     }
-    Ok(())
+    if let Some((short, _)) = targets
+        .iter()
+        .find(|(_, tp)| !programs.iter().any(|(found, _)| found == tp))
+    {
+        bail!("no program {short}_btf");
+    }
+    let load = |programs: &mut [(&str, &mut BtfTracePoint)]| -> anyhow::Result<()> {
+        for (tracepoint, program) in programs {
+            program
+                .load(tracepoint, btf)
+                .with_context(|| format!("loading tp_btf/{tracepoint}"))?;
+            program
+                .attach()
+                .with_context(|| format!("attaching tp_btf/{tracepoint}"))?;
+        }
+        Ok(())
+    };
+    let half = programs.len() / 2;
+    let (mine, theirs) = programs.split_at_mut(half);
+    let theirs = std::sync::Mutex::new(theirs);
+    let load_theirs = || match theirs.lock() {
+        Ok(mut theirs) => load(&mut theirs),
+        Err(_) => bail!("the loading thread panicked"),
+    };
+    std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("bpf-load".into())
+            .spawn_scoped(scope, load_theirs);
+        let mine = load(mine);
+        let theirs = match other {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the loading thread panicked"))),
+            // No thread to spare: load them here.
+            Err(_) => load_theirs(),
+        };
+        mine.and(theirs)
+    })
 }
 
 /// Loads the `iter/task` program (Linux 5.8 and later) and creates its link.
@@ -387,26 +443,16 @@ fn load_task_iter(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<TaskIter> {
         .program_mut("sample_tasks")
         .context("no program sample_tasks")?
         .try_into()?;
-    program.load("task", btf).context("loading iter/task")?;
+    program
+        .load(TASK_ITER_TARGET.trim_start_matches("bpf_iter_"), btf)
+        .context("loading iter/task")?;
     TaskIter::link(program)
 }
 
 /// Attaches the socket-bytes programs and tells the kernel side they run (`FEATURES`); Err says
 /// why not (a kernel before 6.3 has no such tracepoints).
 fn attach_net(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<()> {
-    for (short, tracepoint) in NET_PROGRAMS {
-        let name = format!("{short}_btf");
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut(&name)
-            .with_context(|| format!("no program {name}"))?
-            .try_into()?;
-        program
-            .load(tracepoint, btf)
-            .with_context(|| format!("loading tp_btf/{tracepoint}"))?;
-        program
-            .attach()
-            .with_context(|| format!("attaching tp_btf/{tracepoint}"))?;
-    }
+    load_btf_programs(ebpf, btf, &NET_PROGRAMS)?;
     let mut features: aya::maps::Array<_, u32> =
         aya::maps::Array::try_from(ebpf.map_mut("FEATURES").context("no FEATURES map")?)?;
     features.set(0, 1, 0).context("setting FEATURES")?;

@@ -412,6 +412,65 @@ impl Btf {
         })
     }
 
+    /// A BTF blob in which the named typedefs (`btf_trace_<tracepoint>`) and functions
+    /// (`bpf_iter_task`) sit at the ids they have here, every other id holding a nameless
+    /// pointer: what aya needs to attach `tp_btf` and `iter` programs (it looks their targets
+    /// up by name for their ids), without parsing the whole kernel BTF a second time at
+    /// start-up. A name absent here is absent there too (aya then says it is unknown).
+    pub fn attach_subset(&self, typedefs: &[&str], funcs: &[&str]) -> Result<Vec<u8>, BtfError> {
+        let mut found: Vec<(u32, u32, &str)> = Vec::new();
+        for (index, &off) in self.types.iter().enumerate() {
+            let rec = self.decode(off, self.data.len())?;
+            let names: &[&str] = match rec.kind {
+                KIND_TYPEDEF => typedefs,
+                KIND_FUNC => funcs,
+                _ => continue,
+            };
+            let name = self.name(rec.name_off)?;
+            if let Some(wanted) = names.iter().find(|n| n.as_bytes() == name) {
+                if !found
+                    .iter()
+                    .any(|(_, kind, n)| *kind == rec.kind && n == wanted)
+                {
+                    found.push((index as u32 + 1, rec.kind, wanted));
+                }
+            }
+        }
+        let last = found.iter().map(|(id, _, _)| *id).max().unwrap_or(0);
+        let mut strings = vec![0u8];
+        let mut named = HashMap::new();
+        for (id, kind, name) in &found {
+            named.insert(*id, (*kind, strings.len() as u32));
+            strings.extend_from_slice(name.as_bytes());
+            strings.push(0);
+        }
+        let mut types = Vec::with_capacity(last as usize * TYPE_LEN);
+        for id in 1..=last {
+            let (name_off, info) = match named.get(&id) {
+                Some(&(kind, name_off)) => (name_off, kind << 24),
+                None => (0, KIND_PTR << 24),
+            };
+            for word in [name_off, info, 0] {
+                types.extend_from_slice(&word.to_le_bytes());
+            }
+        }
+        let mut blob = Vec::with_capacity(HEADER_LEN + types.len() + strings.len());
+        blob.extend_from_slice(&MAGIC.to_le_bytes());
+        blob.extend_from_slice(&[1, 0]);
+        for word in [
+            HEADER_LEN as u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
+            blob.extend_from_slice(&word.to_le_bytes());
+        }
+        blob.extend_from_slice(&types);
+        blob.extend_from_slice(&strings);
+        Ok(blob)
+    }
+
     /// Size in bytes of a named struct (e.g. "percpu_counter").
     pub fn struct_size(&self, struct_name: &str) -> Result<u32, BtfError> {
         let id = self.find_struct(struct_name)?;

@@ -530,3 +530,66 @@ fn live_kernel_offsets() {
     assert!(o.mm_shmempages > o.mm_anonpages);
     assert!(i64::from(o.mm_shmempages) < btf.enumerator("NR_MM_COUNTERS").unwrap());
 }
+
+#[test]
+fn the_attach_subset_keeps_the_named_targets_ids_for_aya() {
+    let mut b = Builder::new();
+    let int = b.int("int", 4);
+    let _noise = b.raw("btf_trace_other", KIND_TYPEDEF, 0, false, int, &[]);
+    let _struct = b.strukt("task_struct", 8, &[("pid", int, 0)]);
+    let switch = b.raw("btf_trace_sched_switch", KIND_TYPEDEF, 0, false, int, &[]);
+    // A function of the same name as a wanted typedef is not it.
+    let _decoy = b.raw("btf_trace_sched_wakeup", KIND_FUNC, 0, false, 0, &[]);
+    let wakeup = b.raw("btf_trace_sched_wakeup", KIND_TYPEDEF, 0, false, int, &[]);
+    let iter = b.raw("bpf_iter_task", KIND_FUNC, 1, false, 0, &[]);
+    let btf = Btf::parse(&b.build()).unwrap();
+    let blob = btf
+        .attach_subset(
+            &[
+                "btf_trace_sched_switch",
+                "btf_trace_sched_wakeup",
+                "btf_trace_gone",
+            ],
+            &["bpf_iter_task"],
+        )
+        .unwrap();
+    let subset = aya::Btf::parse(&blob, aya::Endianness::default()).unwrap();
+    let typedef = |name| subset.id_by_type_name_kind(name, aya_obj::btf::BtfKind::Typedef);
+    assert_eq!(typedef("btf_trace_sched_switch").unwrap(), switch);
+    assert_eq!(typedef("btf_trace_sched_wakeup").unwrap(), wakeup);
+    assert!(
+        typedef("btf_trace_other").is_err(),
+        "only what was asked for"
+    );
+    assert!(typedef("btf_trace_gone").is_err());
+    let func = subset.id_by_type_name_kind("bpf_iter_task", aya_obj::btf::BtfKind::Func);
+    assert_eq!(func.unwrap(), iter);
+    // Our own parser reads it too.
+    assert!(Btf::parse(&blob).is_ok());
+}
+
+/// On this machine's kernel: the subset's ids are those of aya's full parse.
+#[test]
+fn the_attach_subset_of_this_kernel_matches_a_full_parse() {
+    let Ok(ours) = Btf::from_file(Path::new(VMLINUX_BTF)) else {
+        eprintln!("no {VMLINUX_BTF}: nothing to compare");
+        return;
+    };
+    let names = ["btf_trace_sched_switch", "btf_trace_sched_process_exit"];
+    let blob = ours.attach_subset(&names, &["bpf_iter_task"]).unwrap();
+    let subset = aya::Btf::parse(&blob, aya::Endianness::default()).unwrap();
+    let full = aya::Btf::from_sys_fs().unwrap();
+    for name in names {
+        let kind = aya_obj::btf::BtfKind::Typedef;
+        assert_eq!(
+            subset.id_by_type_name_kind(name, kind).unwrap(),
+            full.id_by_type_name_kind(name, kind).unwrap(),
+            "{name}"
+        );
+    }
+    let kind = aya_obj::btf::BtfKind::Func;
+    assert_eq!(
+        subset.id_by_type_name_kind("bpf_iter_task", kind).unwrap(),
+        full.id_by_type_name_kind("bpf_iter_task", kind).unwrap()
+    );
+}

@@ -59,6 +59,9 @@ pub enum WriteError {
     Arrow { path: PathBuf, source: ArrowError },
     #[error("cannot read {}: {source}", .path.display())]
     Read { path: PathBuf, source: ParquetError },
+    /// A thread of montrace's failed while it wrote (a bug): the parts it worked on stay.
+    #[error("montrace's thread failed while {0}; the table's parts stay in its .parts directory")]
+    Panicked(String),
 }
 
 fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WriteError {

@@ -240,6 +240,11 @@ fn follow_attached(
         .build()
         .context("starting the event loop")?;
     let (mut probes, mut ring) = load_probes(args, offsets)?;
+    let capture = crate::fleet::context::Capture::start(
+        host::realtime_ns(),
+        probes.is_some(),
+        crate::store::userfs::owner().map(|o| (o.uid, o.gid)),
+    );
     let mut poller = Poller::new();
     let existing = find_tree(pid, &mut poller, probes.as_mut())?;
 
@@ -315,6 +320,7 @@ fn follow_attached(
     } else {
         0
     };
+    let (run_id, context) = capture.finish();
     let info = end::build_run_info(Ended {
         argv: argv.clone(),
         executable,
@@ -338,13 +344,24 @@ fn follow_attached(
         },
         interval: args.record.interval,
         out_dir,
+        run_id,
+        labels: args.record.labels.iter().cloned().collect(),
+        context: Some(context),
     });
     if let Some(stream) = stream.as_mut() {
         stream.send(&end::stream_end(&info, true));
     }
     end::write_run_info(&info, out_dir, !args.record.quiet, !args.record.no_report);
     let repetition: summary_json::Repetition = info.repetition(".");
-    end::write_summary(out_dir, argv, 0, vec![repetition], breach, Vec::new());
+    end::write_summary(
+        out_dir,
+        argv,
+        0,
+        vec![repetition],
+        breach,
+        Vec::new(),
+        (info.labels.clone(), info.context.clone()),
+    );
     Ok(exit_status)
 }
 

@@ -47,6 +47,9 @@ pub enum Command {
     /// Measure two commands alternately (A B B A ...), each repetition recorded as `run` does,
     /// then decide as `compare` (exit 1 when the candidate regressed)
     Bench(BenchArgs),
+    /// Copy run directories into one Hive-partitioned dataset (one folder per table, by date,
+    /// host and run id, plus a `runs` table) that DuckDB, Spark and Trino query as it is
+    Publish(PublishArgs),
     /// Write the HTML and Markdown report of a run directory
     Report(ReportArgs),
     /// Export a run directory to a Perfetto/Chrome trace, CSV files, or Bencher Metric Format
@@ -149,6 +152,12 @@ pub struct RecordOptions {
     #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::follow::limits::parse_limit)]
     pub limits: Vec<crate::follow::limits::Limit>,
 
+    /// A label for this run, in run.json, summary.json and a published dataset's `runs` table
+    /// (e.g. `--label branch=main --label suite=unit`). Repeatable; a key is letters, digits,
+    /// `_`, `-`, `.`
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = crate::fleet::context::parse_label)]
+    pub labels: Vec<(String, String)>,
+
     /// After SIGTERM on a limit breach, how long to wait before SIGKILL
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = units::parse_duration)]
     pub kill_grace: Duration,
@@ -218,6 +227,14 @@ pub struct ExportArgs {
     /// for bmf)
     #[arg(long, short = 'o', value_name = "PATH")]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// Run directories (or `--repeat` series, whose repetitions are published), then the
+    /// dataset's directory (created if missing), e.g. `montrace publish runs/* /data/montrace`
+    #[arg(required = true, num_args = 2.., value_name = "RUN... DEST")]
+    pub paths: Vec<String>,
 }
 
 #[derive(Debug, Args)]

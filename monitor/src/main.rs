@@ -24,6 +24,7 @@ fn dispatch(command: Command) -> anyhow::Result<i32> {
         // Each repetition is a `montrace run` of its own (privilege handled there); the
         // directories and the verdict are the user's.
         Command::Bench(args) => monitor::analysis::bench::bench_main(args),
+        Command::Publish(args) => as_user(|| monitor::fleet::publish::publish_main(args)),
         Command::Report(args) => as_user(|| monitor::analysis::report::report_main(args)),
         Command::Export(args) => as_user(|| monitor::analysis::export::export_main(args)),
         Command::Mark(args) => monitor::follow::marks::mark_main(args),

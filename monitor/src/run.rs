@@ -110,6 +110,7 @@ fn repeat(
     let (mut warmup_walls, mut measured) = (Vec::new(), Vec::new());
     let total = args.warmup + args.repeat;
     let mut ended = None;
+    let mut context = None;
     for i in 0..total {
         let warmup = i < args.warmup;
         let name = if single {
@@ -160,6 +161,7 @@ fn repeat(
                     .map_or("n/a".into(), units::format_bytes),
             );
         }
+        context = info.context.clone();
         let failed = info.exit_status != 0 || info.limit_breach.is_some();
         if warmup {
             warmup_walls.push(wall_s);
@@ -206,6 +208,7 @@ fn repeat(
         repetitions,
         breach,
         warnings,
+        (args.record.labels.iter().cloned().collect(), context),
     );
     if !args.record.quiet && !single && !stopped {
         crate::say_raw!(
@@ -369,6 +372,11 @@ fn record(
     if let Some(probes) = &mut probes {
         probes.track(root_pid)?;
     }
+    let capture = crate::fleet::context::Capture::start(
+        host::realtime_ns(),
+        probes.is_some(),
+        identity.map(|i| (i.uid, i.gid)),
+    );
     let mut tracker = Tracker::new(Clock {
         boot_to_wall_ns: host::boot_to_wall_ns(),
     });
@@ -429,6 +437,7 @@ fn record(
     let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
     close_cgroup(cgroup, &mut cgroup_report, tree_cpu);
     let (exit_code, exit_signal, exit_status) = end::exit_of(&outcome);
+    let (run_id, context) = capture.finish();
     let info = build_run_info(Ended {
         argv: command_argv(args),
         executable: executable.display().to_string(),
@@ -449,6 +458,9 @@ fn record(
         cgroup: cgroup_report,
         interval: args.record.interval,
         out_dir,
+        run_id,
+        labels: args.record.labels.iter().cloned().collect(),
+        context: Some(context),
     });
     if let Some(stream) = stream.as_mut() {
         stream.send(&end::stream_end(&info, last));

@@ -141,6 +141,34 @@ pub fn rfc3339(unix_ns: i64) -> String {
     )
 }
 
+/// Parses what [`rfc3339`] writes (UTC, `Z`, any number of fraction digits) back to ns since the
+/// Unix epoch.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, mo, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, mi, s) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&day) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let digits: String = fraction.chars().take(9).collect();
+    if !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let nanos = format!("{digits:0<9}").parse::<i64>().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm), the inverse of civil_from_days.
+    let yy = if mo <= 2 { y - 1 } else { y };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let doy = (153 * (mo + if mo > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + h * 3600 + mi * 60 + s) * 1_000_000_000) + nanos)
+}
+
 /// Compact UTC stamp for directory names: `20261122T054727Z`.
 pub fn compact_utc(unix_ns: i64) -> String {
     let (y, mo, d, h, mi, s, _) = utc_parts(unix_ns);
@@ -213,6 +241,20 @@ mod tests {
     #[test]
     fn utc_times() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000Z");
+        for t in [
+            0,
+            1_795_513_066_751_269_000,
+            951_782_400_000_000_000,
+            -86_400_000_000_000,
+        ] {
+            assert_eq!(parse_rfc3339(&rfc3339(t)), Some(t), "{}", rfc3339(t));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-11-24T09:53:00Z"),
+            parse_rfc3339("2026-11-24T09:53:00.000Z")
+        );
+        assert_eq!(parse_rfc3339("2026-13-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("yesterday"), None);
         // 2026-11-22T05:47:27.5Z
         let t = 1_795_326_447_500_000_000;
         assert_eq!(rfc3339(t), "2026-11-22T05:47:27.500000Z");

@@ -44,6 +44,10 @@ pub fn write_summary(
     repetitions: Vec<summary_json::Repetition>,
     breach: Option<summary_json::LimitBreach>,
     warnings: Vec<String>,
+    (labels, context): (
+        std::collections::BTreeMap<String, String>,
+        Option<crate::fleet::context::Context>,
+    ),
 ) -> summary_json::Summary {
     let mut summary = summary_json::Summary::new(
         shell_words(&argv),
@@ -54,6 +58,8 @@ pub fn write_summary(
         breach,
     );
     summary.warnings = warnings;
+    summary.labels = labels;
+    summary.context = context;
     let path = out_dir.join(summary_json::SUMMARY_FILE);
     let written = serde_json::to_string_pretty(&summary)
         .map_err(std::io::Error::other)
@@ -152,6 +158,9 @@ pub struct Ended<'a> {
     pub cgroup: run_json::CgroupReport,
     pub interval: Duration,
     pub out_dir: &'a Path,
+    pub run_id: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub context: Option<crate::fleet::context::Context>,
 }
 
 pub fn build_run_info(e: Ended<'_>) -> RunInfo {
@@ -168,6 +177,9 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     RunInfo {
         schema_version: run_json::RUN_JSON_VERSION,
         montrace_version: env!("CARGO_PKG_VERSION").to_string(),
+        run_id: e.run_id,
+        labels: e.labels,
+        context: e.context,
         command: shell_words(&e.argv),
         argv: e.argv,
         executable: e.executable,

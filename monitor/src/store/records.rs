@@ -315,3 +315,42 @@ pub struct GpuProcessRecord {
     /// How long its GPU context was alive (`accounting`; ms precision).
     pub context_time_ns: Option<u64>,
 }
+
+/// One row of a published dataset's `runs` table (`montrace publish`): a run, its labels,
+/// context and headline figures. Its `run_id`, `date` and `host` are the dataset's partition
+/// values (directory names), not columns of the file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunRecord {
+    pub start_time_ns: i64,
+    pub end_time_ns: i64,
+    pub command: String,
+    pub argv: Vec<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub exit_status: i32,
+    pub tracking_mode: String,
+    pub montrace_version: String,
+    pub kernel: String,
+    pub cpu_model: Option<String>,
+    pub cpus: Option<u32>,
+    pub memory_bytes: Option<u64>,
+    pub git_commit: Option<String>,
+    pub git_branch: Option<String>,
+    pub git_dirty: Option<bool>,
+    pub ci_system: Option<String>,
+    pub ci_repository: Option<String>,
+    pub ci_pipeline: Option<String>,
+    pub ci_job: Option<String>,
+    pub slurm_job_id: Option<String>,
+    pub slurm_array_task_id: Option<String>,
+    pub k8s_namespace: Option<String>,
+    pub k8s_pod: Option<String>,
+    pub wall_s: f64,
+    pub cpu_s: f64,
+    pub peak_rss_bytes: Option<u64>,
+    pub processes: u64,
+    pub max_concurrent: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub critical_path_s: Option<f64>,
+    pub lost_events: u64,
+}

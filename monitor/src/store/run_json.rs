@@ -100,6 +100,17 @@ pub struct CgroupReport {
 pub struct RunInfo {
     pub schema_version: u32,
     pub montrace_version: String,
+    /// This run's id, unique across machines: its start (UTC) and 64 random bits
+    /// (`20261124T095300Z-1f2e3d4c5b6a7988`). Empty in runs of earlier versions.
+    #[serde(default)]
+    pub run_id: String,
+    /// `--label KEY=VALUE`s.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Where the run came from: host, kernel, CPU, memory, git checkout, CI job, Slurm job, pod.
+    /// None in runs of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<crate::fleet::context::Context>,
     /// The command as one shell-like string, for people.
     pub command: String,
     pub argv: Vec<String>,
@@ -222,6 +233,7 @@ impl RunInfo {
         }
         crate::store::summary_json::Repetition {
             run_dir: run_dir.to_string(),
+            run_id: self.run_id.clone(),
             exit_status: self.exit_status,
             lost_events: self.lost_events.total(),
             metrics,
@@ -463,7 +475,10 @@ mod tests {
                 power_max_watts: Some(1.0),
                 energy_joules: Some(1.0),
             });
-        let json = serde_json::to_value(&info).unwrap();
+        info.context = Some(crate::fleet::context::full_example());
+        let mut json = serde_json::to_value(&info).unwrap();
+        // Label keys are the user's, not fields.
+        json["labels"] = serde_json::json!({});
         crate::store::doc_check::assert_documented("run.json", &json);
     }
 
@@ -492,6 +507,9 @@ mod tests {
         RunInfo {
             schema_version: 1,
             montrace_version: "0.1.0".into(),
+            run_id: "20261124T095300Z-0000000000000001".into(),
+            labels: [("branch".to_string(), "main".to_string())].into(),
+            context: None,
             command: "make -j8".into(),
             argv: vec!["make".into(), "-j8".into()],
             executable: "/usr/bin/make".into(),

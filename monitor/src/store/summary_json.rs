@@ -110,6 +110,9 @@ pub fn metric_def(name: &str) -> Option<&'static MetricDef> {
 pub struct Repetition {
     /// Sub-directory of the repetition (`rep-001`), or "." for a single run.
     pub run_dir: String,
+    /// Its run.json `run_id`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run_id: String,
     pub exit_status: i32,
     pub lost_events: u64,
     pub metrics: BTreeMap<String, f64>,
@@ -193,6 +196,11 @@ pub struct Summary {
     /// on a busy machine), each saying what to do; `compare` repeats them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The runs' `--label`s and context (run.json's, the same for every repetition).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<crate::fleet::context::Context>,
 }
 
 impl Summary {
@@ -225,6 +233,8 @@ impl Summary {
             warmup,
             repetitions,
             stats,
+            labels: BTreeMap::new(),
+            context: None,
             warnings: Vec::new(),
         }
     }
@@ -269,6 +279,7 @@ mod tests {
         );
         let rep = Repetition {
             run_dir: "rep-001".into(),
+            run_id: "20261124T095300Z-0000000000000001".into(),
             exit_status: 0,
             lost_events: 0,
             metrics: METRICS.iter().map(|m| (m.name.to_string(), 1.0)).collect(),
@@ -289,6 +300,7 @@ mod tests {
             }),
         );
         s.warnings.push("w".into());
+        s.context = Some(crate::fleet::context::full_example());
         crate::store::doc_check::assert_documented(
             "summary.json",
             &serde_json::to_value(&s).unwrap(),
@@ -309,6 +321,7 @@ mod tests {
     fn summary_aggregates_repetitions_and_round_trips() {
         let rep = |wall: f64, status: i32| Repetition {
             run_dir: "rep".into(),
+            run_id: String::new(),
             exit_status: status,
             lost_events: 1,
             metrics: BTreeMap::from([("wall_s".to_string(), wall)]),

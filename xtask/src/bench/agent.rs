@@ -681,8 +681,7 @@ fn startup_section(ctx: &Ctx, fixed: &[AgentRun], finishing: &[AgentRun]) -> Sec
              `/bin/true` under `nscount`, {} times: montrace's wall time less the loop's own \
              (nscount's) and less the start-up, so from the tree's end to montrace's exit: the \
              tables merged and synced, run.json, summary.json and the report written.",
-            ctx.plan.reps,
-            ctx.plan.reps
+            ctx.plan.reps, ctx.plan.reps
         ),
         columns: vec![
             "figure".into(),

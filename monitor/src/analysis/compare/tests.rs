@@ -536,6 +536,7 @@ fn bmf_snapshot() {
 fn repetition(wall: f64, cpu: f64) -> Repetition {
     Repetition {
         run_dir: ".".into(),
+        run_id: String::new(),
         exit_status: 0,
         lost_events: 0,
         metrics: BTreeMap::from([("wall_s".to_string(), wall), ("cpu_s".to_string(), cpu)]),

@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use arrow_array::builder::{BooleanBuilder, ListBuilder, PrimitiveBuilder, StringBuilder};
+use arrow_array::builder::{
+    BooleanBuilder, ListBuilder, MapBuilder, PrimitiveBuilder, StringBuilder,
+};
 use arrow_array::types::{
     ArrowPrimitiveType, Float64Type, Int32Type, TimestampNanosecondType, UInt32Type, UInt64Type,
 };
@@ -15,9 +17,10 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::store::records::{
-    EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
+    EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, RunRecord, SampleRecord,
+    SystemRecord,
 };
-use Values::{Bool, Str, StrList, Time, F64, I32, U32, U64};
+use Values::{Bool, Str, StrList, StrMap, Time, F64, I32, U32, U64};
 
 /// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
 /// 2: the timestamp columns carry no time zone (`Timestamp(Nanosecond, None)`, still UTC), so
@@ -170,6 +173,59 @@ static SYSTEM_COLUMNS: &[Column<SystemRecord>] = &[
     nullable("run_io_some_percent", F64(|r| r.run_io_some_percent)),
     nullable("run_io_full_percent", F64(|r| r.run_io_full_percent)),
 ];
+
+/// A published dataset's `runs` table, one row per run: see [`RunRecord`].
+pub const RUNS_TABLE: &str = "runs";
+
+static RUN_COLUMNS: &[Column<RunRecord>] = &[
+    required("start_time", Time(|r| Some(r.start_time_ns))),
+    required("end_time", Time(|r| Some(r.end_time_ns))),
+    required("command", Str(|r| Some(&r.command))),
+    required("argv", StrList(|r| Some(&r.argv))),
+    required("labels", StrMap(|r| Some(&r.labels))),
+    required("exit_status", I32(|r| Some(r.exit_status))),
+    required("tracking_mode", Str(|r| Some(&r.tracking_mode))),
+    required("montrace_version", Str(|r| Some(&r.montrace_version))),
+    required("kernel", Str(|r| Some(&r.kernel))),
+    nullable("cpu_model", Str(|r| r.cpu_model.as_deref())),
+    nullable("cpus", U32(|r| r.cpus)),
+    nullable("memory_bytes", U64(|r| r.memory_bytes)),
+    nullable("git_commit", Str(|r| r.git_commit.as_deref())),
+    nullable("git_branch", Str(|r| r.git_branch.as_deref())),
+    nullable("git_dirty", Bool(|r| r.git_dirty)),
+    nullable("ci_system", Str(|r| r.ci_system.as_deref())),
+    nullable("ci_repository", Str(|r| r.ci_repository.as_deref())),
+    nullable("ci_pipeline", Str(|r| r.ci_pipeline.as_deref())),
+    nullable("ci_job", Str(|r| r.ci_job.as_deref())),
+    nullable("slurm_job_id", Str(|r| r.slurm_job_id.as_deref())),
+    nullable(
+        "slurm_array_task_id",
+        Str(|r| r.slurm_array_task_id.as_deref()),
+    ),
+    nullable("k8s_namespace", Str(|r| r.k8s_namespace.as_deref())),
+    nullable("k8s_pod", Str(|r| r.k8s_pod.as_deref())),
+    required("wall_s", F64(|r| Some(r.wall_s))),
+    required("cpu_s", F64(|r| Some(r.cpu_s))),
+    nullable("peak_rss_bytes", U64(|r| r.peak_rss_bytes)),
+    required("processes", U64(|r| Some(r.processes))),
+    required("max_concurrent", U64(|r| Some(r.max_concurrent))),
+    required("read_bytes", U64(|r| Some(r.read_bytes))),
+    required("write_bytes", U64(|r| Some(r.write_bytes))),
+    nullable("critical_path_s", F64(|r| r.critical_path_s)),
+    required("lost_events", U64(|r| Some(r.lost_events))),
+];
+
+static RUNS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(RUN_COLUMNS));
+
+/// Schema of a published dataset's `runs` table.
+pub fn runs_schema() -> SchemaRef {
+    Arc::clone(&RUNS_SCHEMA)
+}
+
+/// The rows of a `runs` table.
+pub fn runs_batch(rows: &[RunRecord]) -> Result<RecordBatch, ArrowError> {
+    batch_of(runs_schema(), RUN_COLUMNS, rows)
+}
 
 /// One row per phase mark: see [`MarkRecord`].
 static MARK_COLUMNS: &[Column<MarkRecord>] = &[
@@ -349,6 +405,12 @@ enum Values<R> {
     Time(fn(&R) -> Option<i64>),
     Str(fn(&R) -> Option<&str>),
     StrList(fn(&R) -> Option<&[String]>),
+    /// `Map<Utf8, Utf8>` (DuckDB `MAP(VARCHAR, VARCHAR)`: `labels['branch']`).
+    StrMap(fn(&R) -> Option<&std::collections::BTreeMap<String, String>>),
+}
+
+fn map_builder() -> MapBuilder<StringBuilder, StringBuilder> {
+    MapBuilder::new(None, StringBuilder::new(), StringBuilder::new())
 }
 
 impl<R> Values<R> {
@@ -362,6 +424,7 @@ impl<R> Values<R> {
             Values::Time(_) => DataType::Timestamp(TimeUnit::Nanosecond, None),
             Values::Str(_) => DataType::Utf8,
             Values::StrList(_) => DataType::List(Arc::new(list_item())),
+            Values::StrMap(_) => arrow_array::Array::data_type(&map_builder().finish()).clone(),
         }
     }
 
@@ -380,6 +443,25 @@ impl<R> Values<R> {
             Values::Str(get) => {
                 let mut b = StringBuilder::with_capacity(rows.len(), 0);
                 b.extend(rows.iter().map(get));
+                Arc::new(b.finish())
+            }
+            Values::StrMap(get) => {
+                let mut b = map_builder();
+                for row in rows {
+                    match get(row) {
+                        Some(map) => {
+                            for (k, v) in map {
+                                b.keys().append_value(k);
+                                b.values().append_value(v);
+                            }
+                            // Appending to the builder's own children cannot fail.
+                            let _ = b.append(true);
+                        }
+                        None => {
+                            let _ = b.append(false);
+                        }
+                    }
+                }
                 Arc::new(b.finish())
             }
             Values::StrList(get) => {

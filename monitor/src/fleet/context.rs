@@ -1,0 +1,658 @@
+//! Who, where, what: the context a run records about itself so that runs from many machines
+//! form one dataset (run.json `run_id`, `labels`, `context`). Pure: the environment, files' text
+//! and git's answers come in as arguments; [`gather`] is the thin edge that reads them.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The machine, the checkout, the CI job, the batch job or the pod a run came from. Every part
+/// is absent where it does not apply.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Context {
+    pub host: String,
+    pub kernel: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_model: Option<String>,
+    /// Online CPUs of the host (run.json `capacity` has what the run may use).
+    pub cpus: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git: Option<Git>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ci: Option<Ci>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<Slurm>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<Kubernetes>,
+}
+
+/// The git checkout of the working directory montrace ran in, as git itself answered (run as
+/// the user, never as root: see [`gather`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Git {
+    pub commit: Option<String>,
+    /// None on a detached HEAD.
+    pub branch: Option<String>,
+    /// Tracked files modified, staged or not (untracked files do not count). None when git
+    /// could not say.
+    pub dirty: Option<bool>,
+}
+
+/// A CI job, from the variables its runner sets.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Ci {
+    /// `github`, `gitlab`, `jenkins` or `buildkite`.
+    pub system: String,
+    /// The repository or project, the pipeline (workflow run, pipeline, build), the job.
+    pub repository: Option<String>,
+    pub pipeline: Option<String>,
+    pub job: Option<String>,
+    pub commit: Option<String>,
+    pub branch: Option<String>,
+    pub url: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Slurm {
+    pub job_id: Option<String>,
+    pub step_id: Option<String>,
+    pub array_job_id: Option<String>,
+    pub array_task_id: Option<String>,
+    pub cluster: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Kubernetes {
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    /// From the cgroup path (`.../kubepods.../pod<uid>/...`).
+    pub pod_uid: Option<String>,
+}
+
+/// What [`Context::build`] reads, gathered by [`gather`] (or made by tests).
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    pub host: String,
+    pub kernel: String,
+    pub env: BTreeMap<String, String>,
+    /// /proc/cpuinfo, /proc/meminfo, /proc/self/cgroup, the service account's namespace file.
+    pub cpuinfo: String,
+    pub meminfo: String,
+    pub cgroup: String,
+    pub k8s_namespace_file: Option<String>,
+    pub cpus: usize,
+    pub git: Option<Git>,
+}
+
+impl Context {
+    pub fn build(i: &Inputs) -> Context {
+        Context {
+            host: i.host.clone(),
+            kernel: i.kernel.clone(),
+            cpu_model: cpu_model(&i.cpuinfo),
+            cpus: i.cpus,
+            memory_bytes: crate::sampling::capacity::mem_total(&i.meminfo),
+            git: i.git.clone(),
+            ci: ci(&i.env),
+            slurm: slurm(&i.env),
+            kubernetes: kubernetes(&i.env, &i.cgroup, i.k8s_namespace_file.as_deref()),
+        }
+    }
+}
+
+fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key.trim() == "model name").then(|| value.trim().to_string())
+    })
+}
+
+fn ci(env: &BTreeMap<String, String>) -> Option<Ci> {
+    let get = |key: &str| env.get(key).filter(|v| !v.is_empty()).cloned();
+    if get("GITHUB_ACTIONS").as_deref() == Some("true") {
+        let server = get("GITHUB_SERVER_URL").unwrap_or_else(|| "https://github.com".into());
+        let url = match (get("GITHUB_REPOSITORY"), get("GITHUB_RUN_ID")) {
+            (Some(repo), Some(run)) => Some(format!("{server}/{repo}/actions/runs/{run}")),
+            _ => None,
+        };
+        return Some(Ci {
+            system: "github".into(),
+            repository: get("GITHUB_REPOSITORY"),
+            pipeline: get("GITHUB_RUN_ID"),
+            job: get("GITHUB_JOB"),
+            commit: get("GITHUB_SHA"),
+            branch: get("GITHUB_HEAD_REF").or_else(|| get("GITHUB_REF_NAME")),
+            url,
+        });
+    }
+    if get("GITLAB_CI").as_deref() == Some("true") {
+        return Some(Ci {
+            system: "gitlab".into(),
+            repository: get("CI_PROJECT_PATH"),
+            pipeline: get("CI_PIPELINE_ID"),
+            job: get("CI_JOB_ID"),
+            commit: get("CI_COMMIT_SHA"),
+            branch: get("CI_COMMIT_REF_NAME"),
+            url: get("CI_JOB_URL"),
+        });
+    }
+    if get("BUILDKITE").as_deref() == Some("true") {
+        return Some(Ci {
+            system: "buildkite".into(),
+            repository: get("BUILDKITE_PIPELINE_SLUG"),
+            pipeline: get("BUILDKITE_BUILD_NUMBER"),
+            job: get("BUILDKITE_JOB_ID"),
+            commit: get("BUILDKITE_COMMIT"),
+            branch: get("BUILDKITE_BRANCH"),
+            url: get("BUILDKITE_BUILD_URL"),
+        });
+    }
+    if get("JENKINS_URL").is_some() {
+        return Some(Ci {
+            system: "jenkins".into(),
+            repository: get("JOB_NAME"),
+            pipeline: get("BUILD_NUMBER"),
+            job: get("BUILD_TAG"),
+            commit: get("GIT_COMMIT"),
+            branch: get("GIT_BRANCH").or_else(|| get("BRANCH_NAME")),
+            url: get("BUILD_URL"),
+        });
+    }
+    None
+}
+
+fn slurm(env: &BTreeMap<String, String>) -> Option<Slurm> {
+    let get = |key: &str| env.get(key).filter(|v| !v.is_empty()).cloned();
+    let job_id = get("SLURM_JOB_ID").or_else(|| get("SLURM_JOBID"))?;
+    Some(Slurm {
+        job_id: Some(job_id),
+        step_id: get("SLURM_STEP_ID").or_else(|| get("SLURM_STEPID")),
+        array_job_id: get("SLURM_ARRAY_JOB_ID"),
+        array_task_id: get("SLURM_ARRAY_TASK_ID"),
+        cluster: get("SLURM_CLUSTER_NAME"),
+    })
+}
+
+/// A pod: the service environment Kubernetes injects, or a kubepods cgroup path.
+fn kubernetes(
+    env: &BTreeMap<String, String>,
+    cgroup: &str,
+    namespace_file: Option<&str>,
+) -> Option<Kubernetes> {
+    let pod_uid = cgroup.lines().find_map(pod_uid_of);
+    let in_pod = env.contains_key("KUBERNETES_SERVICE_HOST") || pod_uid.is_some();
+    if !in_pod {
+        return None;
+    }
+    let get = |key: &str| env.get(key).filter(|v| !v.is_empty()).cloned();
+    Some(Kubernetes {
+        namespace: get("POD_NAMESPACE").or_else(|| {
+            namespace_file
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+        }),
+        pod: get("POD_NAME").or_else(|| get("HOSTNAME")),
+        pod_uid,
+    })
+}
+
+/// The pod uid in one /proc/self/cgroup line: `pod<uid>` (cgroupfs, dashes) or
+/// `kubepods-...-pod<uid>.slice` (systemd, underscores for dashes).
+fn pod_uid_of(line: &str) -> Option<String> {
+    let path = line.splitn(3, ':').nth(2)?;
+    if !path.contains("kubepods") {
+        return None;
+    }
+    path.split('/').find_map(|part| {
+        let part = part.strip_suffix(".slice").unwrap_or(part);
+        let uid = part
+            .rsplit_once("-pod")
+            .map(|(_, u)| u)
+            .or_else(|| part.strip_prefix("pod"))?;
+        let uid = uid.replace('_', "-");
+        (uid.len() == 36 && uid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')).then_some(uid)
+    })
+}
+
+/// `--label KEY=VALUE`: a key of letters, digits, `_`, `-` and `.` (at most 64), a value of at
+/// most 256 characters without control characters.
+pub fn parse_label(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}`: a label is KEY=VALUE, e.g. --label branch=main"))?;
+    if key.is_empty()
+        || key.len() > 64
+        || !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(format!(
+            "`{key}`: a label's key is 1 to 64 letters, digits, `_`, `-` or `.`"
+        ));
+    }
+    if value.chars().count() > 256 || value.chars().any(char::is_control) {
+        return Err(format!(
+            "the value of label `{key}` must be at most 256 characters, without control characters"
+        ));
+    }
+    Ok((key.to_string(), value.to_string()))
+}
+
+/// A new run's id: its start (UTC, to the second) and 64 random bits, so that ids sort by time
+/// and never collide across machines; safe in a path and a Hive partition value.
+pub fn new_run_id(start_unix_ns: i64, random: u64) -> String {
+    format!("{}-{random:016x}", crate::units::compact_utc(start_unix_ns))
+}
+
+/// One recording's id and context: the id at its start, git's `status` on the side while the
+/// command runs (eBPF tracking only, see [`dirty_check`]), the rest read at the end.
+pub struct Capture {
+    pub run_id: String,
+    dirty: Option<std::thread::JoinHandle<Option<bool>>>,
+}
+
+impl Capture {
+    pub fn start(started_wall_ns: i64, ask_git: bool, as_user: Option<(u32, u32)>) -> Capture {
+        let mut random = [0u8; 8];
+        // SAFETY: a valid buffer of its length; getrandom fills it (or fails, leaving zeros,
+        // and the time part still orders the id).
+        unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+        Capture {
+            run_id: new_run_id(started_wall_ns, u64::from_le_bytes(random)),
+            dirty: ask_git.then(|| dirty_check(as_user)),
+        }
+    }
+
+    pub fn finish(self) -> (String, Context) {
+        let dirty = self.dirty.and_then(|thread| thread.join().ok().flatten());
+        // SAFETY: sysconf has no preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        (self.run_id, gather(cpus, dirty))
+    }
+}
+
+/// The thin edge: reads the environment, /proc, the service-account file and the working
+/// directory's git files (as the user: see `userfs`). `git` carries what git itself answered,
+/// if anything (see [`dirty_check`]).
+pub fn gather(cpus: usize, dirty: Option<bool>) -> Context {
+    let (host, kernel) = crate::sampling::host::uname();
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let git = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| git_of(&cwd))
+        .map(|(commit, branch)| Git {
+            commit,
+            branch,
+            dirty,
+        });
+    let inputs = Inputs {
+        host,
+        kernel,
+        env: std::env::vars().collect(),
+        cpuinfo: read("/proc/cpuinfo"),
+        meminfo: read("/proc/meminfo"),
+        cgroup: read("/proc/self/cgroup"),
+        k8s_namespace_file: std::fs::read_to_string(
+            "/var/run/secrets/kubernetes.io/serviceaccount/namespace",
+        )
+        .ok(),
+        cpus,
+        git,
+    };
+    Context::build(&inputs)
+}
+
+/// What HEAD names.
+#[derive(Debug, PartialEq)]
+enum Head {
+    Branch(String),
+    Detached(String),
+}
+
+fn parse_head(text: &str) -> Option<Head> {
+    let text = text.trim();
+    match text.strip_prefix("ref: ") {
+        Some(r) => Some(Head::Branch(r.trim().to_string())),
+        None if text.len() >= 40 && text.chars().all(|c| c.is_ascii_hexdigit()) => {
+            Some(Head::Detached(text.to_string()))
+        }
+        None => None,
+    }
+}
+
+/// A ref's commit in a `packed-refs` file.
+fn packed_ref(text: &str, name: &str) -> Option<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+        .find_map(|l| {
+            let (sha, r) = l.split_once(' ')?;
+            (r.trim() == name).then(|| sha.to_string())
+        })
+}
+
+/// The commit and branch of the checkout holding `dir`, read from its git files with the
+/// user's identity (montrace never runs git as root over a user's checkout: its config could run
+/// commands). (None, None) parts where the files do not say.
+fn git_of(dir: &std::path::Path) -> Option<(Option<String>, Option<String>)> {
+    let read =
+        |p: &std::path::Path| crate::store::userfs::as_user(|| std::fs::read_to_string(p)).ok();
+    // The nearest `.git`: a directory, or a file `gitdir: PATH` (worktrees, submodules).
+    let (git_dir, _) = dir.ancestors().find_map(|d| {
+        let dot = d.join(".git");
+        if let Some(text) = read(&dot) {
+            let target = text.trim().strip_prefix("gitdir: ")?.to_string();
+            return Some((d.join(target), d.to_path_buf()));
+        }
+        crate::store::userfs::as_user(|| std::fs::metadata(dot.join("HEAD")))
+            .ok()
+            .map(|_| (dot, d.to_path_buf()))
+    })?;
+    // A worktree's refs live in the common directory.
+    let common = read(&git_dir.join("commondir"))
+        .map(|c| git_dir.join(c.trim()))
+        .unwrap_or_else(|| git_dir.clone());
+    match parse_head(&read(&git_dir.join("HEAD"))?)? {
+        Head::Detached(sha) => Some((Some(sha), None)),
+        Head::Branch(name) => {
+            let commit = read(&common.join(&name))
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .or_else(|| packed_ref(&read(&common.join("packed-refs"))?, &name));
+            let branch = name
+                .strip_prefix("refs/heads/")
+                .unwrap_or(&name)
+                .to_string();
+            Some((commit, Some(branch)))
+        }
+    }
+}
+
+/// Asks `git status` whether tracked files of the working directory's checkout were changed, on
+/// a thread, as the user (`as_user`: montrace under sudo; git refuses a checkout its user does
+/// not own), within 2 s. Only where montrace reaps nothing but its command (eBPF tracking): the
+/// polling fallback reaps every child of montrace's, git's included.
+pub fn dirty_check(as_user: Option<(u32, u32)>) -> std::thread::JoinHandle<Option<bool>> {
+    std::thread::spawn(move || {
+        let mut cmd = std::process::Command::new("git");
+        cmd.args([
+            "-c",
+            "core.fsmonitor=false",
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .env("GIT_TERMINAL_PROMPT", "0");
+        if let Some((uid, gid)) = as_user {
+            use std::os::unix::process::CommandExt as _;
+            cmd.uid(uid).gid(gid);
+        }
+        let mut child = cmd.spawn().ok()?;
+        let mut stdout = child.stdout.take()?;
+        let reader = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut text).map(|_| text)
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+            }
+        };
+        let text = reader.join().ok()?.ok()?;
+        status.success().then(|| !text.is_empty())
+    })
+}
+
+/// A context with every part present, for the docs' field checks.
+#[cfg(test)]
+pub fn full_example() -> Context {
+    let some = || Some("x".to_string());
+    Context {
+        host: "h".into(),
+        kernel: "k".into(),
+        cpu_model: some(),
+        cpus: 1,
+        memory_bytes: Some(1),
+        git: Some(Git {
+            commit: some(),
+            branch: some(),
+            dirty: Some(false),
+        }),
+        ci: Some(Ci {
+            system: "github".into(),
+            repository: some(),
+            pipeline: some(),
+            job: some(),
+            commit: some(),
+            branch: some(),
+            url: some(),
+        }),
+        slurm: Some(Slurm {
+            job_id: some(),
+            step_id: some(),
+            array_job_id: some(),
+            array_task_id: some(),
+            cluster: some(),
+        }),
+        kubernetes: Some(Kubernetes {
+            namespace: some(),
+            pod: some(),
+            pod_uid: some(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn ci_systems_are_told_apart_by_their_variables() {
+        let gh = ci(&env(&[
+            ("GITHUB_ACTIONS", "true"),
+            ("GITHUB_REPOSITORY", "acme/app"),
+            ("GITHUB_RUN_ID", "42"),
+            ("GITHUB_JOB", "build"),
+            ("GITHUB_SHA", "abc"),
+            ("GITHUB_REF_NAME", "main"),
+        ]))
+        .unwrap();
+        assert_eq!(gh.system, "github");
+        assert_eq!(gh.branch.as_deref(), Some("main"));
+        assert_eq!(
+            gh.url.as_deref(),
+            Some("https://github.com/acme/app/actions/runs/42")
+        );
+        // A pull request's branch is its head.
+        let pr = ci(&env(&[
+            ("GITHUB_ACTIONS", "true"),
+            ("GITHUB_HEAD_REF", "feature"),
+            ("GITHUB_REF_NAME", "7/merge"),
+        ]))
+        .unwrap();
+        assert_eq!(pr.branch.as_deref(), Some("feature"));
+        let gl = ci(&env(&[
+            ("GITLAB_CI", "true"),
+            ("CI_PROJECT_PATH", "g/p"),
+            ("CI_PIPELINE_ID", "9"),
+            ("CI_COMMIT_REF_NAME", "dev"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (gl.system.as_str(), gl.pipeline.as_deref()),
+            ("gitlab", Some("9"))
+        );
+        let bk = ci(&env(&[("BUILDKITE", "true"), ("BUILDKITE_BRANCH", "b")])).unwrap();
+        assert_eq!(bk.system, "buildkite");
+        let jk = ci(&env(&[("JENKINS_URL", "http://j/"), ("BUILD_NUMBER", "3")])).unwrap();
+        assert_eq!(
+            (jk.system.as_str(), jk.pipeline.as_deref()),
+            ("jenkins", Some("3"))
+        );
+        assert_eq!(
+            ci(&env(&[("CI", "true")])),
+            None,
+            "an unknown CI says nothing"
+        );
+    }
+
+    #[test]
+    fn slurm_and_kubernetes_from_environment_and_cgroup() {
+        let s = slurm(&env(&[
+            ("SLURM_JOB_ID", "1234"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_ARRAY_JOB_ID", "1200"),
+            ("SLURM_ARRAY_TASK_ID", "34"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (s.job_id.as_deref(), s.array_task_id.as_deref()),
+            (Some("1234"), Some("34"))
+        );
+        assert_eq!(slurm(&env(&[])), None);
+
+        let cgroupfs = "0::/kubepods/burstable/pod3f5e1c2a-1b2c-4d5e-8f90-0123456789ab/abcdef\n";
+        let k = kubernetes(
+            &env(&[
+                ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+                ("HOSTNAME", "web-7f9"),
+            ]),
+            cgroupfs,
+            Some("prod\n"),
+        )
+        .unwrap();
+        assert_eq!(k.namespace.as_deref(), Some("prod"));
+        assert_eq!(k.pod.as_deref(), Some("web-7f9"));
+        assert_eq!(
+            k.pod_uid.as_deref(),
+            Some("3f5e1c2a-1b2c-4d5e-8f90-0123456789ab")
+        );
+        let systemd = "0::/kubepods.slice/kubepods-burstable.slice/\
+             kubepods-burstable-pod3f5e1c2a_1b2c_4d5e_8f90_0123456789ab.slice/cri-containerd-1.scope\n";
+        assert_eq!(
+            pod_uid_of(systemd.trim()).as_deref(),
+            Some("3f5e1c2a-1b2c-4d5e-8f90-0123456789ab")
+        );
+        assert_eq!(kubernetes(&env(&[]), "0::/user.slice\n", None), None);
+    }
+
+    #[test]
+    fn the_machine_from_proc() {
+        let i = Inputs {
+            host: "ci-7".into(),
+            kernel: "6.18".into(),
+            cpuinfo: "processor\t: 0\nmodel name\t: AMD EPYC 7B13\n".into(),
+            meminfo: "MemTotal:       24684132 kB\n".into(),
+            cpus: 2,
+            ..Inputs::default()
+        };
+        let c = Context::build(&i);
+        assert_eq!(c.cpu_model.as_deref(), Some("AMD EPYC 7B13"));
+        assert_eq!(c.memory_bytes, Some(24_684_132 * 1024));
+        assert_eq!((c.host.as_str(), c.cpus), ("ci-7", 2));
+    }
+
+    #[test]
+    fn heads_and_packed_refs() {
+        assert_eq!(
+            parse_head("ref: refs/heads/main\n"),
+            Some(Head::Branch("refs/heads/main".into()))
+        );
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(parse_head(sha), Some(Head::Detached(sha.into())));
+        assert_eq!(parse_head("garbage"), None);
+        let packed = format!("# pack-refs with: peeled\n{sha} refs/heads/main\n^{sha}\n");
+        assert_eq!(packed_ref(&packed, "refs/heads/main").as_deref(), Some(sha));
+        assert_eq!(packed_ref(&packed, "refs/heads/dev"), None);
+    }
+
+    #[test]
+    fn a_checkout_is_read_from_its_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path();
+        let sha = "89abcdef0123456789abcdef0123456789abcdef";
+        std::fs::create_dir_all(repo.join(".git/refs/heads")).unwrap();
+        std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/feature/x\n").unwrap();
+        std::fs::create_dir_all(repo.join(".git/refs/heads/feature")).unwrap();
+        std::fs::write(repo.join(".git/refs/heads/feature/x"), format!("{sha}\n")).unwrap();
+        std::fs::create_dir_all(repo.join("src/deep")).unwrap();
+        assert_eq!(
+            git_of(&repo.join("src/deep")),
+            Some((Some(sha.to_string()), Some("feature/x".to_string())))
+        );
+        // A branch only in packed-refs; a worktree's `.git` file.
+        std::fs::remove_file(repo.join(".git/refs/heads/feature/x")).unwrap();
+        std::fs::write(
+            repo.join(".git/packed-refs"),
+            format!("{sha} refs/heads/feature/x\n"),
+        )
+        .unwrap();
+        assert_eq!(git_of(repo).unwrap().0.as_deref(), Some(sha));
+        let wt = tmp.path().join("wt");
+        std::fs::create_dir_all(repo.join(".git/worktrees/wt")).unwrap();
+        std::fs::write(repo.join(".git/worktrees/wt/HEAD"), sha).unwrap();
+        std::fs::write(repo.join(".git/worktrees/wt/commondir"), "../..").unwrap();
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(
+            wt.join(".git"),
+            format!("gitdir: {}\n", repo.join(".git/worktrees/wt").display()),
+        )
+        .unwrap();
+        assert_eq!(git_of(&wt), Some((Some(sha.to_string()), None)));
+        let outside = tempfile::tempdir().unwrap();
+        assert_eq!(git_of(outside.path()), None);
+    }
+
+    #[test]
+    fn labels_are_checked() {
+        assert_eq!(
+            parse_label("branch=main").unwrap(),
+            ("branch".into(), "main".into())
+        );
+        assert_eq!(parse_label("k=a=b").unwrap().1, "a=b");
+        assert_eq!(parse_label("empty=").unwrap().1, "");
+        for bad in [
+            "novalue",
+            "=x",
+            "sp ace=1",
+            "k=line\nbreak",
+            &format!("{}=1", "k".repeat(65)),
+        ] {
+            assert!(parse_label(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn run_ids_sort_by_time_and_fit_a_path() {
+        let a = new_run_id(1_795_513_066_751_269_947, 0xdead_beef);
+        assert_eq!(a, "20261124T093746Z-00000000deadbeef");
+        let b = new_run_id(1_795_513_067_000_000_000, 1);
+        assert!(a < b);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    }
+}

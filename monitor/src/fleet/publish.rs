@@ -1,0 +1,397 @@
+//! `montrace publish RUN... DEST`: run directories into one Hive-partitioned dataset that DuckDB,
+//! Spark and Trino read as it is:
+//!
+//! ```text
+//! DEST/<table>/date=YYYY-MM-DD/host=HOST/run_id=ID/part-N.parquet   (processes, events, ...)
+//! DEST/runs/date=YYYY-MM-DD/host=HOST/run_id=ID/part-0.parquet        (one row: the run)
+//! ```
+//!
+//! Each file is written under a hidden temporary name and renamed into place, so a reader never
+//! sees half a file; the `runs` row of a run is written last, so a run whose publishing was
+//! interrupted has tables but no `runs` row, and readers that join on `runs` (docs/fleet.md) do
+//! not see it. Publishing a run whose `runs` row exists does nothing: publishing twice never
+//! duplicates. Re-publishing an interrupted run replaces its files.
+//!
+//! The layout decisions (partition values, the run's row) are pure functions ([`layout_of`],
+//! [`run_record`]); copying is the thin edge.
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+
+use crate::store::records::RunRecord;
+use crate::store::run_json::RunInfo;
+use crate::store::schema;
+
+/// The tables of a run directory a dataset holds, by file name.
+const TABLES: [&str; 7] = [
+    schema::PROCESSES_FILE,
+    schema::EVENTS_FILE,
+    schema::SAMPLES_FILE,
+    schema::SYSTEM_FILE,
+    schema::MARKS_FILE,
+    schema::GPU_FILE,
+    schema::GPU_PROCESSES_FILE,
+];
+
+/// Where one run goes in a dataset: its partition values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub date: String,
+    pub host: String,
+    pub run_id: String,
+}
+
+impl Layout {
+    /// `table/date=.../host=.../run_id=...` under `dest`.
+    pub fn dir(&self, dest: &Path, table: &str) -> PathBuf {
+        dest.join(table)
+            .join(format!("date={}", self.date))
+            .join(format!("host={}", self.host))
+            .join(format!("run_id={}", self.run_id))
+    }
+}
+
+/// A partition value: letters, digits, `.`, `_`, `-` kept, anything else `_` (a host name is
+/// the machine's to choose, and `/` or `=` would break the layout).
+fn partition_value(text: &str) -> String {
+    let value: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if value.is_empty() || value.starts_with('.') {
+        format!("_{value}")
+    } else {
+        value
+    }
+}
+
+/// The run's partition values: its start date (UTC), host and id. A run written before run ids
+/// gets one from its start time and a hash of its start, host and command, the same at every
+/// publish.
+pub fn layout_of(info: &RunInfo) -> Layout {
+    let run_id = if info.run_id.is_empty() {
+        use std::hash::{Hash as _, Hasher as _};
+        // FNV-1a over the identifying text: stable across montrace versions, unlike std's
+        // hasher.
+        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        (&info.start_time, &info.host, &info.command).hash(&mut h);
+        let compact: String = info
+            .start_time
+            .chars()
+            .take(19)
+            .filter(|c| *c != '-' && *c != ':')
+            .collect();
+        format!("{compact}Z-{:016x}", h.finish())
+    } else {
+        info.run_id.clone()
+    };
+    Layout {
+        date: info.start_time.chars().take(10).collect(),
+        host: partition_value(&info.host),
+        run_id: partition_value(&run_id),
+    }
+}
+
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// The run's row of the `runs` table.
+pub fn run_record(info: &RunInfo) -> RunRecord {
+    let rep = info.repetition(".");
+    let metric = |name: &str| rep.metrics.get(name).copied();
+    let context = info.context.clone().unwrap_or_default();
+    let git = context.git.unwrap_or_default();
+    let ci = context.ci.unwrap_or_default();
+    let slurm = context.slurm.unwrap_or_default();
+    let k8s = context.kubernetes.unwrap_or_default();
+    let time = |text: &str| crate::units::parse_rfc3339(text).unwrap_or(0);
+    RunRecord {
+        start_time_ns: time(&info.start_time),
+        end_time_ns: time(&info.end_time),
+        command: info.command.clone(),
+        argv: info.argv.clone(),
+        labels: info.labels.clone(),
+        exit_status: info.exit_status,
+        tracking_mode: serde_json::to_value(info.tracking_mode)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        montrace_version: info.montrace_version.clone(),
+        kernel: info.kernel.clone(),
+        cpu_model: context.cpu_model,
+        cpus: (context.cpus > 0).then_some(context.cpus as u32),
+        memory_bytes: context.memory_bytes,
+        git_commit: git.commit,
+        git_branch: git.branch,
+        git_dirty: git.dirty,
+        ci_system: (!ci.system.is_empty()).then_some(ci.system),
+        ci_repository: ci.repository,
+        ci_pipeline: ci.pipeline,
+        ci_job: ci.job,
+        slurm_job_id: slurm.job_id,
+        slurm_array_task_id: slurm.array_task_id,
+        k8s_namespace: k8s.namespace,
+        k8s_pod: k8s.pod,
+        wall_s: metric("wall_s").unwrap_or(info.duration_s),
+        cpu_s: metric("cpu_s").unwrap_or(0.0),
+        peak_rss_bytes: info.totals.peak_rss_bytes,
+        processes: info.processes_started as u64,
+        max_concurrent: info.max_concurrent as u64,
+        read_bytes: info.totals.read_bytes,
+        write_bytes: info.totals.write_bytes,
+        critical_path_s: info.time.as_ref().map(|t| t.critical_path_s),
+        lost_events: info.lost_events.total(),
+    }
+}
+
+/// What happened to one run.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Published {
+    /// Its files and its `runs` row were written (files copied).
+    New { files: usize },
+    /// Its `runs` row was there: nothing was written.
+    Already,
+}
+
+/// The run directories a path names: itself (it has run.json), or the repetitions of a
+/// `--repeat` series (`rep-*`, `warmup-*` skipped: they are not measurements).
+pub fn run_dirs(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if path.join("run.json").is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut reps: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("rep-"))
+                && p.join("run.json").is_file()
+        })
+        .collect();
+    if reps.is_empty() {
+        bail!(
+            "{} has no run.json: publish a finished run directory (a run whose montrace was \
+             killed has none; its tables are in its *.parts directories)",
+            path.display()
+        );
+    }
+    reps.sort();
+    Ok(reps)
+}
+
+/// Publishes one run directory into the dataset at `dest`.
+pub fn publish_run(run: &Path, dest: &Path) -> anyhow::Result<(Layout, Published)> {
+    let text = std::fs::read_to_string(run.join("run.json"))
+        .with_context(|| format!("cannot read {}", run.join("run.json").display()))?;
+    let info: RunInfo = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a montrace run.json",
+            run.join("run.json").display()
+        )
+    })?;
+    let layout = layout_of(&info);
+    let row_file = layout.dir(dest, schema::RUNS_TABLE).join("part-0.parquet");
+    if row_file.exists() {
+        return Ok((layout, Published::Already));
+    }
+    let mut files = 0;
+    for table_file in TABLES {
+        let table = table_file.trim_end_matches(".parquet");
+        let whole = run.join(table_file);
+        // A table whose merge did not happen (a failed finish) is its parts.
+        let sources: Vec<PathBuf> = if whole.is_file() {
+            vec![whole]
+        } else {
+            parts_of(&run.join(format!("{table}.parts")))
+        };
+        if sources.is_empty() {
+            continue;
+        }
+        let dir = layout.dir(dest, table);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        for (i, source) in sources.iter().enumerate() {
+            let target = dir.join(format!("part-{i}.parquet"));
+            let temp = dir.join(format!(".part-{i}.parquet.tmp"));
+            std::fs::copy(source, &temp).with_context(|| {
+                format!("cannot copy {} to {}", source.display(), temp.display())
+            })?;
+            std::fs::rename(&temp, &target)
+                .with_context(|| format!("cannot rename {}", temp.display()))?;
+            files += 1;
+        }
+    }
+    // Last: the row that makes the run visible to readers that join on `runs`.
+    let dir = layout.dir(dest, schema::RUNS_TABLE);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let batch = schema::runs_batch(&[run_record(&info)])?;
+    crate::store::writer::write_table(&row_file, schema::runs_schema(), &batch)
+        .with_context(|| format!("cannot write {}", row_file.display()))?;
+    Ok((layout, Published::New { files }))
+}
+
+fn parts_of(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut parts: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.starts_with('.'))
+        })
+        .collect();
+    parts.sort();
+    parts
+}
+
+/// `montrace publish`: every run, said one per line; exit 0 when all were published (or were
+/// already), 1 when one failed (the others are still published).
+pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
+    let (dest, runs) = args
+        .paths
+        .split_last()
+        .context("publish needs RUN... DEST")?;
+    if let Some(scheme) = ["s3://", "gs://", "az://", "http://", "https://"]
+        .iter()
+        .find(|s| dest.starts_with(*s))
+    {
+        crate::say!(
+            "montrace: error: {dest}: {scheme} destinations are not supported by this montrace \
+             yet; publish to a directory (a local disk, NFS, or a bucket mounted with e.g. \
+             mountpoint-s3 or gcsfuse) and sync it"
+        );
+        return Ok(crate::cli::EXIT_USAGE);
+    }
+    let dest = Path::new(dest);
+    std::fs::create_dir_all(dest).with_context(|| format!("cannot create {}", dest.display()))?;
+    let mut failed = 0;
+    for run in runs {
+        let dirs = match run_dirs(Path::new(run)) {
+            Ok(dirs) => dirs,
+            Err(err) => {
+                crate::say!("montrace: error: {err:#}");
+                failed += 1;
+                continue;
+            }
+        };
+        for dir in dirs {
+            match publish_run(&dir, dest) {
+                Ok((layout, Published::New { files })) => crate::say!(
+                    "montrace: published {} as run_id={} (host={}, date={}, {files} files)",
+                    dir.display(),
+                    layout.run_id,
+                    layout.host,
+                    layout.date
+                ),
+                Ok((layout, Published::Already)) => crate::say!(
+                    "montrace: {} is already published (run_id={}): nothing written",
+                    dir.display(),
+                    layout.run_id
+                ),
+                Err(err) => {
+                    crate::say!(
+                        "montrace: error: publishing {}: {err:#}. Readers that join on `runs` do \
+                         not see it; publish it again once fixed",
+                        dir.display()
+                    );
+                    failed += 1;
+                }
+            }
+        }
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> RunInfo {
+        let text = r#"{"schema_version":2,"montrace_version":"0.1.0","command":"make -j2",
+            "argv":["make","-j2"],"executable":"/usr/bin/make",
+            "start_time":"2026-11-24T09:53:00.123456Z","end_time":"2026-11-24T09:53:02.000000Z",
+            "duration_s":2.0,"command_wall_s":1.8,"host":"ci/7 box","kernel":"6.18",
+            "tracking_mode":"tp_btf","exit_code":0,"exit_signal":null,"exit_status":0,
+            "lost_events":{},"vanished_processes":0,"processes_started":12,"max_concurrent":3,
+            "totals":{"cpu_user_ns":1000000000,"cpu_system_ns":500000000,"peak_rss_bytes":1024,
+                      "read_bytes":1,"write_bytes":2},
+            "startup_ms":50.0,"ebpf_load_ms":20.0,"uid":0,"gid":0,"limit_breach":null,
+            "out_dir":"/tmp/r","recording_error":null,
+            "run_id":"20261124T095300Z-00000000000000aa","labels":{"branch":"main"},
+            "context":{"host":"ci/7 box","kernel":"6.18","cpus":2,
+                       "git":{"commit":"abc","branch":"main","dirty":false},
+                       "ci":{"system":"github","pipeline":"42"}}}"#;
+        serde_json::from_str(text).expect("a run.json")
+    }
+
+    #[test]
+    fn a_run_is_filed_under_its_date_host_and_id() {
+        let layout = layout_of(&info());
+        assert_eq!(
+            layout,
+            Layout {
+                date: "2026-11-24".into(),
+                host: "ci_7_box".into(),
+                run_id: "20261124T095300Z-00000000000000aa".into(),
+            }
+        );
+        assert_eq!(
+            layout.dir(Path::new("/d"), "processes"),
+            Path::new("/d/processes/date=2026-11-24/host=ci_7_box/run_id=20261124T095300Z-00000000000000aa")
+        );
+        // An older run without an id gets the same one at every publish.
+        let mut old = info();
+        old.run_id.clear();
+        let (a, b) = (layout_of(&old), layout_of(&old));
+        assert_eq!(a, b);
+        assert!(a.run_id.starts_with("20261124T095300Z-"), "{a:?}");
+        old.command = "make -j4".into();
+        assert_ne!(layout_of(&old).run_id, a.run_id);
+        assert_eq!(partition_value("../x"), "_.._x");
+        assert_eq!(partition_value(""), "_");
+    }
+
+    #[test]
+    fn the_runs_row_holds_labels_context_and_headline_figures() {
+        let r = run_record(&info());
+        assert_eq!(r.labels.get("branch").map(String::as_str), Some("main"));
+        assert_eq!(r.git_commit.as_deref(), Some("abc"));
+        assert_eq!(r.git_dirty, Some(false));
+        assert_eq!(r.ci_system.as_deref(), Some("github"));
+        assert_eq!(r.cpus, Some(2));
+        assert_eq!((r.wall_s, r.cpu_s), (1.8, 1.5));
+        assert_eq!((r.processes, r.max_concurrent), (12, 3));
+        assert_eq!(r.tracking_mode, "tp_btf");
+        assert_eq!(
+            r.end_time_ns - r.start_time_ns,
+            2_000_000_000 - 123_456_000,
+            "times parsed"
+        );
+        let batch = schema::runs_batch(&[r]).unwrap();
+        assert_eq!(batch.num_rows(), 1);
+        assert_eq!(batch.schema(), schema::runs_schema());
+    }
+}

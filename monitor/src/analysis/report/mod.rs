@@ -425,8 +425,8 @@ mod tests {
         let table = render::group_table_markdown(&report);
         assert!(
             table.starts_with(
-                "| | group | instances | samples | peak USS / instance | agg. peak USS | \
-                 agg. peak RSS | agg. peak PSS | agg. peak GPU mem | peak CPU |"
+                "| | group | instances | samples | peak USS / instance | peak RSS / instance | \
+                 agg. peak USS | agg. peak RSS | agg. peak PSS | agg. peak GPU mem | peak CPU |"
             ),
             "{table}"
         );
@@ -435,7 +435,7 @@ mod tests {
                 .lines()
                 .find(|l| l.split(" | ").nth(1) == Some(name))
                 .unwrap();
-            row.split(" | ").nth(8).unwrap().to_string()
+            row.split(" | ").nth(9).unwrap().to_string()
         };
         assert_eq!(row("make"), crate::units::format_bytes(GPU_MEMORY_MAKE));
         assert_eq!(row("cc1"), crate::units::format_bytes(cc1_peak));

@@ -163,7 +163,7 @@ pub const MINOR_COLUMNS: [&str; 6] = [
 ];
 
 /// The columns of the per-group table, after the group's name.
-pub const GROUP_COLUMNS: [Column; 13] = [
+pub const GROUP_COLUMNS: [Column; 14] = [
     Column {
         label: "instances",
         title: "processes in the group",
@@ -175,6 +175,12 @@ pub const GROUP_COLUMNS: [Column; 13] = [
     Column {
         label: "peak USS / instance",
         title: "the largest private memory (USS) of one process",
+    },
+    Column {
+        label: "peak RSS / instance",
+        title: "the largest peak resident memory of one process: the kernel's exact figure at \
+                its exit (VmHWM), so processes too short to be sampled count (* where a process \
+                had none and its largest sample counts instead)",
     },
     Column {
         label: "agg. peak USS",
@@ -225,7 +231,7 @@ pub const GPU_MEMORY_COLUMN: Column = Column {
     title: "largest sum of the GPU memory the group's processes held at one sweep, all GPUs",
 };
 /// Where [`GPU_MEMORY_COLUMN`] goes among [`GROUP_COLUMNS`].
-const GPU_MEMORY_AT: usize = 6;
+const GPU_MEMORY_AT: usize = 7;
 
 /// The columns of the per-group table of `model`, after the group's name.
 pub fn group_columns(model: &Model) -> Vec<Column> {
@@ -324,6 +330,14 @@ pub fn group_rows(model: &Model) -> Vec<GroupRow> {
                 cell(st.instances.to_string(), st.instances as f64),
                 cell(st.samples.to_string(), st.samples as f64),
                 bytes_cell(st.peak_uss_instance),
+                {
+                    let mut peak = bytes_cell(st.peak_rss_instance);
+                    if st.peak_rss_from_samples > 0 && st.peak_rss_instance.is_some() {
+                        // Some processes had no exit figure: a sampled peak is a lower bound.
+                        peak.text.push('*');
+                    }
+                    peak
+                },
                 bytes_cell(st.agg_peak_uss),
                 bytes_cell(st.agg_peak_rss),
                 bytes_cell(st.agg_peak_pss),
@@ -837,14 +851,14 @@ mod tests {
         let report = prepare(&fixture(), "exe").unwrap();
         assert_eq!(
             group_table_markdown(&report),
-            r###"| | group | instances | samples | peak USS / instance | agg. peak USS | agg. peak RSS | agg. peak PSS | peak CPU | CPU user | CPU system | CPU total | avg USS | avg CPU | duration |
-|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|
-| 1 | sh | 7 | 40 | 36.9 MiB | 75.5 MiB | 81.4 MiB | 75.8 MiB | 120% | 0.146 s | 0.198 s | 0.343 s | 8.6 MiB | 39% | 0.884 s |
-| 2 | tr | 3 | 10 | 172.0 KiB | 360.0 KiB | 4.7 MiB | 603.0 KiB | 30% | 0.041 s | 0.062 s | 0.103 s | 125.2 KiB | 22% | 0.461 s |
-| 3 | head | 3 | 10 | 172.0 KiB | 364.0 KiB | 4.8 MiB | 616.0 KiB | 10.0% | 0.000 s | 0.036 s | 0.036 s | 131.2 KiB | 7.8% | 0.461 s |
-| 4 | sleep | 3 | 9 | 156.0 KiB | 228.0 KiB | 3.3 MiB | 415.0 KiB | 0.0% | 0.003 s | 0.000 s | 0.003 s | 124.0 KiB | 0.4% | 0.564 s |
-| 5 | seq | 1 | 0 | n/a | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 26% | 0.004 s |
-| 6 | true | 5 | 0 | n/a | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 5.2% | 0.010 s |
+            r###"| | group | instances | samples | peak USS / instance | peak RSS / instance | agg. peak USS | agg. peak RSS | agg. peak PSS | peak CPU | CPU user | CPU system | CPU total | avg USS | avg CPU | duration |
+|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|
+| 1 | sh | 7 | 40 | 36.9 MiB | 39.8 MiB | 75.5 MiB | 81.4 MiB | 75.8 MiB | 120% | 0.146 s | 0.198 s | 0.343 s | 8.6 MiB | 39% | 0.884 s |
+| 2 | tr | 3 | 10 | 172.0 KiB | 1.6 MiB | 360.0 KiB | 4.7 MiB | 603.0 KiB | 30% | 0.041 s | 0.062 s | 0.103 s | 125.2 KiB | 22% | 0.461 s |
+| 3 | head | 3 | 10 | 172.0 KiB | 1.6 MiB | 364.0 KiB | 4.8 MiB | 616.0 KiB | 10.0% | 0.000 s | 0.036 s | 0.036 s | 131.2 KiB | 7.8% | 0.461 s |
+| 4 | sleep | 3 | 9 | 156.0 KiB | 1.7 MiB | 228.0 KiB | 3.3 MiB | 415.0 KiB | 0.0% | 0.003 s | 0.000 s | 0.003 s | 124.0 KiB | 0.4% | 0.564 s |
+| 5 | seq | 1 | 0 | n/a | 1.6 MiB | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 26% | 0.004 s |
+| 6 | true | 5 | 0 | n/a | 1.0 MiB | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 5.2% | 0.010 s |
 "###
         );
     }

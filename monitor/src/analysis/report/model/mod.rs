@@ -113,6 +113,12 @@ pub struct GroupStats {
     pub samples: usize,
     /// The largest USS of one process of the group.
     pub peak_uss_instance: Option<u64>,
+    /// The largest peak RSS of one process of the group: its exact exit figure (the kernel's
+    /// VmHWM, processes.parquet `peak_rss_bytes`), so processes too short to be sampled count;
+    /// the largest sample for a process without one.
+    pub peak_rss_instance: Option<u64>,
+    /// Processes with a peak RSS from their samples only (no exit figure): a lower bound.
+    pub peak_rss_from_samples: usize,
     /// Largest per-sweep sums over the group.
     pub agg_peak_uss: Option<u64>,
     pub agg_peak_rss: Option<u64>,
@@ -154,6 +160,8 @@ pub struct ProcStats {
     pub cpu_from_samples: bool,
     /// The larger of the exit figure (VmHWM) and the largest sampled RSS.
     pub peak_rss: Option<u64>,
+    /// `peak_rss` came from the samples alone: the process has no exit figure.
+    pub peak_rss_from_samples: bool,
     pub peak_uss: Option<u64>,
     pub last_seen_ns: Option<i64>,
 }
@@ -389,14 +397,16 @@ fn process_stats(data: &RunData) -> Vec<ProcStats> {
                 ps.cpu_from_samples = true;
             }
         }
-        if let Some(peak) = p.peak_rss_bytes {
-            ps.peak_rss = Some(ps.peak_rss.map_or(peak, |x| x.max(peak)));
+        match p.peak_rss_bytes {
+            Some(peak) => ps.peak_rss = Some(ps.peak_rss.map_or(peak, |x| x.max(peak))),
+            None => ps.peak_rss_from_samples = ps.peak_rss.is_some(),
         }
     }
     procs
 }
 
-/// Each group's instances, CPU from its processes' figures, lifetime and average CPU share.
+/// Each group's instances, CPU and peak RSS from its processes' figures, lifetime and average
+/// CPU share.
 fn add_lifetimes(
     data: &RunData,
     procs: &[ProcStats],
@@ -410,6 +420,10 @@ fn add_lifetimes(
         st.cpu_user_ns += procs[i].cpu_user_ns;
         st.cpu_system_ns += procs[i].cpu_system_ns;
         st.cpu_from_samples += usize::from(procs[i].cpu_from_samples);
+        if let Some(peak) = procs[i].peak_rss {
+            st.peak_rss_instance = Some(st.peak_rss_instance.map_or(peak, |x| x.max(peak)));
+        }
+        st.peak_rss_from_samples += usize::from(procs[i].peak_rss_from_samples);
         st.first_start_ns = st.first_start_ns.min(p.start_ns);
         st.last_end_ns = st
             .last_end_ns

@@ -382,3 +382,32 @@ fn the_tree_rss_peak_is_the_largest_sweep_sum() {
     assert_eq!(model.tree_rss_peak(), Some((20, 10)));
     assert_eq!(Model::default().tree_rss_peak(), None);
 }
+
+#[test]
+fn peak_rss_per_instance_takes_exit_figures_of_processes_never_sampled() {
+    let mut data = two_workers();
+    // Two `true`s that ended between sweeps: no sample, but the kernel's exact peak at exit.
+    for (pid, peak) in [(20, 1_200), (21, 1_500)] {
+        data.processes.push(Process {
+            end_ns: Some(i64::from(pid) * S + 1_000),
+            peak_rss_bytes: Some(peak),
+            ..proc(pid, Some("/bin/true"), "true", &["true"])
+        });
+    }
+    // One worker's exit peak is above everything sampled; the other has none (still running).
+    data.processes[0].peak_rss_bytes = Some(900);
+    let model = build(&data, &GroupBy::Exe);
+    let group = |name: &str| model.groups.iter().find(|g| g.name == name).unwrap();
+    let t = group("true");
+    assert_eq!((t.samples, t.agg_peak_rss), (0, None));
+    assert_eq!(t.peak_rss_instance, Some(1_500));
+    assert_eq!(t.peak_rss_from_samples, 0);
+    let work = group("work");
+    assert_eq!(work.peak_rss_instance, Some(900));
+    assert_eq!(work.peak_rss_from_samples, 1, "process b: sampled RSS only");
+    let sh = group("sh");
+    assert_eq!(
+        (sh.peak_rss_instance, sh.peak_rss_from_samples),
+        (Some(50), 1)
+    );
+}

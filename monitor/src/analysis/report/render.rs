@@ -632,6 +632,19 @@ fn timeline_caption(report: &Report) -> String {
             t.cut_rows, t.cut_processes
         ));
     }
+    let on_path = report
+        .model
+        .on_critical_path
+        .iter()
+        .filter(|&&on| on)
+        .count();
+    if on_path > 0 {
+        text.push_str(&format!(
+            " Outlined: the {on_path} process{} on the critical path (run.json \
+             time.critical_path), the chain that bounded the wall time.",
+            if on_path == 1 { "" } else { "es" }
+        ));
+    }
     text.push_str(" Hover over a bar for its figures.");
     text
 }
@@ -771,7 +784,7 @@ pub fn group_table_markdown(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::analysis::report::tests::fixture;
-    use crate::analysis::report::{prepare, prepare_data};
+    use crate::analysis::report::{model, prepare, prepare_data};
 
     #[test]
     fn where_the_time_went_lists_the_critical_path() {
@@ -839,6 +852,37 @@ mod tests {
             "{:?}",
             view.more
         );
+    }
+
+    #[test]
+    fn the_timeline_caption_says_what_the_outline_is() {
+        use crate::analysis::critical::{Step, TimeAnalysis};
+        let mut data = crate::analysis::report::load::load(&fixture()).unwrap();
+        let before = timeline_caption(&prepare_data(data.clone(), model::GroupBy::Exe));
+        assert!(!before.contains("critical path"), "{before}");
+        // The root shell, at the command's start.
+        let info = data.info.as_mut().unwrap();
+        info.time = Some(TimeAnalysis {
+            critical_path: vec![Step {
+                pid: 28534,
+                command: "sh".into(),
+                start_s: 0.0,
+                duration_s: 0.884,
+                cpu_s: 0.003,
+                run_queue_s: None,
+                blocked_s: None,
+            }],
+            critical_path_steps: 1,
+            ..Default::default()
+        });
+        let report = prepare_data(data, model::GroupBy::Exe);
+        let caption = timeline_caption(&report);
+        assert!(
+            caption.contains("Outlined: the 1 process on the critical path"),
+            "{caption}"
+        );
+        let html = html(&report).unwrap();
+        assert!(html.contains(super::super::timeline::CRITICAL_LEGEND));
     }
 
     #[test]

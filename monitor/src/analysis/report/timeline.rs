@@ -1,6 +1,7 @@
 //! The process-tree timeline: every process a bar from its start to its end, under its parent,
 //! coloured by group, with its figures in the bar's tooltip (an SVG `<title>`, which browsers
-//! show on hover without any script).
+//! show on hover without any script). The steps of the critical path (run.json
+//! `time.critical_path`) are outlined, and the axis's legend says so.
 //!
 //! Large runs stay readable (see [`Limits`]): above `full` processes, siblings of the same group
 //! are merged into one row ("cc1 ×300") whose children are the children of all of them, merged
@@ -211,6 +212,8 @@ const RIGHT: f64 = 16.0;
 const AXIS: f64 = 34.0;
 const ROW: f64 = 16.0;
 const BAR: f64 = 11.0;
+/// The outline of a bar on the critical path: dark, so it stands out on every group colour.
+const CRITICAL_STROKE: &str = r##" stroke="#111" stroke-width="1.8""##;
 
 /// A "nice" step (1, 2 or 5 × 10^k) giving about `target` ticks over `span`.
 pub fn tick_step(span: f64, target: f64) -> f64 {
@@ -227,8 +230,9 @@ pub fn tick_step(span: f64, target: f64) -> f64 {
     step.max(1e-6)
 }
 
-/// The time axis (labels, and grid lines down to `bottom`), on top of the timeline.
-fn axis(out: &mut String, span_s: f64, bottom: f64) {
+/// The time axis (labels, and grid lines down to `bottom`), on top of the timeline, with the
+/// legend of the critical path's outline when the run has one.
+fn axis(out: &mut String, model: &Model, span_s: f64, bottom: f64) {
     let plot_w = WIDTH - LABEL_WIDTH - RIGHT;
     let step = tick_step(span_s, 10.0);
     let mut t = 0.0;
@@ -248,7 +252,19 @@ fn axis(out: &mut String, span_s: f64, bottom: f64) {
         r##"<text x="4" y="{:.1}" fill="#444">process (pid) · time since start (s)</text>"##,
         AXIS - 8.0
     );
+    if model.on_critical_path.contains(&true) {
+        // Above the tick labels, at the right.
+        let x = WIDTH - RIGHT - 130.0;
+        let _ = write!(
+            out,
+            r##"<g><rect x="{x:.1}" y="3" width="18" height="{BAR}" rx="2" fill="white"{CRITICAL_STROKE}/><text x="{:.1}" y="12" fill="#222">{CRITICAL_LEGEND}</text></g>"##,
+            x + 24.0
+        );
+    }
 }
+
+/// The legend entry of the critical path's outline.
+pub const CRITICAL_LEGEND: &str = "on the critical path";
 
 /// The time axis alone, as wide as the timeline: the HTML report keeps it in view (sticky) while
 /// the rows scroll under it.
@@ -257,7 +273,7 @@ pub fn axis_svg(model: &Model) -> String {
     let mut out = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{AXIS}" viewBox="0 0 {WIDTH} {AXIS}" font-family="sans-serif" font-size="11" aria-hidden="true"><rect width="100%" height="100%" fill="white"/>"#
     );
-    axis(&mut out, span_s, AXIS);
+    axis(&mut out, model, span_s, AXIS);
     out.push_str("</svg>");
     out
 }
@@ -285,7 +301,7 @@ pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -
         );
     }
     let bottom = AXIS + rows as f64 * ROW;
-    axis(&mut out, span_s, bottom);
+    axis(&mut out, model, span_s, bottom);
     // Rows.
     let mut ticks_left = limits.max_ticks;
     for (r, row) in timeline.rows.iter().enumerate() {
@@ -298,9 +314,14 @@ pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -
         out.push_str(&xml_escape(&tooltip(data, model, row)));
         out.push_str("</title>");
         if row.members.len() == 1 {
+            let outline = if critical(model, row.members[0]) {
+                CRITICAL_STROKE
+            } else {
+                ""
+            };
             let _ = write!(
                 out,
-                r#"<rect x="{x0:.1}" y="{by:.1}" width="{:.1}" height="{BAR}" rx="2" fill="{color}"/>"#,
+                r#"<rect x="{x0:.1}" y="{by:.1}" width="{:.1}" height="{BAR}" rx="2" fill="{color}"{outline}/>"#,
                 x1 - x0
             );
         } else {
@@ -316,13 +337,25 @@ pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -
                     let p = &data.processes[m];
                     let a = x(p.start_ns);
                     let b = x(model.end_of(p)).max(a + 0.8);
+                    let outline = if critical(model, m) {
+                        CRITICAL_STROKE
+                    } else {
+                        ""
+                    };
                     let _ = write!(
                         out,
-                        r#"<rect x="{a:.1}" y="{by:.1}" width="{:.1}" height="{BAR}"/>"#,
+                        r#"<rect x="{a:.1}" y="{by:.1}" width="{:.1}" height="{BAR}"{outline}/>"#,
                         b - a
                     );
                 }
                 out.push_str("</g>");
+            } else if row.members.iter().any(|&m| critical(model, m)) {
+                // No ticks drawn: the row's span carries the outline.
+                let _ = write!(
+                    out,
+                    r#"<rect x="{x0:.1}" y="{by:.1}" width="{:.1}" height="{BAR}" rx="2" fill="none"{CRITICAL_STROKE}/>"#,
+                    x1 - x0
+                );
             }
         }
         let indent = (row.depth as f64 * 12.0).min(LABEL_WIDTH / 2.0);
@@ -362,6 +395,14 @@ pub fn svg(data: &RunData, model: &Model, timeline: &Timeline, limits: Limits) -
     }
     out.push_str("</svg>");
     out
+}
+
+fn critical(model: &Model, process: usize) -> bool {
+    model
+        .on_critical_path
+        .get(process)
+        .copied()
+        .unwrap_or(false)
 }
 
 fn tick_label(t: f64, step: f64) -> String {
@@ -443,6 +484,9 @@ pub fn tooltip(data: &RunData, model: &Model, row: &Row) -> String {
             ps.peak_uss.map_or("n/a".into(), format_bytes)
         );
         text.push_str(&exit_text(p));
+        if critical(model, only) {
+            let _ = write!(text, "\n{CRITICAL_LEGEND}");
+        }
     } else {
         let _ = writeln!(text, "{group} ×{} (merged siblings)", row.members.len());
         let _ = writeln!(
@@ -477,6 +521,10 @@ pub fn tooltip(data: &RunData, model: &Model, row: &Row) -> String {
         }
         let exits: Vec<String> = exits.iter().map(|(e, c)| format!("{c} × {e}")).collect();
         let _ = write!(text, "{}", exits.join(", "));
+        let on_path = row.members.iter().filter(|&&m| critical(model, m)).count();
+        if on_path > 0 {
+            let _ = write!(text, "\n{on_path} of them {CRITICAL_LEGEND}");
+        }
     }
     if row.hidden > 0 {
         let _ = write!(text, "\n{} processes below, folded", row.hidden);
@@ -633,6 +681,90 @@ mod tests {
         let shown: usize = t.rows.iter().map(|r| r.members.len()).sum();
         assert_eq!(shown, data.processes.len());
         assert_eq!(t.rows.iter().filter(|r| r.depth == 0).count(), 3);
+    }
+
+    /// build_tree with run.json whose critical path is make's first sh, its cc1 and its as,
+    /// and a step that matches no process (pid 5 did not start then).
+    fn with_critical_path() -> RunData {
+        use crate::analysis::critical::{Step, TimeAnalysis};
+        let mut data = build_tree();
+        let mut info =
+            crate::analysis::report::load::load(&crate::analysis::report::tests::fixture())
+                .unwrap()
+                .info
+                .unwrap();
+        let origin = data.processes[0].start_ns;
+        let step = |pid: u32, start_ns: i64| Step {
+            pid,
+            command: String::new(),
+            start_s: (start_ns - origin) as f64 / 1e9,
+            duration_s: 1.0,
+            cpu_s: 0.0,
+            run_queue_s: None,
+            blocked_s: None,
+        };
+        let start = |pid: u32| data.processes[pid as usize - 1].start_ns;
+        info.time = Some(TimeAnalysis {
+            critical_path: vec![
+                step(2, start(2)),
+                step(3, start(3)),
+                step(4, start(4)),
+                step(5, start(5) + S),
+            ],
+            critical_path_steps: 4,
+            ..Default::default()
+        });
+        data.info = Some(info);
+        data
+    }
+
+    #[test]
+    fn the_critical_path_is_outlined_with_a_legend() {
+        let data = build_tree();
+        let model = build(&data, &GroupBy::Exe);
+        assert!(!model.on_critical_path.contains(&true), "no run.json time");
+        let t = layout(&data, &model, Limits::default());
+        let plain = svg(&data, &model, &t, Limits::default());
+        assert!(!plain.contains(CRITICAL_STROKE));
+        assert!(!plain.contains(CRITICAL_LEGEND));
+        assert!(!axis_svg(&model).contains(CRITICAL_LEGEND));
+
+        let data = with_critical_path();
+        let model = build(&data, &GroupBy::Exe);
+        let on: Vec<u32> = (0..data.processes.len())
+            .filter(|&i| model.on_critical_path[i])
+            .map(|i| data.processes[i].pid)
+            .collect();
+        assert_eq!(on, [2, 3, 4]);
+        // One row each: their three bars and the legend's swatch, in the SVG file and in the
+        // axis the HTML keeps in view.
+        let t = layout(&data, &model, Limits::default());
+        let drawn = svg(&data, &model, &t, Limits::default());
+        assert_eq!(drawn.matches(CRITICAL_STROKE).count(), 3 + 1);
+        assert!(drawn.contains(&format!(">{CRITICAL_LEGEND}</text>")));
+        assert!(axis_svg(&model).contains(CRITICAL_LEGEND));
+        let cc1 = t.rows.iter().find(|r| r.members == [2]).unwrap();
+        assert!(tooltip(&data, &model, cc1).ends_with(&format!("\n{CRITICAL_LEGEND}")));
+        let sh = t.rows.iter().find(|r| r.members == [4]).unwrap();
+        assert!(!tooltip(&data, &model, sh).contains(CRITICAL_LEGEND));
+        // Merged: the members' ticks carry the outline, and the rows say how many.
+        let limits = Limits {
+            full: 50,
+            ..Limits::default()
+        };
+        let t = layout(&data, &model, limits);
+        let drawn = svg(&data, &model, &t, limits);
+        assert_eq!(drawn.matches(CRITICAL_STROKE).count(), 3 + 1);
+        assert!(tooltip(&data, &model, &t.rows[1]).ends_with("\n1 of them on the critical path"));
+        // Without room for ticks, the merged row's span is outlined instead.
+        let limits = Limits {
+            full: 50,
+            max_ticks: 0,
+            ..Limits::default()
+        };
+        let drawn = svg(&data, &model, &t, limits);
+        assert_eq!(drawn.matches(CRITICAL_STROKE).count(), 3 + 1);
+        assert!(drawn.contains(&format!(r#"fill="none"{CRITICAL_STROKE}"#)));
     }
 
     #[test]

@@ -182,6 +182,9 @@ pub struct Model {
     pub sweeps: Vec<i64>,
     /// For each group, its sums at the sweeps where it had processes, by sweep index.
     pub group_sweeps: Vec<Vec<(usize, SweepSum)>>,
+    /// For each process, whether it is a step of run.json's critical path (all false without
+    /// it).
+    pub on_critical_path: Vec<bool>,
 }
 
 impl Model {
@@ -324,7 +327,51 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
     model.group_of = first_group.iter().map(|&g| rank[g]).collect();
     model.procs = procs;
     model.sweeps = sweeps;
+    model.on_critical_path = critical_path_processes(data);
     model
+}
+
+/// How far a step's start may lie from its process's: the steps' starts are seconds as f64,
+/// exact to well below this over any run's length, and no pid is reused that fast.
+const STEP_START_TOLERANCE_NS: i64 = 1_000;
+
+/// Which processes are steps of run.json's critical path (`time.critical_path`, which keeps the
+/// longest steps): a step is the process with its pid that started `start_s` after the
+/// command, the earliest process without a parent, as the analysis counts it
+/// ([`crate::analysis::critical::analyse`]).
+pub fn critical_path_processes(data: &RunData) -> Vec<bool> {
+    let mut on = vec![false; data.processes.len()];
+    let Some(time) = data.info.as_ref().and_then(|info| info.time.as_ref()) else {
+        return on;
+    };
+    let Some(origin) = data
+        .processes
+        .iter()
+        .filter(|p| p.parent.is_none())
+        .map(|p| p.start_ns)
+        .min()
+    else {
+        return on;
+    };
+    let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, p) in data.processes.iter().enumerate() {
+        by_pid.entry(p.pid).or_default().push(i);
+    }
+    for step in &time.critical_path {
+        let start_ns = origin + (step.start_s * 1e9).round() as i64;
+        let found = by_pid.get(&step.pid).and_then(|list| {
+            list.iter()
+                .copied()
+                .min_by_key(|&i| (data.processes[i].start_ns - start_ns).abs())
+                .filter(|&i| {
+                    (data.processes[i].start_ns - start_ns).abs() <= STEP_START_TOLERANCE_NS
+                })
+        });
+        if let Some(i) = found {
+            on[i] = true;
+        }
+    }
+    on
 }
 
 /// Each group's peaks over its sweeps (sorted here by sweep), and its average USS.

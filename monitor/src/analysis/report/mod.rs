@@ -44,6 +44,8 @@ pub struct Report {
     pub plots: Vec<plots::Plot>,
     pub timeline: timeline::Timeline,
     pub timeline_svg: String,
+    /// The parallelism plot of "Where the time went" (only with run.json `time`).
+    pub time_plot: Option<plots::Plot>,
 }
 
 /// Reads `run_dir` and derives every figure, plot and the timeline of its report.
@@ -64,15 +66,22 @@ pub fn prepare_data(mut data: load::RunData, by: model::GroupBy) -> Report {
         ));
     }
     let model = model::build(&data, &by);
-    let plots = plots::all(&data, &model).unwrap_or_else(|e| {
-        // plotters only fails on a broken backend; a report without plots is still a report.
-        vec![plots::Plot {
-            id: "error".into(),
-            title: "Plots".into(),
-            caption: format!("The plots could not be drawn: {e}"),
-            svg: String::new(),
-        }]
-    });
+    // plotters only fails on a broken backend; a report without plots is still a report.
+    let failed = |e: String| plots::Plot {
+        id: "error".into(),
+        title: "Plots".into(),
+        caption: format!("The plots could not be drawn: {e}"),
+        svg: String::new(),
+    };
+    let plots = plots::all(&data, &model).unwrap_or_else(|e| vec![failed(e)]);
+    let time_plot = data
+        .info
+        .as_ref()
+        .filter(|info| info.time.is_some())
+        .and_then(|info| {
+            let cores = info.capacity.as_ref().map(|c| c.cpu_cores);
+            plots::parallelism(&data, &model, cores).unwrap_or_else(|e| Some(failed(e)))
+        });
     let limits = timeline::Limits::default();
     let tl = timeline::layout(&data, &model, limits);
     let timeline_svg = timeline::svg(&data, &model, &tl, limits);
@@ -83,6 +92,7 @@ pub fn prepare_data(mut data: load::RunData, by: model::GroupBy) -> Report {
         plots,
         timeline: tl,
         timeline_svg,
+        time_plot,
     }
 }
 

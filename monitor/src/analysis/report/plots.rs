@@ -349,6 +349,48 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
     Ok(plots)
 }
 
+/// The plot of "Where the time went": how many processes of the tree were alive at each moment
+/// (exact steps from their start and end times), against the cores the run had (a dashed line,
+/// when run.json says how many). None when no process ran.
+pub fn parallelism(data: &RunData, model: &Model, cores: Option<f64>) -> PlotResult<Option<Plot>> {
+    let running = [model::running_processes(data, model)];
+    if !has_data(&running) {
+        return Ok(None);
+    }
+    let peak = running[0].points.iter().map(|p| p.1).fold(0.0, f64::max);
+    let hlines: Vec<(f64, String)> = cores
+        .map(|c| (c, format!("{c} cores")))
+        .into_iter()
+        .collect();
+    let title = "Parallelism: processes alive";
+    let against = match cores {
+        Some(c) => format!(
+            ", against the {c} cores the run had (dashed): below the line cores were free for \
+             more work, above it processes shared them"
+        ),
+        None => String::new(),
+    };
+    Ok(Some(Plot {
+        id: "parallelism".into(),
+        title: title.into(),
+        caption: format!(
+            "Processes of the tree alive at each moment, from their exact start and end times \
+             (not sampled, so the shortest count too){against}. At most {} at once. A process \
+             alive is running, waiting for a CPU, or waiting for something else (a child, I/O): \
+             the table below says which for the steps of the critical path.",
+            peak as u64
+        ),
+        svg: line_chart(
+            title,
+            Unit::Count,
+            &running,
+            &marks_of(data, model),
+            model.secs(model.t1_ns),
+            &hlines,
+        )?,
+    }))
+}
+
 /// A line per group of `series` with the marks, or None when no point is above 0.
 fn group_plot(
     id: &str,

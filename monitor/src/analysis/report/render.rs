@@ -76,6 +76,8 @@ struct View {
     minor_columns: Vec<&'static str>,
     /// "Where the time went", from run.json `time` (absent without it).
     time: Option<TimeView>,
+    /// Its parallelism plot.
+    time_plot: Option<PlotView>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -682,17 +684,7 @@ fn view(report: &Report) -> View {
             model,
             &super::model::top_by_memory(data, model, TOP_PROCESSES),
         ),
-        plots: report
-            .plots
-            .iter()
-            .map(|p| PlotView {
-                id: p.id.clone(),
-                title: p.title.clone(),
-                caption: p.caption.clone(),
-                svg: p.svg.clone(),
-                file: format!("report-{}.svg", p.id),
-            })
-            .collect(),
+        plots: report.plots.iter().map(plot_view).collect(),
         timeline_caption: timeline_caption(report),
         timeline_svg: report.timeline_svg.clone(),
         timeline_axis_svg: super::timeline::axis_svg(model),
@@ -702,6 +694,17 @@ fn view(report: &Report) -> View {
             .info
             .as_ref()
             .and_then(|info| time_view(info, info.capacity.as_ref().map(|c| c.cpu_cores))),
+        time_plot: report.time_plot.as_ref().map(plot_view),
+    }
+}
+
+fn plot_view(p: &super::plots::Plot) -> PlotView {
+    PlotView {
+        id: p.id.clone(),
+        title: p.title.clone(),
+        caption: p.caption.clone(),
+        svg: p.svg.clone(),
+        file: format!("report-{}.svg", p.id),
     }
 }
 
@@ -751,8 +754,9 @@ pub fn html(report: &Report) -> anyhow::Result<String> {
 pub fn markdown(report: &Report) -> anyhow::Result<(String, Vec<(String, String)>)> {
     let view = view(report);
     let mut files: Vec<(String, String)> = view
-        .plots
+        .time_plot
         .iter()
+        .chain(&view.plots)
         .filter(|p| !p.svg.is_empty())
         .map(|p| (p.file.clone(), p.svg.clone()))
         .collect();
@@ -883,6 +887,70 @@ mod tests {
         );
         let html = html(&report).unwrap();
         assert!(html.contains(super::super::timeline::CRITICAL_LEGEND));
+    }
+
+    /// The fixture with run.json `time` (a one-step path: the root shell) and, when given, the
+    /// run's cores.
+    fn with_time(cores: Option<f64>) -> crate::analysis::report::Report {
+        use crate::analysis::critical::TimeAnalysis;
+        let mut data = crate::analysis::report::load::load(&fixture()).unwrap();
+        let info = data.info.as_mut().unwrap();
+        info.time = Some(TimeAnalysis {
+            critical_path_s: 0.884,
+            critical_path_steps: 1,
+            ..Default::default()
+        });
+        info.capacity = cores.map(|cpu_cores| crate::sampling::capacity::Capacity {
+            cpu_cores,
+            cpu_basis: "host".into(),
+            memory_bytes: 1 << 30,
+            memory_basis: "host".into(),
+        });
+        prepare_data(data, model::GroupBy::Exe)
+    }
+
+    #[test]
+    fn where_the_time_went_plots_the_processes_alive_against_the_cores() {
+        assert!(prepare(&fixture(), "exe").unwrap().time_plot.is_none());
+        let report = with_time(Some(2.0));
+        let plot = report.time_plot.as_ref().expect("a run with time");
+        assert_eq!(plot.id, "parallelism");
+        // Exact steps: the most at once is run.json's max_concurrent.
+        let most = report.data.info.as_ref().unwrap().max_concurrent;
+        assert_eq!(most, 13);
+        assert!(
+            plot.caption.contains(&format!("At most {most} at once")),
+            "{}",
+            plot.caption
+        );
+        assert!(
+            plot.caption.contains("against the 2 cores"),
+            "{}",
+            plot.caption
+        );
+        assert!(
+            plot.svg.contains(">\n2 cores\n</text>"),
+            "the cores' line is labelled"
+        );
+        // Whole-number ticks only on the count axis.
+        assert!(!plot.svg.contains(">\n0.5\n</text>"));
+        let (markdown, files) = markdown(&report).unwrap();
+        let section = &markdown
+            [markdown.find("## Where the time went").unwrap()..markdown.find("## Groups").unwrap()];
+        assert!(
+            section.contains("![Parallelism: processes alive](report-parallelism.svg)"),
+            "{section}"
+        );
+        assert_eq!(files[0].0, "report-parallelism.svg");
+        let html = html(&report).unwrap();
+        let section = &html[html.find(r#"<section id="time">"#).unwrap()
+            ..html.find(r#"<section id="groups">"#).unwrap()];
+        assert!(section.contains(r#"<figure id="plot-parallelism">"#));
+        assert_eq!(section.matches("<svg").count(), 1);
+        // Without the cores, no line and no word of them.
+        let plot = with_time(None).time_plot.unwrap();
+        assert!(!plot.svg.contains("cores"));
+        assert!(!plot.caption.contains("cores"));
     }
 
     #[test]

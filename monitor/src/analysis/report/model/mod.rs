@@ -731,8 +731,6 @@ pub fn cumulative_cpu(data: &RunData, model: &Model) -> Vec<Series> {
     series
 }
 
-/// How many processes of each top group (by peak) were alive, as exact steps at every start
-/// and end, so processes shorter than the sampling interval count too.
 /// Step series (as [`active_instances`] makes them: a jump is two points at one x) stacked: layer
 /// k's value is the sum of layers 0..=k, with a jump wherever any layer jumps. Drawn as areas,
 /// every layer stays readable where the separate lines would lie on top of each other.
@@ -779,8 +777,8 @@ pub fn stack_steps(series: &[Series]) -> Vec<Series> {
     stacked
 }
 
-pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
-    let groups = model.groups.len();
+/// Every start (+1) and end (-1) of a process, with its group, in time order.
+fn lifetime_changes(data: &RunData, model: &Model) -> Vec<(i64, i32, usize)> {
     let mut changes: Vec<(i64, i32, usize)> = Vec::with_capacity(2 * data.processes.len());
     for (i, p) in data.processes.iter().enumerate() {
         let g = model.group_of[i];
@@ -789,6 +787,46 @@ pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
     }
     // At one moment, ends before starts: a process replaced by another is not an overlap.
     changes.sort_by_key(|c| (c.0, c.1));
+    changes
+}
+
+/// How many processes of the tree were alive, as exact steps at every start and end (a jump
+/// is two points at one x), from 0 at the start to the end of the data: the parallelism the
+/// tree had, processes shorter than the sampling interval included.
+pub fn running_processes(data: &RunData, model: &Model) -> Series {
+    let changes = lifetime_changes(data, model);
+    let mut points = vec![(0.0, 0.0)];
+    let mut live = 0i64;
+    let mut i = 0;
+    while i < changes.len() {
+        let t = changes[i].0;
+        let before = live;
+        while i < changes.len() && changes[i].0 == t {
+            live += i64::from(changes[i].1);
+            i += 1;
+        }
+        if live != before {
+            let x = model.secs(t);
+            points.push((x, before as f64));
+            points.push((x, live as f64));
+        }
+    }
+    let end = model.secs(model.t1_ns);
+    if points.last().is_some_and(|p| p.0 < end) {
+        points.push((end, live as f64));
+    }
+    Series {
+        name: "processes alive".into(),
+        group: None,
+        points,
+    }
+}
+
+/// How many processes of each top group (by peak) were alive, as exact steps at every start
+/// and end, so processes shorter than the sampling interval count too.
+pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
+    let groups = model.groups.len();
+    let changes = lifetime_changes(data, model);
     let mut live = vec![0i64; groups];
     let mut peak = vec![0.0f64; groups];
     for &(_, d, g) in &changes {

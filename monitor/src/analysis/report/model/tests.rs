@@ -313,6 +313,39 @@ fn active_instances_are_exact_steps() {
 }
 
 #[test]
+fn running_processes_are_exact_whole_steps() {
+    let mut data = two_workers();
+    // Starts as `b` ends: one process replaced by another is no change.
+    data.processes.push(Process {
+        end_ns: Some(16 * S),
+        ..proc(15, Some("/bin/work"), "work", &["work", "c"])
+    });
+    let model = build(&data, &GroupBy::Exe);
+    let running = running_processes(&data, &model);
+    assert_eq!(running.group, None);
+    // t0 = 10 s: a 10-14 s, b 11-15 s, sh 12-13 s, c 15-16 s.
+    assert_eq!(
+        running.points,
+        [
+            (0.0, 0.0),
+            (0.0, 0.0),
+            (0.0, 1.0),
+            (1.0, 1.0),
+            (1.0, 2.0),
+            (2.0, 2.0),
+            (2.0, 3.0),
+            (3.0, 3.0),
+            (3.0, 2.0),
+            (4.0, 2.0),
+            (4.0, 1.0),
+            (6.0, 1.0),
+            (6.0, 0.0)
+        ]
+    );
+    assert!(running.points.iter().all(|p| p.1.fract() == 0.0));
+}
+
+#[test]
 fn exit_texts() {
     let mut p = proc(1, None, "x", &[]);
     assert_eq!(exit_text(&p), "unknown");

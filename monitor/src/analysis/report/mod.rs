@@ -44,6 +44,8 @@ pub struct Report {
     pub plots: Vec<plots::Plot>,
     pub timeline: timeline::Timeline,
     pub timeline_svg: String,
+    /// The timeline as the HTML page shows it: strips of rows, folded rows that open.
+    pub timeline_html: String,
     /// The parallelism plot of "Where the time went" (only with run.json `time`).
     pub time_plot: Option<plots::Plot>,
 }
@@ -85,6 +87,7 @@ pub fn prepare_data(mut data: load::RunData, by: model::GroupBy) -> Report {
     let limits = timeline::Limits::default();
     let tl = timeline::layout(&data, &model, limits);
     let timeline_svg = timeline::svg(&data, &model, &tl, limits);
+    let timeline_html = timeline::html(&data, &model, &tl, limits);
     Report {
         data,
         model,
@@ -92,6 +95,7 @@ pub fn prepare_data(mut data: load::RunData, by: model::GroupBy) -> Report {
         plots,
         timeline: tl,
         timeline_svg,
+        timeline_html,
         time_plot,
     }
 }

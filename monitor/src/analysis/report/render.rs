@@ -70,6 +70,7 @@ struct View {
     plots: Vec<PlotView>,
     timeline_caption: String,
     timeline_svg: String,
+    timeline_html: String,
     timeline_axis_svg: String,
     timeline_file: &'static str,
     /// Group-table columns hidden on a narrow window (the page says so).
@@ -620,9 +621,31 @@ fn timeline_caption(report: &Report) -> String {
              processes are the ticks inside it).",
             t.rows.len()
         )
+    } else if t.rows.iter().any(|r| r.folded) {
+        format!(
+            "{n} processes in {} rows, under their parents.",
+            t.rows.len()
+        )
     } else {
         format!("{n} processes, one row each, under their parents.")
     };
+    let folds: Vec<usize> = t
+        .rows
+        .iter()
+        .filter(|r| r.folded)
+        .map(|r| r.members.len())
+        .collect();
+    if !folds.is_empty() {
+        text.push_str(&format!(
+            " {} row{} fold{} {} identical siblings (children of one parent with the same command \
+             line and none of their own), labelled with their count; in the HTML report, click \
+             one to open it.",
+            folds.len(),
+            if folds.len() == 1 { "" } else { "s" },
+            if folds.len() == 1 { "s" } else { "" },
+            folds.iter().sum::<usize>()
+        ));
+    }
     if let Some(depth) = t.folded_below {
         text.push_str(&format!(
             " Levels deeper than {depth} are folded into their ancestors."
@@ -687,6 +710,7 @@ fn view(report: &Report) -> View {
         plots: report.plots.iter().map(plot_view).collect(),
         timeline_caption: timeline_caption(report),
         timeline_svg: report.timeline_svg.clone(),
+        timeline_html: report.timeline_html.clone(),
         timeline_axis_svg: super::timeline::axis_svg(model),
         timeline_file: "report-timeline.svg",
         minor_columns: MINOR_COLUMNS.to_vec(),
@@ -1011,8 +1035,9 @@ mod tests {
         for needle in ["src=\"http", "href=\"http", "url(http", "@import", "<link"] {
             assert!(!html.contains(needle), "{needle}");
         }
-        // The plots, the timeline and its axis (kept in view while the rows scroll).
-        assert_eq!(html.matches("<svg").count(), report.plots.len() + 2);
+        // The plots, the timeline's axis (kept in view while the rows scroll) and its rows: those
+        // before the five `/bin/true`, their folded row, and the row of each of them inside.
+        assert_eq!(html.matches("<svg").count(), report.plots.len() + 1 + 3);
         assert!(html.contains(r#"<div class="axis"><svg"#));
         // The command of every top process, whole: the root's ends, past 80 characters, with
         // `for i in $(seq 5); do /bin/true; done`.
@@ -1022,8 +1047,38 @@ mod tests {
             .expect("the root shell in the top processes");
         assert!(root.contains("for i in $(seq 5); do "), "{root}");
         assert!(html.contains("<title>"));
-        // Every process of the fixture has its bar (one row each: it is small).
-        assert_eq!(report.timeline.rows.len(), report.data.processes.len());
+        // Every process of the fixture has its bar (one row each: it is small), but the five
+        // `/bin/true` of the shell loop are one row that opens to show them.
+        let rows = &report.timeline.rows;
+        assert_eq!(rows.len(), report.data.processes.len() - 4);
+        let folded: Vec<&super::super::timeline::Row> = rows.iter().filter(|r| r.folded).collect();
+        assert_eq!(folded.len(), 1);
+        assert_eq!(folded[0].members.len(), 5);
+        assert!(folded[0]
+            .members
+            .iter()
+            .all(|&m| report.data.processes[m].command_line() == "/bin/true"));
+        let fold = &html[html.find(r#"<details class="fold"><summary>"#).unwrap()..];
+        let fold = &fold[..fold.find("</details>").unwrap()];
+        let (summary, inside) = fold.split_at(fold.find("</summary>").unwrap());
+        assert!(summary.contains("5 × /bin/true</text>"), "{summary}");
+        assert!(summary.contains(r#"<tspan class="fold-closed">"#));
+        for &m in &folded[0].members {
+            let label = format!(">true {}</text>", report.data.processes[m].pid);
+            assert!(inside.contains(&label), "{label}");
+            assert!(
+                !html.replacen(fold, "", 1).contains(&label),
+                "{label} only inside"
+            );
+        }
+        // The Markdown's SVG file has the row closed, with its count.
+        let svg = &report.timeline_svg;
+        assert!(svg.contains(">5 × /bin/true</text>"));
+        assert!(!svg.contains("fold-closed"));
+        assert!(!svg.contains(&format!(
+            ">true {}</text>",
+            report.data.processes[folded[0].members[0]].pid
+        )));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use super::load::{Process, RunData};
+use super::load::{Process, RunData, SocketBytes};
 
 /// How processes are put into groups (`--group-by`).
 #[derive(Clone, Debug)]
@@ -501,6 +501,20 @@ fn rank_groups(stats: &[GroupStats]) -> Vec<usize> {
         rank[g] = r;
     }
     rank
+}
+
+/// Socket bytes each group's processes sent and received (processes.parquet `net_*`, exit
+/// figures), by group; None for a group none of whose processes has them.
+pub fn socket_bytes_per_group(data: &RunData, model: &Model) -> Vec<Option<SocketBytes>> {
+    let mut sums: Vec<Option<SocketBytes>> = vec![None; model.groups.len()];
+    for (i, p) in data.processes.iter().enumerate() {
+        if let Some(bytes) = &p.socket_bytes {
+            sums[model.group_of[i]]
+                .get_or_insert_with(SocketBytes::default)
+                .add(bytes);
+        }
+    }
+    sums
 }
 
 /// One process in a top list.

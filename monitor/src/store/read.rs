@@ -301,6 +301,9 @@ pub struct Sample {
     pub rss_bytes: Option<u64>,
     pub uss_bytes: Option<u64>,
     pub pss_bytes: Option<u64>,
+    /// Bytes it caused to be fetched from and sent to storage so far (cumulative).
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
 }
 
 /// One row of system.parquet (the columns the report uses).
@@ -646,6 +649,8 @@ fn read_samples(
         let rss = c.prim::<UInt64Type>("rss_bytes");
         let uss = c.prim::<UInt64Type>("uss_bytes");
         let pss = c.prim::<UInt64Type>("pss_bytes");
+        let read = c.prim::<UInt64Type>("read_bytes");
+        let write = c.prim::<UInt64Type>("write_bytes");
         keys.iter()
             .enumerate()
             .map(|(i, &(time_ns, process))| Sample {
@@ -658,6 +663,8 @@ fn read_samples(
                 rss_bytes: opt(rss, i),
                 uss_bytes: opt(uss, i),
                 pss_bytes: opt(pss, i),
+                read_bytes: opt(read, i),
+                write_bytes: opt(write, i),
             })
             .collect()
     })

@@ -29,6 +29,7 @@ pub struct Plot {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Unit {
     Bytes,
+    BytesPerSecond,
     /// CPU% (100 = one core) or utilization.
     Percent,
     Seconds,
@@ -42,15 +43,23 @@ const COUNT_SUFFIX: &str = "";
 /// Divisor and suffix for axis labels of values up to `max`.
 fn scale(unit: Unit, max: f64) -> (f64, &'static str) {
     match unit {
-        Unit::Bytes => {
+        Unit::Bytes | Unit::BytesPerSecond => {
             const UNITS: [&str; 5] = [" B", " KiB", " MiB", " GiB", " TiB"];
+            const RATES: [&str; 5] = [" B/s", " KiB/s", " MiB/s", " GiB/s", " TiB/s"];
             let mut div = 1.0;
             let mut k = 0;
             while max / div >= 1024.0 && k + 1 < UNITS.len() {
                 div *= 1024.0;
                 k += 1;
             }
-            (div, UNITS[k])
+            (
+                div,
+                if unit == Unit::Bytes {
+                    UNITS[k]
+                } else {
+                    RATES[k]
+                },
+            )
         }
         Unit::Percent => (1.0, "%"),
         Unit::Seconds => (1.0, " s"),
@@ -331,6 +340,33 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
         Unit::Seconds,
         &model::cumulative_cpu(data, model),
     )?);
+    for (id, title, value) in [
+        (
+            "io-read",
+            "Storage reads per group",
+            (|s: &model::SweepSum| s.read_per_s) as fn(&model::SweepSum) -> Option<f64>,
+        ),
+        ("io-write", "Storage writes per group", |s| s.write_per_s),
+    ] {
+        plots.extend(plot(
+            id,
+            title,
+            &format!(
+                "Bytes per second each group's processes caused to be {} storage, from the \
+                 read_bytes and write_bytes counters of consecutive samples (samples.parquet), \
+                 summed at every sweep. Cached I/O that never reached a disk does not count; \
+                 I/O after a process's last sweep, and processes shorter than the sampling \
+                 interval, do not show.",
+                if id == "io-read" {
+                    "fetched from"
+                } else {
+                    "sent to"
+                }
+            ),
+            Unit::BytesPerSecond,
+            &model::sweep_series(model, value),
+        )?);
+    }
     plots.extend(stacked_instances(
         &model::active_instances(data, model),
         &marks,
@@ -985,6 +1021,45 @@ mod tests {
             "{}",
             plot.caption
         );
+    }
+
+    #[test]
+    fn storage_reads_and_writes_are_plotted_as_rates_when_there_are_any() {
+        use crate::analysis::report::load::{Process, Sample};
+        use crate::analysis::report::model::{build, GroupBy};
+        const S: i64 = 1_000_000_000;
+        let sample = |t: i64, read: u64| Sample {
+            time_ns: t * S,
+            process: 0,
+            read_bytes: Some(read),
+            write_bytes: Some(0),
+            rss_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        let data = RunData {
+            processes: vec![Process {
+                pid: 1,
+                comm: "dd".into(),
+                end_ns: Some(4 * S),
+                ..Default::default()
+            }],
+            // 50 MiB/s, then 100 MiB/s.
+            samples: vec![sample(1, 50 << 20), sample(2, 150 << 20)],
+            ..Default::default()
+        };
+        let model = build(&data, &GroupBy::Comm);
+        let plots = all(&data, &model).unwrap();
+        let ids: Vec<&str> = plots.iter().map(|p| p.id.as_str()).collect();
+        assert!(ids.contains(&"io-read"), "{ids:?}");
+        assert!(!ids.contains(&"io-write"), "nothing written: {ids:?}");
+        let read = plots.iter().find(|p| p.id == "io-read").unwrap();
+        assert!(read.svg.contains(" MiB/s\n</text>"), "a rate axis");
+        assert!(read.svg.contains(">\n100 MiB/s\n</text>"));
+        // The fixture's counters are all 0: no I/O plot.
+        let fixture =
+            crate::analysis::report::prepare(&crate::analysis::report::tests::fixture(), "exe")
+                .unwrap();
+        assert!(!fixture.plots.iter().any(|p| p.id.starts_with("io-")));
     }
 
     #[test]

@@ -96,12 +96,55 @@ pub struct SweepSum {
     pub gpu_memory: Option<u64>,
     /// Processes of the group in the sweep (procfs rows).
     pub live: u32,
+    /// Storage bytes read and written per second since each process's previous sample (or its
+    /// start), summed.
+    pub read_per_s: Option<f64>,
+    pub write_per_s: Option<f64>,
 }
 
 fn add(sum: &mut Option<u64>, value: Option<u64>) {
     if let Some(v) = value {
         *sum = Some(sum.unwrap_or(0) + v);
     }
+}
+
+fn add_f64(sum: &mut Option<f64>, value: Option<f64>) {
+    if let Some(v) = value {
+        *sum = Some(sum.unwrap_or(0.0) + v);
+    }
+}
+
+/// For each sample, the storage bytes per second its process read and wrote since its previous
+/// sweep row (since its start, with 0 bytes, for its first): (read, write). None for exit rows,
+/// rows without the counters and rows at the same moment as the previous one. A counter that went
+/// back (procfs counts reaped children; the task iterator does not) counts as no I/O.
+fn io_rates(data: &RunData) -> Vec<(Option<f64>, Option<f64>)> {
+    let mut rates = vec![(None, None); data.samples.len()];
+    let mut order: Vec<usize> = (0..data.samples.len())
+        .filter(|&i| !data.samples[i].exit)
+        .collect();
+    order.sort_by_key(|&i| (data.samples[i].process, data.samples[i].time_ns));
+    let mut previous: Option<usize> = None;
+    for &i in &order {
+        let s = &data.samples[i];
+        let prev = previous.filter(|&j| data.samples[j].process == s.process);
+        let (t0, read0, write0) = match prev {
+            Some(j) => {
+                let p = &data.samples[j];
+                (p.time_ns, p.read_bytes, p.write_bytes)
+            }
+            None => (data.processes[s.process].start_ns, Some(0), Some(0)),
+        };
+        let dt = (s.time_ns - t0) as f64 / 1e9;
+        if dt > 0.0 {
+            let rate = |now: Option<u64>, before: Option<u64>| {
+                Some(now?.saturating_sub(before?) as f64 / dt)
+            };
+            rates[i] = (rate(s.read_bytes, read0), rate(s.write_bytes, write0));
+        }
+        previous = Some(i);
+    }
+    rates
 }
 
 /// One row of the per-group table.
@@ -267,9 +310,12 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
         })
         .collect();
     let mut uss_total = vec![(0.0f64, 0usize); names.len()];
-    for s in data.samples.iter().filter(|s| !s.exit) {
+    let rates = io_rates(data);
+    for (s, (read_per_s, write_per_s)) in data.samples.iter().zip(rates).filter(|(s, _)| !s.exit) {
         let g = first_group[s.process];
         let sum = sums.entry((g, sweep_of[&s.time_ns])).or_default();
+        add_f64(&mut sum.read_per_s, read_per_s);
+        add_f64(&mut sum.write_per_s, write_per_s);
         add(&mut sum.uss, s.uss_bytes);
         add(&mut sum.rss, s.rss_bytes);
         add(&mut sum.pss, s.pss_bytes);

@@ -444,3 +444,42 @@ fn peak_rss_per_instance_takes_exit_figures_of_processes_never_sampled() {
         (Some(50), 1)
     );
 }
+
+#[test]
+fn storage_rates_are_per_second_since_the_previous_sample_summed_per_sweep() {
+    let mut data = two_workers();
+    // a (started at 10 s): 2000 bytes read by 12 s, 5000 by 13 s; b (11 s): 100 by 12 s, then
+    // a counter that went back (no I/O); sh started at its first sweep (no time to divide by)
+    // and has no counters after.
+    for (i, read, write) in [
+        (0, 2_000, Some(0)),
+        (3, 5_000, Some(1 << 20)),
+        (1, 100, None),
+        (4, 50, None),
+        (2, 7, Some(7)),
+    ] {
+        data.samples[i].read_bytes = Some(read);
+        data.samples[i].write_bytes = write;
+    }
+    // The exit row's counters are not a sweep.
+    data.samples[6].read_bytes = Some(1 << 30);
+    let model = build(&data, &GroupBy::Exe);
+    let io = |g: usize| -> Vec<(Option<f64>, Option<f64>)> {
+        model.group_sweeps[g]
+            .iter()
+            .map(|(_, sum)| (sum.read_per_s, sum.write_per_s))
+            .collect()
+    };
+    assert_eq!(model.groups[0].name, "work");
+    assert_eq!(
+        io(0),
+        [
+            (Some(1_000.0 + 100.0), Some(0.0)),
+            (Some(3_000.0 + 0.0), Some((1 << 20) as f64))
+        ]
+    );
+    assert_eq!(io(1), [(None, None), (None, None)]);
+    let series = sweep_series(&model, |s| s.read_per_s);
+    assert_eq!(series.len(), 1, "sh read nothing: no line");
+    assert_eq!(series[0].points, [(2.0, 1_100.0), (3.0, 3_000.0)]);
+}

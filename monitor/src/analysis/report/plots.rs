@@ -340,33 +340,29 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
         Unit::Seconds,
         &model::cumulative_cpu(data, model),
     )?);
-    for (id, title, value) in [
-        (
-            "io-read",
-            "Storage reads per group",
-            (|s: &model::SweepSum| s.read_per_s) as fn(&model::SweepSum) -> Option<f64>,
-        ),
-        ("io-write", "Storage writes per group", |s| s.write_per_s),
-    ] {
-        plots.extend(plot(
-            id,
-            title,
-            &format!(
-                "Bytes per second each group's processes caused to be {} storage, from the \
-                 read_bytes and write_bytes counters of consecutive samples (samples.parquet), \
-                 summed at every sweep. Cached I/O that never reached a disk does not count; \
-                 I/O after a process's last sweep, and processes shorter than the sampling \
-                 interval, do not show.",
-                if id == "io-read" {
-                    "fetched from"
-                } else {
-                    "sent to"
-                }
-            ),
-            Unit::BytesPerSecond,
-            &model::sweep_series(model, value),
-        )?);
-    }
+    let io_caption = |moved: &str| {
+        format!(
+            "Bytes per second each group's processes caused to be {moved} storage, from the \
+             read_bytes and write_bytes counters of consecutive samples (samples.parquet), \
+             summed at every sweep. Cached I/O that never reached a disk does not count; I/O \
+             after a process's last sweep, and processes shorter than the sampling interval, do \
+             not show."
+        )
+    };
+    plots.extend(plot(
+        "io-read",
+        "Storage reads per group",
+        &io_caption("fetched from"),
+        Unit::BytesPerSecond,
+        &model::sweep_series(model, |s| s.read_per_s),
+    )?);
+    plots.extend(plot(
+        "io-write",
+        "Storage writes per group",
+        &io_caption("sent to"),
+        Unit::BytesPerSecond,
+        &model::sweep_series(model, |s| s.write_per_s),
+    )?);
     plots.extend(stacked_instances(
         &model::active_instances(data, model),
         &marks,

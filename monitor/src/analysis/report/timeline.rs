@@ -229,23 +229,25 @@ fn fold_identical(
     children: &[Vec<usize>],
     siblings: Vec<usize>,
 ) -> Vec<(Vec<usize>, bool)> {
-    let leaf = |p: usize| children[p].is_empty();
-    let mut alike: HashMap<String, Vec<usize>> = HashMap::new();
-    for &p in siblings.iter().filter(|&&p| leaf(p)) {
-        alike
-            .entry(data.processes[p].command_line())
-            .or_default()
-            .push(p);
+    // The command line of each leaf (the only siblings that fold), read once.
+    let lines: Vec<Option<String>> = siblings
+        .iter()
+        .map(|&p| {
+            children[p]
+                .is_empty()
+                .then(|| data.processes[p].command_line())
+        })
+        .collect();
+    let mut alike: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (&p, line) in siblings.iter().zip(&lines) {
+        if let Some(line) = line {
+            alike.entry(line).or_default().push(p);
+        }
     }
     alike.retain(|_, same| same.len() >= FOLD_MIN);
     let mut nodes = Vec::new();
-    for p in siblings {
-        let fold = if leaf(p) && !alike.is_empty() {
-            alike.get(&data.processes[p].command_line())
-        } else {
-            None
-        };
-        match fold {
+    for (&p, line) in siblings.iter().zip(&lines) {
+        match line.as_deref().and_then(|line| alike.get(line)) {
             // The first of them takes them all; the others are in its row already.
             Some(same) if same[0] == p => nodes.push((same.clone(), true)),
             Some(_) => {}

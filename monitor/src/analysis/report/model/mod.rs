@@ -117,7 +117,9 @@ fn add_f64(sum: &mut Option<f64>, value: Option<f64>) {
 /// For each sample, the storage bytes per second its process read and wrote since its previous
 /// sweep row (since its start, with 0 bytes, for its first): (read, write). None for exit rows,
 /// rows without the counters and rows at the same moment as the previous one. A counter that went
-/// back (procfs counts reaped children; the task iterator does not) counts as no I/O.
+/// back (procfs counts reaped children; the task iterator does not) counts as no I/O. A process
+/// `montrace attach` found running had done I/O before its first sample: its first rate is its
+/// average since it started (docs/report.md says so).
 fn io_rates(data: &RunData) -> Vec<(Option<f64>, Option<f64>)> {
     let mut rates = vec![(None, None); data.samples.len()];
     let mut order: Vec<usize> = (0..data.samples.len())

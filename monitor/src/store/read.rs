@@ -244,10 +244,36 @@ pub struct Process {
     pub cpu_user_ns: Option<u64>,
     pub cpu_system_ns: Option<u64>,
     pub peak_rss_bytes: Option<u64>,
+    /// Socket bytes its threads sent and received (the `net_*` exit figures), None where the
+    /// run has none for it.
+    pub socket_bytes: Option<SocketBytes>,
     pub alive_at_end: bool,
     /// No processes row: a run killed while it ran. What is known comes from its events and
     /// samples.
     pub unflushed: bool,
+}
+
+/// processes.parquet `net_inet_sent_bytes`, `net_inet_received_bytes`, `net_unix_sent_bytes`,
+/// `net_unix_received_bytes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SocketBytes {
+    pub inet_sent: u64,
+    pub inet_received: u64,
+    pub unix_sent: u64,
+    pub unix_received: u64,
+}
+
+impl SocketBytes {
+    pub fn add(&mut self, other: &SocketBytes) {
+        self.inet_sent += other.inet_sent;
+        self.inet_received += other.inet_received;
+        self.unix_sent += other.unix_sent;
+        self.unix_received += other.unix_received;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.inet_sent + self.inet_received + self.unix_sent + self.unix_received
+    }
 }
 
 impl Process {
@@ -275,6 +301,9 @@ pub struct Sample {
     pub rss_bytes: Option<u64>,
     pub uss_bytes: Option<u64>,
     pub pss_bytes: Option<u64>,
+    /// Bytes it caused to be fetched from and sent to storage so far (cumulative).
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
 }
 
 /// One row of system.parquet (the columns the report uses).
@@ -477,6 +506,13 @@ fn read_processes(dir: &Path) -> anyhow::Result<Vec<Process>> {
         let user = c.prim::<UInt64Type>("cpu_user_ns");
         let system = c.prim::<UInt64Type>("cpu_system_ns");
         let peak = c.prim::<UInt64Type>("peak_rss_bytes");
+        let net = [
+            "net_inet_sent_bytes",
+            "net_inet_received_bytes",
+            "net_unix_sent_bytes",
+            "net_unix_received_bytes",
+        ]
+        .map(|name| c.prim::<UInt64Type>(name));
         let alive = c.bool("alive_at_end");
         for i in 0..batch.num_rows() {
             let parent = match (opt(parent_pid, i), opt(parent_start, i)) {
@@ -501,6 +537,20 @@ fn read_processes(dir: &Path) -> anyhow::Result<Vec<Process>> {
                 cpu_user_ns: opt(user, i),
                 cpu_system_ns: opt(system, i),
                 peak_rss_bytes: opt(peak, i),
+                socket_bytes: {
+                    let [inet_sent, inet_received, unix_sent, unix_received] =
+                        net.map(|column| opt(column, i));
+                    // The four are null together (schema.md); a lone one still counts.
+                    [inet_sent, inet_received, unix_sent, unix_received]
+                        .iter()
+                        .any(Option::is_some)
+                        .then(|| SocketBytes {
+                            inet_sent: inet_sent.unwrap_or(0),
+                            inet_received: inet_received.unwrap_or(0),
+                            unix_sent: unix_sent.unwrap_or(0),
+                            unix_received: unix_received.unwrap_or(0),
+                        })
+                },
                 alive_at_end: alive.is_some_and(|a| a.is_valid(i) && a.value(i)),
                 unflushed: false,
             });
@@ -599,6 +649,8 @@ fn read_samples(
         let rss = c.prim::<UInt64Type>("rss_bytes");
         let uss = c.prim::<UInt64Type>("uss_bytes");
         let pss = c.prim::<UInt64Type>("pss_bytes");
+        let read = c.prim::<UInt64Type>("read_bytes");
+        let write = c.prim::<UInt64Type>("write_bytes");
         keys.iter()
             .enumerate()
             .map(|(i, &(time_ns, process))| Sample {
@@ -611,6 +663,8 @@ fn read_samples(
                 rss_bytes: opt(rss, i),
                 uss_bytes: opt(uss, i),
                 pss_bytes: opt(pss, i),
+                read_bytes: opt(read, i),
+                write_bytes: opt(write, i),
             })
             .collect()
     })
@@ -812,6 +866,49 @@ mod tests {
         assert_eq!(info.gpu, crate::sampling::gpu::GpuSummary::not_recorded());
         assert_eq!((info.marks_dropped, info.recording_error), (0, None));
         assert_eq!(data.processes.len(), 22);
+    }
+
+    /// The socket byte columns read back per process; a process without them (null) has none,
+    /// and so does every process of a run written before the columns existed (the fixture).
+    #[test]
+    fn socket_bytes_read_back_and_null_is_none() {
+        use crate::store::records::ProcessRecord;
+        let tmp = tempfile::tempdir().unwrap();
+        let mut table = crate::store::writer::PartedTable::processes(tmp.path()).unwrap();
+        table
+            .push(ProcessRecord {
+                pid: 7,
+                start_time_ns: 1,
+                comm: "curl".into(),
+                net_inet_sent_bytes: Some(300),
+                net_inet_received_bytes: Some(40_000),
+                net_unix_sent_bytes: Some(0),
+                net_unix_received_bytes: Some(12),
+                ..Default::default()
+            })
+            .unwrap();
+        table
+            .push(ProcessRecord {
+                pid: 8,
+                start_time_ns: 2,
+                comm: "sh".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        table.finish().unwrap();
+        let processes = read_processes(tmp.path()).unwrap();
+        assert_eq!(
+            processes[0].socket_bytes,
+            Some(SocketBytes {
+                inet_sent: 300,
+                inet_received: 40_000,
+                unix_sent: 0,
+                unix_received: 12,
+            })
+        );
+        assert_eq!(processes[1].socket_bytes, None);
+        let fixture = load(&fixture()).unwrap();
+        assert!(fixture.processes.iter().all(|p| p.socket_bytes.is_none()));
     }
 
     /// A run killed mid-way: no run.json, tables only as parts. Everything flushed reads back.

@@ -44,6 +44,10 @@ pub struct Report {
     pub plots: Vec<plots::Plot>,
     pub timeline: timeline::Timeline,
     pub timeline_svg: String,
+    /// The timeline as the HTML page shows it: strips of rows, folded rows that open.
+    pub timeline_html: String,
+    /// The parallelism plot of "Where the time went" (only with run.json `time`).
+    pub time_plot: Option<plots::Plot>,
 }
 
 /// Reads `run_dir` and derives every figure, plot and the timeline of its report.
@@ -64,18 +68,26 @@ pub fn prepare_data(mut data: load::RunData, by: model::GroupBy) -> Report {
         ));
     }
     let model = model::build(&data, &by);
-    let plots = plots::all(&data, &model).unwrap_or_else(|e| {
-        // plotters only fails on a broken backend; a report without plots is still a report.
-        vec![plots::Plot {
-            id: "error".into(),
-            title: "Plots".into(),
-            caption: format!("The plots could not be drawn: {e}"),
-            svg: String::new(),
-        }]
-    });
+    // plotters only fails on a broken backend; a report without plots is still a report.
+    let failed = |e: String| plots::Plot {
+        id: "error".into(),
+        title: "Plots".into(),
+        caption: format!("The plots could not be drawn: {e}"),
+        svg: String::new(),
+    };
+    let plots = plots::all(&data, &model).unwrap_or_else(|e| vec![failed(e)]);
+    let time_plot = data
+        .info
+        .as_ref()
+        .filter(|info| info.time.is_some())
+        .and_then(|info| {
+            let cores = info.capacity.as_ref().map(|c| c.cpu_cores);
+            plots::parallelism(&data, &model, cores).unwrap_or_else(|e| Some(failed(e)))
+        });
     let limits = timeline::Limits::default();
     let tl = timeline::layout(&data, &model, limits);
     let timeline_svg = timeline::svg(&data, &model, &tl, limits);
+    let timeline_html = timeline::html(&data, &model, &tl, limits);
     Report {
         data,
         model,
@@ -83,6 +95,8 @@ pub fn prepare_data(mut data: load::RunData, by: model::GroupBy) -> Report {
         plots,
         timeline: tl,
         timeline_svg,
+        timeline_html,
+        time_plot,
     }
 }
 
@@ -425,8 +439,8 @@ mod tests {
         let table = render::group_table_markdown(&report);
         assert!(
             table.starts_with(
-                "| | group | instances | samples | peak USS / instance | agg. peak USS | \
-                 agg. peak RSS | agg. peak PSS | agg. peak GPU mem | peak CPU |"
+                "| | group | instances | samples | peak USS / instance | peak RSS / instance | \
+                 agg. peak USS | agg. peak RSS | agg. peak PSS | agg. peak GPU mem | peak CPU |"
             ),
             "{table}"
         );
@@ -435,7 +449,7 @@ mod tests {
                 .lines()
                 .find(|l| l.split(" | ").nth(1) == Some(name))
                 .unwrap();
-            row.split(" | ").nth(8).unwrap().to_string()
+            row.split(" | ").nth(9).unwrap().to_string()
         };
         assert_eq!(row("make"), crate::units::format_bytes(GPU_MEMORY_MAKE));
         assert_eq!(row("cc1"), crate::units::format_bytes(cc1_peak));

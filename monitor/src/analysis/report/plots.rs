@@ -9,7 +9,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::downsample::{min_max, min_max_indices, BUCKETS};
-use super::load::{RunData, GPU_COLUMNS};
+use super::load::{RunData, SocketBytes, GPU_COLUMNS};
 use super::model::{self, Model, Series};
 use super::{color_rgb, mark_text};
 use crate::units::format_bytes;
@@ -29,6 +29,7 @@ pub struct Plot {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Unit {
     Bytes,
+    BytesPerSecond,
     /// CPU% (100 = one core) or utilization.
     Percent,
     Seconds,
@@ -42,15 +43,23 @@ const COUNT_SUFFIX: &str = "";
 /// Divisor and suffix for axis labels of values up to `max`.
 fn scale(unit: Unit, max: f64) -> (f64, &'static str) {
     match unit {
-        Unit::Bytes => {
+        Unit::Bytes | Unit::BytesPerSecond => {
             const UNITS: [&str; 5] = [" B", " KiB", " MiB", " GiB", " TiB"];
+            const RATES: [&str; 5] = [" B/s", " KiB/s", " MiB/s", " GiB/s", " TiB/s"];
             let mut div = 1.0;
             let mut k = 0;
             while max / div >= 1024.0 && k + 1 < UNITS.len() {
                 div *= 1024.0;
                 k += 1;
             }
-            (div, UNITS[k])
+            (
+                div,
+                if unit == Unit::Bytes {
+                    UNITS[k]
+                } else {
+                    RATES[k]
+                },
+            )
         }
         Unit::Percent => (1.0, "%"),
         Unit::Seconds => (1.0, " s"),
@@ -331,6 +340,29 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
         Unit::Seconds,
         &model::cumulative_cpu(data, model),
     )?);
+    let io_caption = |moved: &str| {
+        format!(
+            "Bytes per second each group's processes caused to be {moved} storage, from the \
+             read_bytes and write_bytes counters of consecutive samples (samples.parquet), \
+             summed at every sweep. Cached I/O that never reached a disk does not count; I/O \
+             after a process's last sweep, and processes shorter than the sampling interval, do \
+             not show."
+        )
+    };
+    plots.extend(plot(
+        "io-read",
+        "Storage reads per group",
+        &io_caption("fetched from"),
+        Unit::BytesPerSecond,
+        &model::sweep_series(model, |s| s.read_per_s),
+    )?);
+    plots.extend(plot(
+        "io-write",
+        "Storage writes per group",
+        &io_caption("sent to"),
+        Unit::BytesPerSecond,
+        &model::sweep_series(model, |s| s.write_per_s),
+    )?);
     plots.extend(stacked_instances(
         &model::active_instances(data, model),
         &marks,
@@ -346,7 +378,191 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
         &model::sweep_series(model, |s| s.gpu_memory.map(|v| v as f64)),
     )?);
     plots.extend(gpu_plots(data, model, &marks, x_max)?);
+    plots.extend(network(data, model)?);
     Ok(plots)
+}
+
+/// The plot of "Where the time went": how many processes of the tree were alive at each moment
+/// (exact steps from their start and end times), against the cores the run had (a dashed line,
+/// when run.json says how many). None when no process ran.
+pub fn parallelism(data: &RunData, model: &Model, cores: Option<f64>) -> PlotResult<Option<Plot>> {
+    let running = [model::running_processes(data, model)];
+    if !has_data(&running) {
+        return Ok(None);
+    }
+    let peak = running[0].points.iter().map(|p| p.1).fold(0.0, f64::max);
+    let hlines: Vec<(f64, String)> = cores
+        .map(|c| (c, format!("{c} cores")))
+        .into_iter()
+        .collect();
+    let title = "Parallelism: processes alive";
+    let against = match cores {
+        Some(c) => format!(
+            ", against the {c} cores the run had (dashed): below the line cores were free for \
+             more work, above it processes shared them"
+        ),
+        None => String::new(),
+    };
+    Ok(Some(Plot {
+        id: "parallelism".into(),
+        title: title.into(),
+        caption: format!(
+            "Processes of the tree alive at each moment, from their exact start and end times \
+             (not sampled, so the shortest count too){against}. At most {} at once. A process \
+             alive is running, waiting for a CPU, or waiting for something else (a child, I/O): \
+             the table below says which for the steps of the critical path.",
+            peak as u64
+        ),
+        svg: line_chart(
+            title,
+            Unit::Count,
+            &running,
+            &marks_of(data, model),
+            model.secs(model.t1_ns),
+            &hlines,
+        )?,
+    }))
+}
+
+/// Socket bytes sent and received per group (processes.parquet `net_*`): two bars per group,
+/// each IPv4/IPv6 (solid) then unix (light), for the [`model::TOP_GROUPS`] groups with the most
+/// and "other". None when no process has the figures or no byte went through a socket.
+pub fn network(data: &RunData, model: &Model) -> PlotResult<Option<Plot>> {
+    let per_group = model::socket_bytes_per_group(data, model);
+    if per_group.iter().flatten().all(|b| b.total() == 0) {
+        return Ok(None);
+    }
+    let mut order: Vec<usize> = (0..per_group.len())
+        .filter(|&g| per_group[g].is_some_and(|b| b.total() > 0))
+        .collect();
+    order.sort_by_key(|&g| (std::cmp::Reverse(per_group[g].map_or(0, |b| b.total())), g));
+    let rest = order.split_off(order.len().min(model::TOP_GROUPS));
+    // (name, colour, bytes) per bar pair, largest first.
+    let mut bars: Vec<(String, RGBColor, SocketBytes)> = order
+        .iter()
+        .map(|&g| {
+            let (r, gg, b) = color_rgb(Some(g));
+            (
+                model.groups[g].name.clone(),
+                RGBColor(r, gg, b),
+                per_group[g].unwrap_or_default(),
+            )
+        })
+        .collect();
+    if !rest.is_empty() {
+        let mut other = SocketBytes::default();
+        for &g in &rest {
+            other.add(&per_group[g].unwrap_or_default());
+        }
+        let (r, g, b) = color_rgb(None);
+        bars.push((
+            format!("other ({} groups)", rest.len()),
+            RGBColor(r, g, b),
+            other,
+        ));
+    }
+    let x_data = bars
+        .iter()
+        .map(|(_, _, b)| (b.inet_sent + b.unix_sent).max(b.inet_received + b.unix_received) as f64)
+        .fold(1.0, f64::max)
+        * 1.08;
+    let (div, suffix) = scale(Unit::Bytes, x_data);
+    let x_max = x_data / div;
+    let title = "Socket bytes per group";
+    let rows = 2 * bars.len();
+    let height = (90 + 22 * rows) as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let names: Vec<String> = bars
+            .iter()
+            .flat_map(|(name, _, _)| [format!("{name} sent"), format!("{name} received")])
+            .collect();
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption(title, (FONT, 17))
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(170)
+            .build_cartesian_2d(0f64..x_max, (0..rows).into_segmented())
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc("bytes, whole run")
+            .x_labels(8)
+            .y_labels(rows)
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(228, 231, 235))
+            .x_label_formatter(&|v| axis_label(*v, suffix))
+            .y_label_formatter(&|v| match v {
+                // Segment 0 is at the bottom: the largest group's bars are at the top.
+                SegmentValue::CenterOf(k) if *k < rows => names[rows - 1 - k].clone(),
+                _ => String::new(),
+            })
+            .label_style((FONT, 12))
+            .draw()
+            .map_err(err)?;
+        for (k, (_, color, bytes)) in bars.iter().enumerate() {
+            let pairs = [
+                (bytes.inet_sent, bytes.unix_sent),
+                (bytes.inet_received, bytes.unix_received),
+            ];
+            for (j, (inet, unix)) in pairs.into_iter().enumerate() {
+                let row = rows - 1 - (2 * k + j);
+                let (inet, unix) = (inet as f64 / div, unix as f64 / div);
+                let bar = |from: f64, to: f64, style: ShapeStyle| {
+                    let mut rect = Rectangle::new(
+                        [
+                            (from, SegmentValue::Exact(row)),
+                            (to, SegmentValue::Exact(row + 1)),
+                        ],
+                        style,
+                    );
+                    rect.set_margin(3, 3, 0, 0);
+                    rect
+                };
+                chart
+                    .draw_series([
+                        bar(0.0, inet, color.filled()),
+                        bar(inet, inet + unix, color.mix(0.35).filled()),
+                    ])
+                    .map_err(err)?;
+            }
+        }
+        let grey = RGBColor(90, 90, 90);
+        legend(
+            &legend_area,
+            &[
+                ("IPv4/IPv6 sockets".to_string(), grey),
+                ("unix sockets".to_string(), RGBColor(200, 200, 200)),
+            ],
+        )?;
+        root.present().map_err(err)?;
+    }
+    let total = per_group
+        .iter()
+        .flatten()
+        .fold(SocketBytes::default(), |mut a, b| {
+            a.add(b);
+            a
+        });
+    Ok(Some(Plot {
+        id: "network".into(),
+        title: title.into(),
+        caption: format!(
+            "Bytes each group's processes sent and received through sockets over their whole \
+             lives (processes.parquet net_* columns: every send's and receive's length, payload \
+             only): solid IPv4/IPv6, light unix sockets. In all: {} sent and {} received over \
+             IPv4/IPv6, {} sent and {} received over unix sockets.",
+            format_bytes(total.inet_sent),
+            format_bytes(total.inet_received),
+            format_bytes(total.unix_sent),
+            format_bytes(total.unix_received),
+        ),
+        svg,
+    }))
 }
 
 /// A line per group of `series` with the marks, or None when no point is above 0.
@@ -730,6 +946,117 @@ fn gpu_plots(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_bytes_are_two_bars_per_group_and_absent_without_them() {
+        use crate::analysis::report::load::Process;
+        use crate::analysis::report::model::{build, GroupBy};
+        let process = |pid: u32, comm: &str, bytes: Option<SocketBytes>| Process {
+            pid,
+            start_ns: i64::from(pid),
+            end_ns: Some(100),
+            comm: comm.into(),
+            socket_bytes: bytes,
+            ..Default::default()
+        };
+        let bytes = |inet_sent, inet_received, unix_sent, unix_received| {
+            Some(SocketBytes {
+                inet_sent,
+                inet_received,
+                unix_sent,
+                unix_received,
+            })
+        };
+        let mut data = RunData {
+            processes: vec![process(1, "sh", None), process(2, "make", None)],
+            ..Default::default()
+        };
+        let model = build(&data, &GroupBy::Comm);
+        assert_eq!(network(&data, &model).unwrap(), None, "no net_* figures");
+        // Figures, all zero: nothing went through a socket.
+        data.processes[0].socket_bytes = bytes(0, 0, 0, 0);
+        let model = build(&data, &GroupBy::Comm);
+        assert_eq!(network(&data, &model).unwrap(), None);
+
+        // Two curls and a dbus client, and ten small groups of one process each.
+        data.processes
+            .push(process(3, "curl", bytes(1_000, 3 << 20, 0, 0)));
+        data.processes
+            .push(process(4, "curl", bytes(24, 1 << 20, 0, 100)));
+        data.processes
+            .push(process(5, "dbus", bytes(0, 0, 2048, 4096)));
+        for k in 0..10 {
+            data.processes
+                .push(process(10 + k, &format!("tool{k}"), bytes(1, 1, 0, 0)));
+        }
+        let model = build(&data, &GroupBy::Comm);
+        let per_group = model::socket_bytes_per_group(&data, &model);
+        let curl = model.groups.iter().position(|g| g.name == "curl").unwrap();
+        assert_eq!(per_group[curl], bytes(1_024, 4 << 20, 0, 100));
+        let make = model.groups.iter().position(|g| g.name == "make").unwrap();
+        assert_eq!(per_group[make], None);
+
+        let plot = network(&data, &model).unwrap().expect("socket bytes");
+        assert_eq!(plot.id, "network");
+        for label in ["curl sent", "curl received", "dbus sent", "dbus received"] {
+            assert!(
+                plot.svg.contains(&format!(">\n{label}\n</text>")),
+                "{label}"
+            );
+        }
+        // Eight groups with bytes by name (curl, dbus, six tools), the other four summed (sh
+        // has figures, but all zero: not a bar).
+        assert!(plot.svg.contains(">\nother (4 groups) sent\n</text>"));
+        assert!(!plot.svg.contains(">\nsh sent\n</text>"));
+        assert!(!plot.svg.contains(">\nmake sent\n</text>"));
+        assert!(
+            plot.caption.contains(
+                "In all: 1.0 KiB sent and 4.0 MiB received over IPv4/IPv6, 2.0 KiB sent and \
+                 4.1 KiB received over unix sockets."
+            ),
+            "{}",
+            plot.caption
+        );
+    }
+
+    #[test]
+    fn storage_reads_and_writes_are_plotted_as_rates_when_there_are_any() {
+        use crate::analysis::report::load::{Process, Sample};
+        use crate::analysis::report::model::{build, GroupBy};
+        const S: i64 = 1_000_000_000;
+        let sample = |t: i64, read: u64| Sample {
+            time_ns: t * S,
+            process: 0,
+            read_bytes: Some(read),
+            write_bytes: Some(0),
+            rss_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        let data = RunData {
+            processes: vec![Process {
+                pid: 1,
+                comm: "dd".into(),
+                end_ns: Some(4 * S),
+                ..Default::default()
+            }],
+            // 50 MiB/s, then 100 MiB/s.
+            samples: vec![sample(1, 50 << 20), sample(2, 150 << 20)],
+            ..Default::default()
+        };
+        let model = build(&data, &GroupBy::Comm);
+        let plots = all(&data, &model).unwrap();
+        let ids: Vec<&str> = plots.iter().map(|p| p.id.as_str()).collect();
+        assert!(ids.contains(&"io-read"), "{ids:?}");
+        assert!(!ids.contains(&"io-write"), "nothing written: {ids:?}");
+        let read = plots.iter().find(|p| p.id == "io-read").unwrap();
+        assert!(read.svg.contains(" MiB/s\n</text>"), "a rate axis");
+        assert!(read.svg.contains(">\n100 MiB/s\n</text>"));
+        // The fixture's counters are all 0: no I/O plot.
+        let fixture =
+            crate::analysis::report::prepare(&crate::analysis::report::tests::fixture(), "exe")
+                .unwrap();
+        assert!(!fixture.plots.iter().any(|p| p.id.starts_with("io-")));
+    }
 
     #[test]
     fn gpu_tables_add_their_plots() {

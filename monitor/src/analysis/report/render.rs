@@ -70,12 +70,15 @@ struct View {
     plots: Vec<PlotView>,
     timeline_caption: String,
     timeline_svg: String,
+    timeline_html: String,
     timeline_axis_svg: String,
     timeline_file: &'static str,
     /// Group-table columns hidden on a narrow window (the page says so).
     minor_columns: Vec<&'static str>,
     /// "Where the time went", from run.json `time` (absent without it).
     time: Option<TimeView>,
+    /// Its parallelism plot.
+    time_plot: Option<PlotView>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -163,7 +166,7 @@ pub const MINOR_COLUMNS: [&str; 6] = [
 ];
 
 /// The columns of the per-group table, after the group's name.
-pub const GROUP_COLUMNS: [Column; 13] = [
+pub const GROUP_COLUMNS: [Column; 14] = [
     Column {
         label: "instances",
         title: "processes in the group",
@@ -175,6 +178,12 @@ pub const GROUP_COLUMNS: [Column; 13] = [
     Column {
         label: "peak USS / instance",
         title: "the largest private memory (USS) of one process",
+    },
+    Column {
+        label: "peak RSS / instance",
+        title: "the largest peak resident memory of one process: the kernel's exact figure at \
+                its exit (VmHWM), so processes too short to be sampled count (* where a process \
+                had none and its largest sample counts instead)",
     },
     Column {
         label: "agg. peak USS",
@@ -225,7 +234,7 @@ pub const GPU_MEMORY_COLUMN: Column = Column {
     title: "largest sum of the GPU memory the group's processes held at one sweep, all GPUs",
 };
 /// Where [`GPU_MEMORY_COLUMN`] goes among [`GROUP_COLUMNS`].
-const GPU_MEMORY_AT: usize = 6;
+const GPU_MEMORY_AT: usize = 7;
 
 /// The columns of the per-group table of `model`, after the group's name.
 pub fn group_columns(model: &Model) -> Vec<Column> {
@@ -324,6 +333,14 @@ pub fn group_rows(model: &Model) -> Vec<GroupRow> {
                 cell(st.instances.to_string(), st.instances as f64),
                 cell(st.samples.to_string(), st.samples as f64),
                 bytes_cell(st.peak_uss_instance),
+                {
+                    let mut peak = bytes_cell(st.peak_rss_instance);
+                    if st.peak_rss_from_samples > 0 && st.peak_rss_instance.is_some() {
+                        // Some processes had no exit figure: a sampled peak is a lower bound.
+                        peak.text.push('*');
+                    }
+                    peak
+                },
                 bytes_cell(st.agg_peak_uss),
                 bytes_cell(st.agg_peak_rss),
                 bytes_cell(st.agg_peak_pss),
@@ -604,9 +621,31 @@ fn timeline_caption(report: &Report) -> String {
              processes are the ticks inside it).",
             t.rows.len()
         )
+    } else if t.rows.iter().any(|r| r.folded) {
+        format!(
+            "{n} processes in {} rows, under their parents.",
+            t.rows.len()
+        )
     } else {
         format!("{n} processes, one row each, under their parents.")
     };
+    let folds: Vec<usize> = t
+        .rows
+        .iter()
+        .filter(|r| r.folded)
+        .map(|r| r.members.len())
+        .collect();
+    if !folds.is_empty() {
+        text.push_str(&format!(
+            " {} row{} fold{} {} identical siblings (children of one parent with the same command \
+             line and none of their own), labelled with their count; in the HTML report, click \
+             one to open it.",
+            folds.len(),
+            if folds.len() == 1 { "" } else { "s" },
+            if folds.len() == 1 { "s" } else { "" },
+            folds.iter().sum::<usize>()
+        ));
+    }
     if let Some(depth) = t.folded_below {
         text.push_str(&format!(
             " Levels deeper than {depth} are folded into their ancestors."
@@ -616,6 +655,19 @@ fn timeline_caption(report: &Report) -> String {
         text.push_str(&format!(
             " {} more rows ({} processes) are not drawn.",
             t.cut_rows, t.cut_processes
+        ));
+    }
+    let on_path = report
+        .model
+        .on_critical_path
+        .iter()
+        .filter(|&&on| on)
+        .count();
+    if on_path > 0 {
+        text.push_str(&format!(
+            " Outlined: the {on_path} process{} on the critical path (run.json \
+             time.critical_path), the chain that bounded the wall time.",
+            if on_path == 1 { "" } else { "es" }
         ));
     }
     text.push_str(" Hover over a bar for its figures.");
@@ -655,19 +707,10 @@ fn view(report: &Report) -> View {
             model,
             &super::model::top_by_memory(data, model, TOP_PROCESSES),
         ),
-        plots: report
-            .plots
-            .iter()
-            .map(|p| PlotView {
-                id: p.id.clone(),
-                title: p.title.clone(),
-                caption: p.caption.clone(),
-                svg: p.svg.clone(),
-                file: format!("report-{}.svg", p.id),
-            })
-            .collect(),
+        plots: report.plots.iter().map(plot_view).collect(),
         timeline_caption: timeline_caption(report),
         timeline_svg: report.timeline_svg.clone(),
+        timeline_html: report.timeline_html.clone(),
         timeline_axis_svg: super::timeline::axis_svg(model),
         timeline_file: "report-timeline.svg",
         minor_columns: MINOR_COLUMNS.to_vec(),
@@ -675,6 +718,17 @@ fn view(report: &Report) -> View {
             .info
             .as_ref()
             .and_then(|info| time_view(info, info.capacity.as_ref().map(|c| c.cpu_cores))),
+        time_plot: report.time_plot.as_ref().map(plot_view),
+    }
+}
+
+fn plot_view(p: &super::plots::Plot) -> PlotView {
+    PlotView {
+        id: p.id.clone(),
+        title: p.title.clone(),
+        caption: p.caption.clone(),
+        svg: p.svg.clone(),
+        file: format!("report-{}.svg", p.id),
     }
 }
 
@@ -724,8 +778,9 @@ pub fn html(report: &Report) -> anyhow::Result<String> {
 pub fn markdown(report: &Report) -> anyhow::Result<(String, Vec<(String, String)>)> {
     let view = view(report);
     let mut files: Vec<(String, String)> = view
-        .plots
+        .time_plot
         .iter()
+        .chain(&view.plots)
         .filter(|p| !p.svg.is_empty())
         .map(|p| (p.file.clone(), p.svg.clone()))
         .collect();
@@ -757,7 +812,7 @@ pub fn group_table_markdown(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::analysis::report::tests::fixture;
-    use crate::analysis::report::{prepare, prepare_data};
+    use crate::analysis::report::{model, prepare, prepare_data};
 
     #[test]
     fn where_the_time_went_lists_the_critical_path() {
@@ -828,6 +883,101 @@ mod tests {
     }
 
     #[test]
+    fn the_timeline_caption_says_what_the_outline_is() {
+        use crate::analysis::critical::{Step, TimeAnalysis};
+        let mut data = crate::analysis::report::load::load(&fixture()).unwrap();
+        let before = timeline_caption(&prepare_data(data.clone(), model::GroupBy::Exe));
+        assert!(!before.contains("critical path"), "{before}");
+        // The root shell, at the command's start.
+        let info = data.info.as_mut().unwrap();
+        info.time = Some(TimeAnalysis {
+            critical_path: vec![Step {
+                pid: 28534,
+                command: "sh".into(),
+                start_s: 0.0,
+                duration_s: 0.884,
+                cpu_s: 0.003,
+                run_queue_s: None,
+                blocked_s: None,
+            }],
+            critical_path_steps: 1,
+            ..Default::default()
+        });
+        let report = prepare_data(data, model::GroupBy::Exe);
+        let caption = timeline_caption(&report);
+        assert!(
+            caption.contains("Outlined: the 1 process on the critical path"),
+            "{caption}"
+        );
+        let html = html(&report).unwrap();
+        assert!(html.contains(super::super::timeline::CRITICAL_LEGEND));
+    }
+
+    /// The fixture with run.json `time` (a one-step path: the root shell) and, when given, the
+    /// run's cores.
+    fn with_time(cores: Option<f64>) -> crate::analysis::report::Report {
+        use crate::analysis::critical::TimeAnalysis;
+        let mut data = crate::analysis::report::load::load(&fixture()).unwrap();
+        let info = data.info.as_mut().unwrap();
+        info.time = Some(TimeAnalysis {
+            critical_path_s: 0.884,
+            critical_path_steps: 1,
+            ..Default::default()
+        });
+        info.capacity = cores.map(|cpu_cores| crate::sampling::capacity::Capacity {
+            cpu_cores,
+            cpu_basis: "host".into(),
+            memory_bytes: 1 << 30,
+            memory_basis: "host".into(),
+        });
+        prepare_data(data, model::GroupBy::Exe)
+    }
+
+    #[test]
+    fn where_the_time_went_plots_the_processes_alive_against_the_cores() {
+        assert!(prepare(&fixture(), "exe").unwrap().time_plot.is_none());
+        let report = with_time(Some(2.0));
+        let plot = report.time_plot.as_ref().expect("a run with time");
+        assert_eq!(plot.id, "parallelism");
+        // Exact steps: the most at once is run.json's max_concurrent.
+        let most = report.data.info.as_ref().unwrap().max_concurrent;
+        assert_eq!(most, 13);
+        assert!(
+            plot.caption.contains(&format!("At most {most} at once")),
+            "{}",
+            plot.caption
+        );
+        assert!(
+            plot.caption.contains("against the 2 cores"),
+            "{}",
+            plot.caption
+        );
+        assert!(
+            plot.svg.contains(">\n2 cores\n</text>"),
+            "the cores' line is labelled"
+        );
+        // Whole-number ticks only on the count axis.
+        assert!(!plot.svg.contains(">\n0.5\n</text>"));
+        let (markdown, files) = markdown(&report).unwrap();
+        let section = &markdown
+            [markdown.find("## Where the time went").unwrap()..markdown.find("## Groups").unwrap()];
+        assert!(
+            section.contains("![Parallelism: processes alive](report-parallelism.svg)"),
+            "{section}"
+        );
+        assert_eq!(files[0].0, "report-parallelism.svg");
+        let html = html(&report).unwrap();
+        let section = &html[html.find(r#"<section id="time">"#).unwrap()
+            ..html.find(r#"<section id="groups">"#).unwrap()];
+        assert!(section.contains(r#"<figure id="plot-parallelism">"#));
+        assert_eq!(section.matches("<svg").count(), 1);
+        // Without the cores, no line and no word of them.
+        let plot = with_time(None).time_plot.unwrap();
+        assert!(!plot.svg.contains("cores"));
+        assert!(!plot.caption.contains("cores"));
+    }
+
+    #[test]
     fn markdown_escapes() {
         assert_eq!(md_escape("a|b_c*<d>\n"), r"a\|b\_c\*&lt;d&gt; ");
     }
@@ -837,14 +987,14 @@ mod tests {
         let report = prepare(&fixture(), "exe").unwrap();
         assert_eq!(
             group_table_markdown(&report),
-            r###"| | group | instances | samples | peak USS / instance | agg. peak USS | agg. peak RSS | agg. peak PSS | peak CPU | CPU user | CPU system | CPU total | avg USS | avg CPU | duration |
-|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|
-| 1 | sh | 7 | 40 | 36.9 MiB | 75.5 MiB | 81.4 MiB | 75.8 MiB | 120% | 0.146 s | 0.198 s | 0.343 s | 8.6 MiB | 39% | 0.884 s |
-| 2 | tr | 3 | 10 | 172.0 KiB | 360.0 KiB | 4.7 MiB | 603.0 KiB | 30% | 0.041 s | 0.062 s | 0.103 s | 125.2 KiB | 22% | 0.461 s |
-| 3 | head | 3 | 10 | 172.0 KiB | 364.0 KiB | 4.8 MiB | 616.0 KiB | 10.0% | 0.000 s | 0.036 s | 0.036 s | 131.2 KiB | 7.8% | 0.461 s |
-| 4 | sleep | 3 | 9 | 156.0 KiB | 228.0 KiB | 3.3 MiB | 415.0 KiB | 0.0% | 0.003 s | 0.000 s | 0.003 s | 124.0 KiB | 0.4% | 0.564 s |
-| 5 | seq | 1 | 0 | n/a | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 26% | 0.004 s |
-| 6 | true | 5 | 0 | n/a | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 5.2% | 0.010 s |
+            r###"| | group | instances | samples | peak USS / instance | peak RSS / instance | agg. peak USS | agg. peak RSS | agg. peak PSS | peak CPU | CPU user | CPU system | CPU total | avg USS | avg CPU | duration |
+|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|
+| 1 | sh | 7 | 40 | 36.9 MiB | 39.8 MiB | 75.5 MiB | 81.4 MiB | 75.8 MiB | 120% | 0.146 s | 0.198 s | 0.343 s | 8.6 MiB | 39% | 0.884 s |
+| 2 | tr | 3 | 10 | 172.0 KiB | 1.6 MiB | 360.0 KiB | 4.7 MiB | 603.0 KiB | 30% | 0.041 s | 0.062 s | 0.103 s | 125.2 KiB | 22% | 0.461 s |
+| 3 | head | 3 | 10 | 172.0 KiB | 1.6 MiB | 364.0 KiB | 4.8 MiB | 616.0 KiB | 10.0% | 0.000 s | 0.036 s | 0.036 s | 131.2 KiB | 7.8% | 0.461 s |
+| 4 | sleep | 3 | 9 | 156.0 KiB | 1.7 MiB | 228.0 KiB | 3.3 MiB | 415.0 KiB | 0.0% | 0.003 s | 0.000 s | 0.003 s | 124.0 KiB | 0.4% | 0.564 s |
+| 5 | seq | 1 | 0 | n/a | 1.6 MiB | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 26% | 0.004 s |
+| 6 | true | 5 | 0 | n/a | 1.0 MiB | n/a | n/a | n/a | n/a | 0.001 s | 0.000 s | 0.001 s | n/a | 5.2% | 0.010 s |
 "###
         );
     }
@@ -885,8 +1035,9 @@ mod tests {
         for needle in ["src=\"http", "href=\"http", "url(http", "@import", "<link"] {
             assert!(!html.contains(needle), "{needle}");
         }
-        // The plots, the timeline and its axis (kept in view while the rows scroll).
-        assert_eq!(html.matches("<svg").count(), report.plots.len() + 2);
+        // The plots, the timeline's axis (kept in view while the rows scroll) and its rows: those
+        // before the five `/bin/true`, their folded row, and the row of each of them inside.
+        assert_eq!(html.matches("<svg").count(), report.plots.len() + 1 + 3);
         assert!(html.contains(r#"<div class="axis"><svg"#));
         // The command of every top process, whole: the root's ends, past 80 characters, with
         // `for i in $(seq 5); do /bin/true; done`.
@@ -896,8 +1047,38 @@ mod tests {
             .expect("the root shell in the top processes");
         assert!(root.contains("for i in $(seq 5); do "), "{root}");
         assert!(html.contains("<title>"));
-        // Every process of the fixture has its bar (one row each: it is small).
-        assert_eq!(report.timeline.rows.len(), report.data.processes.len());
+        // Every process of the fixture has its bar (one row each: it is small), but the five
+        // `/bin/true` of the shell loop are one row that opens to show them.
+        let rows = &report.timeline.rows;
+        assert_eq!(rows.len(), report.data.processes.len() - 4);
+        let folded: Vec<&super::super::timeline::Row> = rows.iter().filter(|r| r.folded).collect();
+        assert_eq!(folded.len(), 1);
+        assert_eq!(folded[0].members.len(), 5);
+        assert!(folded[0]
+            .members
+            .iter()
+            .all(|&m| report.data.processes[m].command_line() == "/bin/true"));
+        let fold = &html[html.find(r#"<details class="fold"><summary>"#).unwrap()..];
+        let fold = &fold[..fold.find("</details>").unwrap()];
+        let (summary, inside) = fold.split_at(fold.find("</summary>").unwrap());
+        assert!(summary.contains("5 × /bin/true</text>"), "{summary}");
+        assert!(summary.contains(r#"<tspan class="fold-closed">"#));
+        for &m in &folded[0].members {
+            let label = format!(">true {}</text>", report.data.processes[m].pid);
+            assert!(inside.contains(&label), "{label}");
+            assert!(
+                !html.replacen(fold, "", 1).contains(&label),
+                "{label} only inside"
+            );
+        }
+        // The Markdown's SVG file has the row closed, with its count.
+        let svg = &report.timeline_svg;
+        assert!(svg.contains(">5 × /bin/true</text>"));
+        assert!(!svg.contains("fold-closed"));
+        assert!(!svg.contains(&format!(
+            ">true {}</text>",
+            report.data.processes[folded[0].members[0]].pid
+        )));
     }
 
     #[test]

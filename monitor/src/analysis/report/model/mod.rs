@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use super::load::{Process, RunData};
+use super::load::{Process, RunData, SocketBytes};
 
 /// How processes are put into groups (`--group-by`).
 #[derive(Clone, Debug)]
@@ -96,12 +96,57 @@ pub struct SweepSum {
     pub gpu_memory: Option<u64>,
     /// Processes of the group in the sweep (procfs rows).
     pub live: u32,
+    /// Storage bytes read and written per second since each process's previous sample (or its
+    /// start), summed.
+    pub read_per_s: Option<f64>,
+    pub write_per_s: Option<f64>,
 }
 
 fn add(sum: &mut Option<u64>, value: Option<u64>) {
     if let Some(v) = value {
         *sum = Some(sum.unwrap_or(0) + v);
     }
+}
+
+fn add_f64(sum: &mut Option<f64>, value: Option<f64>) {
+    if let Some(v) = value {
+        *sum = Some(sum.unwrap_or(0.0) + v);
+    }
+}
+
+/// For each sample, the storage bytes per second its process read and wrote since its previous
+/// sweep row (since its start, with 0 bytes, for its first): (read, write). None for exit rows,
+/// rows without the counters and rows at the same moment as the previous one. A counter that went
+/// back (procfs counts reaped children; the task iterator does not) counts as no I/O. A process
+/// `montrace attach` found running had done I/O before its first sample: its first rate is its
+/// average since it started (docs/report.md says so).
+fn io_rates(data: &RunData) -> Vec<(Option<f64>, Option<f64>)> {
+    let mut rates = vec![(None, None); data.samples.len()];
+    let mut order: Vec<usize> = (0..data.samples.len())
+        .filter(|&i| !data.samples[i].exit)
+        .collect();
+    order.sort_by_key(|&i| (data.samples[i].process, data.samples[i].time_ns));
+    let mut previous: Option<usize> = None;
+    for &i in &order {
+        let s = &data.samples[i];
+        let prev = previous.filter(|&j| data.samples[j].process == s.process);
+        let (t0, read0, write0) = match prev {
+            Some(j) => {
+                let p = &data.samples[j];
+                (p.time_ns, p.read_bytes, p.write_bytes)
+            }
+            None => (data.processes[s.process].start_ns, Some(0), Some(0)),
+        };
+        let dt = (s.time_ns - t0) as f64 / 1e9;
+        if dt > 0.0 {
+            let rate = |now: Option<u64>, before: Option<u64>| {
+                Some(now?.saturating_sub(before?) as f64 / dt)
+            };
+            rates[i] = (rate(s.read_bytes, read0), rate(s.write_bytes, write0));
+        }
+        previous = Some(i);
+    }
+    rates
 }
 
 /// One row of the per-group table.
@@ -113,6 +158,12 @@ pub struct GroupStats {
     pub samples: usize,
     /// The largest USS of one process of the group.
     pub peak_uss_instance: Option<u64>,
+    /// The largest peak RSS of one process of the group: its exact exit figure (the kernel's
+    /// VmHWM, processes.parquet `peak_rss_bytes`), so processes too short to be sampled count;
+    /// the largest sample for a process without one.
+    pub peak_rss_instance: Option<u64>,
+    /// Processes with a peak RSS from their samples only (no exit figure): a lower bound.
+    pub peak_rss_from_samples: usize,
     /// Largest per-sweep sums over the group.
     pub agg_peak_uss: Option<u64>,
     pub agg_peak_rss: Option<u64>,
@@ -154,6 +205,8 @@ pub struct ProcStats {
     pub cpu_from_samples: bool,
     /// The larger of the exit figure (VmHWM) and the largest sampled RSS.
     pub peak_rss: Option<u64>,
+    /// `peak_rss` came from the samples alone: the process has no exit figure.
+    pub peak_rss_from_samples: bool,
     pub peak_uss: Option<u64>,
     pub last_seen_ns: Option<i64>,
 }
@@ -174,6 +227,9 @@ pub struct Model {
     pub sweeps: Vec<i64>,
     /// For each group, its sums at the sweeps where it had processes, by sweep index.
     pub group_sweeps: Vec<Vec<(usize, SweepSum)>>,
+    /// For each process, whether it is a step of run.json's critical path (all false without
+    /// it).
+    pub on_critical_path: Vec<bool>,
 }
 
 impl Model {
@@ -256,9 +312,12 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
         })
         .collect();
     let mut uss_total = vec![(0.0f64, 0usize); names.len()];
-    for s in data.samples.iter().filter(|s| !s.exit) {
+    let rates = io_rates(data);
+    for (s, (read_per_s, write_per_s)) in data.samples.iter().zip(rates).filter(|(s, _)| !s.exit) {
         let g = first_group[s.process];
         let sum = sums.entry((g, sweep_of[&s.time_ns])).or_default();
+        add_f64(&mut sum.read_per_s, read_per_s);
+        add_f64(&mut sum.write_per_s, write_per_s);
         add(&mut sum.uss, s.uss_bytes);
         add(&mut sum.rss, s.rss_bytes);
         add(&mut sum.pss, s.pss_bytes);
@@ -316,7 +375,51 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
     model.group_of = first_group.iter().map(|&g| rank[g]).collect();
     model.procs = procs;
     model.sweeps = sweeps;
+    model.on_critical_path = critical_path_processes(data);
     model
+}
+
+/// How far a step's start may lie from its process's: the steps' starts are seconds as f64,
+/// exact to well below this over any run's length, and no pid is reused that fast.
+const STEP_START_TOLERANCE_NS: i64 = 1_000;
+
+/// Which processes are steps of run.json's critical path (`time.critical_path`, which keeps the
+/// longest steps): a step is the process with its pid that started `start_s` after the
+/// command, the earliest process without a parent, as the analysis counts it
+/// ([`crate::analysis::critical::analyse`]).
+pub fn critical_path_processes(data: &RunData) -> Vec<bool> {
+    let mut on = vec![false; data.processes.len()];
+    let Some(time) = data.info.as_ref().and_then(|info| info.time.as_ref()) else {
+        return on;
+    };
+    let Some(origin) = data
+        .processes
+        .iter()
+        .filter(|p| p.parent.is_none())
+        .map(|p| p.start_ns)
+        .min()
+    else {
+        return on;
+    };
+    let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, p) in data.processes.iter().enumerate() {
+        by_pid.entry(p.pid).or_default().push(i);
+    }
+    for step in &time.critical_path {
+        let start_ns = origin + (step.start_s * 1e9).round() as i64;
+        let found = by_pid.get(&step.pid).and_then(|list| {
+            list.iter()
+                .copied()
+                .min_by_key(|&i| (data.processes[i].start_ns - start_ns).abs())
+                .filter(|&i| {
+                    (data.processes[i].start_ns - start_ns).abs() <= STEP_START_TOLERANCE_NS
+                })
+        });
+        if let Some(i) = found {
+            on[i] = true;
+        }
+    }
+    on
 }
 
 /// Each group's peaks over its sweeps (sorted here by sweep), and its average USS.
@@ -389,14 +492,16 @@ fn process_stats(data: &RunData) -> Vec<ProcStats> {
                 ps.cpu_from_samples = true;
             }
         }
-        if let Some(peak) = p.peak_rss_bytes {
-            ps.peak_rss = Some(ps.peak_rss.map_or(peak, |x| x.max(peak)));
+        match p.peak_rss_bytes {
+            Some(peak) => ps.peak_rss = Some(ps.peak_rss.map_or(peak, |x| x.max(peak))),
+            None => ps.peak_rss_from_samples = ps.peak_rss.is_some(),
         }
     }
     procs
 }
 
-/// Each group's instances, CPU from its processes' figures, lifetime and average CPU share.
+/// Each group's instances, CPU and peak RSS from its processes' figures, lifetime and average
+/// CPU share.
 fn add_lifetimes(
     data: &RunData,
     procs: &[ProcStats],
@@ -410,6 +515,10 @@ fn add_lifetimes(
         st.cpu_user_ns += procs[i].cpu_user_ns;
         st.cpu_system_ns += procs[i].cpu_system_ns;
         st.cpu_from_samples += usize::from(procs[i].cpu_from_samples);
+        if let Some(peak) = procs[i].peak_rss {
+            st.peak_rss_instance = Some(st.peak_rss_instance.map_or(peak, |x| x.max(peak)));
+        }
+        st.peak_rss_from_samples += usize::from(procs[i].peak_rss_from_samples);
         st.first_start_ns = st.first_start_ns.min(p.start_ns);
         st.last_end_ns = st
             .last_end_ns
@@ -440,6 +549,20 @@ fn rank_groups(stats: &[GroupStats]) -> Vec<usize> {
         rank[g] = r;
     }
     rank
+}
+
+/// Socket bytes each group's processes sent and received (processes.parquet `net_*`, exit
+/// figures), by group; None for a group none of whose processes has them.
+pub fn socket_bytes_per_group(data: &RunData, model: &Model) -> Vec<Option<SocketBytes>> {
+    let mut sums: Vec<Option<SocketBytes>> = vec![None; model.groups.len()];
+    for (i, p) in data.processes.iter().enumerate() {
+        if let Some(bytes) = &p.socket_bytes {
+            sums[model.group_of[i]]
+                .get_or_insert_with(SocketBytes::default)
+                .add(bytes);
+        }
+    }
+    sums
 }
 
 /// One process in a top list.
@@ -670,8 +793,6 @@ pub fn cumulative_cpu(data: &RunData, model: &Model) -> Vec<Series> {
     series
 }
 
-/// How many processes of each top group (by peak) were alive, as exact steps at every start
-/// and end, so processes shorter than the sampling interval count too.
 /// Step series (as [`active_instances`] makes them: a jump is two points at one x) stacked: layer
 /// k's value is the sum of layers 0..=k, with a jump wherever any layer jumps. Drawn as areas,
 /// every layer stays readable where the separate lines would lie on top of each other.
@@ -718,8 +839,8 @@ pub fn stack_steps(series: &[Series]) -> Vec<Series> {
     stacked
 }
 
-pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
-    let groups = model.groups.len();
+/// Every start (+1) and end (-1) of a process, with its group, in time order.
+fn lifetime_changes(data: &RunData, model: &Model) -> Vec<(i64, i32, usize)> {
     let mut changes: Vec<(i64, i32, usize)> = Vec::with_capacity(2 * data.processes.len());
     for (i, p) in data.processes.iter().enumerate() {
         let g = model.group_of[i];
@@ -728,6 +849,46 @@ pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
     }
     // At one moment, ends before starts: a process replaced by another is not an overlap.
     changes.sort_by_key(|c| (c.0, c.1));
+    changes
+}
+
+/// How many processes of the tree were alive, as exact steps at every start and end (a jump
+/// is two points at one x), from 0 at the start to the end of the data: the parallelism the
+/// tree had, processes shorter than the sampling interval included.
+pub fn running_processes(data: &RunData, model: &Model) -> Series {
+    let changes = lifetime_changes(data, model);
+    let mut points = vec![(0.0, 0.0)];
+    let mut live = 0i64;
+    let mut i = 0;
+    while i < changes.len() {
+        let t = changes[i].0;
+        let before = live;
+        while i < changes.len() && changes[i].0 == t {
+            live += i64::from(changes[i].1);
+            i += 1;
+        }
+        if live != before {
+            let x = model.secs(t);
+            points.push((x, before as f64));
+            points.push((x, live as f64));
+        }
+    }
+    let end = model.secs(model.t1_ns);
+    if points.last().is_some_and(|p| p.0 < end) {
+        points.push((end, live as f64));
+    }
+    Series {
+        name: "processes alive".into(),
+        group: None,
+        points,
+    }
+}
+
+/// How many processes of each top group (by peak) were alive, as exact steps at every start
+/// and end, so processes shorter than the sampling interval count too.
+pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {
+    let groups = model.groups.len();
+    let changes = lifetime_changes(data, model);
     let mut live = vec![0i64; groups];
     let mut peak = vec![0.0f64; groups];
     for &(_, d, g) in &changes {

@@ -313,6 +313,39 @@ fn active_instances_are_exact_steps() {
 }
 
 #[test]
+fn running_processes_are_exact_whole_steps() {
+    let mut data = two_workers();
+    // Starts as `b` ends: one process replaced by another is no change.
+    data.processes.push(Process {
+        end_ns: Some(16 * S),
+        ..proc(15, Some("/bin/work"), "work", &["work", "c"])
+    });
+    let model = build(&data, &GroupBy::Exe);
+    let running = running_processes(&data, &model);
+    assert_eq!(running.group, None);
+    // t0 = 10 s: a 10-14 s, b 11-15 s, sh 12-13 s, c 15-16 s.
+    assert_eq!(
+        running.points,
+        [
+            (0.0, 0.0),
+            (0.0, 0.0),
+            (0.0, 1.0),
+            (1.0, 1.0),
+            (1.0, 2.0),
+            (2.0, 2.0),
+            (2.0, 3.0),
+            (3.0, 3.0),
+            (3.0, 2.0),
+            (4.0, 2.0),
+            (4.0, 1.0),
+            (6.0, 1.0),
+            (6.0, 0.0)
+        ]
+    );
+    assert!(running.points.iter().all(|p| p.1.fract() == 0.0));
+}
+
+#[test]
 fn exit_texts() {
     let mut p = proc(1, None, "x", &[]);
     assert_eq!(exit_text(&p), "unknown");
@@ -381,4 +414,72 @@ fn the_tree_rss_peak_is_the_largest_sweep_sum() {
     };
     assert_eq!(model.tree_rss_peak(), Some((20, 10)));
     assert_eq!(Model::default().tree_rss_peak(), None);
+}
+
+#[test]
+fn peak_rss_per_instance_takes_exit_figures_of_processes_never_sampled() {
+    let mut data = two_workers();
+    // Two `true`s that ended between sweeps: no sample, but the kernel's exact peak at exit.
+    for (pid, peak) in [(20, 1_200), (21, 1_500)] {
+        data.processes.push(Process {
+            end_ns: Some(i64::from(pid) * S + 1_000),
+            peak_rss_bytes: Some(peak),
+            ..proc(pid, Some("/bin/true"), "true", &["true"])
+        });
+    }
+    // One worker's exit peak is above everything sampled; the other has none (still running).
+    data.processes[0].peak_rss_bytes = Some(900);
+    let model = build(&data, &GroupBy::Exe);
+    let group = |name: &str| model.groups.iter().find(|g| g.name == name).unwrap();
+    let t = group("true");
+    assert_eq!((t.samples, t.agg_peak_rss), (0, None));
+    assert_eq!(t.peak_rss_instance, Some(1_500));
+    assert_eq!(t.peak_rss_from_samples, 0);
+    let work = group("work");
+    assert_eq!(work.peak_rss_instance, Some(900));
+    assert_eq!(work.peak_rss_from_samples, 1, "process b: sampled RSS only");
+    let sh = group("sh");
+    assert_eq!(
+        (sh.peak_rss_instance, sh.peak_rss_from_samples),
+        (Some(50), 1)
+    );
+}
+
+#[test]
+fn storage_rates_are_per_second_since_the_previous_sample_summed_per_sweep() {
+    let mut data = two_workers();
+    // a (started at 10 s): 2000 bytes read by 12 s, 5000 by 13 s; b (11 s): 100 by 12 s, then
+    // a counter that went back (no I/O); sh started at its first sweep (no time to divide by)
+    // and has no counters after.
+    for (i, read, write) in [
+        (0, 2_000, Some(0)),
+        (3, 5_000, Some(1 << 20)),
+        (1, 100, None),
+        (4, 50, None),
+        (2, 7, Some(7)),
+    ] {
+        data.samples[i].read_bytes = Some(read);
+        data.samples[i].write_bytes = write;
+    }
+    // The exit row's counters are not a sweep.
+    data.samples[6].read_bytes = Some(1 << 30);
+    let model = build(&data, &GroupBy::Exe);
+    let io = |g: usize| -> Vec<(Option<f64>, Option<f64>)> {
+        model.group_sweeps[g]
+            .iter()
+            .map(|(_, sum)| (sum.read_per_s, sum.write_per_s))
+            .collect()
+    };
+    assert_eq!(model.groups[0].name, "work");
+    assert_eq!(
+        io(0),
+        [
+            (Some(1_000.0 + 100.0), Some(0.0)),
+            (Some(3_000.0 + 0.0), Some((1 << 20) as f64))
+        ]
+    );
+    assert_eq!(io(1), [(None, None), (None, None)]);
+    let series = sweep_series(&model, |s| s.read_per_s);
+    assert_eq!(series.len(), 1, "sh read nothing: no line");
+    assert_eq!(series[0].points, [(2.0, 1_100.0), (3.0, 3_000.0)]);
 }

@@ -417,7 +417,7 @@ pub fn dirty_check(as_user: Option<(u32, u32)>) -> std::thread::JoinHandle<Optio
             }
         };
         let text = reader.join().ok()?.ok()?;
-        status.success().then(|| !text.is_empty())
+        status.success().then_some(!text.is_empty())
     })
 }
 

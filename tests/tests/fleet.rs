@@ -1,0 +1,218 @@
+//! Runs from many machines in one dataset: labelled runs published into a Hive-partitioned
+//! directory read back by DuckDB, joined on the `runs` table; publishing twice duplicates
+//! nothing; a publish interrupted before the `runs` row leaves the run invisible to readers that
+//! join on it, and publishing again completes it.
+use std::path::Path;
+use std::process::Command;
+
+use tests::{montrace_bin, require_root, run_montrace, run_with_timeout, Run, TIMEOUT};
+
+fn publish(args: &[&Path]) -> tests::Finished {
+    let mut cmd = Command::new(montrace_bin());
+    cmd.arg("publish").args(args);
+    run_with_timeout(&mut cmd, TIMEOUT)
+}
+
+/// Processes per branch label, from the dataset, joined on `runs`.
+fn processes_by_branch(dest: &Path) -> Vec<(String, f64)> {
+    let answer = tests::duckdb_query(&format!(
+        "SELECT r.labels['branch'] AS branch, count(*) AS n \
+         FROM read_parquet('{d}/processes/**/*.parquet', hive_partitioning = true) p \
+         JOIN read_parquet('{d}/runs/**/*.parquet', hive_partitioning = true) r USING (run_id) \
+         GROUP BY 1 ORDER BY 1",
+        d = dest.display()
+    ));
+    (0..answer.rows.len())
+        .map(|i| {
+            (
+                answer.str(i, "branch").unwrap_or_default().to_string(),
+                answer.f64(i, "n").unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn labelled(branch: &str, script: &str) -> Run {
+    let label = format!("branch={branch}");
+    let run = run_montrace(
+        &["--no-report", "--label", &label, "--label", "suite=fleet"],
+        &["sh", "-c", script],
+    );
+    run.assert_code(0);
+    run
+}
+
+#[test]
+fn published_runs_form_one_dataset_joined_on_runs() {
+    require_root();
+    let main_a = labelled("main", "true; /bin/true; true");
+    let main_b = labelled("main", "for i in 1 2 3; do /bin/true; done");
+    let dev = labelled("dev", "/bin/true & /bin/true & wait");
+    // Each run's own process count, from its own directory.
+    let own = |run: &Run| run.processes().len() as f64;
+    let expected_main = own(&main_a) + own(&main_b);
+    let expected_dev = own(&dev);
+    // The run's id, labels and context are in run.json and summary.json.
+    let info = main_a.run_json();
+    let run_id = info["run_id"].as_str().unwrap().to_string();
+    assert_eq!(run_id.len(), "20261124T095300Z-".len() + 16, "{run_id}");
+    assert_eq!(info["labels"]["branch"], "main");
+    assert!(info["context"]["cpus"].as_u64().unwrap() >= 1, "{info}");
+    let summary = main_a.summary_json();
+    assert_eq!(summary["labels"]["suite"], "fleet");
+    assert_eq!(summary["repetitions"][0]["run_id"], run_id.as_str());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("dataset");
+    let published = publish(&[&main_a.dir, &main_b.dir, &dev.dir, &dest]);
+    assert_eq!(published.code(), 0, "{published:?}");
+    assert_eq!(
+        published.stderr.matches("published ").count(),
+        3,
+        "{published:?}"
+    );
+    assert_eq!(
+        processes_by_branch(&dest),
+        [
+            ("dev".to_string(), expected_dev),
+            ("main".to_string(), expected_main)
+        ]
+    );
+    // The partition of the run, from its own run.json.
+    let date = &info["start_time"].as_str().unwrap()[..10];
+    let part = dest.join(format!(
+        "runs/date={date}/host={}/run_id={run_id}/part-0.parquet",
+        info["host"].as_str().unwrap()
+    ));
+    assert!(part.is_file(), "{}", part.display());
+    let runs = tests::duckdb_query(&format!(
+        "SELECT count(*) AS n, count(DISTINCT run_id) AS ids, sum(processes) AS processes, \
+           count(*) FILTER (WHERE labels['suite'] = 'fleet') AS fleet \
+         FROM read_parquet('{}/runs/**/*.parquet', hive_partitioning = true)",
+        dest.display()
+    ));
+    assert_eq!(runs.f64(0, "n"), Some(3.0), "{runs:?}");
+    assert_eq!(runs.f64(0, "ids"), Some(3.0));
+    assert_eq!(runs.f64(0, "fleet"), Some(3.0));
+    assert_eq!(
+        runs.f64(0, "processes"),
+        Some(expected_main + expected_dev),
+        "the runs rows' headline counts are the tables'"
+    );
+
+    // Twice: nothing written, nothing duplicated.
+    let again = publish(&[&main_a.dir, &dev.dir, &dest]);
+    assert_eq!(again.code(), 0, "{again:?}");
+    assert_eq!(
+        again.stderr.matches("already published").count(),
+        2,
+        "{again:?}"
+    );
+    assert_eq!(
+        processes_by_branch(&dest),
+        [
+            ("dev".to_string(), expected_dev),
+            ("main".to_string(), expected_main)
+        ]
+    );
+}
+
+#[test]
+fn an_interrupted_publish_stays_invisible_until_published_again() {
+    require_root();
+    let run = labelled("main", "/bin/true; /bin/true");
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("dataset");
+    std::fs::create_dir_all(&dest).unwrap();
+    // The runs table cannot be created (a file stands where its directory goes): the tables are
+    // copied, the run's row is not.
+    std::fs::write(dest.join("runs"), "in the way").unwrap();
+    let failed = publish(&[&run.dir, &dest]);
+    assert_eq!(failed.code(), 1, "{failed:?}");
+    assert!(failed.stderr.contains("publish it again"), "{failed:?}");
+    assert!(
+        std::fs::read_dir(dest.join("processes")).is_ok(),
+        "the tables were copied first"
+    );
+    // Readers that join on runs see nothing of it.
+    std::fs::remove_file(dest.join("runs")).unwrap();
+    std::fs::create_dir(dest.join("runs")).unwrap();
+    let rows = tests::duckdb_queries(&[format!(
+        "SELECT count(*) AS n FROM read_parquet('{d}/processes/**/*.parquet', \
+           hive_partitioning = true) p \
+         JOIN read_parquet('{d}/runs/**/*.parquet', hive_partitioning = true) r USING (run_id)",
+        d = dest.display()
+    )]);
+    // DuckDB refuses a glob that matches no file: no runs row at all.
+    assert!(rows[0].is_err(), "{rows:?}");
+    // Again: complete, with the run's tables replaced, not doubled.
+    let done = publish(&[&run.dir, &dest]);
+    assert_eq!(done.code(), 0, "{done:?}");
+    assert_eq!(
+        processes_by_branch(&dest),
+        [("main".to_string(), run.processes().len() as f64)]
+    );
+    let files = walk(&dest.join("processes"));
+    assert_eq!(files.len(), 1, "{files:?}");
+}
+
+#[test]
+fn object_store_destinations_and_unfinished_runs_are_refused_with_what_to_do() {
+    require_root();
+    let run = labelled("main", "true");
+    let s3 = publish(&[&run.dir, Path::new("s3://bucket/montrace")]);
+    assert_eq!(s3.code(), 2, "{s3:?}");
+    assert!(s3.stderr.contains("publish to a directory"), "{s3:?}");
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("not-a-run");
+    std::fs::create_dir(&empty).unwrap();
+    let refused = publish(&[&empty, &tmp.path().join("dataset")]);
+    assert_eq!(refused.code(), 1, "{refused:?}");
+    assert!(refused.stderr.contains("has no run.json"), "{refused:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    files
+}
+
+/// Every DuckDB query of docs/fleet.md runs as written on a published dataset and answers.
+#[test]
+fn the_fleet_docs_queries_run_as_written() {
+    require_root();
+    let a = labelled("main", "/bin/true; /bin/true");
+    let b = labelled("dev", "/bin/true");
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("dataset");
+    let published = publish(&[&a.dir, &b.dir, &dest]);
+    assert_eq!(published.code(), 0, "{published:?}");
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fleet.md")).unwrap();
+    let queries: Vec<String> = doc
+        .split("```sql\n")
+        .skip(1)
+        .map(|block| {
+            block
+                .split("```")
+                .next()
+                .unwrap()
+                .replace("DATASET", &dest.display().to_string())
+        })
+        .collect();
+    assert_eq!(queries.len(), 3, "the SQL blocks of docs/fleet.md");
+    for (query, answer) in queries.iter().zip(tests::duckdb_queries(&queries)) {
+        let answer = answer.unwrap_or_else(|e| panic!("{query}\n{e}"));
+        assert!(!answer.rows.is_empty(), "no rows: {query}");
+    }
+}

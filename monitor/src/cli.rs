@@ -284,7 +284,9 @@ pub struct GateOptions {
                         errors (missing or unreadable files, different commands)."
 )]
 pub struct CompareArgs {
-    /// Baseline: a run directory, its summary.json, or a directory holding several run directories
+    /// Baseline: a run directory, its summary.json, a directory holding several run
+    /// directories, or a dataset written by `montrace publish` (its newest runs of the
+    /// candidate's command on the candidate's kind of host: see --where, --last, --any-host)
     pub baseline: PathBuf,
     /// Candidate, like the baseline
     pub candidate: PathBuf,
@@ -293,6 +295,17 @@ pub struct CompareArgs {
     /// Compare runs of different commands (an error otherwise)
     #[arg(long)]
     pub allow_different_commands: bool,
+    /// With a dataset baseline: only its runs with this label (or `host`, `branch`, `commit`,
+    /// `cpu_model`, `ci`), e.g. `--where branch=main` (repeatable: all must match)
+    #[arg(long = "where", value_name = "KEY=VALUE", value_parser = crate::fleet::context::parse_label)]
+    pub conditions: Vec<(String, String)>,
+    /// With a dataset baseline: its newest N matching runs
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub last: u32,
+    /// With a dataset baseline: runs from any host, not only those with the candidate's CPU
+    /// model and count
+    #[arg(long)]
+    pub any_host: bool,
 }
 
 #[derive(Debug, Args)]

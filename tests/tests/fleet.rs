@@ -216,3 +216,64 @@ fn the_fleet_docs_queries_run_as_written() {
         assert!(!answer.rows.is_empty(), "no rows: {query}");
     }
 }
+
+/// `montrace compare DATASET CANDIDATE --where branch=main --last N`: the baseline is the
+/// dataset's newest successful runs of the candidate's command on its kind of host with that
+/// label; the same work passes, 50 % more CPU for the same command line fails, a selection that
+/// matches nothing is a usage error that says why.
+#[test]
+fn compare_takes_its_baseline_from_the_fleet() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("n");
+    let dest = tmp.path().join("dataset");
+    // One command line; the work it does is in the file.
+    let script = format!(
+        "n=$(cat {}); i=0; while [ $i -lt $n ]; do i=$((i+1)); done",
+        work.display()
+    );
+    let mut runs = Vec::new();
+    for (branch, n, count) in [("main", 150_000, 5), ("dev", 450_000, 2)] {
+        std::fs::write(&work, n.to_string()).unwrap();
+        for _ in 0..count {
+            runs.push(labelled(branch, &script));
+        }
+    }
+    let mut args: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
+    args.push(&dest);
+    assert_eq!(publish(&args).code(), 0);
+
+    let candidate = |n: u32| {
+        std::fs::write(&work, n.to_string()).unwrap();
+        let run = run_montrace(&["--no-report", "--repeat", "5"], &["sh", "-c", &script]);
+        run.assert_code(0);
+        run
+    };
+    let compare = |cand: &Run, extra: &[&str]| {
+        let mut cmd = Command::new(montrace_bin());
+        cmd.arg("compare").arg(&dest).arg(&cand.dir).args(extra);
+        run_with_timeout(&mut cmd, TIMEOUT)
+    };
+    let same = candidate(150_000);
+    let verdict = compare(&same, &["--where", "branch=main", "--last", "4"]);
+    assert_eq!(verdict.code(), 0, "the same work: {verdict:?}");
+    // The baseline is the 4 newest main runs: the dev runs (3x the work) are not in it.
+    eprintln!("{}", verdict.stdout);
+    assert!(verdict.stdout.contains("4 runs"), "{verdict:?}");
+    let heavier = candidate(225_000);
+    let verdict = compare(&heavier, &["--where", "branch=main"]);
+    assert_eq!(verdict.code(), 1, "50 % more CPU: {verdict:?}");
+    assert!(verdict.stdout.contains("cpu_s"), "{verdict:?}");
+    let none = compare(&same, &["--where", "branch=nope"]);
+    assert_eq!(none.code(), 2, "{none:?}");
+    assert!(none.stderr.contains("branch=nope"), "{none:?}");
+    // --where chooses runs of a dataset, not of a run directory.
+    let mut cmd = Command::new(montrace_bin());
+    cmd.arg("compare")
+        .arg(&runs[0].dir)
+        .arg(&same.dir)
+        .args(["--where", "branch=main"]);
+    let wrong = run_with_timeout(&mut cmd, TIMEOUT);
+    assert_eq!(wrong.code(), 2, "{wrong:?}");
+    assert!(wrong.stderr.contains("montrace publish"), "{wrong:?}");
+}

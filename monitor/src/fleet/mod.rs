@@ -1,4 +1,5 @@
 //! Runs from many machines in one dataset: each run's context and id ([`context`]), and the
 //! publishing of run directories as a Hive-partitioned dataset ([`publish`]).
 pub mod context;
+pub mod dataset;
 pub mod publish;

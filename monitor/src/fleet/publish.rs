@@ -158,6 +158,7 @@ pub fn run_record(info: &RunInfo) -> RunRecord {
         write_bytes: info.totals.write_bytes,
         critical_path_s: info.time.as_ref().map(|t| t.critical_path_s),
         lost_events: info.lost_events.total(),
+        metrics: rep.metrics.clone(),
     }
 }
 
@@ -385,6 +386,7 @@ mod tests {
         assert_eq!((r.wall_s, r.cpu_s), (1.8, 1.5));
         assert_eq!((r.processes, r.max_concurrent), (12, 3));
         assert_eq!(r.tracking_mode, "tp_btf");
+        assert_eq!(r.metrics.get("cpu_user_s"), Some(&1.0));
         assert_eq!(
             r.end_time_ns - r.start_time_ns,
             2_000_000_000 - 123_456_000,

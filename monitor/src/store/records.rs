@@ -353,4 +353,7 @@ pub struct RunRecord {
     pub write_bytes: u64,
     pub critical_path_s: Option<f64>,
     pub lost_events: u64,
+    /// Every summary.json metric of the run (`metrics['cpu_user_s']`): what `compare` gates on
+    /// when its baseline is a dataset.
+    pub metrics: std::collections::BTreeMap<String, f64>,
 }

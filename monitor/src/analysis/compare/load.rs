@@ -116,6 +116,73 @@ pub fn load_side(path: &Path) -> Result<Side, CompareError> {
     Ok(side)
 }
 
+/// The baseline from a published dataset: its newest runs of the candidate's command (unless
+/// different commands are allowed) on the candidate's kind of host (unless `--any-host`),
+/// matching every `--where`, at most `--last`, each a sample.
+pub fn load_dataset_side(args: &CompareArgs, candidate: &Side) -> Result<Side, CompareError> {
+    use crate::fleet::dataset;
+    let first = candidate.runs.first().map(|(_, s)| s);
+    let context = first.and_then(|s| s.context.as_ref());
+    let filter = dataset::Filter {
+        argv: first
+            .filter(|_| !args.allow_different_commands)
+            .map(|s| s.argv.clone()),
+        conditions: args.conditions.clone(),
+        host_class: (!args.any_host).then(|| {
+            (
+                context.and_then(|c| c.cpu_model.clone()),
+                context.map(|c| c.cpus as u32).filter(|&c| c > 0),
+            )
+        }),
+        last: args.last as usize,
+    };
+    let runs = dataset::read_runs(&args.baseline).map_err(|e| {
+        CompareError::Usage(format!(
+            "cannot read the runs table of {}: {e:#}",
+            args.baseline.display()
+        ))
+    })?;
+    let chosen = dataset::select(&runs, &filter);
+    if chosen.is_empty() {
+        return Err(CompareError::Usage(format!(
+            "none of the {} runs in {} is a successful run of `{}`{}{}: loosen the selection \
+             (--where, --any-host, --allow-different-commands) or publish baseline runs first",
+            runs.len(),
+            args.baseline.display(),
+            first.map_or("?", |s| s.command.as_str()),
+            if filter.host_class.is_some() {
+                " on a host with the candidate's CPU model and count"
+            } else {
+                ""
+            },
+            if args.conditions.is_empty() {
+                String::new()
+            } else {
+                let list: Vec<String> = args
+                    .conditions
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                format!(" with {}", list.join(", "))
+            }
+        )));
+    }
+    Ok(Side {
+        source: args.baseline.clone(),
+        runs: chosen
+            .into_iter()
+            .map(|r| {
+                let path = args
+                    .baseline
+                    .join(crate::store::schema::RUNS_TABLE)
+                    .join(format!("run_id={}", r.run_id));
+                (path, dataset::as_summary(r))
+            })
+            .collect(),
+        different_commands_expected: false,
+    })
+}
+
 pub(super) fn read_summary(path: &Path) -> Result<Summary, CompareError> {
     summary_json::read(path).map_err(|err| match err {
         summary_json::ReadError::Io(source) => CompareError::io(path, source),

@@ -577,6 +577,9 @@ fn args(baseline: &Path, candidate: &Path) -> CompareArgs {
             format: CompareFormat::Text,
         },
         allow_different_commands: false,
+        conditions: Vec::new(),
+        last: 20,
+        any_host: false,
     }
 }
 

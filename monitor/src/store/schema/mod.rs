@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use arrow_array::builder::{
-    BooleanBuilder, ListBuilder, MapBuilder, PrimitiveBuilder, StringBuilder,
+    BooleanBuilder, Float64Builder, ListBuilder, MapBuilder, PrimitiveBuilder, StringBuilder,
 };
 use arrow_array::types::{
     ArrowPrimitiveType, Float64Type, Int32Type, TimestampNanosecondType, UInt32Type, UInt64Type,
@@ -20,7 +20,7 @@ use crate::store::records::{
     EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, RunRecord, SampleRecord,
     SystemRecord,
 };
-use Values::{Bool, Str, StrList, StrMap, Time, F64, I32, U32, U64};
+use Values::{Bool, NumMap, Str, StrList, StrMap, Time, F64, I32, U32, U64};
 
 /// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
 /// 2: the timestamp columns carry no time zone (`Timestamp(Nanosecond, None)`, still UTC), so
@@ -213,6 +213,7 @@ static RUN_COLUMNS: &[Column<RunRecord>] = &[
     required("write_bytes", U64(|r| Some(r.write_bytes))),
     nullable("critical_path_s", F64(|r| r.critical_path_s)),
     required("lost_events", U64(|r| Some(r.lost_events))),
+    required("metrics", NumMap(|r| Some(&r.metrics))),
 ];
 
 static RUNS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(RUN_COLUMNS));
@@ -407,6 +408,12 @@ enum Values<R> {
     StrList(fn(&R) -> Option<&[String]>),
     /// `Map<Utf8, Utf8>` (DuckDB `MAP(VARCHAR, VARCHAR)`: `labels['branch']`).
     StrMap(fn(&R) -> Option<&std::collections::BTreeMap<String, String>>),
+    /// `Map<Utf8, Float64>` (DuckDB `MAP(VARCHAR, DOUBLE)`).
+    NumMap(fn(&R) -> Option<&std::collections::BTreeMap<String, f64>>),
+}
+
+fn num_map_builder() -> MapBuilder<StringBuilder, Float64Builder> {
+    MapBuilder::new(None, StringBuilder::new(), Float64Builder::new())
 }
 
 fn map_builder() -> MapBuilder<StringBuilder, StringBuilder> {
@@ -425,6 +432,7 @@ impl<R> Values<R> {
             Values::Str(_) => DataType::Utf8,
             Values::StrList(_) => DataType::List(Arc::new(list_item())),
             Values::StrMap(_) => arrow_array::Array::data_type(&map_builder().finish()).clone(),
+            Values::NumMap(_) => arrow_array::Array::data_type(&num_map_builder().finish()).clone(),
         }
     }
 
@@ -461,6 +469,19 @@ impl<R> Values<R> {
                             let _ = b.append(false);
                         }
                     }
+                }
+                Arc::new(b.finish())
+            }
+            Values::NumMap(get) => {
+                let mut b = num_map_builder();
+                for row in rows {
+                    let map = get(row);
+                    for (k, v) in map.into_iter().flatten() {
+                        b.keys().append_value(k);
+                        b.values().append_value(*v);
+                    }
+                    // Appending to the builder's own children cannot fail.
+                    let _ = b.append(map.is_some());
                 }
                 Arc::new(b.finish())
             }

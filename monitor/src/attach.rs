@@ -260,6 +260,19 @@ fn follow_attached(
         stream.as_mut(),
     )?;
     recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
+    if let Some(url) = &args.record.otlp {
+        match crate::fleet::otlp::Exporter::start(url) {
+            Ok(exporter) => recorder.set_otlp(
+                exporter,
+                crate::fleet::otlp::RunAttributes {
+                    host: host::uname().0,
+                    run_id: capture.run_id.clone(),
+                    labels: args.record.labels.clone(),
+                },
+            ),
+            Err(err) => crate::say!("montrace: warning: no OTLP export: {err}"),
+        }
+    }
     if args.record.samples_from == crate::cli::SamplesFrom::Auto {
         recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
     }

@@ -88,6 +88,20 @@ pub enum GpuMode {
     Require,
 }
 
+/// `--otlp URL`: an http:// collector address.
+fn parse_otlp_url(text: &str) -> Result<String, String> {
+    let rest = text.strip_prefix("http://").ok_or_else(|| {
+        format!(
+            "`{text}`: give the collector's http:// address, e.g. http://127.0.0.1:4318 (this \
+             montrace does not speak TLS or gRPC: put a local collector in front)"
+        )
+    })?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("`{text}`: no host"));
+    }
+    Ok(text.to_string())
+}
+
 /// `--samples-from`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SamplesFrom {
@@ -151,6 +165,12 @@ pub struct RecordOptions {
     /// Repeatable. montrace then exits with 124 and records the breach.
     #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::follow::limits::parse_limit)]
     pub limits: Vec<crate::follow::limits::Limit>,
+
+    /// Send the run as it goes to an OpenTelemetry collector over OTLP/HTTP (protobuf), e.g.
+    /// `http://127.0.0.1:4318`: each sweep's process metrics and one span per process. A
+    /// collector that is down costs a warning, never the run (docs/fleet.md)
+    #[arg(long, value_name = "URL", value_parser = parse_otlp_url)]
+    pub otlp: Option<String>,
 
     /// A label for this run, in run.json, summary.json and a published dataset's `runs` table
     /// (e.g. `--label branch=main --label suite=unit`). Repeatable; a key is letters, digits,

@@ -106,6 +106,12 @@ const PIP_PACKAGES: &[PipPackage] = &[
         pip: "ipykernel",
         module: "ipykernel",
     },
+    // The OTLP test's collector decodes montrace's requests with the OpenTelemetry project's
+    // own protobuf classes.
+    PipPackage {
+        pip: "opentelemetry-proto",
+        module: "opentelemetry.proto",
+    },
     // Builds the Python wheel (`cargo xtask wheel`, the python test tier).
     PipPackage {
         pip: "maturin>=1.5,<2",

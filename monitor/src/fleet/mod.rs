@@ -2,4 +2,5 @@
 //! publishing of run directories as a Hive-partitioned dataset ([`publish`]).
 pub mod context;
 pub mod dataset;
+pub mod otlp;
 pub mod publish;

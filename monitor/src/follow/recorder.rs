@@ -80,6 +80,13 @@ pub struct Recorder<'g> {
     spans: Vec<crate::analysis::critical::Span>,
     /// The live threads' waiting times in the kernel (BTF tracepoints), read at each sweep.
     waits: Option<crate::kernel::ebpf::WaitsMap>,
+    /// `--otlp`: the exporter, the run's attributes, and the processes ended since the last
+    /// sweep, whose spans go with the next one.
+    otlp: Option<(
+        crate::fleet::otlp::Exporter,
+        crate::fleet::otlp::RunAttributes,
+    )>,
+    ended_spans: Vec<crate::store::records::ProcessRecord>,
     /// montrace's task iterator, which the sweeps read the tree's figures from (None: /proc).
     task_iter: Option<crate::kernel::ebpf::TaskIter>,
     /// A v2 run cgroup's directory, whose stall totals are read at each sweep, and the last
@@ -163,6 +170,8 @@ impl<'g> Recorder<'g> {
             spans: Vec::new(),
             waits: None,
             task_iter: None,
+            otlp: None,
+            ended_spans: Vec::new(),
             pressure: None,
             previous_stalls: None,
         })
@@ -296,7 +305,38 @@ impl<'g> Recorder<'g> {
             }
             self.totals.add(&record);
             self.spans.push(span_of(&record));
+            if self.otlp.is_some() {
+                self.ended_spans.push(record.clone());
+            }
             self.write(|r| r.processes.push(record));
+        }
+    }
+
+    /// Hands the recorder an OTLP exporter: each sweep's metrics and the spans of the processes
+    /// that ended go to it.
+    pub fn set_otlp(
+        &mut self,
+        exporter: crate::fleet::otlp::Exporter,
+        run: crate::fleet::otlp::RunAttributes,
+    ) {
+        self.otlp = Some((exporter, run));
+    }
+
+    /// Sends what ended since the last call, and this sweep's metrics when given.
+    fn export(&mut self, sweep: Option<&[crate::store::records::SampleRecord]>) {
+        let Some((exporter, run)) = &mut self.otlp else {
+            return;
+        };
+        if let Some(sweep) = sweep {
+            let rows: Vec<_> = sweep
+                .iter()
+                .filter_map(|s| Some((self.tracker.live_record(s.pid)?, s)))
+                .collect();
+            exporter.send_metrics(&crate::fleet::otlp::metrics_request(run, &rows));
+        }
+        if !self.ended_spans.is_empty() {
+            exporter.send_spans(&crate::fleet::otlp::spans_request(run, &self.ended_spans));
+            self.ended_spans.clear();
         }
     }
 
@@ -497,6 +537,7 @@ impl<'g> Recorder<'g> {
             };
             self.stream_lines([line]);
         }
+        self.export(Some(&sweep));
         self.write(|r| sweep.into_iter().try_for_each(|s| r.samples.push(s)));
         if let Some(gpu) = self.gpu.as_deref_mut() {
             let tracker = &self.tracker;
@@ -592,7 +633,24 @@ impl<'g> Recorder<'g> {
             for record in tracker.finish() {
                 self.totals.add(&record);
                 self.spans.push(span_of(&record));
+                if self.otlp.is_some() {
+                    self.ended_spans.push(record.clone());
+                }
                 self.write(|r| r.processes.push(record));
+            }
+        }
+        // The last spans, then at most 2 s for the collector to take what is queued.
+        self.export(None);
+        if let Some((exporter, _)) = self.otlp.take() {
+            let report = exporter.finish(std::time::Duration::from_secs(2));
+            if report.failed > 0 || report.dropped > 0 {
+                crate::say!(
+                    "montrace: warning: OTLP: {} requests sent, {} failed, {} dropped (the \
+                     collector was down or slower than the sweeps); the run directory is complete",
+                    report.sent,
+                    report.failed,
+                    report.dropped
+                );
             }
         }
         let gpu_rows = self

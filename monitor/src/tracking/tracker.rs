@@ -428,6 +428,11 @@ impl Tracker {
         }
     }
 
+    /// A live process's record so far (its identity, parent, command).
+    pub fn live_record(&self, pid: u32) -> Option<&ProcessRecord> {
+        self.live.get(&pid).map(|e| &e.record)
+    }
+
     /// Start time of a live process.
     pub fn start_time_of(&self, pid: u32) -> Option<i64> {
         self.live.get(&pid).map(|e| e.record.start_time_ns)

@@ -1,0 +1,200 @@
+//! `montrace run --otlp URL`: a real OTLP/HTTP receiver on 127.0.0.1, decoding montrace's
+//! protobuf requests with the OpenTelemetry project's own Python classes, gets one span per
+//! process of the tree (the tree's shape in the parent links) and each sweep's process metrics
+//! with the semantic conventions' names; a collector that is not there costs a warning and
+//! nothing else.
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tests::{require_root, run_montrace, wait_for_file};
+
+/// Receives OTLP/HTTP on 127.0.0.1 (a free port, written to argv[1]), decodes each request and
+/// appends one JSON line per request to argv[2].
+const COLLECTOR: &str = r#"
+import json, sys, http.server
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+
+port_file, out_file = sys.argv[1], sys.argv[2]
+
+def attrs(kvs):
+    out = {}
+    for kv in kvs:
+        v = kv.value
+        out[kv.key] = v.string_value if v.HasField("string_value") else v.int_value
+    return out
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        line = {"path": self.path, "type": self.headers["Content-Type"]}
+        if self.path == "/v1/traces":
+            req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+            line["spans"] = [
+                {"trace": s.trace_id.hex(), "id": s.span_id.hex(), "parent": s.parent_span_id.hex(),
+                 "name": s.name, "start": s.start_time_unix_nano, "end": s.end_time_unix_nano,
+                 "attrs": attrs(s.attributes)}
+                for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        else:
+            req = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
+            line["resources"] = [
+                {"attrs": attrs(rm.resource.attributes),
+                 "metrics": [m.name for sm in rm.scope_metrics for m in sm.metrics]}
+                for rm in req.resource_metrics]
+        with open(out_file, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+with open(port_file + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+import os
+os.rename(port_file + ".tmp", port_file)
+server.serve_forever()
+"#;
+
+#[test]
+fn a_collector_gets_a_span_per_process_and_the_sweeps_metrics() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let port_file = tmp.path().join("port");
+    let out_file = tmp.path().join("received.jsonl");
+    let mut collector = Command::new("python3")
+        .arg("-c")
+        .arg(COLLECTOR)
+        .arg(&port_file)
+        .arg(&out_file)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("starting the Python collector");
+    wait_for_file(&port_file);
+    let port = std::fs::read_to_string(&port_file).unwrap();
+    let url = format!("http://127.0.0.1:{}", port.trim());
+    let run = run_montrace(
+        &[
+            "--no-report",
+            "--interval",
+            "100ms",
+            "--otlp",
+            &url,
+            "--label",
+            "team=build",
+        ],
+        &[
+            "sh",
+            "-c",
+            "sleep 0.35 & sh -c '/bin/true; sleep 0.25'; wait",
+        ],
+    );
+    let _ = collector.kill();
+    let _ = collector.wait();
+    run.assert_code(0);
+    assert!(!run.stderr.contains("OTLP"), "no warning: {}", run.stderr);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&out_file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.iter().all(|l| l["type"] == "application/x-protobuf"));
+
+    // One span per process, exactly; the parent links are the tree's.
+    let spans: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter_map(|l| l["spans"].as_array())
+        .flatten()
+        .collect();
+    let processes = run.processes();
+    assert_eq!(spans.len(), processes.len(), "{spans:#?}");
+    let run_json = run.run_json();
+    let by_pid: HashMap<i64, &serde_json::Value> = spans
+        .iter()
+        .map(|s| (s["attrs"]["process.pid"].as_i64().unwrap(), *s))
+        .collect();
+    for p in &processes {
+        let span = by_pid[&(p.pid as i64)];
+        assert_eq!(span["start"].as_i64(), Some(p.start_time), "{span}");
+        assert_eq!(span["end"].as_i64(), p.end_time, "{span}");
+        let parent = processes.iter().find(|q| p.is_child_of(q));
+        match parent {
+            Some(q) => assert_eq!(span["parent"], by_pid[&(q.pid as i64)]["id"], "{span}"),
+            None => assert_eq!(span["parent"], "", "the command's span is the root: {span}"),
+        }
+        assert_eq!(span["trace"], spans[0]["trace"]);
+    }
+    assert!(
+        spans.iter().any(|s| s["name"] == "sleep"),
+        "spans are named by program: {spans:#?}"
+    );
+
+    // Each sweep: a resource per live process, with the conventions' metrics and the run's
+    // id and labels.
+    let resources: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter_map(|l| l["resources"].as_array())
+        .flatten()
+        .collect();
+    assert!(resources.len() >= 5, "{} resources", resources.len());
+    for r in &resources {
+        assert_eq!(r["attrs"]["montrace.run_id"], run_json["run_id"]);
+        assert_eq!(r["attrs"]["montrace.label.team"], "build");
+        let pid = r["attrs"]["process.pid"].as_i64().unwrap();
+        assert!(by_pid.contains_key(&pid), "a process of the tree: {r}");
+        let metrics: Vec<&str> = r["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_str().unwrap())
+            .collect();
+        for name in [
+            "process.cpu.time",
+            "process.memory.usage",
+            "process.thread.count",
+        ] {
+            assert!(metrics.contains(&name), "{name} in {metrics:?}");
+        }
+    }
+}
+
+#[test]
+fn a_collector_that_is_not_there_costs_a_warning_only() {
+    require_root();
+    // A port nothing listens on: a bound, never-listening socket holds it.
+    let holder = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let started = Instant::now();
+    let run = run_montrace(
+        &[
+            "--no-report",
+            "--interval",
+            "50ms",
+            "--otlp",
+            &format!("http://127.0.0.1:{port}"),
+        ],
+        &["sleep", "0.5"],
+    );
+    let took = started.elapsed();
+    run.assert_code(0);
+    assert_eq!(
+        run.stderr.matches("did not take the run's data").count(),
+        1,
+        "said once: {}",
+        run.stderr
+    );
+    assert!(run.run_json()["exit_status"] == 0);
+    assert!(run.processes().len() == 1);
+    assert!(
+        took < Duration::from_millis(500 + 1500),
+        "the command's 0.5 s took {took:?} in all"
+    );
+    // A bad address is a usage error before anything starts.
+    let bad = run_montrace(&["--otlp", "https://collector:4318"], &["true"]);
+    bad.assert_code(2);
+    assert!(bad.stderr.contains("http://"), "{}", bad.stderr);
+}

@@ -160,7 +160,7 @@ fn an_interrupted_publish_stays_invisible_until_published_again() {
 fn object_store_destinations_and_unfinished_runs_are_refused_with_what_to_do() {
     require_root();
     let run = labelled("main", "true");
-    let s3 = publish(&[&run.dir, Path::new("s3://bucket/montrace")]);
+    let s3 = publish(&[&run.dir, Path::new("gs://bucket/montrace")]);
     assert_eq!(s3.code(), 2, "{s3:?}");
     assert!(s3.stderr.contains("publish to a directory"), "{s3:?}");
     let tmp = tempfile::tempdir().unwrap();
@@ -276,4 +276,125 @@ fn compare_takes_its_baseline_from_the_fleet() {
     let wrong = run_with_timeout(&mut cmd, TIMEOUT);
     assert_eq!(wrong.code(), 2, "{wrong:?}");
     assert!(wrong.stderr.contains("montrace publish"), "{wrong:?}");
+}
+
+/// Reads a published dataset from an S3-compatible server with pyarrow's S3 client and queries
+/// it with DuckDB: argv 1 the endpoint, 2 the bucket/prefix; prints the processes per host
+/// joined on runs, as JSON.
+const S3_READ: &str = r#"
+import json, sys
+import duckdb, pyarrow.dataset as ds, pyarrow.fs as pafs
+endpoint, root = sys.argv[1], sys.argv[2]
+fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="test",
+                       secret_key="test", region="us-east-1")
+def table(name):
+    return ds.dataset(f"{root}/{name}", filesystem=fs, format="parquet", partitioning="hive")
+processes, runs = table("processes"), table("runs")
+rows = duckdb.sql("""SELECT r.host, count(*) AS n FROM processes p JOIN runs r USING (run_id)
+                     GROUP BY 1 ORDER BY 1""").fetchall()
+print(json.dumps({h: n for h, n in rows}))
+"#;
+
+/// `montrace publish RUN... s3://bucket/prefix` to a real S3-compatible server (moto's, on
+/// 127.0.0.1): runs from two hosts land in one dataset that DuckDB queries through pyarrow's S3
+/// client; publishing again writes nothing.
+#[test]
+fn publishing_to_an_s3_compatible_server() {
+    require_root();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut server = Command::new("python3")
+        .args(["-m", "moto.server", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting moto's S3 server (pip package moto[server])");
+    let bucket = tests::python(
+        "creating the bucket",
+        "import sys, time, boto3\n\
+         s3 = boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id='test', \
+           aws_secret_access_key='test', region_name='us-east-1')\n\
+         for i in range(100):\n    \
+           try:\n        s3.create_bucket(Bucket='fleet'); break\n    \
+           except Exception:\n        time.sleep(0.1)\n\
+         print('ok')",
+        &[&endpoint],
+        &[],
+    );
+    assert_eq!(bucket.trim(), "ok");
+    // Four runs; two of them as if made on another machine.
+    let mut runs = Vec::new();
+    for (i, script) in [
+        "/bin/true",
+        "/bin/true; /bin/true",
+        "true",
+        "/bin/true & wait",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let run = labelled("main", script);
+        if i % 2 == 1 {
+            let path = run.dir.join("run.json");
+            let mut info: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            info["host"] = "ci-b".into();
+            std::fs::write(&path, info.to_string()).unwrap();
+        }
+        runs.push(run);
+    }
+    let this_host = runs[0].run_json()["host"].as_str().unwrap().to_string();
+    let count = |odd: bool| -> f64 {
+        runs.iter()
+            .enumerate()
+            .filter(|(i, _)| (i % 2 == 1) == odd)
+            .map(|(_, r)| r.processes().len() as f64)
+            .sum()
+    };
+    let publish_s3 = || {
+        let mut cmd = Command::new(montrace_bin());
+        cmd.arg("publish")
+            .args(runs.iter().map(|r| r.dir.as_os_str()))
+            .arg("s3://fleet/montrace")
+            .envs([
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_REGION", "us-east-1"),
+                ("AWS_ENDPOINT", endpoint.as_str()),
+                ("AWS_ALLOW_HTTP", "true"),
+            ]);
+        run_with_timeout(&mut cmd, TIMEOUT)
+    };
+    let published = publish_s3();
+    assert_eq!(published.code(), 0, "{published:?}");
+    let read = || -> serde_json::Value {
+        let out = tests::python(
+            "reading the dataset from S3",
+            S3_READ,
+            &[&endpoint, "fleet/montrace"],
+            &[],
+        );
+        serde_json::from_str(out.trim()).unwrap()
+    };
+    let per_host = read();
+    assert_eq!(
+        per_host[&this_host].as_f64(),
+        Some(count(false)),
+        "{per_host}"
+    );
+    assert_eq!(per_host["ci-b"].as_f64(), Some(count(true)), "{per_host}");
+    let again = publish_s3();
+    assert_eq!(again.code(), 0, "{again:?}");
+    assert_eq!(
+        again.stderr.matches("already published").count(),
+        4,
+        "{again:?}"
+    );
+    assert_eq!(read(), per_host, "nothing duplicated");
+    let _ = server.kill();
+    let _ = server.wait();
 }

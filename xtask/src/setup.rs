@@ -112,6 +112,12 @@ const PIP_PACKAGES: &[PipPackage] = &[
         pip: "opentelemetry-proto",
         module: "opentelemetry.proto",
     },
+    // The publish test's S3-compatible server (moto's server mode, with boto3 to make its
+    // bucket).
+    PipPackage {
+        pip: "moto[server]",
+        module: "moto.server",
+    },
     // Builds the Python wheel (`cargo xtask wheel`, the python test tier).
     PipPackage {
         pip: "maturin>=1.5,<2",

@@ -44,10 +44,123 @@ pub struct Layout {
 impl Layout {
     /// `table/date=.../host=.../run_id=...` under `dest`.
     pub fn dir(&self, dest: &Path, table: &str) -> PathBuf {
-        dest.join(table)
-            .join(format!("date={}", self.date))
-            .join(format!("host={}", self.host))
-            .join(format!("run_id={}", self.run_id))
+        dest.join(self.key(table, ""))
+    }
+
+    /// `table/date=.../host=.../run_id=.../file`: the path of a file inside the dataset.
+    pub fn key(&self, table: &str, file: &str) -> String {
+        let dir = format!(
+            "{table}/date={}/host={}/run_id={}",
+            self.date, self.host, self.run_id
+        );
+        if file.is_empty() {
+            dir
+        } else {
+            format!("{dir}/{file}")
+        }
+    }
+}
+
+/// Where a dataset lives: a directory, or an S3 bucket (and prefix).
+pub enum Sink {
+    Dir(PathBuf),
+    Store {
+        store: Box<dyn object_store::ObjectStore>,
+        prefix: object_store::path::Path,
+        runtime: tokio::runtime::Runtime,
+    },
+}
+
+impl Sink {
+    /// `dest`: a directory, or `s3://bucket/prefix` (credentials, region and endpoint from the
+    /// usual `AWS_*` variables: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+    /// `AWS_ENDPOINT` for an S3-compatible server, `AWS_ALLOW_HTTP=true` for one without TLS).
+    pub fn open(dest: &str) -> anyhow::Result<Sink> {
+        if let Some(rest) = dest.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                bail!("{dest}: no bucket (s3://BUCKET/PREFIX)");
+            }
+            let store = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .build()
+                .with_context(|| {
+                    format!(
+                        "{dest}: cannot set up the S3 client (credentials come from \
+                         AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or the machine's role, the \
+                         region from AWS_REGION, another endpoint from AWS_ENDPOINT)"
+                    )
+                })?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the I/O runtime")?;
+            return Ok(Sink::Store {
+                store: Box::new(store),
+                prefix: object_store::path::Path::from(prefix.trim_matches('/')),
+                runtime,
+            });
+        }
+        let dir = PathBuf::from(dest);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Sink::Dir(dir))
+    }
+
+    fn object(prefix: &object_store::path::Path, key: &str) -> object_store::path::Path {
+        key.split('/')
+            .fold(prefix.clone(), |path, part| path.child(part))
+    }
+
+    /// Whether the dataset holds `key`.
+    pub fn exists(&self, key: &str) -> anyhow::Result<bool> {
+        match self {
+            Sink::Dir(dir) => Ok(dir.join(key).exists()),
+            Sink::Store {
+                store,
+                prefix,
+                runtime,
+            } => match runtime.block_on(store.head(&Self::object(prefix, key))) {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(anyhow::anyhow!(e)).context(format!("cannot look up {key}")),
+            },
+        }
+    }
+
+    /// Puts the local file `source` at `key`, whole or not at all: in a directory under a
+    /// hidden temporary name renamed into place, in a bucket with one PUT.
+    pub fn put_file(&self, key: &str, source: &Path) -> anyhow::Result<()> {
+        match self {
+            Sink::Dir(dir) => {
+                let target = dir.join(key);
+                let parent = target.parent().context("a key has a directory")?;
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+                let name = target
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("part");
+                let temp = parent.join(format!(".{name}.tmp"));
+                std::fs::copy(source, &temp).with_context(|| {
+                    format!("cannot copy {} to {}", source.display(), temp.display())
+                })?;
+                std::fs::rename(&temp, &target)
+                    .with_context(|| format!("cannot rename {}", temp.display()))
+            }
+            Sink::Store {
+                store,
+                prefix,
+                runtime,
+            } => {
+                let bytes = std::fs::read(source)
+                    .with_context(|| format!("cannot read {}", source.display()))?;
+                runtime
+                    .block_on(store.put(&Self::object(prefix, key), bytes.into()))
+                    .map(drop)
+                    .with_context(|| format!("cannot upload {key}"))
+            }
+        }
     }
 }
 
@@ -199,8 +312,8 @@ pub fn run_dirs(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(reps)
 }
 
-/// Publishes one run directory into the dataset at `dest`.
-pub fn publish_run(run: &Path, dest: &Path) -> anyhow::Result<(Layout, Published)> {
+/// Publishes one run directory into the dataset at `sink`.
+pub fn publish_run(run: &Path, sink: &Sink) -> anyhow::Result<(Layout, Published)> {
     let text = std::fs::read_to_string(run.join("run.json"))
         .with_context(|| format!("cannot read {}", run.join("run.json").display()))?;
     let info: RunInfo = serde_json::from_str(&text).with_context(|| {
@@ -210,8 +323,8 @@ pub fn publish_run(run: &Path, dest: &Path) -> anyhow::Result<(Layout, Published
         )
     })?;
     let layout = layout_of(&info);
-    let row_file = layout.dir(dest, schema::RUNS_TABLE).join("part-0.parquet");
-    if row_file.exists() {
+    let row_key = layout.key(schema::RUNS_TABLE, "part-0.parquet");
+    if sink.exists(&row_key)? {
         return Ok((layout, Published::Already));
     }
     let mut files = 0;
@@ -224,29 +337,18 @@ pub fn publish_run(run: &Path, dest: &Path) -> anyhow::Result<(Layout, Published
         } else {
             parts_of(&run.join(format!("{table}.parts")))
         };
-        if sources.is_empty() {
-            continue;
-        }
-        let dir = layout.dir(dest, table);
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
         for (i, source) in sources.iter().enumerate() {
-            let target = dir.join(format!("part-{i}.parquet"));
-            let temp = dir.join(format!(".part-{i}.parquet.tmp"));
-            std::fs::copy(source, &temp).with_context(|| {
-                format!("cannot copy {} to {}", source.display(), temp.display())
-            })?;
-            std::fs::rename(&temp, &target)
-                .with_context(|| format!("cannot rename {}", temp.display()))?;
+            sink.put_file(&layout.key(table, &format!("part-{i}.parquet")), source)?;
             files += 1;
         }
     }
     // Last: the row that makes the run visible to readers that join on `runs`.
-    let dir = layout.dir(dest, schema::RUNS_TABLE);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let staging = tempfile::tempdir().context("cannot make a temporary directory")?;
+    let row_file = staging.path().join("part-0.parquet");
     let batch = schema::runs_batch(&[run_record(&info)])?;
     crate::store::writer::write_table(&row_file, schema::runs_schema(), &batch)
-        .with_context(|| format!("cannot write {}", row_file.display()))?;
+        .context("cannot write the run's row")?;
+    sink.put_file(&row_key, &row_file)?;
     Ok((layout, Published::New { files }))
 }
 
@@ -275,19 +377,18 @@ pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
         .paths
         .split_last()
         .context("publish needs RUN... DEST")?;
-    if let Some(scheme) = ["s3://", "gs://", "az://", "http://", "https://"]
+    if let Some(scheme) = ["gs://", "az://", "abfs://", "http://", "https://"]
         .iter()
         .find(|s| dest.starts_with(*s))
     {
         crate::say!(
             "montrace: error: {dest}: {scheme} destinations are not supported by this montrace \
-             yet; publish to a directory (a local disk, NFS, or a bucket mounted with e.g. \
-             mountpoint-s3 or gcsfuse) and sync it"
+             (s3:// and S3-compatible stores are); publish to a directory (a local disk, NFS, or \
+             a bucket mounted with gcsfuse or blobfuse2) and sync it"
         );
         return Ok(crate::cli::EXIT_USAGE);
     }
-    let dest = Path::new(dest);
-    std::fs::create_dir_all(dest).with_context(|| format!("cannot create {}", dest.display()))?;
+    let sink = Sink::open(dest)?;
     let mut failed = 0;
     for run in runs {
         let dirs = match run_dirs(Path::new(run)) {
@@ -299,7 +400,7 @@ pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
             }
         };
         for dir in dirs {
-            match publish_run(&dir, dest) {
+            match publish_run(&dir, &sink) {
                 Ok((layout, Published::New { files })) => crate::say!(
                     "montrace: published {} as run_id={} (host={}, date={}, {files} files)",
                     dir.display(),

@@ -398,3 +398,66 @@ fn publishing_to_an_s3_compatible_server() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// Reads a published dataset with Spark in local mode (argv 1: the dataset), as docs/fleet.md
+/// shows: processes per branch label, joined on runs, as JSON. Spark reads Parquet's
+/// nanosecond timestamps only as longs (`nanosAsLong`).
+const SPARK_READ: &str = r#"
+import json, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").appName("montrace-fleet-test")
+         .config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.sql.legacy.parquet.nanosAsLong", "true")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+runs = spark.read.parquet(sys.argv[1] + "/runs")
+processes = spark.read.parquet(sys.argv[1] + "/processes")
+rows = (processes.join(runs, "run_id")
+        .groupBy(runs["labels"]["branch"].alias("branch")).count().collect())
+print("RESULT " + json.dumps({r["branch"]: r["count"] for r in rows}))
+spark.stop()
+"#;
+
+/// A real Spark, local mode on 127.0.0.1, reads the dataset directory as it is (partition
+/// discovery, the labels map) and counts what DuckDB counts.
+#[test]
+fn spark_reads_the_dataset_as_it_is() {
+    require_root();
+    let main = labelled("main", "/bin/true; /bin/true");
+    let dev = labelled("dev", "/bin/true");
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("dataset");
+    assert_eq!(publish(&[&main.dir, &dev.dir, &dest]).code(), 0);
+    let out = tests::python(
+        "Spark in local mode",
+        SPARK_READ,
+        &[dest.to_str().unwrap()],
+        &[("PYSPARK_PYTHON", "python3")],
+    );
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no result from Spark: {out}"));
+    let counts: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(
+        counts["main"].as_f64(),
+        Some(main.processes().len() as f64),
+        "{counts}"
+    );
+    assert_eq!(
+        counts["dev"].as_f64(),
+        Some(dev.processes().len() as f64),
+        "{counts}"
+    );
+    let duck = processes_by_branch(&dest);
+    assert_eq!(
+        duck,
+        [
+            ("dev".to_string(), counts["dev"].as_f64().unwrap()),
+            ("main".to_string(), counts["main"].as_f64().unwrap())
+        ],
+        "Spark and DuckDB count the same"
+    );
+}

@@ -55,6 +55,12 @@ const STEPS: &[Step] = &[
         install: install_bpftool,
     },
     Step {
+        name: "a Java runtime (17 or later)",
+        how: "apt-get; the fleet test reads a published dataset with Spark in local mode",
+        is_done: java_installed,
+        install: install_java,
+    },
+    Step {
         name: "make and git",
         how: "apt-get; the CI recipe test builds two git checkouts of a C project with make",
         is_done: make_and_git_installed,
@@ -117,6 +123,11 @@ const PIP_PACKAGES: &[PipPackage] = &[
     PipPackage {
         pip: "moto[server]",
         module: "moto.server",
+    },
+    // Spark in local mode reads a published dataset in the fleet test.
+    PipPackage {
+        pip: "pyspark",
+        module: "pyspark",
     },
     // Builds the Python wheel (`cargo xtask wheel`, the python test tier).
     PipPackage {
@@ -292,6 +303,32 @@ fn bpftool_installed() -> bool {
 fn install_bpftool(i: &mut Installer) -> Result<()> {
     i.apt_install(&["bpftool"])
         .context("could not apt-get install bpftool")
+}
+
+fn java_installed() -> bool {
+    // `java -version` writes to stderr: `openjdk version "17.0.15" ...`.
+    Command::new("java")
+        .arg("-version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stderr).into_owned();
+            let version = text
+                .split('"')
+                .nth(1)?
+                .split('.')
+                .next()?
+                .parse::<u32>()
+                .ok()?;
+            Some(version >= 17)
+        })
+        .unwrap_or(false)
+}
+
+fn install_java(i: &mut Installer) -> Result<()> {
+    i.apt_install(&["openjdk-17-jre-headless"])
+        .context("could not apt-get install openjdk-17-jre-headless (Spark needs Java 17 or later)")
 }
 
 fn make_and_git_installed() -> bool {

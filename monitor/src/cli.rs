@@ -380,6 +380,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub record: RecordOptions,
 
+    /// After the run, publish its directory into the dataset DEST (a directory or
+    /// s3://bucket/prefix), as `montrace publish` does; a failure is a warning (docs/fleet.md)
+    #[arg(long, value_name = "DEST")]
+    pub publish: Option<String>,
+
     /// After the command exits, wait at most this long for its remaining descendants
     /// (e.g. 10s, 2m); those still running are recorded as alive at the end.
     /// Default: wait for all of them.

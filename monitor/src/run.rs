@@ -87,6 +87,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         // Nothing was recorded: leave no litter behind.
         let _ = userfs::remove_dir(&out_dir);
     }
+    if let (Ok(_), Some(dest)) = (&result, &args.publish) {
+        // As the user: the run directory is the (untrusted) command's to plant links in.
+        let published = userfs::as_user(|| {
+            crate::fleet::publish::publish_paths(&[out_dir.clone()], dest)
+                .map_err(std::io::Error::other)
+        });
+        if let Err(err) = published {
+            crate::say!(
+                "montrace: warning: --publish {dest}: {err}; the run directory is complete: \
+                 `montrace publish {} {dest}` later",
+                out_dir.display()
+            );
+        }
+    }
     result
 }
 

@@ -461,3 +461,40 @@ fn spark_reads_the_dataset_as_it_is() {
         "Spark and DuckDB count the same"
     );
 }
+
+/// `montrace run --publish DEST`: the run lands in the dataset when it ends, whatever the
+/// command's status, which stays montrace's; a destination that cannot be written is a warning.
+#[test]
+fn run_publishes_itself_when_asked() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("dataset");
+    let run = run_montrace(
+        &[
+            "--no-report",
+            "--label",
+            "branch=main",
+            "--publish",
+            dest.to_str().unwrap(),
+        ],
+        &["sh", "-c", "/bin/true; exit 3"],
+    );
+    run.assert_code(3);
+    assert!(run.stderr.contains("published "), "{}", run.stderr);
+    assert_eq!(
+        processes_by_branch(&dest),
+        [("main".to_string(), run.processes().len() as f64)]
+    );
+    let blocked = tmp.path().join("file");
+    std::fs::write(&blocked, "not a directory").unwrap();
+    let run = run_montrace(
+        &[
+            "--no-report",
+            "--publish",
+            blocked.join("x").to_str().unwrap(),
+        ],
+        &["true"],
+    );
+    run.assert_code(0);
+    assert!(run.stderr.contains("warning: --publish"), "{}", run.stderr);
+}

@@ -377,21 +377,40 @@ pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
         .paths
         .split_last()
         .context("publish needs RUN... DEST")?;
-    if let Some(scheme) = ["gs://", "az://", "abfs://", "http://", "https://"]
-        .iter()
-        .find(|s| dest.starts_with(*s))
-    {
-        crate::say!(
-            "montrace: error: {dest}: {scheme} destinations are not supported by this montrace \
-             (s3:// and S3-compatible stores are); publish to a directory (a local disk, NFS, or \
-             a bucket mounted with gcsfuse or blobfuse2) and sync it"
-        );
+    if let Some(message) = unsupported(dest) {
+        crate::say!("montrace: error: {message}");
         return Ok(crate::cli::EXIT_USAGE);
+    }
+    let runs: Vec<PathBuf> = runs.iter().map(PathBuf::from).collect();
+    Ok(if publish_paths(&runs, dest)? == 0 {
+        0
+    } else {
+        1
+    })
+}
+
+/// Why `dest` cannot be published to, if it cannot.
+fn unsupported(dest: &str) -> Option<String> {
+    let scheme = ["gs://", "az://", "abfs://", "http://", "https://"]
+        .into_iter()
+        .find(|s| dest.starts_with(*s))?;
+    Some(format!(
+        "{dest}: {scheme} destinations are not supported by this montrace (s3:// and \
+         S3-compatible stores are); publish to a directory (a local disk, NFS, or a bucket \
+         mounted with gcsfuse or blobfuse2) and sync it"
+    ))
+}
+
+/// Publishes every run under `runs` into `dest`, saying what happened to each; returns how
+/// many failed (`montrace publish`, `montrace run --publish`).
+pub fn publish_paths(runs: &[PathBuf], dest: &str) -> anyhow::Result<usize> {
+    if let Some(message) = unsupported(dest) {
+        bail!(message);
     }
     let sink = Sink::open(dest)?;
     let mut failed = 0;
     for run in runs {
-        let dirs = match run_dirs(Path::new(run)) {
+        let dirs = match run_dirs(run) {
             Ok(dirs) => dirs,
             Err(err) => {
                 crate::say!("montrace: error: {err:#}");
@@ -424,7 +443,7 @@ pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    Ok(if failed == 0 { 0 } else { 1 })
+    Ok(failed)
 }
 
 #[cfg(test)]

@@ -90,7 +90,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if let (Ok(_), Some(dest)) = (&result, &args.publish) {
         // As the user: the run directory is the (untrusted) command's to plant links in.
         let published = userfs::as_user(|| {
-            crate::fleet::publish::publish_paths(&[out_dir.clone()], dest)
+            crate::fleet::publish::publish_paths(std::slice::from_ref(&out_dir), dest)
                 .map_err(std::io::Error::other)
         });
         if let Err(err) = published {

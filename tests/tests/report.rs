@@ -338,3 +338,27 @@ fn csv_records(text: &str) -> usize {
     }
     records
 }
+
+/// The report of a 5,000-process shell loop: under 1 MB (plots keep what a pixel can show, the
+/// timeline merges the 5,000 siblings into one row), and it opens in headless Chromium without
+/// an error.
+#[test]
+fn a_5000_process_loop_reports_in_under_a_megabyte() {
+    let run = run_montrace(
+        &[],
+        &["sh", "-c", "for i in $(seq 5000); do /bin/true; done"],
+    );
+    run.assert_code(0);
+    assert_eq!(run.processes().len(), 5002);
+    let page = run.dir.join("report.html");
+    let size = std::fs::metadata(&page).unwrap().len();
+    assert!(size < 1 << 20, "report.html is {size} bytes");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("true ×5000"),
+        "one timeline row for the 5,000 siblings"
+    );
+    let shot = screenshot(&page);
+    assert_eq!(shot.page_console(&page), Vec::<&str>::new());
+    assert_eq!(png_size(&shot.png), WINDOW);
+}

@@ -38,9 +38,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
         else:
             req = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
+            def points(m):
+                data = m.gauge.data_points if m.HasField("gauge") else m.sum.data_points
+                return [{"t": p.time_unix_nano, "v": p.as_double, "attrs": attrs(p.attributes)}
+                        for p in data]
             line["resources"] = [
                 {"attrs": attrs(rm.resource.attributes),
-                 "metrics": [m.name for sm in rm.scope_metrics for m in sm.metrics]}
+                 "metrics": {m.name: points(m) for sm in rm.scope_metrics for m in sm.metrics}}
                 for rm in req.resource_metrics]
         with open(out_file, "a") as f:
             f.write(json.dumps(line) + "\n")
@@ -146,20 +150,45 @@ fn a_collector_gets_a_span_per_process_and_the_sweeps_metrics() {
         assert_eq!(r["attrs"]["montrace.label.team"], "build");
         let pid = r["attrs"]["process.pid"].as_i64().unwrap();
         assert!(by_pid.contains_key(&pid), "a process of the tree: {r}");
-        let metrics: Vec<&str> = r["metrics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m.as_str().unwrap())
-            .collect();
+        let metrics = r["metrics"].as_object().unwrap();
         for name in [
             "process.cpu.time",
             "process.memory.usage",
             "process.thread.count",
         ] {
-            assert!(metrics.contains(&name), "{name} in {metrics:?}");
+            assert!(metrics.contains_key(name), "{name} in {metrics:?}");
         }
     }
+    // Every point is a row of samples.parquet: same process, same time, same values.
+    let samples = run.samples();
+    let mut checked = 0;
+    for r in &resources {
+        let pid = r["attrs"]["process.pid"].as_i64().unwrap() as u32;
+        let rss = &r["metrics"]["process.memory.usage"][0];
+        let t = rss["t"].as_i64().unwrap();
+        let row = samples
+            .iter()
+            .find(|s| s.pid == pid && s.time == t && s.source == "procfs")
+            .unwrap_or_else(|| panic!("no sample of {pid} at {t}"));
+        assert_eq!(rss["v"].as_f64(), row.rss_bytes.map(|b| b as f64), "{r}");
+        let cpu = r["metrics"]["process.cpu.time"].as_array().unwrap();
+        let mode = |m: &str| {
+            cpu.iter()
+                .find(|p| p["attrs"]["cpu.mode"] == m)
+                .and_then(|p| p["v"].as_f64())
+                .unwrap()
+        };
+        assert_eq!(mode("user"), row.cpu_user_ns as f64 / 1e9, "{r}");
+        assert_eq!(mode("system"), row.cpu_system_ns as f64 / 1e9, "{r}");
+        let threads = r["metrics"]["process.thread.count"][0]["v"].as_f64();
+        assert_eq!(threads, row.threads.map(f64::from), "{r}");
+        checked += 1;
+    }
+    assert_eq!(
+        checked,
+        samples.iter().filter(|s| s.source == "procfs").count(),
+        "a point for every sweep row"
+    );
 }
 
 #[test]

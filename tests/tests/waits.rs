@@ -44,10 +44,7 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
         // The rest of its wall time is its time on a CPU: the kernel's CPU time. Measured
         // within 0.01 to 2.7 % here (a few ms of a burner's end are in neither count); the
         // issue asks 1 %, this checks 3 %.
-        let on_cpu = wall_ns(p)
-            - waited
-            - p.blocked_ns.unwrap_or(0)
-            - p.sleep_ns.unwrap_or(0);
+        let on_cpu = wall_ns(p) - waited - p.blocked_ns.unwrap_or(0) - p.sleep_ns.unwrap_or(0);
         assert!(
             (on_cpu as f64 - p.cpu_ns() as f64).abs() <= 0.03 * p.cpu_ns() as f64,
             "on a CPU {on_cpu} ns, CPU time {} ns: {p:?}",

@@ -290,14 +290,17 @@ fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="te
 def table(name):
     return ds.dataset(f"{root}/{name}", filesystem=fs, format="parquet", partitioning="hive")
 processes, runs = table("processes"), table("runs")
-rows = duckdb.sql("""SELECT r.host, count(*) AS n FROM processes p JOIN runs r USING (run_id)
-                     GROUP BY 1 ORDER BY 1""").fetchall()
-print(json.dumps({h: n for h, n in rows}))
+hosts = duckdb.sql("""SELECT r.host, count(*) AS n FROM processes p JOIN runs r USING (run_id)
+                      GROUP BY 1 ORDER BY 1""").fetchall()
+per_run = duckdb.sql("""SELECT r.run_id, count(*) AS n FROM processes p JOIN runs r USING (run_id)
+                        GROUP BY 1""").fetchall()
+print(json.dumps({"hosts": {h: n for h, n in hosts}, "runs": {r: n for r, n in per_run}}))
 "#;
 
 /// `montrace publish RUN... s3://bucket/prefix` to a real S3-compatible server (moto's, on
-/// 127.0.0.1): runs from two hosts land in one dataset that DuckDB queries through pyarrow's S3
-/// client; publishing again writes nothing.
+/// 127.0.0.1): 20 runs from two hosts land in one dataset that DuckDB queries through pyarrow's
+/// S3 client, exactly their processes; a publish killed half-way shows no partial run through
+/// `runs`; publishing again completes it and duplicates nothing.
 #[test]
 fn publishing_to_an_s3_compatible_server() {
     require_root();
@@ -326,17 +329,14 @@ fn publishing_to_an_s3_compatible_server() {
         &[],
     );
     assert_eq!(bucket.trim(), "ok");
-    // Four runs; two of them as if made on another machine.
+    // Twenty runs; every other one as if made on another machine.
     let mut runs = Vec::new();
-    for (i, script) in [
-        "/bin/true",
-        "/bin/true; /bin/true",
-        "true",
-        "/bin/true & wait",
-    ]
-    .iter()
-    .enumerate()
-    {
+    for i in 0..20 {
+        let script = if i % 3 == 0 {
+            "/bin/true; /bin/true"
+        } else {
+            "/bin/true"
+        };
         let run = labelled("main", script);
         if i % 2 == 1 {
             let path = run.dir.join("run.json");
@@ -348,11 +348,15 @@ fn publishing_to_an_s3_compatible_server() {
         runs.push(run);
     }
     let this_host = runs[0].run_json()["host"].as_str().unwrap().to_string();
-    let count = |odd: bool| -> f64 {
-        runs.iter()
-            .enumerate()
-            .filter(|(i, _)| (i % 2 == 1) == odd)
-            .map(|(_, r)| r.processes().len() as f64)
+    let processes: Vec<f64> = runs.iter().map(|r| r.processes().len() as f64).collect();
+    let run_ids: Vec<String> = runs
+        .iter()
+        .map(|r| r.run_json()["run_id"].as_str().unwrap().to_string())
+        .collect();
+    let on_host = |odd: bool| -> f64 {
+        (0..runs.len())
+            .filter(|i| (i % 2 == 1) == odd)
+            .map(|i| processes[i])
             .sum()
     };
     let publish_s3 = || {
@@ -367,10 +371,8 @@ fn publishing_to_an_s3_compatible_server() {
                 ("AWS_ENDPOINT", endpoint.as_str()),
                 ("AWS_ALLOW_HTTP", "true"),
             ]);
-        run_with_timeout(&mut cmd, TIMEOUT)
+        cmd
     };
-    let published = publish_s3();
-    assert_eq!(published.code(), 0, "{published:?}");
     let read = || -> serde_json::Value {
         let out = tests::python(
             "reading the dataset from S3",
@@ -380,21 +382,54 @@ fn publishing_to_an_s3_compatible_server() {
         );
         serde_json::from_str(out.trim()).unwrap()
     };
-    let per_host = read();
+    // Killed after its first run is out: whatever it had uploaded, each run readers see through
+    // `runs` is whole.
+    let mut killed = publish_s3()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(killed.stderr.take().unwrap()));
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("published "), "{first}");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let partial = read();
+    let seen = partial["runs"].as_object().unwrap();
+    assert!(!seen.is_empty() && seen.len() <= 20, "{partial}");
+    for (run_id, n) in seen {
+        let i = run_ids
+            .iter()
+            .position(|r| r == run_id)
+            .expect("one of ours");
+        assert_eq!(
+            n.as_f64(),
+            Some(processes[i]),
+            "run {run_id} whole: {partial}"
+        );
+    }
+    // Again: complete, exactly the processes of the 20 runs, per host.
+    let published = run_with_timeout(&mut publish_s3(), TIMEOUT);
+    assert_eq!(published.code(), 0, "{published:?}");
+    let whole = read();
+    assert_eq!(whole["runs"].as_object().unwrap().len(), 20, "{whole}");
     assert_eq!(
-        per_host[&this_host].as_f64(),
-        Some(count(false)),
-        "{per_host}"
+        whole["hosts"][&this_host].as_f64(),
+        Some(on_host(false)),
+        "{whole}"
     );
-    assert_eq!(per_host["ci-b"].as_f64(), Some(count(true)), "{per_host}");
-    let again = publish_s3();
+    assert_eq!(
+        whole["hosts"]["ci-b"].as_f64(),
+        Some(on_host(true)),
+        "{whole}"
+    );
+    let again = run_with_timeout(&mut publish_s3(), TIMEOUT);
     assert_eq!(again.code(), 0, "{again:?}");
     assert_eq!(
         again.stderr.matches("already published").count(),
-        4,
+        20,
         "{again:?}"
     );
-    assert_eq!(read(), per_host, "nothing duplicated");
+    assert_eq!(read(), whole, "nothing duplicated");
     let _ = server.kill();
     let _ = server.wait();
 }
@@ -414,22 +449,33 @@ spark = (SparkSession.builder.master("local[1]").appName("montrace-fleet-test")
 spark.sparkContext.setLogLevel("ERROR")
 runs = spark.read.parquet(sys.argv[1] + "/runs")
 processes = spark.read.parquet(sys.argv[1] + "/processes")
+from pyspark.sql import functions as F
 rows = (processes.join(runs, "run_id")
-        .groupBy(runs["labels"]["branch"].alias("branch")).count().collect())
-print("RESULT " + json.dumps({r["branch"]: r["count"] for r in rows}))
+        .groupBy(runs["host"])
+        .agg(F.sum(processes["cpu_user_ns"] + processes["cpu_system_ns"]).alias("cpu_ns"),
+             F.count("*").alias("n"))
+        .collect())
+# UInt64 columns sum to DECIMAL(20, 0) in Spark.
+print("RESULT " + json.dumps({r["host"]: [int(r["cpu_ns"]), r["n"]] for r in rows}))
 spark.stop()
 "#;
 
 /// A real Spark, local mode on 127.0.0.1, reads the dataset directory as it is (partition
-/// discovery, the labels map) and counts what DuckDB counts.
+/// discovery, the runs join): CPU per host equals DuckDB's, to the nanosecond.
 #[test]
 fn spark_reads_the_dataset_as_it_is() {
     require_root();
-    let main = labelled("main", "/bin/true; /bin/true");
-    let dev = labelled("dev", "/bin/true");
+    let a = labelled("main", "/bin/true; /bin/true");
+    let b = labelled("dev", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done");
+    // The second run as if from another machine.
+    let path = b.dir.join("run.json");
+    let mut info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    info["host"] = "ci-b".into();
+    std::fs::write(&path, info.to_string()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("dataset");
-    assert_eq!(publish(&[&main.dir, &dev.dir, &dest]).code(), 0);
+    assert_eq!(publish(&[&a.dir, &b.dir, &dest]).code(), 0);
     let out = tests::python(
         "Spark in local mode",
         SPARK_READ,
@@ -440,25 +486,27 @@ fn spark_reads_the_dataset_as_it_is() {
         .lines()
         .find_map(|l| l.strip_prefix("RESULT "))
         .unwrap_or_else(|| panic!("no result from Spark: {out}"));
-    let counts: serde_json::Value = serde_json::from_str(line).unwrap();
-    assert_eq!(
-        counts["main"].as_f64(),
-        Some(main.processes().len() as f64),
-        "{counts}"
-    );
-    assert_eq!(
-        counts["dev"].as_f64(),
-        Some(dev.processes().len() as f64),
-        "{counts}"
-    );
-    let duck = processes_by_branch(&dest);
-    assert_eq!(
-        duck,
-        [
-            ("dev".to_string(), counts["dev"].as_f64().unwrap()),
-            ("main".to_string(), counts["main"].as_f64().unwrap())
-        ],
-        "Spark and DuckDB count the same"
+    let spark: serde_json::Value = serde_json::from_str(line).unwrap();
+    let duck = tests::duckdb_query(&format!(
+        "SELECT r.host, sum(p.cpu_user_ns + p.cpu_system_ns)::BIGINT AS cpu_ns, count(*) AS n \
+         FROM read_parquet('{d}/processes/**/*.parquet', hive_partitioning = true) p \
+         JOIN read_parquet('{d}/runs/**/*.parquet', hive_partitioning = true) r USING (run_id) \
+         GROUP BY 1 ORDER BY 1",
+        d = dest.display()
+    ));
+    assert_eq!(duck.rows.len(), 2, "{duck:?}");
+    for i in 0..2 {
+        let host = duck.str(i, "host").unwrap();
+        assert_eq!(
+            spark[host][0].as_f64(),
+            duck.f64(i, "cpu_ns"),
+            "{host}: {spark} {duck:?}"
+        );
+        assert_eq!(spark[host][1].as_f64(), duck.f64(i, "n"), "{host}");
+    }
+    assert!(
+        spark["ci-b"][0].as_f64().unwrap() > 1e7,
+        "the loop's CPU: {spark}"
     );
 }
 

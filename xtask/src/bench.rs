@@ -9,6 +9,7 @@
 //! ratios) and `report` (the results model, JSON and Markdown).
 
 mod agent;
+mod fleet;
 mod gate;
 mod overhead;
 mod report;
@@ -50,6 +51,8 @@ pub enum Group {
     Report,
     /// 9. the CI gate's false-alarm and detection rates (`montrace bench`, A/A and A/B)
     Gate,
+    /// 10. a fleet's dataset: 1,000 published runs, DuckDB's CPU per host per day
+    Fleet,
 }
 
 /// Sizes and repetitions.
@@ -156,6 +159,7 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
             Group::Agent,
             Group::Report,
             Group::Gate,
+            Group::Fleet,
         ]
     } else {
         args.only.clone()
@@ -257,6 +261,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::Agent => agent::measure(ctx)?,
         Group::Report => vec![report_section(ctx)?],
         Group::Gate => gate::measure(ctx)?,
+        Group::Fleet => fleet::measure(ctx)?,
     };
     let load = Load {
         before,
@@ -269,6 +274,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::Agent => "agent",
         Group::Report => "report",
         Group::Gate => "gate",
+        Group::Fleet => "fleet",
     };
     for s in &mut sections {
         s.group = name;

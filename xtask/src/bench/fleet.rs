@@ -1,0 +1,155 @@
+//! Section 10: a fleet's dataset. One real recorded build is copied into 1,000 runs from 50
+//! hosts over 10 days (each copy's run.json given its own `run_id`, host and start), published
+//! with `montrace publish` into one directory, and DuckDB answers "CPU per host per day" over
+//! it, joined on `runs`: the figure the fleet issue targets (under 2 s on this machine).
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+
+use super::report::{Figure, Section};
+use super::{stats, tools, Ctx};
+
+const RUNS: usize = 1000;
+const HOSTS: usize = 50;
+const DAYS: usize = 10;
+
+/// "CPU per host per day": the query timed.
+fn query(dataset: &str) -> String {
+    format!(
+        "SELECT r.host, r.date::VARCHAR AS day, sum(p.cpu_user_ns + p.cpu_system_ns) / 1e9 AS cpu_s, \
+         count(*) AS processes \
+         FROM read_parquet('{dataset}/processes/**/*.parquet', hive_partitioning = true) p \
+         JOIN read_parquet('{dataset}/runs/**/*.parquet', hive_partitioning = true) r \
+         USING (run_id) GROUP BY ALL ORDER BY ALL"
+    )
+}
+
+pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
+    let t = &ctx.tools;
+    ctx.progress("10. fleet: recording one build");
+    let base = t.fresh("fleet-build");
+    tools::run(&t.montrace_argv(&base, &[], &t.make_build()))?;
+    let info: serde_json::Value = tools::read_json(&base.join("run.json"))?;
+    let start = info["start_time"]
+        .as_str()
+        .context("run.json start_time")?
+        .to_string();
+    ctx.progress(&format!(
+        "10. fleet: {RUNS} copies from {HOSTS} hosts over {DAYS} days"
+    ));
+    let copies = t.fresh("fleet-copies");
+    std::fs::create_dir_all(&copies)?;
+    let mut dirs = Vec::new();
+    for i in 0..RUNS {
+        let dir = copies.join(format!("run-{i:04}"));
+        std::fs::create_dir_all(&dir)?;
+        for entry in std::fs::read_dir(&base)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "parquet") {
+                std::fs::copy(&path, dir.join(path.file_name().context("a file name")?))?;
+            }
+        }
+        let mut copy = info.clone();
+        copy["run_id"] = format!("20261101T000000Z-{i:016x}").into();
+        copy["host"] = format!("ci-{:02}", i % HOSTS).into();
+        copy["start_time"] = format!("2026-11-{:02}{}", 1 + i % DAYS, &start[10..]).into();
+        std::fs::write(dir.join("run.json"), serde_json::to_string(&copy)?)?;
+        dirs.push(dir);
+    }
+    let dataset = t.fresh("fleet-dataset");
+    let publish = Instant::now();
+    let status = Command::new(&t.montrace)
+        .arg("publish")
+        .args(&dirs)
+        .arg(&dataset)
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "montrace publish failed");
+    let publish_s = publish.elapsed().as_secs_f64();
+    let bytes = dir_bytes(&dataset)?;
+    ctx.progress("10. fleet: DuckDB, CPU per host per day");
+    let sql = query(&dataset.display().to_string());
+    let mut times = Vec::new();
+    let mut groups = 0;
+    for _ in 0..ctx.plan.reps.min(5) {
+        let started = Instant::now();
+        let answer = tools::duckdb_batch(std::slice::from_ref(&sql))?;
+        times.push(started.elapsed().as_secs_f64());
+        groups = answer[0].len();
+    }
+    anyhow::ensure!(groups == HOSTS, "{groups} host-days, expected {HOSTS}");
+    let seconds = stats::median(&times);
+    let met = seconds.is_some_and(|s| s < 2.0);
+    let secs = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.3} s"));
+    let mut s = Section {
+        id: "fleet",
+        title: "10. A fleet's dataset".into(),
+        method: format!(
+            "One `make -s -j2` build of the generated project recorded by montrace, its run \
+             directory copied {RUNS} times (each run.json given its own `run_id`, one of {HOSTS} \
+             hosts, one of {DAYS} days), published with one `montrace publish` into a \
+             directory; then DuckDB (Python, a fresh process each time, its start included) \
+             runs `{}`, median of {} runs.",
+            query("DATASET"),
+            times.len()
+        ),
+        columns: vec!["figure".into(), "value".into(), "target".into(), "".into()],
+        ..Section::default()
+    };
+    s.rows.push(vec![
+        "DuckDB: CPU per host per day over 1,000 runs".into(),
+        secs(seconds),
+        "< 2 s".into(),
+        if met {
+            "met".into()
+        } else {
+            "**missed**".into()
+        },
+    ]);
+    s.rows.push(vec![
+        format!("`montrace publish` of the {RUNS} runs"),
+        format!("{publish_s:.1} s"),
+        String::new(),
+        String::new(),
+    ]);
+    s.rows.push(vec![
+        "dataset size".into(),
+        format!(
+            "{:.1} MiB ({:.0} KB a run)",
+            bytes / 1048576.0,
+            bytes / RUNS as f64 / 1e3
+        ),
+        String::new(),
+        String::new(),
+    ]);
+    s.figures.push(
+        Figure::new(
+            "fleet.cpu_per_host_per_day_s",
+            "DuckDB, CPU per host per day over 1,000 published runs",
+            "s",
+            seconds,
+            secs(seconds),
+        )
+        .runs(times)
+        .target("< 2 s", met),
+    );
+    Ok(vec![s])
+}
+
+fn dir_bytes(dir: &std::path::Path) -> Result<f64> {
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total as f64)
+}

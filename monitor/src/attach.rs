@@ -240,9 +240,8 @@ fn follow_attached(
         .build()
         .context("starting the event loop")?;
     let (mut probes, mut ring) = load_probes(args, offsets)?;
-    let capture = crate::fleet::context::Capture::start(
+    let mut capture = crate::fleet::context::Capture::start(
         host::realtime_ns(),
-        probes.is_some(),
         crate::store::userfs::owner().map(|o| (o.uid, o.gid)),
     );
     let mut poller = Poller::new();
@@ -323,6 +322,8 @@ fn follow_attached(
         &cfg,
     ))?;
     let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
+    // git's status beside the closing of the tables, never beside the command.
+    capture.command_ended();
     let (lost, tracking_mode, ebpf_load_ms) = end::probe_figures(probes);
     let mut finished = recorder.finish();
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());

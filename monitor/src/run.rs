@@ -386,9 +386,8 @@ fn record(
     if let Some(probes) = &mut probes {
         probes.track(root_pid)?;
     }
-    let capture = crate::fleet::context::Capture::start(
+    let mut capture = crate::fleet::context::Capture::start(
         host::realtime_ns(),
-        probes.is_some(),
         identity.map(|i| (i.uid, i.gid)),
     );
     let mut tracker = Tracker::new(Clock {
@@ -458,6 +457,8 @@ fn record(
         }
     };
     let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
+    // git's status beside the closing of the tables, never beside the command.
+    capture.command_ended();
     let (lost, tracking_mode, ebpf_load_ms) = end::probe_figures(probes);
     let mut finished = recorder.finish();
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());

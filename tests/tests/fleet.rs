@@ -430,6 +430,36 @@ fn publishing_to_an_s3_compatible_server() {
         "{again:?}"
     );
     assert_eq!(read(), whole, "nothing duplicated");
+    // docs/fleet.md's Python over S3, as written but for the endpoint and bucket.
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fleet.md")).unwrap();
+    let snippet = doc
+        .split("```python\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("S3FileSystem"))
+        .expect("docs/fleet.md's S3 snippet")
+        .replace("http://127.0.0.1:9000", &endpoint)
+        .replace("bucket/montrace", "fleet/montrace");
+    let shown = tests::python(
+        "docs/fleet.md's S3 snippet",
+        &snippet,
+        &[],
+        &[
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+        ],
+    );
+    for host in [this_host.as_str(), "ci-b"] {
+        let count = whole["hosts"][host].as_f64().unwrap() as u64;
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.contains(host) && l.contains(&count.to_string())),
+            "{host} {count} in:\n{shown}"
+        );
+    }
     let _ = server.kill();
     let _ = server.wait();
 }

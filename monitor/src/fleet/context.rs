@@ -250,26 +250,37 @@ pub fn new_run_id(start_unix_ns: i64, random: u64) -> String {
     format!("{}-{random:016x}", crate::units::compact_utc(start_unix_ns))
 }
 
-/// One recording's id and context: the id at its start, git's `status` on the side while the
-/// command runs (eBPF tracking only, see [`dirty_check`]), the rest read at the end.
+/// One recording's id and context: the id at its start; git's `status` asked once the command
+/// has ended (it walks the checkout: beside the command it would take CPU and disk from what is
+/// measured), on a thread while montrace closes its tables; the rest read at the end.
 pub struct Capture {
     pub run_id: String,
+    as_user: Option<(u32, u32)>,
     dirty: Option<std::thread::JoinHandle<Option<bool>>>,
 }
 
 impl Capture {
-    pub fn start(started_wall_ns: i64, ask_git: bool, as_user: Option<(u32, u32)>) -> Capture {
+    pub fn start(started_wall_ns: i64, as_user: Option<(u32, u32)>) -> Capture {
         let mut random = [0u8; 8];
         // SAFETY: a valid buffer of its length; getrandom fills it (or fails, leaving zeros,
         // and the time part still orders the id).
         unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
         Capture {
             run_id: new_run_id(started_wall_ns, u64::from_le_bytes(random)),
-            dirty: ask_git.then(|| dirty_check(as_user)),
+            as_user,
+            dirty: None,
         }
     }
 
-    pub fn finish(self) -> (String, Context) {
+    /// The command and its tree are done (nothing reaps montrace's children any more): ask git.
+    pub fn command_ended(&mut self) {
+        if self.dirty.is_none() {
+            self.dirty = Some(dirty_check(self.as_user));
+        }
+    }
+
+    pub fn finish(mut self) -> (String, Context) {
+        self.command_ended();
         let dirty = self.dirty.and_then(|thread| thread.join().ok().flatten());
         // SAFETY: sysconf has no preconditions.
         let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
@@ -375,8 +386,8 @@ fn git_of(dir: &std::path::Path) -> Option<(Option<String>, Option<String>)> {
 
 /// Asks `git status` whether tracked files of the working directory's checkout were changed, on
 /// a thread, as the user (`as_user`: montrace under sudo; git refuses a checkout its user does
-/// not own), within 2 s. Only where montrace reaps nothing but its command (eBPF tracking): the
-/// polling fallback reaps every child of montrace's, git's included.
+/// not own), within 2 s. Only once the tree is done: the polling fallback reaps every child of
+/// montrace's while it follows the tree, git's included.
 pub fn dirty_check(as_user: Option<(u32, u32)>) -> std::thread::JoinHandle<Option<bool>> {
     std::thread::spawn(move || {
         let mut cmd = std::process::Command::new("git");

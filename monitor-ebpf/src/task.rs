@@ -52,12 +52,18 @@ pub fn rss_pages(task: usize) -> (u64, u64) {
     let hiwater: u64 = read(mm, off!(mm_hiwater_rss));
     let stride = off!(percpu_counter_size);
     let base = off!(mm_rss_stat) + off!(percpu_counter_count);
-    let mut rss: i64 = 0;
-    rss += read::<i64>(mm, base + off!(mm_filepages) * stride);
-    rss += read::<i64>(mm, base + off!(mm_anonpages) * stride);
-    rss += read::<i64>(mm, base + off!(mm_shmempages) * stride);
-    // The per-CPU counter's central value can lag below zero while deltas sit on other CPUs.
-    let rss = if rss < 0 { 0 } else { rss as u64 };
+    // Each per-CPU counter's central value can lag below zero while deltas sit on other CPUs;
+    // like the kernel's get_mm_counter (what /proc shows), each is read as at least zero.
+    let counter = |member: usize| -> u64 {
+        let v = read::<i64>(mm, base + member * stride);
+        if v < 0 {
+            0
+        } else {
+            v as u64
+        }
+    };
+    let rss =
+        counter(off!(mm_filepages)) + counter(off!(mm_anonpages)) + counter(off!(mm_shmempages));
     let peak = if hiwater > rss { hiwater } else { rss };
     (peak, rss)
 }

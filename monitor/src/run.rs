@@ -121,7 +121,7 @@ fn repeat(
 ) -> anyhow::Result<i32> {
     let single = args.repeat == 1 && args.warmup == 0;
     let mut repetitions = Vec::new();
-    let (mut warmup_walls, mut measured) = (Vec::new(), Vec::new());
+    let (mut warmups, mut measured) = (Vec::new(), Vec::new());
     let total = args.warmup + args.repeat;
     let mut ended = None;
     let mut context = None;
@@ -177,17 +177,14 @@ fn repeat(
         }
         context = info.context.clone();
         let failed = info.exit_status != 0 || info.limit_breach.is_some();
+        let mut repetition = info.repetition(&name);
+        repetition.other_cpu_share = other_cpu_share;
+        let figures = plan::Measured::of(&name, &repetition);
         if warmup {
-            warmup_walls.push(wall_s);
+            warmups.push(figures);
         } else {
-            let mut repetition = info.repetition(&name);
-            repetition.other_cpu_share = other_cpu_share;
             repetitions.push(repetition);
-            measured.push(plan::Measured {
-                name: name.clone(),
-                wall_s,
-                other_cpu_share,
-            });
+            measured.push(figures);
         }
         if failed {
             if !single {
@@ -208,7 +205,7 @@ fn repeat(
     let warnings = if single {
         Vec::new()
     } else {
-        plan::warnings(&warmup_walls, &measured)
+        plan::warnings(&warmups, &measured)
     };
     for warning in &warnings {
         crate::say!("montrace: warning: {warning}");

@@ -50,12 +50,15 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<i32> {
     for dir in [&warmup_dir, &out.join("baseline"), &out.join("candidate")] {
         userfs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let mut warmup_walls = [Vec::new(), Vec::new()];
+    let mut warmups = [Vec::new(), Vec::new()];
     for k in 0..args.warmup as usize {
         for arm in plan::interleaved(k + 1).split_off(2 * k) {
             let dir = warmup_dir.join(format!("{}-{:02}", arm.name(), k + 1));
             match one_run(&args, arm, &dir)? {
-                Ok(summary) => warmup_walls[arm as usize].extend(summary.values("wall_s")),
+                Ok(summary) => warmups[arm as usize].extend(
+                    (summary.repetitions.first())
+                        .map(|r| plan::Measured::of(&format!("{} warm-up", arm.name()), r)),
+                ),
                 Err(code) => return Ok(code),
             }
         }
@@ -67,15 +70,14 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<i32> {
         let name = format!("rep-{:03}", count[arm as usize]);
         let dir = out.join(arm.name()).join(&name);
         match one_run(&args, arm, &dir)? {
-            Ok(summary) => measured[arm as usize].push(plan::Measured {
-                name: format!("{} {name}", arm.name()),
-                wall_s: summary.values("wall_s").first().copied().unwrap_or(0.0),
-                other_cpu_share: summary.repetitions.first().and_then(|r| r.other_cpu_share),
-            }),
+            Ok(summary) => measured[arm as usize].extend(
+                (summary.repetitions.first())
+                    .map(|r| plan::Measured::of(&format!("{} {name}", arm.name()), r)),
+            ),
             Err(code) => return Ok(code),
         }
     }
-    decide(&args, &out, &limits, &warmup_walls, &measured)
+    decide(&args, &out, &limits, &warmups, &measured)
 }
 
 /// Loads both sides, decides, writes OUT/verdict.md and OUT/verdict.json, prints the chosen
@@ -84,7 +86,7 @@ fn decide(
     args: &BenchArgs,
     out: &Path,
     limits: &std::collections::BTreeMap<&'static str, f64>,
-    warmup_walls: &[Vec<f64>; 2],
+    warmups: &[Vec<plan::Measured>; 2],
     measured: &[Vec<plan::Measured>; 2],
 ) -> anyhow::Result<i32> {
     let mut result = None;
@@ -106,7 +108,7 @@ fn decide(
             };
             let mut report = build_report(&baseline, &candidate, limits, args.gate.confidence);
             for arm in [Arm::Baseline, Arm::Candidate] {
-                for w in plan::warnings(&warmup_walls[arm as usize], &measured[arm as usize]) {
+                for w in plan::warnings(&warmups[arm as usize], &measured[arm as usize]) {
                     report.warnings.push(format!("{}: {w}", arm.name()));
                 }
             }

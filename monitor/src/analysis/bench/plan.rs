@@ -49,36 +49,80 @@ pub fn other_cpu_share(
 
 /// A repetition shorter than this measures mostly start-up noise (hyperfine warns at 5 ms too).
 pub const TOO_SHORT_S: f64 = 0.005;
-/// Repetitions whose median is under this fraction of the first warm-up's wall time probably
-/// measure a no-op: the warm-up did the work (a build then up to date).
+/// Repetitions whose median wall time is under this fraction of the first warm-up's, and that did
+/// less work (fewer processes, or CPU time under [`LESS_CPU_THAN_WARMUP`] of the warm-up's),
+/// probably measure a no-op: the warm-up did the work (a build then up to date). Wall time alone
+/// is not enough: a warm-up is slower by design when caches are cold (a fresh clone's first
+/// compile takes twice as long and runs the same processes).
 pub const FASTER_THAN_WARMUP: f64 = 0.5;
+/// CPU time under this fraction of the warm-up's, with the same processes, is less work (cold
+/// caches cost waiting, not several times the CPU).
+pub const LESS_CPU_THAN_WARMUP: f64 = 0.25;
 /// Other work taking more than this share of the machine during a repetition is worth a warning.
 pub const BUSY_MACHINE_SHARE: f64 = 0.25;
 
-/// One measured repetition, as the warnings need it.
+/// One measured run (a warm-up or a repetition), as the warnings need it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measured {
     pub name: String,
     /// The command's own wall time.
     pub wall_s: f64,
+    /// The tree's CPU time.
+    pub cpu_s: Option<f64>,
+    /// Processes the tree started.
+    pub processes: Option<f64>,
     pub other_cpu_share: Option<f64>,
 }
 
+impl Measured {
+    /// The figures of a summary.json repetition (the one source of its metrics' names).
+    pub fn of(name: &str, rep: &crate::store::summary_json::Repetition) -> Self {
+        let metric = |m: &str| rep.metrics.get(m).copied();
+        Measured {
+            name: name.to_string(),
+            wall_s: metric("wall_s").unwrap_or(0.0),
+            cpu_s: metric("cpu_s"),
+            processes: metric("processes"),
+            other_cpu_share: rep.other_cpu_share,
+        }
+    }
+}
+
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
 /// What makes a series' figures doubtful, each with what to do.
-pub fn warnings(warmup_walls: &[f64], reps: &[Measured]) -> Vec<String> {
+pub fn warnings(warmups: &[Measured], reps: &[Measured]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut walls: Vec<f64> = reps.iter().map(|r| r.wall_s).collect();
-    walls.sort_by(f64::total_cmp);
-    let Some(&median) = walls.get(walls.len() / 2) else {
+    let Some(wall) = median(reps.iter().map(|r| r.wall_s)) else {
         return out;
     };
-    if let Some(&warmup) = warmup_walls.first() {
-        if median < warmup * FASTER_THAN_WARMUP {
+    if let Some(warmup) = warmups.first() {
+        let processes = median(reps.iter().filter_map(|r| r.processes));
+        let cpu = median(reps.iter().filter_map(|r| r.cpu_s));
+        let fewer_processes = matches!((processes, warmup.processes), (Some(r), Some(w)) if r < w);
+        let less_cpu =
+            matches!((cpu, warmup.cpu_s), (Some(r), Some(w)) if r < w * LESS_CPU_THAN_WARMUP);
+        if wall < warmup.wall_s * FASTER_THAN_WARMUP && (fewer_processes || less_cpu) {
+            let what = match (processes, warmup.processes) {
+                (Some(r), Some(w)) if fewer_processes => {
+                    format!(" and started {r:.0} processes (median) against its {w:.0}")
+                }
+                _ => format!(
+                    " and used {:.3}s of CPU (median) against its {:.3}s",
+                    cpu.unwrap_or(0.0),
+                    warmup.cpu_s.unwrap_or(0.0)
+                ),
+            };
             out.push(format!(
-                "the repetitions took {median:.3}s (median), the warm-up {warmup:.3}s: the \
-                 warm-up probably did the work and the repetitions measured what was left (a \
-                 build that is up to date); reset the state before each one with --prepare \
-                 CMD, e.g. --prepare 'make clean'"
+                "the repetitions took {wall:.3}s (median), the warm-up {:.3}s{what}: the warm-up \
+                 probably did the work and the repetitions measured what was left (a build that \
+                 is up to date); reset the state before each one with --prepare CMD, e.g. \
+                 --prepare 'make clean'",
+                warmup.wall_s
             ));
         }
     }
@@ -118,7 +162,19 @@ mod tests {
         Measured {
             name: name.into(),
             wall_s,
+            cpu_s: Some(wall_s),
+            processes: Some(1.0),
             other_cpu_share: other,
+        }
+    }
+
+    fn run(wall_s: f64, cpu_s: f64, processes: f64) -> Measured {
+        Measured {
+            name: "x".into(),
+            wall_s,
+            cpu_s: Some(cpu_s),
+            processes: Some(processes),
+            other_cpu_share: None,
         }
     }
 
@@ -148,14 +204,39 @@ mod tests {
 
     #[test]
     fn a_no_op_after_the_warm_up_is_called_out() {
-        let reps = [rep("rep-001", 0.02, Some(0.0)), rep("rep-002", 0.03, None)];
-        let w = warnings(&[2.5], &reps);
+        // A build up to date: make alone, against make and its compilers.
+        let warmup = [run(2.5, 4.0, 31.0)];
+        let reps = [run(0.02, 0.01, 1.0), run(0.03, 0.01, 1.0)];
+        let w = warnings(&warmup, &reps);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("--prepare"), "{w:?}");
+        assert!(
+            w[0].contains("started 1 processes (median) against its 31"),
+            "{w:?}"
+        );
+        // A cache inside one process: the same processes, a fraction of the CPU.
+        let w = warnings(&[run(2.5, 2.4, 1.0)], &[run(0.2, 0.1, 1.0)]);
+        assert!(
+            w[0].contains("used 0.100s of CPU (median) against its 2.400s"),
+            "{w:?}"
+        );
         // As long as the warm-up: nothing to say.
-        assert!(warnings(&[2.5], &[rep("rep-001", 2.4, None)]).is_empty());
+        assert!(warnings(&warmup, &[run(2.4, 4.0, 31.0)]).is_empty());
         // No warm-up: no comparison.
         assert!(warnings(&[], &reps).is_empty());
+    }
+
+    #[test]
+    fn a_cold_warm_up_is_not_called_a_no_op() {
+        // A fresh clone's first compile (CI): 2.3 times the wall, the same processes, CPU a
+        // little higher (page faults of a cold page cache).
+        let warmup = [run(0.139, 0.09, 10.0)];
+        let reps = [
+            run(0.060, 0.05, 10.0),
+            run(0.058, 0.05, 10.0),
+            run(0.061, 0.05, 10.0),
+        ];
+        assert!(warnings(&warmup, &reps).is_empty());
     }
 
     #[test]

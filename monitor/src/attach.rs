@@ -199,15 +199,19 @@ fn find_tree(
     poller: &mut Poller,
     mut probes: Option<&mut Probes>,
 ) -> anyhow::Result<Vec<KernelEvent>> {
-    let root = poller
+    let mut root = poller
         .adopt(pid, host::boottime_ns())
         .with_context(|| format!("process {pid} exited before montrace could attach"))?;
     if let Some(probes) = probes.as_deref_mut() {
         probes.track(pid)?;
     }
+    // A found process's events are stamped with the moment the kernel follows it: every child it
+    // forks from then on has its own fork event, and a child that started before it may have
+    // come and gone unseen (it "vanished"). The order of the two times is what tells them apart.
+    *root.time_ns_mut() = host::boottime_ns();
     let mut existing = vec![root];
     loop {
-        let (found, _) = poller.scan(host::boottime_ns());
+        let (mut found, _) = poller.scan(host::boottime_ns());
         if found.is_empty() {
             return Ok(existing);
         }
@@ -215,6 +219,10 @@ fn find_tree(
             if let (KernelEvent::Fork { pid, .. }, Some(probes)) = (event, probes.as_deref_mut()) {
                 probes.track(*pid)?;
             }
+        }
+        let followed = host::boottime_ns();
+        for event in &mut found {
+            *event.time_ns_mut() = followed;
         }
         existing.extend(found);
     }

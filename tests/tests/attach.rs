@@ -48,15 +48,20 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
         );
     }
     let rows = run.processes();
-    // A process can vanish (end without an exit event) only if it was alive at the attach: found
-    // in /proc, it may exit before it is in the kernel's map of tracked processes. Every process
-    // forked after the attach has its fork event, and its exit must come too.
+    // A process can vanish (end without an exit event) only if it started before the kernel
+    // followed its parent: found in /proc at the attach, it may end before it is in the kernel's
+    // map of tracked processes. The first event of a process is stamped with the moment the
+    // kernel follows it (its fork, or the attach's scan that found it), so every process that
+    // started after its parent's first event was forked under the kernel's eyes, and its exit
+    // must come too.
     let events = run.events();
-    let forked: BTreeSet<(u32, i64)> = events
-        .iter()
-        .filter(|e| e.kind == "fork")
-        .map(|e| (e.pid, e.start_time))
-        .collect();
+    let followed_at = |pid: u32, start_time: i64| -> Option<i64> {
+        events
+            .iter()
+            .filter(|e| e.pid == pid && e.start_time == start_time)
+            .map(|e| e.time)
+            .min()
+    };
     let vanished: Vec<&tests::Proc> = rows
         .iter()
         .filter(|p| !p.alive_at_end && p.cpu_user_ns.is_none())
@@ -67,9 +72,15 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
         "{vanished:#?}\n{json}"
     );
     for p in &vanished {
+        let parent = p
+            .parent_pid
+            .zip(p.parent_start_time)
+            .and_then(|(pid, start)| followed_at(pid, start));
+        let parent = parent.unwrap_or_else(|| panic!("no events of the parent of {p:#?}"));
         assert!(
-            !forked.contains(&(p.pid, p.start_time)),
-            "a child forked while attached vanished (its exit event was lost): {p:#?}\n{:#?}\n{json}",
+            p.start_time < parent,
+            "a child forked while its parent was followed vanished (its exit event was lost): \
+             {p:#?}\nparent followed from {parent}\n{:#?}\n{json}",
             events.iter().filter(|e| e.pid == p.pid).collect::<Vec<_>>()
         );
     }

@@ -35,6 +35,15 @@ pub enum KernelEvent {
 }
 
 impl KernelEvent {
+    /// The event's time, ns since boot.
+    pub fn time_ns_mut(&mut self) -> &mut u64 {
+        match self {
+            KernelEvent::Fork { time_ns, .. }
+            | KernelEvent::Exec { time_ns, .. }
+            | KernelEvent::Exit { time_ns, .. } => time_ns,
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         match self {
             KernelEvent::Fork { pid, .. }

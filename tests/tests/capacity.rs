@@ -164,10 +164,12 @@ fn a_run_inside_a_limited_cgroup_is_measured_against_its_limits() {
         })
         .collect();
     assert_eq!(loops.len(), 1, "{rows:?}");
+    // At most half a core (and some slack for the quota's 100 ms periods): the limit held. The
+    // quota is a ceiling, not a share: on a machine busy with other work the loop gets less.
     let cpu_s = loops[0].cpu_ns() as f64 / 1e9;
     assert!(
-        (0.35..0.65).contains(&cpu_s),
-        "the loop used {cpu_s} s of CPU in 1 s"
+        cpu_s > 0.0 && cpu_s < 0.65,
+        "the loop used {cpu_s} s of CPU in 1 s under a limit of half a core"
     );
 }
 

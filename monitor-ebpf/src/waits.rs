@@ -24,9 +24,15 @@ pub fn wakeup_btf(ctx: BtfTracePointContext) -> i32 {
 pub fn wakeup_new_btf(ctx: BtfTracePointContext) -> i32 {
     let new: usize = ctx.arg(0);
     if ready() && unsafe { TRACKED.get(&task::tgid(new)) }.is_some() {
+        // SAFETY: plain helper call.
+        let now = unsafe { bpf_ktime_get_boot_ns() };
+        // The wait starts at the thread's birth (its start time, the one its rows carry), not at
+        // this wake-up: between the two the forking parent finishes the fork, and on a busy
+        // machine it can lose its CPU there for milliseconds. Counted here as waiting for a CPU,
+        // the thread's CPU and waits add up to the whole of its wall time.
+        let born = task::start_ns(new);
         let waits = TaskWaits {
-            // SAFETY: plain helper call.
-            since_ns: unsafe { bpf_ktime_get_boot_ns() },
+            since_ns: if born > 0 && born <= now { born } else { now },
             state: wait_state::RUNNABLE,
             tgid: task::tgid(new),
             ..TaskWaits::default()

@@ -108,10 +108,18 @@ pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
     let count = time.critical_path_steps.max(time.critical_path.len());
     let wall = info.command_wall_s.unwrap_or(info.duration_s);
     let cores = cores.map_or(String::new(), |c| format!(" of {}", trim_cores(c)));
+    // Runs recorded before the serial share was kept say nothing of it.
+    let serial = time.serial_share.map_or(String::new(), |share| {
+        format!(
+            " For {:.0} % of the wall time at most one process was running or waiting to run \
+             (estimated from the samples).",
+            share * 100.0
+        )
+    });
     let summary = format!(
         "The critical path, the chain of processes that bounded the wall time, took {} of the \
          {} wall time in {} step{}. On average {:.2} processes were running or waiting to run, \
-         and {:.2} cores{cores} were used.",
+         and {:.2} cores{cores} were used.{serial}",
         fmt_secs(time.critical_path_s),
         fmt_secs(wall),
         count,
@@ -839,8 +847,16 @@ mod tests {
             critical_path_steps: 35,
             avg_parallelism: 1.5,
             avg_cores_used: 1.25,
+            serial_share: Some(0.375),
         });
         let view = time_view(&info, Some(2.0)).unwrap();
+        assert!(
+            view.summary.contains(
+                "For 38 % of the wall time at most one process was running or waiting to run"
+            ),
+            "{}",
+            view.summary
+        );
         assert!(view.summary.contains("took 10.50 s"), "{}", view.summary);
         assert!(view.summary.contains("in 35 steps"), "{}", view.summary);
         assert!(

@@ -118,6 +118,19 @@ fn the_critical_path_of_a_make_is_its_designed_chain() {
     }
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("<h2>Where the time went</h2>"));
+    // Its plot draws the cores used and wanted (the BTF tracepoints measure the wait) beside
+    // the processes alive, and the summary gives the serial share.
+    let plot = std::fs::read_to_string(out.join("report-parallelism.svg")).unwrap();
+    for line in ["cores used", "cores wanted", "processes alive"] {
+        assert!(
+            plot.contains(&format!(">\n{line}\n</text>")),
+            "no {line} in the parallelism plot's legend"
+        );
+    }
+    assert!(
+        section.contains("at most one process was running or waiting to run"),
+        "{section}"
+    );
 }
 
 /// Twice as many burners as cores, 1 s together: always more than one busy (on a CPU or

@@ -959,12 +959,20 @@ mod tests {
         let most = report.data.info.as_ref().unwrap().max_concurrent;
         assert_eq!(most, 13);
         assert!(
-            plot.caption.contains(&format!("At most {most} at once")),
+            plot.caption.contains(&format!("at most {most} at once")),
             "{}",
             plot.caption
         );
         assert!(
-            plot.caption.contains("against the 2 cores"),
+            plot.caption.contains("the 2 cores the run had"),
+            "{}",
+            plot.caption
+        );
+        // The fixture was recorded without the BTF tracepoints: cores used, not wanted.
+        assert!(plot.svg.contains(">\ncores used\n</text>"));
+        assert!(!plot.svg.contains("cores wanted"));
+        assert!(
+            plot.caption.contains("no line for the cores wanted"),
             "{}",
             plot.caption
         );
@@ -978,7 +986,9 @@ mod tests {
         let section = &markdown
             [markdown.find("## Where the time went").unwrap()..markdown.find("## Groups").unwrap()];
         assert!(
-            section.contains("![Parallelism: processes alive](report-parallelism.svg)"),
+            section.contains(
+                "![Parallelism: cores used and wanted, processes alive](report-parallelism.svg)"
+            ),
             "{section}"
         );
         assert_eq!(files[0].0, "report-parallelism.svg");
@@ -989,8 +999,8 @@ mod tests {
         assert_eq!(section.matches("<svg").count(), 1);
         // Without the cores, no line and no word of them.
         let plot = with_time(None).time_plot.unwrap();
-        assert!(!plot.svg.contains("cores"));
-        assert!(!plot.caption.contains("cores"));
+        assert!(!plot.svg.contains(" cores\n</text>"));
+        assert!(!plot.caption.contains("cores the run had"));
     }
 
     #[test]

@@ -218,7 +218,12 @@ impl Load {
         (0..self.bounds.len())
             .filter_map(|i| {
                 let start_ns = self.bounds[i];
-                let end_ns = self.bounds.get(i + 1).copied().unwrap_or(end_ns).min(end_ns);
+                let end_ns = self
+                    .bounds
+                    .get(i + 1)
+                    .copied()
+                    .unwrap_or(end_ns)
+                    .min(end_ns);
                 let length = (end_ns - start_ns) as f64;
                 (length > 0.0).then(|| Interval {
                     start_ns,
@@ -514,7 +519,14 @@ mod tests {
         // CPU all along; rows every 200 ms and at each exit.
         let mut serial = load(4);
         serial.add(0, 900 * MS, 0.01, 0.0);
-        for (from, to) in [(0, 200), (200, 300), (300, 400), (400, 600), (600, 800), (800, 900)] {
+        for (from, to) in [
+            (0, 200),
+            (200, 300),
+            (300, 400),
+            (400, 600),
+            (600, 800),
+            (800, 900),
+        ] {
             serial.add(from * MS, to * MS, 1.0, 0.0);
         }
         let share = serial.serial_share(900 * MS).unwrap();
@@ -543,8 +555,14 @@ mod tests {
         load.add(0, 400 * MS, 4.0, 0.0);
         assert_eq!(load.serial_share(400 * MS), Some(1.0));
         let i = load.intervals(400 * MS);
-        assert_eq!(i.iter().map(|i| i.cores_used).collect::<Vec<_>>(), [4.0, 4.0]);
-        assert_eq!(i.iter().map(|i| i.busy_processes).collect::<Vec<_>>(), [1.0, 1.0]);
+        assert_eq!(
+            i.iter().map(|i| i.cores_used).collect::<Vec<_>>(),
+            [4.0, 4.0]
+        );
+        assert_eq!(
+            i.iter().map(|i| i.busy_processes).collect::<Vec<_>>(),
+            [1.0, 1.0]
+        );
     }
 
     #[test]

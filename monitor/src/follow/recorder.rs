@@ -516,10 +516,7 @@ impl<'g> Recorder<'g> {
                     }
                 }
             }
-            let since = self
-                .previous
-                .get(&key)
-                .map_or(start_time_ns, |p| p.time_ns);
+            let since = self.previous.get(&key).map_or(start_time_ns, |p| p.time_ns);
             add_to_load(&mut self.load, &sample, since, measured);
             self.previous
                 .insert(key, rates::Previous::of(&sample, measured));

@@ -527,6 +527,13 @@ fn load_spreads_each_row_over_the_time_since_the_previous_one() {
     let steps = interval_steps(&model, &intervals, "used", |i| i.cores_used);
     assert_eq!(
         steps.points,
-        [(0.0, 0.5), (1.0, 0.5), (1.0, 0.5), (2.0, 0.5), (2.0, 1.5), (3.0, 1.5)]
+        [
+            (0.0, 0.5),
+            (1.0, 0.5),
+            (1.0, 0.5),
+            (2.0, 0.5),
+            (2.0, 1.5),
+            (3.0, 1.5)
+        ]
     );
 }

@@ -84,6 +84,8 @@ struct View {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TimeView {
     pub summary: String,
+    /// What each column of the steps' table is.
+    pub columns: &'static str,
     pub steps: Vec<StepRow>,
     pub more: Option<String>,
 }
@@ -97,6 +99,14 @@ pub struct StepRow {
     pub blocked: String,
     pub command: String,
 }
+
+/// What the columns of the critical path's table are.
+pub const STEP_COLUMNS: &str = "The steps of the critical path: start, when the process started, \
+     after the command's start; duration, its wall time from its fork to its exit; CPU, its CPU \
+     time (user + system, its own threads); waiting for a CPU, the time its threads were runnable \
+     but not on a CPU (run-queue delay); blocked, the time they were blocked uninterruptibly (the \
+     D state, mostly storage I/O). The rest of its duration it was asleep (waiting for a child, a \
+     pipe, a timer). n/a: not measured (the tree was followed without the BTF tracepoints).";
 
 /// Steps of the critical path listed at most.
 pub const TIME_STEPS: usize = 30;
@@ -118,8 +128,9 @@ pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
     });
     let summary = format!(
         "The critical path, the chain of processes that bounded the wall time, took {} of the \
-         {} wall time in {} step{}. On average {:.2} processes were running or waiting to run, \
-         and {:.2} cores{cores} were used.{serial}",
+         {} wall time in {} step{}. On average {:.2} processes were running or waiting to run \
+         (the tree's CPU time plus run-queue delay over the wall time), and {:.2} cores{cores} \
+         were used (its CPU time over the wall time).{serial}",
         fmt_secs(time.critical_path_s),
         fmt_secs(wall),
         count,
@@ -143,6 +154,7 @@ pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
     let kept = time.critical_path.len();
     Some(TimeView {
         summary,
+        columns: STEP_COLUMNS,
         steps,
         more: (more > 0).then(|| {
             let where_ = if kept < count {
@@ -850,6 +862,7 @@ mod tests {
             serial_share: Some(0.375),
         });
         let view = time_view(&info, Some(2.0)).unwrap();
+        assert!(view.columns.contains("duration, its wall time from its fork to its exit"));
         assert!(
             view.summary.contains(
                 "For 38 % of the wall time at most one process was running or waiting to run"

@@ -151,6 +151,10 @@ pub struct Load {
     used: Vec<f64>,
     wanted: Vec<f64>,
     busy: Vec<f64>,
+    /// The intervals before `bounds[0]` that [`Load::fold_older`] folded away: their serial
+    /// time and their length, ns (the command's start was `bounds[0]` before any fold).
+    folded_serial_ns: f64,
+    folded_ns: f64,
 }
 
 /// One interval between sweeps, with the average number of the tree's threads on a CPU
@@ -173,7 +177,29 @@ impl Load {
             used: vec![0.0],
             wanted: vec![0.0],
             busy: vec![0.0],
+            folded_serial_ns: 0.0,
+            folded_ns: 0.0,
         }
+    }
+
+    /// Keeps at most about `2 * keep` intervals, folding the older ones into the serial share, so
+    /// that a long run's load stays small: a row that reaches back before the kept intervals
+    /// (a process left unread for `keep` sweeps) loses the part that does.
+    pub fn fold_older(&mut self, keep: usize) {
+        let keep = keep.max(1);
+        if self.bounds.len() <= 2 * keep {
+            return;
+        }
+        let fold = self.bounds.len() - keep;
+        for i in 0..fold {
+            let length = (self.bounds[i + 1] - self.bounds[i]) as f64;
+            self.folded_serial_ns += serial_ns(length, self.busy[i] / length);
+            self.folded_ns += length;
+        }
+        self.bounds.drain(..fold);
+        self.used.drain(..fold);
+        self.wanted.drain(..fold);
+        self.busy.drain(..fold);
     }
 
     /// A sweep at `at_ns`: the interval before it ends there. A sweep not after the last bound
@@ -213,7 +239,8 @@ impl Load {
         }
     }
 
-    /// The intervals up to `end_ns`, the end of the run (the last sweep's interval ends there).
+    /// The intervals up to `end_ns`, the end of the run (the last sweep's interval ends there),
+    /// but those folded away.
     pub fn intervals(&self, end_ns: i64) -> Vec<Interval> {
         (0..self.bounds.len())
             .filter_map(|i| {
@@ -245,14 +272,19 @@ impl Load {
     /// average over each of its rows (a process busy half of its row's time is half a busy
     /// process all along). None when no time passed.
     pub fn serial_share(&self, end_ns: i64) -> Option<f64> {
-        let (mut serial, mut total) = (0.0, 0.0);
+        let (mut serial, mut total) = (self.folded_serial_ns, self.folded_ns);
         for i in self.intervals(end_ns) {
             let length = (i.end_ns - i.start_ns) as f64;
-            serial += length * (2.0 - i.busy_processes).clamp(0.0, 1.0);
+            serial += serial_ns(length, i.busy_processes);
             total += length;
         }
         (total > 0.0).then(|| serial / total)
     }
+}
+
+/// The serial part of an interval of `length` ns with `busy` processes busy on average.
+fn serial_ns(length: f64, busy: f64) -> f64 {
+    length * (2.0 - busy).clamp(0.0, 1.0)
 }
 
 /// The `n` longest of `steps` (the earlier of equal ones), in their order.
@@ -591,6 +623,39 @@ mod tests {
         assert_eq!(empty.intervals(0), []);
         assert_eq!(empty.serial_share(0), None);
         assert_eq!(empty.serial_share(100 * MS), Some(1.0));
+    }
+
+    #[test]
+    fn folding_the_older_intervals_keeps_the_serial_share() {
+        // 1,000 sweeps 200 ms apart: a serial second, then a parallel one, in turn; rows every
+        // sweep, and one reaching back over 3 intervals.
+        let mut whole = load(0);
+        let mut folded = load(0);
+        // As the recorder does: folding at every sweep, rows added after it.
+        for (l, fold) in [(&mut whole, false), (&mut folded, true)] {
+            for k in 1..=1000i64 {
+                l.sweep(k * 200 * MS);
+                if fold {
+                    l.fold_older(16);
+                }
+                let processes = if (k / 5) % 2 == 0 { 1 } else { 2 };
+                for _ in 0..processes {
+                    l.add((k - 1) * 200 * MS, k * 200 * MS, 1.0, 0.0);
+                }
+                if k % 100 == 0 {
+                    l.add((k - 3) * 200 * MS, k * 200 * MS, 0.5, 0.0);
+                }
+            }
+        }
+        let end = 1000 * 200 * MS + 100 * MS;
+        let (a, b) = (
+            whole.serial_share(end).unwrap(),
+            folded.serial_share(end).unwrap(),
+        );
+        assert!((a - b).abs() < 1e-9, "{a} {b}");
+        assert!(folded.intervals(end).len() <= 32);
+        // Half the time one process was busy, half two.
+        assert!(a > 0.45 && a < 0.55, "{a}");
     }
 
     #[test]

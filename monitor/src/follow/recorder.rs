@@ -373,6 +373,9 @@ impl<'g> Recorder<'g> {
         let clock = self.tracker.clock();
         let now = host::realtime_ns();
         self.load.sweep(now);
+        // Rows reach back one interval, or a few for a process left unread: a run of days
+        // keeps 256 to 512 intervals, not one per sweep.
+        self.load.fold_older(256);
         // The live threads of multi-threaded processes, read once per sweep when first needed
         // (a single-threaded process's thread is looked up as it is read).
         let mut threads_waits = None;

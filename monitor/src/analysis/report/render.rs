@@ -862,7 +862,9 @@ mod tests {
             serial_share: Some(0.375),
         });
         let view = time_view(&info, Some(2.0)).unwrap();
-        assert!(view.columns.contains("duration, its wall time from its fork to its exit"));
+        assert!(view
+            .columns
+            .contains("duration, its wall time from its fork to its exit"));
         assert!(
             view.summary.contains(
                 "For 38 % of the wall time at most one process was running or waiting to run"

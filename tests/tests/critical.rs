@@ -2,7 +2,8 @@
 //! 0.3 s of CPU each) beside 20 short independent jobs, under `make -j4`. run.json's critical
 //! path names exactly A, B, C in that order; the average parallelism is within 10 % of the value
 //! the processes' own start and end times give; summary.json carries both as metrics; the
-//! report opens with "Where the time went".
+//! report opens with "Where the time went". The serial share (at most one process busy) of
+//! that chain is near 1, and of burners running together near 0.
 use std::process::Command;
 
 use tests::{compile_c, run_with_timeout, Finished, TIMEOUT};
@@ -94,6 +95,18 @@ fn the_critical_path_of_a_make_is_its_designed_chain() {
     let metrics = &summary["repetitions"][0]["metrics"];
     assert_eq!(metrics["critical_path_s"], time["critical_path_s"]);
     assert_eq!(metrics["avg_parallelism"], time["avg_parallelism"]);
+    // After the 20 short jobs (10 ms of wall each, 3 at a time beside A), one burner at a time
+    // is busy and make sleeps: serial for all but the start. A burner is busy (on a CPU or
+    // waiting for one) all its life, so the exact share is that of the wall time with at most
+    // one burner alive; montrace's, from the samples, is within 0.1 of it.
+    let serial = time["serial_share"].as_f64().unwrap();
+    let exact = serial_share_of_burners(&rows, burn.as_str(), wall);
+    eprintln!("make: serial_share {serial:.3}, from the burners' lifetimes {exact:.3}");
+    assert!(
+        (serial - exact).abs() <= 0.1 && serial >= 0.6,
+        "serial_share {serial}, from the burners' lifetimes {exact}: {time}"
+    );
+    assert_eq!(metrics["serial_share"], time["serial_share"]);
 
     // The report leads with it: its first section, with the three steps.
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -105,6 +118,47 @@ fn the_critical_path_of_a_make_is_its_designed_chain() {
     }
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("<h2>Where the time went</h2>"));
+    // Its plot draws the cores used and wanted (the BTF tracepoints measure the wait) beside
+    // the processes alive, and the summary gives the serial share.
+    let plot = std::fs::read_to_string(out.join("report-parallelism.svg")).unwrap();
+    for line in ["cores used", "cores wanted", "processes alive"] {
+        assert!(
+            plot.contains(&format!(">\n{line}\n</text>")),
+            "no {line} in the parallelism plot's legend"
+        );
+    }
+    assert!(
+        section.contains("at most one process was running or waiting to run"),
+        "{section}"
+    );
+}
+
+/// Twice as many burners as cores, 1 s together: always more than one busy (on a CPU or
+/// waiting for one), so the serial share is near 0; the tree wanted twice the cores it used.
+#[test]
+fn burners_together_are_not_serial() {
+    tests::require_root();
+    let burn = compile_c("burn", BURN);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let script = format!(
+        "for i in $(seq {}); do {} 1000 x & done; wait",
+        2 * cores,
+        burn.as_str()
+    );
+    let run = tests::run_montrace(&["--interval", "100ms"], &["sh", "-c", &script]);
+    run.assert_code(0);
+    let info = run.run_json();
+    let time = &info["time"];
+    let serial = time["serial_share"].as_f64().unwrap();
+    let wall = info["command_wall_s"].as_f64().unwrap();
+    let exact = serial_share_of_burners(&run.processes(), burn.as_str(), wall);
+    eprintln!("burners: serial_share {serial:.3}, from the burners' lifetimes {exact:.3}");
+    assert!(
+        serial <= 0.1 && (serial - exact).abs() <= 0.1,
+        "serial_share {serial}, from the burners' lifetimes {exact}: {time}"
+    );
+    let wanted = time["avg_parallelism"].as_f64().unwrap();
+    assert!(wanted >= 1.5 * cores as f64, "{time}");
 }
 
 fn expected_steps_for_report(burn: &str) -> Vec<String> {
@@ -112,4 +166,27 @@ fn expected_steps_for_report(burn: &str) -> Vec<String> {
         .iter()
         .map(|n| format!("{} 300 {n}", burn.replace('_', "\\_")))
         .collect()
+}
+
+/// The share of the command's wall time (`wall_s`, ending when the root process ended) with at
+/// most one burner alive, from their exact start and end times.
+fn serial_share_of_burners(rows: &[tests::Proc], burn: &str, wall_s: f64) -> f64 {
+    let root = rows.iter().min_by_key(|p| p.start_time).unwrap();
+    let end = root.end_time.unwrap();
+    let start = end - (wall_s * 1e9) as i64;
+    let mut changes: Vec<(i64, i32)> = rows
+        .iter()
+        .filter(|p| p.filename.as_deref() == Some(burn))
+        .flat_map(|p| [(p.start_time, 1), (p.end_time.unwrap(), -1)])
+        .collect();
+    changes.sort();
+    let (mut alive, mut last, mut parallel) = (0, start, 0i64);
+    for (t, change) in changes {
+        let t = t.clamp(start, end);
+        if alive >= 2 {
+            parallel += t - last;
+        }
+        (alive, last) = (alive + change, t);
+    }
+    1.0 - parallel as f64 / (end - start) as f64
 }

@@ -173,6 +173,7 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     let time = crate::analysis::critical::analyse(
         &finished.spans,
         command_wall_ns.unwrap_or(e.ended_boot_ns.saturating_sub(e.started_boot_ns)),
+        finished.load.serial_share(e.ended_wall_ns),
     );
     RunInfo {
         schema_version: run_json::RUN_JSON_VERSION,

@@ -78,6 +78,9 @@ pub struct Recorder<'g> {
     capacity: crate::sampling::capacity::Capacity,
     /// Every ended process, as the critical-path analysis needs it.
     spans: Vec<crate::analysis::critical::Span>,
+    /// The tree's busy processes between sweeps, from every sample row, since the command's
+    /// exec (since the recorder began, for `attach`): run.json `time.serial_share`.
+    load: crate::analysis::critical::Load,
     /// The live threads' waiting times in the kernel (BTF tracepoints), read at each sweep.
     waits: Option<crate::kernel::ebpf::WaitsMap>,
     /// `--otlp`: the exporter, the run's attributes, and the processes ended since the last
@@ -168,6 +171,7 @@ impl<'g> Recorder<'g> {
             created: std::time::Instant::now(),
             capacity: crate::sampling::capacity::Capacity::read(),
             spans: Vec::new(),
+            load: crate::analysis::critical::Load::new(host::realtime_ns()),
             waits: None,
             task_iter: None,
             otlp: None,
@@ -262,14 +266,21 @@ impl<'g> Recorder<'g> {
 
     /// One lifecycle event, from the kernel or synthesized by polling.
     pub fn on_event(&mut self, event: &KernelEvent) {
+        let mut command_exec = false;
         if let KernelEvent::Exec { pid, time_ns, .. } = event {
             if *pid == self.root_pid && self.exec_time_boot_ns.is_none() {
                 self.exec_time_boot_ns = Some(*time_ns);
+                command_exec = true;
             }
         }
         let row = self.tracker.apply(event);
+        if command_exec {
+            // The command's wall time starts here: the load with it.
+            self.load = crate::analysis::critical::Load::new(row.time_ns);
+        }
         if let Some(figures) = self.tracker.take_last_exit() {
             let previous = self.previous.remove(&(row.pid, row.start_time_ns));
+            let since = previous.as_ref().map_or(row.start_time_ns, |p| p.time_ns);
             let exit = rates::exit_sample(
                 row.pid,
                 &figures,
@@ -277,6 +288,7 @@ impl<'g> Recorder<'g> {
                 row.start_time_ns,
                 previous.as_ref(),
             );
+            add_to_load(&mut self.load, &exit, since, exit.time_ns);
             self.write(|r| r.samples.push(exit));
             self.sample_rows += 1;
         }
@@ -360,6 +372,10 @@ impl<'g> Recorder<'g> {
     pub fn sample(&mut self) {
         let clock = self.tracker.clock();
         let now = host::realtime_ns();
+        self.load.sweep(now);
+        // Rows reach back one interval, or a few for a process left unread: a run of days
+        // keeps 256 to 512 intervals, not one per sweep.
+        self.load.fold_older(256);
         // The live threads of multi-threaded processes, read once per sweep when first needed
         // (a single-threaded process's thread is looked up as it is read).
         let mut threads_waits = None;
@@ -503,6 +519,8 @@ impl<'g> Recorder<'g> {
                     }
                 }
             }
+            let since = self.previous.get(&key).map_or(start_time_ns, |p| p.time_ns);
+            add_to_load(&mut self.load, &sample, since, measured);
             self.previous
                 .insert(key, rates::Previous::of(&sample, measured));
             sweep.push(sample);
@@ -724,12 +742,26 @@ impl<'g> Recorder<'g> {
             recording_error: failure,
             capacity: self.capacity,
             spans: self.spans,
+            load: self.load,
             samples_from: if self.task_iter.is_some() {
                 "task_iter"
             } else {
                 "procfs"
             },
         }
+    }
+}
+
+/// Adds a sample row, which covers `from_ns..to_ns`, to the tree's load.
+fn add_to_load(
+    load: &mut crate::analysis::critical::Load,
+    sample: &crate::store::records::SampleRecord,
+    from_ns: i64,
+    to_ns: i64,
+) {
+    if let Some(cpu) = sample.cpu_percent {
+        let waiting = sample.run_queue_percent.unwrap_or(0.0);
+        load.add(from_ns, to_ns, cpu / 100.0, waiting / 100.0);
     }
 }
 
@@ -765,6 +797,8 @@ pub struct Finished {
     pub recording_error: Option<String>,
     pub capacity: crate::sampling::capacity::Capacity,
     pub spans: Vec<crate::analysis::critical::Span>,
+    /// The tree's busy processes between sweeps.
+    pub load: crate::analysis::critical::Load,
     /// run.json `samples_from`.
     pub samples_from: &'static str,
 }

@@ -298,6 +298,9 @@ pub struct Sample {
     pub cpu_user_ns: u64,
     pub cpu_system_ns: u64,
     pub cpu_percent: Option<f64>,
+    /// Its threads' run-queue delay since its previous row, as a share of the time (None
+    /// without the BTF tracepoints, and in runs of earlier versions).
+    pub run_queue_percent: Option<f64>,
     pub rss_bytes: Option<u64>,
     pub uss_bytes: Option<u64>,
     pub pss_bytes: Option<u64>,
@@ -646,6 +649,7 @@ fn read_samples(
         let user = c.prim::<UInt64Type>("cpu_user_ns");
         let system = c.prim::<UInt64Type>("cpu_system_ns");
         let percent = c.prim::<Float64Type>("cpu_percent");
+        let run_queue = c.prim::<Float64Type>("run_queue_percent");
         let rss = c.prim::<UInt64Type>("rss_bytes");
         let uss = c.prim::<UInt64Type>("uss_bytes");
         let pss = c.prim::<UInt64Type>("pss_bytes");
@@ -660,6 +664,7 @@ fn read_samples(
                 cpu_user_ns: opt(user, i).unwrap_or(0),
                 cpu_system_ns: opt(system, i).unwrap_or(0),
                 cpu_percent: opt(percent, i),
+                run_queue_percent: opt(run_queue, i),
                 rss_bytes: opt(rss, i),
                 uss_bytes: opt(uss, i),
                 pss_bytes: opt(pss, i),

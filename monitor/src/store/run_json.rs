@@ -227,6 +227,7 @@ impl RunInfo {
         if let Some(time) = &self.time {
             put("critical_path_s", Some(time.critical_path_s));
             put("avg_parallelism", Some(time.avg_parallelism));
+            put("serial_share", time.serial_share);
         }
         for (name, value) in self.gpu.metrics() {
             put(name, value);
@@ -377,6 +378,7 @@ pub fn format_repeat_stats(summary: &crate::store::summary_json::Summary, out_di
             "B" => format_bytes(v as u64),
             "s" => format!("{v:.3}s"),
             "J" => format!("{v:.1} J"),
+            "share" => format!("{:.1}%", v * 100.0),
             _ => format!("{v:.0}"),
         };
         lines.push(format!(

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 pub const SUMMARY_VERSION: u32 = 1;
 pub const SUMMARY_FILE: &str = "summary.json";
 
-/// A metric CI gates can compare. Every resource metric is "lower is better".
+/// A metric CI gates can compare. Every resource metric is "lower is better". `unit`: "s", "B",
+/// "J", "share" (0 to 1), or "" (a count).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MetricDef {
     pub name: &'static str,
@@ -88,6 +89,11 @@ pub const METRICS: &[MetricDef] = &[
         name: "avg_parallelism",
         unit: "",
         description: "processes running or waiting to run, on average over the wall time (higher is better; never gated)",
+    },
+    MetricDef {
+        name: "serial_share",
+        unit: "share",
+        description: "share of the wall time (0 to 1) with at most one process of the tree on a CPU or runnable (run.json time; reported, not gated unless asked: `--max serial=+10%`)",
     },
     MetricDef {
         name: "gpu_peak_memory_bytes",
@@ -262,6 +268,7 @@ mod tests {
                     "B" => "bytes",
                     "s" => "seconds",
                     "J" => "joules",
+                    "share" => "share (0 to 1)",
                     other => other,
                 };
                 format!("| `{}` | {unit} | {} |\n", m.name, m.description)

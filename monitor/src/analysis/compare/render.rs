@@ -30,6 +30,7 @@ pub(super) fn format_value(unit: &str, value: f64) -> String {
         "s" => format!("{value:.3}s"),
         "B" => format_bytes(value),
         "J" => format!("{value:.1} J"),
+        "share" => format!("{:.1}%", value * 100.0),
         _ if value.fract() == 0.0 => format!("{value:.0}"),
         _ => format!("{value:.1}"),
     }

@@ -263,6 +263,11 @@ fn max_takes_aliases_and_full_names() {
         parse_max(&["critical-path=+10%".into()]).unwrap()["critical_path_s"],
         0.10
     );
+    assert_eq!(
+        parse_max(&["serial=+10%".into()]).unwrap()["serial_share"],
+        0.10
+    );
+    assert_eq!(limits["serial_share"], NOT_GATED, "not gated by default");
     let off = parse_max(&["read=off".into(), "Write = OFF".into()]).unwrap();
     assert_eq!(off["read_bytes"], f64::INFINITY);
     assert_eq!(off["write_bytes"], f64::INFINITY);

@@ -382,41 +382,79 @@ pub fn all(data: &RunData, model: &Model) -> PlotResult<Vec<Plot>> {
     Ok(plots)
 }
 
-/// The plot of "Where the time went": how many processes of the tree were alive at each moment
-/// (exact steps from their start and end times), against the cores the run had (a dashed line,
-/// when run.json says how many). None when no process ran.
+/// The plot of "Where the time went": the tree's threads on a CPU ("cores used") and on a CPU
+/// or runnable ("cores wanted") between sweeps, from every sample row ([`model::load`]), and
+/// how many of its processes were alive (exact steps from their start and end times), against
+/// the cores the run had (a dashed line, when run.json says how many). None when no process ran.
 pub fn parallelism(data: &RunData, model: &Model, cores: Option<f64>) -> PlotResult<Option<Plot>> {
-    let running = [model::running_processes(data, model)];
-    if !has_data(&running) {
+    let alive = model::running_processes(data, model);
+    if !has_data(std::slice::from_ref(&alive)) {
         return Ok(None);
     }
-    let peak = running[0].points.iter().map(|p| p.1).fold(0.0, f64::max);
+    let peak = alive.points.iter().map(|p| p.1).fold(0.0, f64::max);
+    let intervals = model::load(data, model);
+    let waits_known = data.samples.iter().any(|s| s.run_queue_percent.is_some());
+    let mut series = Vec::new();
+    if !intervals.is_empty() {
+        if waits_known {
+            series.push(model::interval_steps(
+                model,
+                &intervals,
+                "cores wanted",
+                |i| i.cores_wanted,
+            ));
+        }
+        series.push(model::interval_steps(
+            model,
+            &intervals,
+            "cores used",
+            |i| i.cores_used,
+        ));
+    }
+    series.push(alive);
     let hlines: Vec<(f64, String)> = cores
         .map(|c| (c, format!("{c} cores")))
         .into_iter()
         .collect();
-    let title = "Parallelism: processes alive";
+    let title = "Parallelism: cores used and wanted, processes alive";
     let against = match cores {
         Some(c) => format!(
-            ", against the {c} cores the run had (dashed): below the line cores were free for \
-             more work, above it processes shared them"
+            " The dashed line is the {c} cores the run had: cores used below it were left idle, \
+             cores wanted above it were threads waiting for a CPU."
         ),
         None => String::new(),
+    };
+    let wanted = if waits_known {
+        "Cores wanted: the threads of the tree on a CPU or runnable (waiting for a CPU), the \
+         sum of cpu_percent and run_queue_percent over its processes divided by 100. "
+    } else {
+        "The run-queue delay is unknown (the tree was followed without the BTF tracepoints): \
+         no line for the cores wanted. "
+    };
+    let load = if intervals.is_empty() {
+        "No sample was taken: only the processes alive are drawn. ".to_string()
+    } else {
+        format!(
+            "Cores used: the threads of the tree on a CPU, the sum of its processes' cpu_percent \
+             (samples.parquet) divided by 100. {wanted}Both are averages over each interval \
+             between sweeps: each sample row covers the time since its process's previous row \
+             (or its start) and is spread evenly over it, exit rows included, so processes \
+             shorter than the interval count. "
+        )
     };
     Ok(Some(Plot {
         id: "parallelism".into(),
         title: title.into(),
         caption: format!(
-            "Processes of the tree alive at each moment, from their exact start and end times \
-             (not sampled, so the shortest count too){against}. At most {} at once. A process \
-             alive is running, waiting for a CPU, or waiting for something else (a child, I/O): \
-             the table below says which for the steps of the critical path.",
+            "{load}Processes alive: the processes of the tree alive at each moment, exact steps \
+             from their start and end times (at most {} at once); alive is not busy, a make \
+             waiting for its children is alive and asleep.{against}",
             peak as u64
         ),
         svg: line_chart(
             title,
             Unit::Count,
-            &running,
+            &series,
             &marks_of(data, model),
             model.secs(model.t1_ns),
             &hlines,

@@ -84,6 +84,8 @@ struct View {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TimeView {
     pub summary: String,
+    /// What each column of the steps' table is.
+    pub columns: &'static str,
     pub steps: Vec<StepRow>,
     pub more: Option<String>,
 }
@@ -98,6 +100,14 @@ pub struct StepRow {
     pub command: String,
 }
 
+/// What the columns of the critical path's table are.
+pub const STEP_COLUMNS: &str = "The steps of the critical path: start, when the process started, \
+     after the command's start; duration, its wall time from its fork to its exit; CPU, its CPU \
+     time (user + system, its own threads); waiting for a CPU, the time its threads were runnable \
+     but not on a CPU (run-queue delay); blocked, the time they were blocked uninterruptibly (the \
+     D state, mostly storage I/O). The rest of its duration it was asleep (waiting for a child, a \
+     pipe, a timer). n/a: not measured (the tree was followed without the BTF tracepoints).";
+
 /// Steps of the critical path listed at most.
 pub const TIME_STEPS: usize = 30;
 
@@ -108,10 +118,19 @@ pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
     let count = time.critical_path_steps.max(time.critical_path.len());
     let wall = info.command_wall_s.unwrap_or(info.duration_s);
     let cores = cores.map_or(String::new(), |c| format!(" of {}", trim_cores(c)));
+    // Runs recorded before the serial share was kept say nothing of it.
+    let serial = time.serial_share.map_or(String::new(), |share| {
+        format!(
+            " For {:.0} % of the wall time at most one process was running or waiting to run \
+             (estimated from the samples).",
+            share * 100.0
+        )
+    });
     let summary = format!(
         "The critical path, the chain of processes that bounded the wall time, took {} of the \
-         {} wall time in {} step{}. On average {:.2} processes were running or waiting to run, \
-         and {:.2} cores{cores} were used.",
+         {} wall time in {} step{}. On average {:.2} processes were running or waiting to run \
+         (the tree's CPU time plus run-queue delay over the wall time), and {:.2} cores{cores} \
+         were used (its CPU time over the wall time).{serial}",
         fmt_secs(time.critical_path_s),
         fmt_secs(wall),
         count,
@@ -135,6 +154,7 @@ pub fn time_view(info: &RunInfo, cores: Option<f64>) -> Option<TimeView> {
     let kept = time.critical_path.len();
     Some(TimeView {
         summary,
+        columns: STEP_COLUMNS,
         steps,
         more: (more > 0).then(|| {
             let where_ = if kept < count {
@@ -839,8 +859,19 @@ mod tests {
             critical_path_steps: 35,
             avg_parallelism: 1.5,
             avg_cores_used: 1.25,
+            serial_share: Some(0.375),
         });
         let view = time_view(&info, Some(2.0)).unwrap();
+        assert!(view
+            .columns
+            .contains("duration, its wall time from its fork to its exit"));
+        assert!(
+            view.summary.contains(
+                "For 38 % of the wall time at most one process was running or waiting to run"
+            ),
+            "{}",
+            view.summary
+        );
         assert!(view.summary.contains("took 10.50 s"), "{}", view.summary);
         assert!(view.summary.contains("in 35 steps"), "{}", view.summary);
         assert!(
@@ -943,12 +974,20 @@ mod tests {
         let most = report.data.info.as_ref().unwrap().max_concurrent;
         assert_eq!(most, 13);
         assert!(
-            plot.caption.contains(&format!("At most {most} at once")),
+            plot.caption.contains(&format!("at most {most} at once")),
             "{}",
             plot.caption
         );
         assert!(
-            plot.caption.contains("against the 2 cores"),
+            plot.caption.contains("the 2 cores the run had"),
+            "{}",
+            plot.caption
+        );
+        // The fixture was recorded without the BTF tracepoints: cores used, not wanted.
+        assert!(plot.svg.contains(">\ncores used\n</text>"));
+        assert!(!plot.svg.contains("cores wanted"));
+        assert!(
+            plot.caption.contains("no line for the cores wanted"),
             "{}",
             plot.caption
         );
@@ -962,7 +1001,9 @@ mod tests {
         let section = &markdown
             [markdown.find("## Where the time went").unwrap()..markdown.find("## Groups").unwrap()];
         assert!(
-            section.contains("![Parallelism: processes alive](report-parallelism.svg)"),
+            section.contains(
+                "![Parallelism: cores used and wanted, processes alive](report-parallelism.svg)"
+            ),
             "{section}"
         );
         assert_eq!(files[0].0, "report-parallelism.svg");
@@ -973,8 +1014,8 @@ mod tests {
         assert_eq!(section.matches("<svg").count(), 1);
         // Without the cores, no line and no word of them.
         let plot = with_time(None).time_plot.unwrap();
-        assert!(!plot.svg.contains("cores"));
-        assert!(!plot.caption.contains("cores"));
+        assert!(!plot.svg.contains(" cores\n</text>"));
+        assert!(!plot.caption.contains("cores the run had"));
     }
 
     #[test]

@@ -884,6 +884,60 @@ pub fn running_processes(data: &RunData, model: &Model) -> Series {
     }
 }
 
+/// The tree's threads on a CPU, and on a CPU or runnable, between sweeps, from every row of
+/// samples.parquet, exit rows included: each row covers the time since its process's previous
+/// row (or its start) with its `cpu_percent` and `run_queue_percent`, spread over the sweep
+/// intervals it covers, as montrace spreads them for run.json `time.serial_share`
+/// ([`crate::analysis::critical::Load`]). Empty without samples.
+pub fn load(data: &RunData, model: &Model) -> Vec<crate::analysis::critical::Interval> {
+    let mut load = crate::analysis::critical::Load::new(model.t0_ns);
+    for &sweep in &model.sweeps {
+        load.sweep(sweep);
+    }
+    let mut order: Vec<usize> = (0..data.samples.len()).collect();
+    order.sort_by_key(|&i| {
+        let s = &data.samples[i];
+        (s.process, s.time_ns, s.exit)
+    });
+    let mut last: Option<(usize, i64)> = None;
+    for i in order {
+        let s = &data.samples[i];
+        let from = match last {
+            Some((process, time_ns)) if process == s.process => time_ns,
+            _ => data.processes[s.process].start_ns,
+        };
+        last = Some((s.process, s.time_ns));
+        if let Some(cpu) = s.cpu_percent {
+            let waiting = s.run_queue_percent.unwrap_or(0.0);
+            load.add(from, s.time_ns, cpu / 100.0, waiting / 100.0);
+        }
+    }
+    if data.samples.is_empty() {
+        return Vec::new();
+    }
+    load.intervals(model.t1_ns)
+}
+
+/// A value per interval as steps: flat over each interval, a jump between them.
+pub fn interval_steps(
+    model: &Model,
+    intervals: &[crate::analysis::critical::Interval],
+    name: &str,
+    value: impl Fn(&crate::analysis::critical::Interval) -> f64,
+) -> Series {
+    Series {
+        name: name.into(),
+        group: None,
+        points: intervals
+            .iter()
+            .flat_map(|i| {
+                let v = value(i);
+                [(model.secs(i.start_ns), v), (model.secs(i.end_ns), v)]
+            })
+            .collect(),
+    }
+}
+
 /// How many processes of each top group (by peak) were alive, as exact steps at every start
 /// and end, so processes shorter than the sampling interval count too.
 pub fn active_instances(data: &RunData, model: &Model) -> Vec<Series> {

@@ -483,3 +483,57 @@ fn storage_rates_are_per_second_since_the_previous_sample_summed_per_sweep() {
     assert_eq!(series.len(), 1, "sh read nothing: no line");
     assert_eq!(series[0].points, [(2.0, 1_100.0), (3.0, 3_000.0)]);
 }
+
+/// The load between sweeps comes from every row, exit rows too, each over the time since its
+/// process's previous row: a burner waiting half the time and a short process seen only at its
+/// exit.
+#[test]
+fn load_spreads_each_row_over_the_time_since_the_previous_one() {
+    let mut burner = proc(10, Some("/bin/burn"), "burn", &["burn"]);
+    let mut short = proc(11, Some("/bin/true"), "true", &["true"]);
+    burner.end_ns = Some(13 * S);
+    short.start_ns = 12 * S + S / 2;
+    short.end_ns = Some(13 * S);
+    let row = |time_ns: i64, process: usize, exit: bool, cpu: f64, waiting: Option<f64>| Sample {
+        time_ns,
+        process,
+        exit,
+        cpu_percent: Some(cpu),
+        run_queue_percent: waiting,
+        ..Default::default()
+    };
+    let data = RunData {
+        processes: vec![burner, short],
+        samples: vec![
+            // The burner, from its start at 10 s: sweeps at 11 and 12 s, its exit at 13 s.
+            row(11 * S, 0, false, 50.0, Some(50.0)),
+            row(12 * S, 0, false, 50.0, Some(50.0)),
+            row(13 * S, 0, true, 100.0, Some(0.0)),
+            // The short one, 12.5 to 13 s, on a CPU all along, seen at its exit only.
+            row(13 * S, 1, true, 100.0, None),
+        ],
+        ..Default::default()
+    };
+    let model = build(&data, &GroupBy::parse("exe").unwrap());
+    let intervals = load(&data, &model);
+    let got: Vec<(i64, i64, f64, f64)> = intervals
+        .iter()
+        .map(|i| (i.start_ns / S, i.end_ns / S, i.cores_used, i.cores_wanted))
+        .collect();
+    assert_eq!(
+        got,
+        [(10, 11, 0.5, 1.0), (11, 12, 0.5, 1.0), (12, 13, 1.5, 1.5)]
+    );
+    let steps = interval_steps(&model, &intervals, "used", |i| i.cores_used);
+    assert_eq!(
+        steps.points,
+        [
+            (0.0, 0.5),
+            (1.0, 0.5),
+            (1.0, 0.5),
+            (2.0, 0.5),
+            (2.0, 1.5),
+            (3.0, 1.5)
+        ]
+    );
+}

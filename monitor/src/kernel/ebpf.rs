@@ -80,6 +80,10 @@ const NET_PROGRAMS: [(&str, &str); 2] = [
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
+/// montrace's eBPF object, built by `build.rs` (see `kernel::object` for what is changed in it
+/// before it is loaded).
+pub(crate) const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
+
 /// Start-up: aya's loader reads and parses the kernel's BTF (5 MB here, 9 to 24 ms a parse)
 /// when it is made, and montrace parses it once more for its own field offsets and for the
 /// attach subset (see [`KernelBtf`]). [`preload`] makes the loader on another thread, so that
@@ -273,13 +277,21 @@ impl Probes {
         };
         let btf = Btf::parse(&kernel.attach, aya::Endianness::default()).ok();
         let mut loader = take_preloaded().unwrap_or_default();
+        let object =
+            if crate::kernel::object::allows_unpreallocated_maps(&crate::sampling::host::uname().1)
+            {
+                Some(crate::kernel::object::with_map_flags(
+                    OBJECT,
+                    &crate::kernel::object::UNPREALLOCATED_MAPS,
+                    crate::kernel::object::BPF_F_NO_PREALLOC,
+                )?)
+            } else {
+                None
+            };
         let mut ebpf = loader
             .override_global("OFFSETS", &offsets, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
-            .load(aya::include_bytes_aligned!(concat!(
-                env!("OUT_DIR"),
-                "/monitor"
-            )))
+            .load(object.as_ref().map_or(OBJECT, |o| o.bytes()))
             .context("loading montrace's eBPF programs into the kernel failed")?;
 
         let btf = match (btf, choice) {

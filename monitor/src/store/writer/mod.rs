@@ -404,15 +404,32 @@ impl<R> PartedTable<R> {
         Ok(())
     }
 
-    /// Writes the remaining rows, merges every part in order into `<dir>/<name>.parquet` and
+    /// Merges every part in order into `<dir>/<name>.parquet`, then the rows still buffered, and
     /// removes the parts directory; returns the rows of the final file. The merge streams part
     /// by part, so it holds at most a row group in memory. With no rows at all, the file still
-    /// has the schema (and 0 rows). On error the parts stay in place.
+    /// has the schema (and 0 rows). On error the parts stay in place, and the buffered rows
+    /// become one more part when the table is dropped.
+    ///
+    /// The buffered rows go straight into the final file rather than into a part of their own
+    /// first: a part written, read back and encoded again cost more than half of a short run's
+    /// finish (a zstd context for each column, each way). A crash during the merge loses them, as
+    /// a crash before the next flush would have.
     pub fn finish(mut self) -> Result<u64, WriteError> {
-        self.flush()?;
+        let batch = match self.buffer.is_empty() {
+            true => None,
+            false => Some(
+                (self.to_batch)(&self.buffer).map_err(|source| WriteError::Arrow {
+                    path: self.path.clone(),
+                    source,
+                })?,
+            ),
+        };
         let rows = write_file(&self.path, self.schema.clone(), true, |writer| {
-            (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))
+            (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))?;
+            batch.as_ref().map_or(Ok(()), |batch| writer.write(batch))
         })?;
+        self.written += self.buffer.len() as u64;
+        self.buffer.clear();
         crate::store::userfs::remove_dir_all(&self.parts_dir)
             .map_err(io_error("remove", &self.parts_dir))?;
         Ok(rows)

@@ -18,6 +18,7 @@ use crate::{
         end::{self, build_run_info, close_cgroup, open_gpu, write_run_info, write_summary, Ended},
         follow, FollowConfig, Outcome, Source,
     },
+    kernel::ebpf::KernelBtf,
     kernel::ebpf::Probes,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
@@ -46,7 +47,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     // forwarded signals blocked and montrace receives them through a signalfd; the command gets
     // the original mask back before it execs.
     let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
-    let offsets = ebpf_offsets(&args, &program)?;
+    let mut offsets = EbpfOffsets::start(&args, &program)?;
     // `--gpu require` fails here, before anything is created or started.
     let mut gpu = open_gpu(&args.record)?;
     // Only root can become another user; without root the command keeps montrace's identity.
@@ -72,11 +73,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         }
         Err(OutDirError::Other(err)) => return Err(err),
     };
-    let offsets = offsets.as_ref();
     let result = repeat(
         &args,
         &executable,
-        offsets,
+        &mut offsets,
         &out_dir,
         identity.as_ref(),
         &child_sigmask,
@@ -112,7 +112,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 fn repeat(
     args: &RunArgs,
     executable: &Path,
-    offsets: Option<&crate::kernel::ebpf::KernelBtf>,
+    offsets: &mut EbpfOffsets,
     out_dir: &Path,
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
@@ -290,28 +290,74 @@ impl MachineWindow {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 /// The kernel field offsets the eBPF programs need, or None when montrace must poll /proc
 /// instead (not root, no BTF), which `--require-ebpf` turns into an error.
-fn ebpf_offsets(
-    args: &RunArgs,
-    program: &OsString,
-) -> anyhow::Result<Option<crate::kernel::ebpf::KernelBtf>> {
-    let why_not = if !host::can_load_ebpf() {
-        format!(
-            "exact tracking needs CAP_BPF and CAP_PERFMON: grant them to the installed binary once \
-             with `sudo montrace setcap` (then every user gets it, with their own environment), or \
-             run `sudo montrace run -- {}`",
-            program.to_string_lossy()
-        )
-    } else {
-        // aya's own BTF parses go on beside montrace's (start-up).
-        crate::kernel::ebpf::preload();
-        match crate::kernel::ebpf::KernelBtf::read() {
-            Ok(kernel) => return Ok(Some(kernel)),
-            Err(err) => format!("{err}"),
+///
+/// Start-up: montrace's parse of the kernel BTF (10 to 20 ms here) runs on a thread of its own
+/// from montrace's start, and the run joins it only where the programs load. Meanwhile the command
+/// is forked, held, and moved into the run cgroup: with cgroup v1 that move waits for an RCU
+/// grace period (25 to 30 ms on this machine, seen with strace), which then overlaps the parse
+/// instead of following it.
+enum EbpfOffsets {
+    /// Being read since montrace started.
+    Reading(std::thread::JoinHandle<Result<KernelBtf, crate::kernel::btf::BtfError>>),
+    /// Read: Some, or None when montrace polls /proc.
+    Known(Option<KernelBtf>),
+}
+
+impl EbpfOffsets {
+    /// Starts reading the offsets (with aya's own parse beside it), or decides on polling now
+    /// when montrace may not load eBPF at all.
+    fn start(args: &RunArgs, program: &OsString) -> anyhow::Result<EbpfOffsets> {
+        if !host::can_load_ebpf() {
+            let why_not = format!(
+                "exact tracking needs CAP_BPF and CAP_PERFMON: grant them to the installed binary \
+                 once with `sudo montrace setcap` (then every user gets it, with their own \
+                 environment), or run `sudo montrace run -- {}`",
+                program.to_string_lossy()
+            );
+            return no_ebpf(args, &why_not).map(|()| EbpfOffsets::Known(None));
         }
-    };
+        // aya's own BTF parse goes on beside montrace's (start-up).
+        crate::kernel::ebpf::preload();
+        match std::thread::Builder::new()
+            .name("btf-offsets".into())
+            .spawn(KernelBtf::read)
+        {
+            Ok(reading) => Ok(EbpfOffsets::Reading(reading)),
+            Err(_) => EbpfOffsets::known(args, KernelBtf::read()),
+        }
+    }
+
+    fn known(
+        args: &RunArgs,
+        read: Result<KernelBtf, crate::kernel::btf::BtfError>,
+    ) -> anyhow::Result<EbpfOffsets> {
+        match read {
+            Ok(kernel) => Ok(EbpfOffsets::Known(Some(kernel))),
+            Err(err) => no_ebpf(args, &err.to_string()).map(|()| EbpfOffsets::Known(None)),
+        }
+    }
+
+    /// The offsets, once read (the first call waits for the reading thread).
+    fn get(&mut self, args: &RunArgs) -> anyhow::Result<Option<&KernelBtf>> {
+        if let EbpfOffsets::Reading(_) = self {
+            let EbpfOffsets::Reading(reading) = std::mem::replace(self, EbpfOffsets::Known(None))
+            else {
+                unreachable!("matched above")
+            };
+            let read = reading.join().unwrap_or_else(|_| KernelBtf::read());
+            *self = EbpfOffsets::known(args, read)?;
+        }
+        match self {
+            EbpfOffsets::Known(known) => Ok(known.as_ref()),
+            EbpfOffsets::Reading(_) => unreachable!("joined above"),
+        }
+    }
+}
+
+/// No eBPF for `why_not`: an error with `--require-ebpf`, else polling, said on stderr.
+fn no_ebpf(args: &RunArgs, why_not: &str) -> anyhow::Result<()> {
     if args.require_ebpf {
         bail!("{why_not} (--require-ebpf is set, so montrace does not fall back to polling /proc)");
     }
@@ -321,14 +367,14 @@ fn ebpf_offsets(
          live shorter than that may be missed (tracking_mode \"polling\" in run.json)",
         args.record.interval
     );
-    Ok(None)
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
 fn record(
     args: &RunArgs,
     executable: &Path,
-    offsets: Option<&crate::kernel::ebpf::KernelBtf>,
+    offsets: &mut EbpfOffsets,
     out_dir: &Path,
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
@@ -368,7 +414,9 @@ fn record(
                 .spawn_scoped(scope, move || cgroup.add(root_pid))
                 .ok()
         });
-        let loaded = load_probes(args, offsets, last);
+        let loaded = offsets
+            .get(args)
+            .and_then(|offsets| load_probes(args, offsets, last));
         let added = match adding {
             Some(thread) => thread.join().ok(),
             None => cgroup.as_ref().map(|cgroup| cgroup.add(root_pid)),

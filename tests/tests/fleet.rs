@@ -505,9 +505,56 @@ fn publishing_to_an_s3_compatible_server() {
             "{host} {count} in:\n{shown}"
         );
     }
+    // docs/fleet.md's DuckDB over S3 (httpfs), as written but for the endpoint and bucket, with
+    // the DuckDB whose httpfs extension `cargo xtask setup` installs from PyPI, found where
+    // DuckDB looks (HOME/.duckdb/extensions): nothing downloaded.
+    let httpfs = doc
+        .split("```python\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("LOAD httpfs"))
+        .expect("docs/fleet.md's DuckDB httpfs snippet")
+        .replace("127.0.0.1:9000", &format!("127.0.0.1:{port}"))
+        .replace("s3://bucket/montrace", "s3://fleet/montrace");
+    let venv = Path::new(DUCKDB_HTTPFS_VENV);
+    let extension = walk(venv)
+        .into_iter()
+        .find(|p| p.ends_with("httpfs.duckdb_extension"))
+        .expect("the httpfs extension (`cargo xtask setup`)");
+    let home = tempfile::tempdir().unwrap();
+    let platform_dir = extension.parent().unwrap();
+    let installed = home
+        .path()
+        .join(".duckdb/extensions")
+        .join(platform_dir.parent().unwrap().file_name().unwrap())
+        .join(platform_dir.file_name().unwrap());
+    std::fs::create_dir_all(&installed).unwrap();
+    std::fs::copy(&extension, installed.join("httpfs.duckdb_extension")).unwrap();
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.arg("-c").arg(&httpfs).env("HOME", home.path()).envs([
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+    ]);
+    let shown = run_with_timeout(&mut cmd, TIMEOUT);
+    assert!(shown.status.success(), "{shown:?}");
+    for host in [this_host.as_str(), "ci-b"] {
+        let count = whole["hosts"][host].as_f64().unwrap() as u64;
+        assert!(
+            shown
+                .stdout
+                .lines()
+                .any(|l| l.contains(host) && l.contains(&count.to_string())),
+            "{host} {count} in:\n{}",
+            shown.stdout
+        );
+    }
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// Where `cargo xtask setup` puts a DuckDB that has its httpfs extension on PyPI
+/// (xtask/src/setup.rs, DUCKDB_HTTPFS_VENV).
+const DUCKDB_HTTPFS_VENV: &str = "/opt/montrace-tests/duckdb-httpfs";
 
 /// Reads a published dataset with Spark in local mode (argv 1: the dataset), as docs/fleet.md
 /// shows: processes per branch label, joined on runs, as JSON. Spark reads Parquet's

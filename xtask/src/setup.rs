@@ -61,6 +61,12 @@ const STEPS: &[Step] = &[
         install: install_java,
     },
     Step {
+        name: "DuckDB 1.4.4 with its httpfs extension, in a venv",
+        how: "python venv + pip; the S3 test runs docs/fleet.md's DuckDB-over-S3 query offline",
+        is_done: duckdb_httpfs_installed,
+        install: install_duckdb_httpfs,
+    },
+    Step {
         name: "Node.js and npm",
         how: "apt-get; npm installs Azurite, the Azure Blob Storage emulator",
         is_done: npm_installed,
@@ -362,6 +368,45 @@ fn make_and_git_installed() -> bool {
 fn install_make_and_git(i: &mut Installer) -> Result<()> {
     i.apt_install(&["make", "git"])
         .context("could not apt-get install make and git")
+}
+
+// ---- DuckDB with httpfs (the S3 test reads the bucket with DuckDB itself) ----
+
+/// The venv, outside any checkout (tests/tests/fleet.rs reads it from here): a DuckDB whose
+/// version has its httpfs extension on PyPI, which the tests' own DuckDB (newer) has not; it
+/// is used by that one test only.
+const DUCKDB_HTTPFS_VENV: &str = "/opt/montrace-tests/duckdb-httpfs";
+const DUCKDB_HTTPFS_PACKAGES: [&str; 2] = ["duckdb==1.4.4", "duckdb-ext-httpfs==1.4.4.20260205"];
+
+fn duckdb_httpfs_installed() -> bool {
+    let python = Path::new(DUCKDB_HTTPFS_VENV).join("bin/python");
+    stdout_of(Command::new(python).args([
+        "-c",
+        "import duckdb, duckdb_ext, pathlib\n\
+         assert duckdb.__version__ == '1.4.4'\n\
+         print(next(pathlib.Path(duckdb_ext.__path__[0]).rglob('httpfs.duckdb_extension')))",
+    ]))
+    .is_some()
+}
+
+fn install_duckdb_httpfs(i: &mut Installer) -> Result<()> {
+    let venv = || {
+        let mut cmd = util::as_root("python3", &[]);
+        cmd.args(["-m", "venv", DUCKDB_HTTPFS_VENV]);
+        cmd
+    };
+    if i.run(&mut venv()).is_err() {
+        // Debian's python3 makes venvs only with python3-venv.
+        i.apt_install(&["python3-venv"])?;
+        i.run(&mut venv())?;
+    }
+    i.run(
+        util::as_root(format!("{DUCKDB_HTTPFS_VENV}/bin/pip"), &[])
+            .args(["install", "--quiet"])
+            .args(DUCKDB_HTTPFS_PACKAGES)
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+            .env("PIP_ROOT_USER_ACTION", "ignore"),
+    )
 }
 
 // ---- Azurite (the az:// publish test's Azure Blob Storage emulator, from npm) ----

@@ -1,7 +1,9 @@
 //! Runs from many machines in one dataset: labelled runs published into a Hive-partitioned
 //! directory read back by DuckDB, joined on the `runs` table; publishing twice duplicates
 //! nothing; a publish interrupted before the `runs` row leaves the run invisible to readers that
-//! join on it, and publishing again completes it.
+//! join on it, and publishing again completes it. The same into object stores served on
+//! 127.0.0.1: S3 (moto), Azure Blob Storage (Azurite) and, as far as its emulator allows, Google
+//! Cloud Storage (fake-gcs-server); Spark and `compare --baseline` over the dataset.
 use std::path::Path;
 use std::process::Command;
 

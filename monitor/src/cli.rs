@@ -1,6 +1,10 @@
 //! The command line, in one place: every subcommand and flag, and every exit status montrace
 //! gives (the `EXIT_*` constants; a command's own status is passed through).
-use std::{ffi::OsString, path::PathBuf, time::Duration};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -252,7 +256,8 @@ pub struct ExportArgs {
 #[derive(Debug, Args)]
 pub struct PublishArgs {
     /// Run directories (or `--repeat` series, whose repetitions are published), then the
-    /// dataset's directory (created if missing), e.g. `montrace publish runs/* /data/montrace`
+    /// dataset: a directory (created if missing) or s3://, gs:// or az://BUCKET/PREFIX, e.g.
+    /// `montrace publish runs/* /data/montrace`
     #[arg(required = true, num_args = 2.., value_name = "RUN... DEST")]
     pub paths: Vec<String>,
 }
@@ -304,12 +309,16 @@ pub struct GateOptions {
                         errors (missing or unreadable files, different commands)."
 )]
 pub struct CompareArgs {
-    /// Baseline: a run directory, its summary.json, a directory holding several run
-    /// directories, or a dataset written by `montrace publish` (its newest runs of the
-    /// candidate's command on the candidate's kind of host: see --where, --last, --any-host)
-    pub baseline: PathBuf,
-    /// Candidate, like the baseline
-    pub candidate: PathBuf,
+    /// BASELINE CANDIDATE, or CANDIDATE alone with --baseline. Each is a run directory, its
+    /// summary.json or a directory holding several run directories; the baseline may also be
+    /// a dataset written by `montrace publish`
+    #[arg(value_name = "[BASELINE] CANDIDATE", required = true, num_args = 1..=2)]
+    pub sides: Vec<PathBuf>,
+    /// The baseline, e.g. a dataset written by `montrace publish` (its newest runs of the
+    /// candidate's command on the candidate's kind of host: see --where, --last, --any-host):
+    /// `montrace compare --baseline /data/montrace --where branch=main --last 20 CANDIDATE`
+    #[arg(long, value_name = "DEST")]
+    pub baseline: Option<PathBuf>,
     #[command(flatten)]
     pub gate: GateOptions,
     /// Compare runs of different commands (an error otherwise)
@@ -326,6 +335,26 @@ pub struct CompareArgs {
     /// model and count
     #[arg(long)]
     pub any_host: bool,
+}
+
+impl CompareArgs {
+    /// The baseline and the candidate: `BASELINE CANDIDATE`, or `--baseline DEST CANDIDATE`.
+    pub fn sides(&self) -> Result<(&Path, &Path), String> {
+        match (&self.baseline, self.sides.as_slice()) {
+            (Some(baseline), [candidate]) => Ok((baseline, candidate)),
+            (None, [baseline, candidate]) => Ok((baseline, candidate)),
+            (Some(_), _) => Err(
+                "with --baseline DEST, give the candidate alone: `montrace compare --baseline \
+                 DEST CANDIDATE`"
+                    .into(),
+            ),
+            (None, _) => Err(
+                "compare needs a baseline: `montrace compare BASELINE CANDIDATE` or `montrace \
+                 compare --baseline DEST CANDIDATE`"
+                    .into(),
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -380,8 +409,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub record: RecordOptions,
 
-    /// After the run, publish its directory into the dataset DEST (a directory or
-    /// s3://bucket/prefix), as `montrace publish` does; a failure is a warning (docs/fleet.md)
+    /// After the run, publish its directory into the dataset DEST (a directory, or
+    /// s3://, gs:// or az://BUCKET/PREFIX), as `montrace publish` does; a failure is a warning
+    /// (docs/fleet.md)
     #[arg(long, value_name = "DEST")]
     pub publish: Option<String>,
 
@@ -460,6 +490,33 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn compare_takes_its_baseline_first_or_from_the_baseline_flag() {
+        let compare = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(["montrace", "compare"].iter().chain(argv)).unwrap();
+            let Command::Compare(args) = cli.command else {
+                panic!("not compare")
+            };
+            args.sides()
+                .map(|(b, c)| (b.to_path_buf(), c.to_path_buf()))
+        };
+        let sides = |b: &str, c: &str| Ok((PathBuf::from(b), PathBuf::from(c)));
+        assert_eq!(compare(&["base", "cand"]), sides("base", "cand"));
+        assert_eq!(
+            compare(&["--baseline", "/data/montrace", "cand", "--last", "20"]),
+            sides("/data/montrace", "cand")
+        );
+        assert_eq!(
+            compare(&["cand", "--where", "branch=main", "--baseline", "/d"]),
+            sides("/d", "cand")
+        );
+        assert!(compare(&["cand"]).unwrap_err().contains("needs a baseline"));
+        assert!(compare(&["--baseline", "/d", "a", "b"])
+            .unwrap_err()
+            .contains("give the candidate alone"));
+        assert!(Cli::try_parse_from(["montrace", "compare", "a", "b", "c"]).is_err());
     }
 
     #[test]

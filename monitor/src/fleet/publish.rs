@@ -61,7 +61,7 @@ impl Layout {
     }
 }
 
-/// Where a dataset lives: a directory, or an S3 bucket (and prefix).
+/// Where a dataset lives: a directory, or a bucket (and prefix) of an object store.
 pub enum Sink {
     Dir(PathBuf),
     Store {
@@ -71,18 +71,57 @@ pub enum Sink {
     },
 }
 
-impl Sink {
-    /// `dest`: a directory, or `s3://bucket/prefix` (credentials, region and endpoint from the
-    /// usual `AWS_*` variables: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
-    /// `AWS_ENDPOINT` for an S3-compatible server, `AWS_ALLOW_HTTP=true` for one without TLS).
-    pub fn open(dest: &str) -> anyhow::Result<Sink> {
-        if let Some(rest) = dest.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                bail!("{dest}: no bucket (s3://BUCKET/PREFIX)");
-            }
-            let store = object_store::aws::AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
+/// The object stores `DEST` may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// `s3://`: AWS S3 and S3-compatible servers.
+    S3,
+    /// `gs://`: Google Cloud Storage.
+    Gcs,
+    /// `az://`: Azure Blob Storage (the bucket is the container).
+    Azure,
+}
+
+/// An object store destination: `SCHEME://BUCKET/PREFIX`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreUrl {
+    pub kind: StoreKind,
+    pub bucket: String,
+    pub prefix: String,
+}
+
+/// `dest` as an object store destination; `None` for a directory; an error for a URL with no
+/// bucket.
+pub fn store_url(dest: &str) -> anyhow::Result<Option<StoreUrl>> {
+    let schemes = [
+        ("s3://", StoreKind::S3),
+        ("gs://", StoreKind::Gcs),
+        ("az://", StoreKind::Azure),
+    ];
+    let Some((scheme, kind, rest)) = schemes
+        .into_iter()
+        .find_map(|(scheme, kind)| Some((scheme, kind, dest.strip_prefix(scheme)?)))
+    else {
+        return Ok(None);
+    };
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        bail!("{dest}: no bucket ({scheme}BUCKET/PREFIX)");
+    }
+    Ok(Some(StoreUrl {
+        kind,
+        bucket: bucket.to_string(),
+        prefix: prefix.trim_matches('/').to_string(),
+    }))
+}
+
+/// The client of `url`'s store, its credentials and settings from the environment as each
+/// store's own tools read them (docs/fleet.md).
+fn store_client(url: &StoreUrl, dest: &str) -> anyhow::Result<Box<dyn object_store::ObjectStore>> {
+    Ok(match url.kind {
+        StoreKind::S3 => Box::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(&url.bucket)
                 .build()
                 .with_context(|| {
                     format!(
@@ -90,14 +129,52 @@ impl Sink {
                          AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or the machine's role, the \
                          region from AWS_REGION, another endpoint from AWS_ENDPOINT)"
                     )
-                })?;
+                })?,
+        ),
+        StoreKind::Gcs => Box::new(
+            object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(&url.bucket)
+                .build()
+                .with_context(|| {
+                    format!(
+                        "{dest}: cannot set up the Google Cloud Storage client (credentials \
+                         come from GOOGLE_SERVICE_ACCOUNT, a service account's JSON file, \
+                         GOOGLE_SERVICE_ACCOUNT_KEY, its text, GOOGLE_APPLICATION_CREDENTIALS, \
+                         or the machine's metadata server)"
+                    )
+                })?,
+        ),
+        StoreKind::Azure => Box::new(
+            object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_container_name(&url.bucket)
+                .build()
+                .with_context(|| {
+                    format!(
+                        "{dest}: cannot set up the Azure Blob Storage client (the account \
+                         comes from AZURE_STORAGE_ACCOUNT_NAME, credentials from \
+                         AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_KEY, a service \
+                         principal's AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and AZURE_TENANT_ID, \
+                         or the machine's managed identity; AZURE_STORAGE_USE_EMULATOR=true \
+                         for Azurite)"
+                    )
+                })?,
+        ),
+    })
+}
+
+impl Sink {
+    /// `dest`: a directory, or `s3://`, `gs://` or `az://` `BUCKET/PREFIX` ([`store_client`]
+    /// says where each store's credentials come from).
+    pub fn open(dest: &str) -> anyhow::Result<Sink> {
+        if let Some(url) = store_url(dest)? {
+            let store = store_client(&url, dest)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("starting the I/O runtime")?;
             return Ok(Sink::Store {
-                store: Box::new(store),
-                prefix: object_store::path::Path::from(prefix.trim_matches('/')),
+                store,
+                prefix: object_store::path::Path::from(url.prefix.as_str()),
                 runtime,
             });
         }
@@ -377,7 +454,9 @@ pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
         .paths
         .split_last()
         .context("publish needs RUN... DEST")?;
-    if let Some(message) = unsupported(dest) {
+    if let Some(message) =
+        unsupported(dest).or_else(|| store_url(dest).err().map(|e| e.to_string()))
+    {
         crate::say!("montrace: error: {message}");
         return Ok(crate::cli::EXIT_USAGE);
     }
@@ -391,13 +470,13 @@ pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
 
 /// Why `dest` cannot be published to, if it cannot.
 fn unsupported(dest: &str) -> Option<String> {
-    let scheme = ["gs://", "az://", "abfs://", "http://", "https://"]
+    let scheme = ["abfs://", "abfss://", "azure://", "http://", "https://"]
         .into_iter()
         .find(|s| dest.starts_with(*s))?;
     Some(format!(
-        "{dest}: {scheme} destinations are not supported by this montrace (s3:// and \
-         S3-compatible stores are); publish to a directory (a local disk, NFS, or a bucket \
-         mounted with gcsfuse or blobfuse2) and sync it"
+        "{dest}: {scheme} destinations are not supported by this montrace (s3://, gs:// and \
+         az://BUCKET/PREFIX are); publish to one of those, or to a directory (a local disk, NFS, \
+         a mounted bucket) and sync it"
     ))
 }
 
@@ -493,6 +572,41 @@ mod tests {
         assert_ne!(layout_of(&old).run_id, a.run_id);
         assert_eq!(partition_value("../x"), "_.._x");
         assert_eq!(partition_value(""), "_");
+    }
+
+    #[test]
+    fn object_store_destinations_name_a_store_a_bucket_and_a_prefix() {
+        let url = |dest: &str| store_url(dest).unwrap();
+        assert_eq!(
+            url("s3://fleet/montrace/"),
+            Some(StoreUrl {
+                kind: StoreKind::S3,
+                bucket: "fleet".into(),
+                prefix: "montrace".into()
+            })
+        );
+        assert_eq!(
+            url("gs://fleet"),
+            Some(StoreUrl {
+                kind: StoreKind::Gcs,
+                bucket: "fleet".into(),
+                prefix: String::new()
+            })
+        );
+        assert_eq!(
+            url("az://runs/a/b"),
+            Some(StoreUrl {
+                kind: StoreKind::Azure,
+                bucket: "runs".into(),
+                prefix: "a/b".into()
+            })
+        );
+        assert_eq!(url("/data/montrace"), None);
+        assert_eq!(url("gs:/x"), None);
+        let err = store_url("az:///x").unwrap_err().to_string();
+        assert!(err.contains("no bucket (az://BUCKET/PREFIX)"), "{err}");
+        assert!(unsupported("abfs://c@a.dfs.core.windows.net/x").is_some());
+        assert!(unsupported("gs://fleet").is_none());
     }
 
     #[test]

@@ -13,6 +13,15 @@ use super::{stats, tools, Ctx};
 const RUNS: usize = 1000;
 const HOSTS: usize = 50;
 const DAYS: usize = 10;
+/// The groups "CPU per host per day" answers: every host runs on every day.
+const HOST_DAYS: usize = HOSTS * DAYS;
+
+/// Where copy `i` ran: host `i % HOSTS` on day `(i / HOSTS) % DAYS` (0-based), so that each of
+/// the 50 hosts runs on each of the 10 days (twice, with 1,000 runs), and the per-day groups
+/// are not the per-host ones.
+fn placement(i: usize) -> (usize, usize) {
+    (i % HOSTS, (i / HOSTS) % DAYS)
+}
 
 /// "CPU per host per day": the query timed.
 fn query(dataset: &str) -> String {
@@ -50,10 +59,11 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
                 std::fs::copy(&path, dir.join(path.file_name().context("a file name")?))?;
             }
         }
+        let (host, day) = placement(i);
         let mut copy = info.clone();
         copy["run_id"] = format!("20261101T000000Z-{i:016x}").into();
-        copy["host"] = format!("ci-{:02}", i % HOSTS).into();
-        copy["start_time"] = format!("2026-11-{:02}{}", 1 + i % DAYS, &start[10..]).into();
+        copy["host"] = format!("ci-{host:02}").into();
+        copy["start_time"] = format!("2026-11-{:02}{}", 1 + day, &start[10..]).into();
         std::fs::write(dir.join("run.json"), serde_json::to_string(&copy)?)?;
         dirs.push(dir);
     }
@@ -78,7 +88,10 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         times.push(started.elapsed().as_secs_f64());
         groups = answer[0].len();
     }
-    anyhow::ensure!(groups == HOSTS, "{groups} host-days, expected {HOSTS}");
+    anyhow::ensure!(
+        groups == HOST_DAYS,
+        "{groups} (host, day) groups, expected {HOST_DAYS}"
+    );
     let seconds = stats::median(&times);
     let met = seconds.is_some_and(|s| s < 2.0);
     let secs = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.3} s"));
@@ -88,7 +101,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         method: format!(
             "One `make -s -j2` build of the generated project recorded by montrace, its run \
              directory copied {RUNS} times (each run.json given its own `run_id`, one of {HOSTS} \
-             hosts, one of {DAYS} days), published with one `montrace publish` into a \
+             hosts, one of {DAYS} days: each host runs on every day, {HOST_DAYS} host-days), published with one `montrace publish` into a \
              directory; then DuckDB (Python, a fresh process each time, its start included) \
              runs `{}`, median of {} runs.",
             query("DATASET"),
@@ -152,4 +165,30 @@ fn dir_bytes(dir: &std::path::Path) -> Result<f64> {
         }
     }
     Ok(total as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    #[test]
+    fn every_host_runs_on_every_day() {
+        let mut per_group: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+        for i in 0..RUNS {
+            *per_group.entry(placement(i)).or_default() += 1;
+        }
+        assert_eq!(per_group.len(), HOST_DAYS);
+        assert_eq!(HOST_DAYS, 500);
+        // Two runs in each group: the copies are spread evenly.
+        assert!(per_group.values().all(|&n| n == RUNS / HOST_DAYS));
+        for host in 0..HOSTS {
+            let days: BTreeSet<usize> = (0..RUNS)
+                .map(placement)
+                .filter(|&(h, _)| h == host)
+                .map(|(_, d)| d)
+                .collect();
+            assert_eq!(days.len(), DAYS, "host {host}");
+        }
+    }
 }

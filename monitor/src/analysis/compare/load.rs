@@ -119,7 +119,11 @@ pub fn load_side(path: &Path) -> Result<Side, CompareError> {
 /// The baseline from a published dataset: its newest runs of the candidate's command (unless
 /// different commands are allowed) on the candidate's kind of host (unless `--any-host`),
 /// matching every `--where`, at most `--last`, each a sample.
-pub fn load_dataset_side(args: &CompareArgs, candidate: &Side) -> Result<Side, CompareError> {
+pub fn load_dataset_side(
+    args: &CompareArgs,
+    dataset_dir: &Path,
+    candidate: &Side,
+) -> Result<Side, CompareError> {
     use crate::fleet::dataset;
     let first = candidate.runs.first().map(|(_, s)| s);
     let context = first.and_then(|s| s.context.as_ref());
@@ -136,10 +140,10 @@ pub fn load_dataset_side(args: &CompareArgs, candidate: &Side) -> Result<Side, C
         }),
         last: args.last as usize,
     };
-    let runs = dataset::read_runs(&args.baseline).map_err(|e| {
+    let runs = dataset::read_runs(dataset_dir).map_err(|e| {
         CompareError::Usage(format!(
             "cannot read the runs table of {}: {e:#}",
-            args.baseline.display()
+            dataset_dir.display()
         ))
     })?;
     let chosen = dataset::select(&runs, &filter);
@@ -148,7 +152,7 @@ pub fn load_dataset_side(args: &CompareArgs, candidate: &Side) -> Result<Side, C
             "none of the {} runs in {} is a successful run of `{}`{}{}: loosen the selection \
              (--where, --any-host, --allow-different-commands) or publish baseline runs first",
             runs.len(),
-            args.baseline.display(),
+            dataset_dir.display(),
             first.map_or("?", |s| s.command.as_str()),
             if filter.host_class.is_some() {
                 " on a host with the candidate's CPU model and count"
@@ -168,12 +172,11 @@ pub fn load_dataset_side(args: &CompareArgs, candidate: &Side) -> Result<Side, C
         )));
     }
     Ok(Side {
-        source: args.baseline.clone(),
+        source: dataset_dir.to_path_buf(),
         runs: chosen
             .into_iter()
             .map(|r| {
-                let path = args
-                    .baseline
+                let path = dataset_dir
                     .join(crate::store::schema::RUNS_TABLE)
                     .join(format!("run_id={}", r.run_id));
                 (path, dataset::as_summary(r))

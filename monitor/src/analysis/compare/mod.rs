@@ -66,17 +66,18 @@ pub fn compare_main(args: CompareArgs) -> anyhow::Result<i32> {
 /// Everything up to the report: `--max`, both sides, their commands, the decisions.
 pub fn prepare(args: &CompareArgs) -> Result<Report, CompareError> {
     let limits = parse_max(&args.gate.max).map_err(CompareError::Usage)?;
-    let candidate = load_side(&args.candidate).map_err(|e| e.of_side("candidate"))?;
-    let baseline = if crate::fleet::dataset::is_dataset(&args.baseline) {
-        load_dataset_side(args, &candidate).map_err(|e| e.of_side("baseline"))?
+    let (baseline, candidate) = args.sides().map_err(CompareError::Usage)?;
+    let candidate = load_side(candidate).map_err(|e| e.of_side("candidate"))?;
+    let baseline = if crate::fleet::dataset::is_dataset(baseline) {
+        load_dataset_side(args, baseline, &candidate).map_err(|e| e.of_side("baseline"))?
     } else if !args.conditions.is_empty() || args.any_host {
         return Err(CompareError::Usage(format!(
             "--where and --any-host choose runs of a dataset written by `montrace publish`, and \
              {} is not one (it has no runs/ folder)",
-            args.baseline.display()
+            baseline.display()
         )));
     } else {
-        load_side(&args.baseline).map_err(|e| e.of_side("baseline"))?
+        load_side(baseline).map_err(|e| e.of_side("baseline"))?
     };
     check_commands(&baseline, &candidate, args.allow_different_commands)?;
     Ok(build_report(

@@ -574,8 +574,8 @@ fn write_run(dir: &Path, command: &str, samples: &[(f64, f64)]) -> PathBuf {
 
 fn args(baseline: &Path, candidate: &Path) -> CompareArgs {
     CompareArgs {
-        baseline: baseline.into(),
-        candidate: candidate.into(),
+        sides: vec![baseline.into(), candidate.into()],
+        baseline: None,
         gate: crate::cli::GateOptions {
             max: Vec::new(),
             confidence: 0.95,

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -189,8 +190,12 @@ def test_the_stream_and_the_callback(tmp_path: Path) -> None:
     assert lines[-1]["type"] == "end" and lines[-1]["final"] is True
     assert sum(1 for line in lines if line.get("final")) == 1
     sweeps = [line for line in lines if line["type"] == "sweep"]
-    samples = run.samples
-    assert len(sweeps) == samples[samples.source == "procfs"].time.nunique()
+    # One sweep line per row of system.parquet, at its time (the line's is cut to microseconds),
+    # in order: a sweep that found no process of the tree still writes both.
+    system_times = [t.floor("us") for t in run.system.time]
+    assert len(system_times) >= 2
+    assert [pd.Timestamp(line["time"].rstrip("Z")) for line in sweeps] == system_times
+    assert [line for line in got if line["type"] == "sweep"] == sweeps
     procs = run.processes
     starts = {line["pid"] for line in lines if line["type"] == "start"}
     exits = {line["pid"] for line in lines if line["type"] == "exit"}

@@ -70,8 +70,10 @@ def test_a_killed_run_loads(tmp_path: Path) -> None:
          "100ms", "--out", str(out), "--", "sh", "-c", "/bin/true; exec sleep 30"],
     )
     parts = out / "samples.parts"
+    flushed = out / "processes.parts"
     deadline = time.monotonic() + 30
-    while len(list(parts.glob("*.parquet"))) < 2:
+    # Two sample parts, and the part with /bin/true's row (it ended at once; sh goes on as sleep).
+    while len(list(parts.glob("*.parquet"))) < 2 or not list(flushed.glob("*.parquet")):
         assert time.monotonic() < deadline, "no sample parts"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
@@ -87,7 +89,16 @@ def test_a_killed_run_loads(tmp_path: Path) -> None:
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert run.resources["processes"] is None or run.resources["processes"] >= 1
+    # The figures are those of the processes flushed before the kill: /bin/true's row alone.
+    rows = [r for part in sorted(flushed.glob("*.parquet")) for r in pq.read_table(part).to_pylist()]
+    assert [r["filename"] for r in rows] == ["/bin/true"] and rows[0]["exit_code"] == 0
+    res = run.resources
+    assert res["processes"] == len(rows) == len(run.processes) == 1
+    assert res["cpu_user_s"] == rows[0]["cpu_user_ns"] / 1e9
+    assert res["cpu_system_s"] == rows[0]["cpu_system_ns"] / 1e9
+    assert res["cpu_s"] == res["cpu_user_s"] + res["cpu_system_s"] > 0
+    assert res["peak_process_rss_bytes"] == rows[0]["peak_rss_bytes"] > 0
+    assert (res["read_bytes"], res["write_bytes"]) == (rows[0]["read_bytes"], rows[0]["write_bytes"])
     assert "montrace run" in run._repr_html_()
 
 

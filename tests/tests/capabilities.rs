@@ -440,18 +440,25 @@ fn without_the_grant_run_and_attach_poll_and_say_so() {
     let user = TestUser::create("pol");
     let bin = plain_copy(&user.home);
     let out = user.home.join("polled");
+    // Not quiet: the summary is printed.
     let run = run_as(
         &user,
         &bin,
         &out,
-        &["--no-report", "-q"],
+        &["--no-report"],
         "/bin/true; sleep 0.3",
         &[],
     );
     assert_eq!(run.code(), 0, "{run:?}");
-    assert_eq!(
-        read_json(&out.join("run.json")).unwrap()["tracking_mode"],
-        "polling"
+    let json = read_json(&out.join("run.json")).unwrap();
+    assert_eq!(json["tracking_mode"], "polling");
+    // No delegated subtree here: no run cgroup, so the CPU coverage is unknown, not 0 %.
+    assert!(json["cgroup"]["path"].is_null(), "{json}");
+    assert!(json["cgroup"]["cpu_coverage"].is_null(), "{json}");
+    assert!(
+        run.stderr
+            .contains("CPU coverage         unavailable (no run cgroup)"),
+        "{run:?}"
     );
     assert_eq!(
         run.stderr.matches("no eBPF").count(),

@@ -321,6 +321,26 @@ fn completions_and_the_man_page_come_from_the_cli() {
         page.starts_with(".ie") && page.contains(".TH montrace 1"),
         "{page}"
     );
-    assert!(page.contains("bench"), "the man page lists the subcommands");
     assert_eq!(code(&run(montrace().args(["completions", "tcsh"]))), 2);
+    // Every subcommand, from the CLI's own definition, in each.
+    use clap::CommandFactory as _;
+    let command = monitor::cli::Cli::command();
+    let names: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+    assert!(names.len() >= 12, "{names:?}");
+    let fish = run(montrace().args(["completions", "fish"]));
+    let fish = String::from_utf8_lossy(&fish.stdout);
+    for name in &names {
+        assert!(
+            text.contains(&format!("montrace,{name})")),
+            "bash completions lack `{name}`"
+        );
+        assert!(
+            fish.contains(&format!("-a \"{name}\"")),
+            "fish completions lack `{name}`"
+        );
+        assert!(
+            page.contains(&format!("montrace\\-{name}(1)")),
+            "the man page lacks `{name}`:\n{page}"
+        );
+    }
 }

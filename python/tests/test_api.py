@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -69,8 +70,10 @@ def test_a_killed_run_loads(tmp_path: Path) -> None:
          "100ms", "--out", str(out), "--", "sh", "-c", "/bin/true; exec sleep 30"],
     )
     parts = out / "samples.parts"
+    flushed = out / "processes.parts"
     deadline = time.monotonic() + 30
-    while len(list(parts.glob("*.parquet"))) < 2:
+    # Two sample parts, and the part with /bin/true's row (it ended at once; sh goes on as sleep).
+    while len(list(parts.glob("*.parquet"))) < 2 or not list(flushed.glob("*.parquet")):
         assert time.monotonic() < deadline, "no sample parts"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
@@ -86,7 +89,16 @@ def test_a_killed_run_loads(tmp_path: Path) -> None:
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert run.resources["processes"] is None or run.resources["processes"] >= 1
+    # The figures are those of the processes flushed before the kill: /bin/true's row alone.
+    rows = [r for part in sorted(flushed.glob("*.parquet")) for r in pq.read_table(part).to_pylist()]
+    assert [r["filename"] for r in rows] == ["/bin/true"] and rows[0]["exit_code"] == 0
+    res = run.resources
+    assert res["processes"] == len(rows) == len(run.processes) == 1
+    assert res["cpu_user_s"] == rows[0]["cpu_user_ns"] / 1e9
+    assert res["cpu_system_s"] == rows[0]["cpu_system_ns"] / 1e9
+    assert res["cpu_s"] == res["cpu_user_s"] + res["cpu_system_s"] > 0
+    assert res["peak_process_rss_bytes"] == rows[0]["peak_rss_bytes"] > 0
+    assert (res["read_bytes"], res["write_bytes"]) == (rows[0]["read_bytes"], rows[0]["write_bytes"])
     assert "montrace run" in run._repr_html_()
 
 
@@ -189,8 +201,12 @@ def test_the_stream_and_the_callback(tmp_path: Path) -> None:
     assert lines[-1]["type"] == "end" and lines[-1]["final"] is True
     assert sum(1 for line in lines if line.get("final")) == 1
     sweeps = [line for line in lines if line["type"] == "sweep"]
-    samples = run.samples
-    assert len(sweeps) == samples[samples.source == "procfs"].time.nunique()
+    # One sweep line per row of system.parquet, at its time (the line's is cut to microseconds),
+    # in order: a sweep that found no process of the tree still writes both.
+    system_times = [t.floor("us") for t in run.system.time]
+    assert len(system_times) >= 2
+    assert [pd.Timestamp(line["time"].rstrip("Z")) for line in sweeps] == system_times
+    assert [line for line in got if line["type"] == "sweep"] == sweeps
     procs = run.processes
     starts = {line["pid"] for line in lines if line["type"] == "start"}
     exits = {line["pid"] for line in lines if line["type"] == "exit"}

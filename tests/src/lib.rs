@@ -458,6 +458,18 @@ impl Run {
         read_samples(&self.dir.join("samples.parquet"))
     }
 
+    /// The `time` of every row of `system.parquet` (one per sampling sweep), in file order.
+    pub fn system_times(&self) -> Vec<i64> {
+        let path = self.dir.join("system.parquet");
+        read_batches(&path)
+            .iter()
+            .flat_map(|batch| {
+                let c = Columns { batch, path: &path };
+                c.time("time").values().to_vec()
+            })
+            .collect()
+    }
+
     /// `run.json`, parsed.
     pub fn run_json(&self) -> serde_json::Value {
         let path = self.dir.join("run.json");

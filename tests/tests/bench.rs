@@ -1,7 +1,10 @@
 //! CI gates that do not cry wolf: `--prepare` makes every repetition do the work, the too-fast
 //! warning fires without it, identical runs never fail in any format, `export --format bmf`
-//! gives one run's figures, and docs/ci.md's recipe runs as written (`montrace bench` over two
-//! git checkouts) and catches a candidate that builds three times as much.
+//! gives one run's figures, docs/ci.md's recipe runs as written (`montrace bench` over two
+//! git checkouts) and catches a candidate that builds three times as much, and the gate's rates:
+//! at most 1 of 20 A/A comparisons (10 of a small C build with `--prepare 'make clean'`, 10 of a
+//! pair of CPU burners, a noisy neighbour during half) fails, +10 % CPU and +20 % peak memory
+//! are caught.
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -347,33 +350,41 @@ impl Drop for Neighbour {
     }
 }
 
-/// `montrace bench --repeat 3 --warmup 0 -a A -b B` 20 times (a neighbour during every other
-/// one): the metrics each comparison flagged, and its exit status. (`cargo xtask bench`
-/// measures the same rates with 5 repetitions a side after a warm-up, as docs/ci.md runs it.)
-fn twenty_comparisons(dir: &Path, a: &str, b: &str, burn: &str) -> Vec<(i32, Vec<String>)> {
+/// `montrace bench --repeat 3 --warmup 0 -a A -b B` `n` times (with `--prepare` when given; a
+/// neighbour during every other one): the metrics each comparison flagged, and its exit status.
+/// (`cargo xtask bench` measures the same rates with 5 repetitions a side after a warm-up, as
+/// docs/ci.md runs it.)
+fn comparisons(
+    dir: &Path,
+    n: usize,
+    (a, b): (&str, &str),
+    prepare: Option<&str>,
+    burn: &str,
+) -> Vec<(i32, Vec<String>)> {
     std::fs::create_dir_all(dir).unwrap();
-    (0..20)
+    (0..n)
         .map(|i| {
             let _neighbour = (i % 2 == 1).then(|| Neighbour::start(burn));
             let out = dir.join(format!("cmp-{i:02}"));
-            let run = montrace(
-                dir,
-                &[
-                    "bench",
-                    "--repeat",
-                    "3",
-                    "--warmup",
-                    "0",
-                    "--format",
-                    "json",
-                    "--out",
-                    out.to_str().unwrap(),
-                    "-a",
-                    a,
-                    "-b",
-                    b,
-                ],
-            );
+            let mut args = vec![
+                "bench",
+                "--repeat",
+                "3",
+                "--warmup",
+                "0",
+                "--format",
+                "json",
+                "--out",
+                out.to_str().unwrap(),
+                "-a",
+                a,
+                "-b",
+                b,
+            ];
+            if let Some(prepare) = prepare {
+                args.extend(["--prepare", prepare]);
+            }
+            let run = montrace(dir, &args);
             let code = run.code();
             assert!(code == 0 || code == 1, "{run:?}");
             let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
@@ -389,6 +400,11 @@ fn twenty_comparisons(dir: &Path, a: &str, b: &str, burn: &str) -> Vec<(i32, Vec
         .collect()
 }
 
+/// [`comparisons`], 20 of them.
+fn twenty_comparisons(dir: &Path, a: &str, b: &str, burn: &str) -> Vec<(i32, Vec<String>)> {
+    comparisons(dir, 20, (a, b), None, burn)
+}
+
 #[test]
 fn identical_code_fails_at_most_once_in_twenty_and_real_changes_are_caught() {
     require_root();
@@ -399,7 +415,42 @@ fn identical_code_fails_at_most_once_in_twenty_and_real_changes_are_caught() {
     // other core, so CPU grows by 10% and wall time stays.
     let pair = |extra: u32| format!("{b} {extra} & {b} 150; wait");
 
-    let aa = twenty_comparisons(&tmp.path().join("aa"), &pair(0), &pair(0), b);
+    // A/A, the two workloads: 10 comparisons of a small C build, each repetition a full
+    // build (`--prepare 'make clean'`), and 10 of the CPU burners; one of the 20 may fail.
+    let project = tmp.path().join("project");
+    write_project(&project, 4);
+    let build = format!("make -s -j2 -C {}", project.display());
+    let clean = format!("make -s -C {} clean", project.display());
+    let mut aa = comparisons(
+        &tmp.path().join("aa-build"),
+        10,
+        (&build, &build),
+        Some(&clean),
+        b,
+    );
+    // make, then per file at least cc, cc1 and as: every repetition of every comparison
+    // built all 4 files.
+    let builds: Vec<f64> = (0..10)
+        .flat_map(|i| ["baseline", "candidate"].map(|side| (i, side)))
+        .flat_map(|(i, side)| (1..=3).map(move |r| (i, side, r)))
+        .flat_map(|(i, side, r)| {
+            let summary = tmp.path().join(format!(
+                "aa-build/cmp-{i:02}/{side}/rep-{r:03}/summary.json"
+            ));
+            processes_per_repetition(&read_json(&summary).unwrap())
+        })
+        .collect();
+    assert!(
+        builds.len() == 60 && builds.iter().all(|&p| p == builds[0] && p >= 13.0),
+        "{builds:?}"
+    );
+    aa.extend(comparisons(
+        &tmp.path().join("aa-burn"),
+        10,
+        (&pair(0), &pair(0)),
+        None,
+        b,
+    ));
     let failed: Vec<_> = aa.iter().filter(|(code, _)| *code == 1).collect();
     assert!(
         failed.len() <= 1,

@@ -132,12 +132,16 @@ fn the_granted_binary_tracks_an_ordinary_users_command_exactly() {
     let copy = CapableCopy::new();
     let user = TestUser::create("cap");
     let out = user.home.join("run");
-    // The command prints its own capabilities and montrace's (its parent), its PATH and an
-    // exported variable, then starts exactly 1000 /bin/true.
-    let script = "grep ^Cap /proc/self/status | sed 's/^/self /'; \
-                  grep ^Cap /proc/$PPID/status | sed 's/^/montrace /'; \
+    // The command prints its own capabilities and those of every thread of montrace (its
+    // parent; capabilities are per thread) at its start and again after its work, its PATH and
+    // an exported variable, then starts exactly 1000 /bin/true.
+    let script = "montrace_threads() { for s in /proc/$PPID/task/*/status; do \
+                    t=${s%/status}; grep ^Cap $s | sed \"s/^/montrace $1 ${t##*/} /\"; done; }; \
+                  grep ^Cap /proc/self/status | sed 's/^/self /'; \
+                  montrace_threads start; \
                   echo \"path $PATH\"; echo \"var $MONTRACE_TEST_VAR\"; \
-                  i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done";
+                  i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done; \
+                  montrace_threads end";
     let path = format!("{}/bin:/usr/local/bin:/usr/bin:/bin", user.home.display());
     let run = run_as(
         &user,
@@ -166,14 +170,26 @@ fn the_granted_binary_tracks_an_ordinary_users_command_exactly() {
     for (name, mask) in own.iter().filter(|(n, _)| n != "CapBnd") {
         assert_eq!(*mask, 0, "the command's {name} must be empty: {run:?}");
     }
-    let montrace = caps(&run.stdout, "montrace ");
-    for (name, mask) in montrace.iter().filter(|(n, _)| n != "CapBnd") {
-        assert_eq!(
-            *mask, 0,
-            "montrace's {name} after start-up must be empty: {run:?}"
-        );
+    // Every thread of montrace, at both moments, holds none.
+    for moment in ["start", "end"] {
+        let threads: std::collections::BTreeSet<&str> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("montrace {moment} ")))
+            .filter_map(|l| l.split_once(' ').map(|(tid, _)| tid))
+            .collect();
+        assert!(!threads.is_empty(), "no thread of montrace read: {run:?}");
+        for tid in &threads {
+            let montrace = caps(&run.stdout, &format!("montrace {moment} {tid} "));
+            assert_eq!(montrace.len(), 5, "thread {tid}: {run:?}");
+            for (name, mask) in montrace.iter().filter(|(n, _)| n != "CapBnd") {
+                assert_eq!(
+                    *mask, 0,
+                    "montrace's thread {tid} holds {name} after start-up ({moment}): {run:?}"
+                );
+            }
+        }
     }
-    assert_eq!(montrace.len(), 5, "{run:?}");
     // Every file and directory of the run is the user's.
     let mut paths = vec![out.clone()];
     for entry in std::fs::read_dir(&out).unwrap() {
@@ -424,18 +440,25 @@ fn without_the_grant_run_and_attach_poll_and_say_so() {
     let user = TestUser::create("pol");
     let bin = plain_copy(&user.home);
     let out = user.home.join("polled");
+    // Not quiet: the summary is printed.
     let run = run_as(
         &user,
         &bin,
         &out,
-        &["--no-report", "-q"],
+        &["--no-report"],
         "/bin/true; sleep 0.3",
         &[],
     );
     assert_eq!(run.code(), 0, "{run:?}");
-    assert_eq!(
-        read_json(&out.join("run.json")).unwrap()["tracking_mode"],
-        "polling"
+    let json = read_json(&out.join("run.json")).unwrap();
+    assert_eq!(json["tracking_mode"], "polling");
+    // No delegated subtree here: no run cgroup, so the CPU coverage is unknown, not 0 %.
+    assert!(json["cgroup"]["path"].is_null(), "{json}");
+    assert!(json["cgroup"]["cpu_coverage"].is_null(), "{json}");
+    assert!(
+        run.stderr
+            .contains("CPU coverage         unavailable (no run cgroup)"),
+        "{run:?}"
     );
     assert_eq!(
         run.stderr.matches("no eBPF").count(),

@@ -299,8 +299,13 @@ unsafe fn child_after_fork(
         }
     }
     if libc::geteuid() != 0 {
-        // An ordinary user's montrace (the granted binary) dropped its capabilities before the
-        // fork; this makes sure the command starts with none, whatever montrace held.
+        // An ordinary user's montrace (the granted binary) forked this child before it loaded
+        // its programs, so the child holds the capabilities montrace held then. It has run only
+        // this code since: the kernel refuses the user ptrace of a process holding capabilities
+        // they lack (security/commoncap.c, cap_ptrace_access_check). montrace has dropped them
+        // by now; the child drops them here so that the command starts with none (its exec, of
+        // a program without file capabilities, would clear an ordinary user's permitted set
+        // anyway).
         crate::kernel::privilege::clear_in_child();
     }
     libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());

@@ -7,8 +7,9 @@
 //! for classic tracepoints; `tp_btf` needs no tracefs), no CAP_SYS_PTRACE, no CAP_DAC_*. An
 //! ordinary user who runs the binary gets those two for the start-up only: montrace drops every
 //! capability (effective, permitted, inheritable, ambient) right after loading its programs and
-//! before it starts the command, so the command starts with none and montrace then acts with the
-//! user's own rights alone (docs/security.md).
+//! before it releases the command (forked earlier and held at a barrier, it clears its own
+//! before exec), so the command starts with none and montrace then acts with the user's own
+//! rights alone (docs/security.md).
 //!
 //! The capability system calls are made directly (`capget`/`capset`, version 3): a few lines,
 //! against a crate that would wrap the same two calls.

@@ -478,10 +478,73 @@ mod tests {
                 energy_joules: Some(1.0),
             });
         info.context = Some(crate::fleet::context::full_example());
-        let mut json = serde_json::to_value(&info).unwrap();
+        info.capacity = Some(crate::sampling::capacity::Capacity {
+            cpu_cores: 2.0,
+            cpu_basis: "host".into(),
+            memory_bytes: 1 << 30,
+            memory_basis: "host".into(),
+        });
+        info.time = Some(crate::analysis::critical::TimeAnalysis {
+            critical_path: vec![crate::analysis::critical::Step {
+                pid: 1,
+                command: "make".into(),
+                start_s: 0.0,
+                duration_s: 1.0,
+                cpu_s: 1.0,
+                run_queue_s: Some(0.1),
+                blocked_s: Some(0.1),
+            }],
+            critical_path_s: 1.0,
+            ..Default::default()
+        });
+        assert!(info.samples_from.is_some() && info.limit_breach.is_some());
+        let json = serde_json::to_value(&info).unwrap();
         // Label keys are the user's, not fields.
-        json["labels"] = serde_json::json!({});
-        crate::store::doc_check::assert_documented("run.json", &json);
+        crate::store::doc_check::assert_documented("run.json", &json, &["labels"]);
+    }
+
+    #[test]
+    fn docs_name_every_value_of_run_json_enums() {
+        use crate::sampling::cgroup::CgroupVersion;
+        use crate::sampling::gpu::GpuState;
+        // The matches fail to compile when a variant is added, so that it is added here too.
+        let modes = [
+            TrackingMode::TpBtf,
+            TrackingMode::Tracepoint,
+            TrackingMode::Polling,
+        ];
+        for m in modes {
+            match m {
+                TrackingMode::TpBtf | TrackingMode::Tracepoint | TrackingMode::Polling => {}
+            }
+        }
+        let versions = [CgroupVersion::V1, CgroupVersion::V2];
+        for v in versions {
+            match v {
+                CgroupVersion::V1 | CgroupVersion::V2 => {}
+            }
+        }
+        let states = [GpuState::Monitored, GpuState::Unavailable, GpuState::Off];
+        for s in states {
+            match s {
+                GpuState::Monitored | GpuState::Unavailable | GpuState::Off => {}
+            }
+        }
+        fn values<T: Serialize>(all: &[T]) -> Vec<serde_json::Value> {
+            all.iter()
+                .map(|v| serde_json::to_value(v).unwrap())
+                .collect()
+        }
+        let check = crate::store::doc_check::assert_values_documented;
+        check("run.json", "tracking_mode", &values(&modes));
+        check("run.json", "cgroup.version", &values(&versions));
+        check("run.json", "gpu.status", &values(&states));
+        // The two values the recorder writes (follow/recorder.rs).
+        check(
+            "run.json",
+            "samples_from",
+            &["task_iter".into(), "procfs".into()],
+        );
     }
 
     #[test]

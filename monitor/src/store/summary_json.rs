@@ -308,9 +308,12 @@ mod tests {
         );
         s.warnings.push("w".into());
         s.context = Some(crate::fleet::context::full_example());
+        s.labels.insert("branch".into(), "main".into());
+        // Label keys are the user's and metric names the metrics table's, not fields.
         crate::store::doc_check::assert_documented(
             "summary.json",
             &serde_json::to_value(&s).unwrap(),
+            &["labels", "stats", "repetitions[].metrics"],
         );
     }
 

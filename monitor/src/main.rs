@@ -4,7 +4,9 @@ use monitor::store::userfs;
 
 fn main() {
     let cli = Cli::parse();
-    let result = take_owner(&cli.command).and_then(|()| dispatch(cli.command));
+    let result = guard_capabilities()
+        .and_then(|()| take_owner(&cli.command))
+        .and_then(|()| dispatch(cli.command));
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
@@ -12,6 +14,18 @@ fn main() {
             std::process::exit(EXIT_MONTRACE_FAILED);
         }
     }
+}
+
+/// A granted binary run by an ordinary user is out of that user's reach (ptrace, /proc/PID/fd)
+/// from its first instruction to its exit, after its capabilities are gone too
+/// (`privilege::make_undumpable`).
+fn guard_capabilities() -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    if monitor::kernel::privilege::capable_user() {
+        monitor::kernel::privilege::make_undumpable()
+            .context("making montrace non-dumpable, so that the user cannot ptrace it")?;
+    }
+    Ok(())
 }
 
 fn dispatch(command: Command) -> anyhow::Result<i32> {

@@ -141,7 +141,11 @@ fn the_granted_binary_tracks_an_ordinary_users_command_exactly() {
                   montrace_threads start; \
                   echo \"path $PATH\"; echo \"var $MONTRACE_TEST_VAR\"; \
                   i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done; \
-                  montrace_threads end";
+                  montrace_threads end; \
+                  if ls /proc/$PPID/fd >/dev/null 2>&1; then echo 'montrace fds open'; \
+                  else echo 'montrace fds refused'; fi; \
+                  if head -c1 /proc/$PPID/environ >/dev/null 2>&1; then echo 'montrace environ open'; \
+                  else echo 'montrace environ refused'; fi";
     let path = format!("{}/bin:/usr/local/bin:/usr/bin:/bin", user.home.display());
     let run = run_as(
         &user,
@@ -189,6 +193,15 @@ fn the_granted_binary_tracks_an_ordinary_users_command_exactly() {
                 );
             }
         }
+    }
+    // The user cannot reach into montrace once its capabilities are gone: were it an ordinary
+    // dumpable process of the user, ptrace or /proc/PID/fd would hand over its eBPF map
+    // descriptors (the tracked-process map). It is non-dumpable, so the kernel refuses both.
+    for what in ["fds", "environ"] {
+        assert!(
+            run.stdout.contains(&format!("montrace {what} refused\n")),
+            "the user reached montrace's {what}: {run:?}"
+        );
     }
     // Every file and directory of the run is the user's.
     let mut paths = vec![out.clone()];

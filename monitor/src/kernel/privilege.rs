@@ -171,6 +171,25 @@ pub unsafe fn clear_in_child() {
     libc::syscall(libc::SYS_capset, &header, data.as_ptr());
 }
 
+/// Makes montrace non-dumpable for the rest of its life, as a granted binary run by an ordinary
+/// user. Were it dumpable, once montrace has dropped its capabilities the user could ptrace it and
+/// take its eBPF map descriptors (`pidfd_getfd`, `/proc/PID/fd`), then put another user's pid into
+/// the tracked-process map and read figures `/proc` shows only that process's owner (its I/O and
+/// socket bytes, its waits). The kernel lets nobody without CAP_SYS_PTRACE ptrace a non-dumpable
+/// process or open its `/proc/PID/fd`, `environ` or `mem`. The exec of the granted binary already
+/// leaves it non-dumpable when it gains capabilities (`commit_creds` resets dumpability to
+/// `fs.suid_dumpable`, 0 by default); this makes it so whatever that setting and whatever the
+/// caller already held. The command is not affected: the held child inherits the flag until its
+/// exec, which makes it dumpable again as every exec of an ordinary program does.
+pub fn make_undumpable() -> io::Result<()> {
+    // SAFETY: prctl with constant arguments.
+    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether montrace runs as an ordinary user with capabilities (the granted binary), as opposed
 /// to root (sudo) or no privilege at all.
 pub fn capable_user() -> bool {

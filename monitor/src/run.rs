@@ -298,17 +298,21 @@ impl MachineWindow {
 /// is forked, held, and moved into the run cgroup: with cgroup v1 that move waits for an RCU
 /// grace period (25 to 30 ms on this machine, seen with strace), which then overlaps the parse
 /// instead of following it.
-enum EbpfOffsets {
-    /// Being read since montrace started.
-    Reading(std::thread::JoinHandle<Result<KernelBtf, crate::kernel::btf::BtfError>>),
-    /// Read: Some, or None when montrace polls /proc.
-    Known(Option<KernelBtf>),
+struct EbpfOffsets {
+    /// The parse under way since montrace started, until the first [`EbpfOffsets::get`].
+    reading: Option<std::thread::JoinHandle<Result<KernelBtf, crate::kernel::btf::BtfError>>>,
+    /// The offsets once read; None while reading, or when montrace polls /proc.
+    kernel: Option<KernelBtf>,
 }
 
 impl EbpfOffsets {
     /// Starts reading the offsets (with aya's own parse beside it), or decides on polling now
     /// when montrace may not load eBPF at all.
     fn start(args: &RunArgs, program: &OsString) -> anyhow::Result<EbpfOffsets> {
+        let mut offsets = EbpfOffsets {
+            reading: None,
+            kernel: None,
+        };
         if !host::can_load_ebpf() {
             let why_not = format!(
                 "exact tracking needs CAP_BPF and CAP_PERFMON: grant them to the installed binary \
@@ -316,7 +320,8 @@ impl EbpfOffsets {
                  environment), or run `sudo montrace run -- {}`",
                 program.to_string_lossy()
             );
-            return no_ebpf(args, &why_not).map(|()| EbpfOffsets::Known(None));
+            no_ebpf(args, &why_not)?;
+            return Ok(offsets);
         }
         // aya's own BTF parse goes on beside montrace's (start-up).
         crate::kernel::ebpf::preload();
@@ -324,35 +329,32 @@ impl EbpfOffsets {
             .name("btf-offsets".into())
             .spawn(KernelBtf::read)
         {
-            Ok(reading) => Ok(EbpfOffsets::Reading(reading)),
-            Err(_) => EbpfOffsets::known(args, KernelBtf::read()),
+            Ok(reading) => offsets.reading = Some(reading),
+            Err(_) => offsets.take(args, KernelBtf::read())?,
         }
+        Ok(offsets)
     }
 
-    fn known(
+    /// Keeps what the parse gave, or falls back to polling (said once) when it failed.
+    fn take(
+        &mut self,
         args: &RunArgs,
         read: Result<KernelBtf, crate::kernel::btf::BtfError>,
-    ) -> anyhow::Result<EbpfOffsets> {
+    ) -> anyhow::Result<()> {
         match read {
-            Ok(kernel) => Ok(EbpfOffsets::Known(Some(kernel))),
-            Err(err) => no_ebpf(args, &err.to_string()).map(|()| EbpfOffsets::Known(None)),
+            Ok(kernel) => self.kernel = Some(kernel),
+            Err(err) => no_ebpf(args, &err.to_string())?,
         }
+        Ok(())
     }
 
     /// The offsets, once read (the first call waits for the reading thread).
     fn get(&mut self, args: &RunArgs) -> anyhow::Result<Option<&KernelBtf>> {
-        if let EbpfOffsets::Reading(_) = self {
-            let EbpfOffsets::Reading(reading) = std::mem::replace(self, EbpfOffsets::Known(None))
-            else {
-                unreachable!("matched above")
-            };
+        if let Some(reading) = self.reading.take() {
             let read = reading.join().unwrap_or_else(|_| KernelBtf::read());
-            *self = EbpfOffsets::known(args, read)?;
+            self.take(args, read)?;
         }
-        match self {
-            EbpfOffsets::Known(known) => Ok(known.as_ref()),
-            EbpfOffsets::Reading(_) => unreachable!("joined above"),
-        }
+        Ok(self.kernel.as_ref())
     }
 }
 

@@ -480,12 +480,7 @@ fn publishing_to_an_s3_compatible_server() {
     // docs/fleet.md's Python over S3, as written but for the endpoint and bucket.
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fleet.md")).unwrap();
-    let snippet = doc
-        .split("```python\n")
-        .skip(1)
-        .map(|b| b.split("```").next().unwrap())
-        .find(|b| b.contains("S3FileSystem"))
-        .expect("docs/fleet.md's S3 snippet")
+    let snippet = python_block(&doc, "S3FileSystem")
         .replace("http://127.0.0.1:9000", &endpoint)
         .replace("bucket/montrace", "fleet/montrace");
     let shown = tests::python(
@@ -510,12 +505,7 @@ fn publishing_to_an_s3_compatible_server() {
     // docs/fleet.md's DuckDB over S3 (httpfs), as written but for the endpoint and bucket, with
     // the DuckDB whose httpfs extension `cargo xtask setup` installs from PyPI, found where
     // DuckDB looks (HOME/.duckdb/extensions): nothing downloaded.
-    let httpfs = doc
-        .split("```python\n")
-        .skip(1)
-        .map(|b| b.split("```").next().unwrap())
-        .find(|b| b.contains("LOAD httpfs"))
-        .expect("docs/fleet.md's DuckDB httpfs snippet")
+    let httpfs = python_block(&doc, "LOAD httpfs")
         .replace("127.0.0.1:9000", &format!("127.0.0.1:{port}"))
         .replace("s3://bucket/montrace", "s3://fleet/montrace");
     let venv = Path::new(DUCKDB_HTTPFS_VENV);
@@ -672,6 +662,15 @@ fn run_publishes_itself_when_asked() {
 }
 
 /// A free port on 127.0.0.1 for a server the test starts.
+/// The ```python block of docs/fleet.md (`doc`) that contains `needle`.
+fn python_block<'a>(doc: &'a str, needle: &str) -> &'a str {
+    doc.split("```python\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains(needle))
+        .unwrap_or_else(|| panic!("no ```python block of docs/fleet.md contains {needle:?}"))
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -84,10 +84,12 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 /// before it is loaded).
 pub(crate) const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
 
-/// Start-up: aya's loader reads and parses the kernel's BTF (5 MB here, 9 to 24 ms a parse)
-/// when it is made, and montrace parses it once more for its own field offsets and for the
-/// attach subset (see [`KernelBtf`]). [`preload`] makes the loader on another thread, so that
-/// the two parses overlap; the next [`Probes::load`] takes it up. The thread: start it once the
+/// Start-up: aya 0.14's loader reads and parses the kernel's BTF (5 MB here, 4 KiB a read
+/// from sysfs, 15 to 19 ms) when it is made, whether it needs it or not, and no API skips that;
+/// it is the longest step before the command can start. montrace reads the BTF once more for its
+/// own field offsets and for the attach subset (see [`KernelBtf`]), mapped and without an index
+/// of every name (2 to 5 ms). [`preload`] makes the loader on another thread, so that the two
+/// overlap; the next [`Probes::load`] takes it up. The thread: start it once the
 /// forwarded signals are blocked (it inherits the mask), and as a capable user before anything
 /// drops capabilities (it is joined by the load that uses it, before capabilities go).
 static PRELOADED: std::sync::Mutex<Option<std::thread::JoinHandle<EbpfLoader<'static>>>> =
@@ -110,12 +112,13 @@ fn take_preloaded() -> Option<EbpfLoader<'static>> {
 }
 
 /// What montrace's own parse of the kernel BTF gives the loader: the field offsets its programs
-/// read tasks with, and the attach subset (`btf::Btf::attach_subset`): the ids of the
-/// tracepoints' and the task iterator's targets, so that aya need not parse the whole BTF again
-/// for them.
+/// read tasks with, and the attach subset (`btf::Btf::attach_subset`) as aya reads it: the ids of
+/// the tracepoints' and the task iterator's targets, so that aya need not parse the whole BTF
+/// again for them. Made on the reading thread, beside aya's own parse (start-up).
 pub struct KernelBtf {
     pub offsets: Offsets,
-    attach: Vec<u8>,
+    /// None when aya cannot read the subset (then the BTF tracepoints read the kernel's BTF).
+    attach: Option<Btf>,
 }
 
 impl KernelBtf {
@@ -130,6 +133,10 @@ impl KernelBtf {
             .collect();
         let typedefs: Vec<&str> = typedefs.iter().map(String::as_str).collect();
         let attach = btf.attach_subset(&typedefs, &[TASK_ITER_TARGET])?;
+        let attach = Btf::parse(&attach, aya::Endianness::default()).ok();
+        // aya probes the kernel's BPF features once, at its first load: here, beside its parse,
+        // rather than in the load (start-up).
+        let _ = aya::features();
         Ok(KernelBtf { offsets, attach })
     }
 }
@@ -271,11 +278,12 @@ impl Probes {
         choice: TracepointChoice,
     ) -> anyhow::Result<(Probes, RingBuf<MapData>)> {
         let started = std::time::Instant::now();
-        let offsets = Offsets {
+        // Leaked (a few hundred bytes a load) so that the loader that borrows them can be freed
+        // on a thread of its own.
+        let offsets: &'static Offsets = Box::leak(Box::new(Offsets {
             wakeup_bytes: ring_buffer_bytes / 4,
             ..kernel.offsets
-        };
-        let btf = Btf::parse(&kernel.attach, aya::Endianness::default()).ok();
+        }));
         let mut loader = take_preloaded().unwrap_or_default();
         let object =
             if crate::kernel::object::allows_unpreallocated_maps(&crate::sampling::host::uname().1)
@@ -288,56 +296,59 @@ impl Probes {
             } else {
                 None
             };
-        let mut ebpf = loader
-            .override_global("OFFSETS", &offsets, true)
+        let loaded = loader
+            .override_global("OFFSETS", offsets, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
-            .load(object.as_ref().map_or(OBJECT, |o| o.bytes()))
-            .context("loading montrace's eBPF programs into the kernel failed")?;
+            .load(object.as_ref().map_or(OBJECT, |o| o.bytes()));
+        // Its copy of the kernel's BTF takes milliseconds to free: not before the command runs.
+        dispose(loader);
+        let mut ebpf = loaded.context("loading montrace's eBPF programs into the kernel failed")?;
 
-        let btf = match (btf, choice) {
+        let read_here: Option<Btf>;
+        let btf = match (&kernel.attach, choice) {
             (_, TracepointChoice::Classic) => None,
             (Some(btf), _) => Some(btf),
             (None, TracepointChoice::Btf) => {
-                Some(Btf::from_sys_fs().context("reading kernel BTF for tp_btf programs")?)
+                read_here =
+                    Some(Btf::from_sys_fs().context("reading kernel BTF for tp_btf programs")?);
+                read_here.as_ref()
             }
-            (None, TracepointChoice::Auto) => Btf::from_sys_fs().ok(),
+            (None, TracepointChoice::Auto) => {
+                read_here = Btf::from_sys_fs().ok();
+                read_here.as_ref()
+            }
         };
-        let mode = match (choice, &btf) {
-            (TracepointChoice::Btf, Some(btf)) => {
-                attach_btf(&mut ebpf, btf)?;
-                TrackingMode::TpBtf
-            }
-            (TracepointChoice::Btf, None) => unreachable!("read above or failed"),
-            (TracepointChoice::Classic, _) | (TracepointChoice::Auto, None) => {
-                attach_classic(&mut ebpf)?;
-                TrackingMode::Tracepoint
-            }
-            (TracepointChoice::Auto, Some(btf)) => match attach_btf(&mut ebpf, btf) {
-                Ok(()) => TrackingMode::TpBtf,
-                Err(btf_err) => {
-                    attach_classic(&mut ebpf)
-                        .with_context(|| format!("BTF tracepoints failed too ({btf_err:#})"))?;
-                    TrackingMode::Tracepoint
+        let (mode, net_note, task_iter) = match btf {
+            Some(btf) => {
+                let loaded = load_btf_programs(&mut ebpf, btf)?;
+                match (loaded.core, choice) {
+                    (Ok(()), _) => (TrackingMode::TpBtf, loaded.net.err(), loaded.task_iter),
+                    (Err(err), TracepointChoice::Btf) => return Err(err),
+                    (Err(btf_err), _) => {
+                        // The socket programs count for the tracked tree only with the others.
+                        unload_net(&mut ebpf);
+                        attach_classic(&mut ebpf)
+                            .with_context(|| format!("BTF tracepoints failed too ({btf_err:#})"))?;
+                        (
+                            TrackingMode::Tracepoint,
+                            Some("the classic tracepoints do not count them".into()),
+                            Err("the task iterator needs the BTF tracepoints' kernel".into()),
+                        )
+                    }
                 }
-            },
-        };
-
-        // Socket bytes: BTF tracepoints of Linux 6.3 and later, optional.
-        let net_note = match (&btf, mode) {
-            (Some(btf), TrackingMode::TpBtf) => attach_net(&mut ebpf, btf)
-                .err()
-                .map(|e| format!("{e:#} (the sock_*_length tracepoints need Linux 6.3 or later)")),
-            _ => Some("the classic tracepoints do not count them".into()),
+            }
+            None => {
+                attach_classic(&mut ebpf)?;
+                (
+                    TrackingMode::Tracepoint,
+                    Some("the classic tracepoints do not count them".into()),
+                    Err("the task iterator needs the BTF tracepoints' kernel".into()),
+                )
+            }
         };
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
         let tracked = HashMap::try_from(ebpf.take_map("TRACKED").context("no TRACKED map")?)?;
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("no STATS map")?)?;
-        let task_iter = match (&btf, mode) {
-            (Some(btf), TrackingMode::TpBtf) => {
-                load_task_iter(&mut ebpf, btf).map_err(|e| format!("{e:#}"))
-            }
-            _ => Err("the task iterator needs the BTF tracepoints' kernel".into()),
-        };
         let waits = match mode {
             TrackingMode::TpBtf => Some(WaitsMap(HashMap::try_from(
                 ebpf.take_map("WAITS").context("no WAITS map")?,
@@ -388,87 +399,213 @@ impl Probes {
 }
 
 /// Attaches the `tp_btf` programs with the kernel BTF `btf`.
-fn attach_btf(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<()> {
-    let names = PROGRAMS
-        .iter()
-        .map(|(short, tracepoint, _)| (*short, *tracepoint));
-    load_btf_programs(ebpf, btf, &names.chain(WAIT_PROGRAMS).collect::<Vec<_>>())
+/// Frees `value` on a thread of its own, where one can be had (start-up).
+fn dispose<T: Send + 'static>(value: T) {
+    let slot = std::sync::Mutex::new(Some(value));
+    let spawned = std::thread::Builder::new()
+        .name("dispose".into())
+        .spawn(move || drop(slot));
+    drop(spawned);
 }
 
-/// Loads and attaches the `<short>_btf` programs on their tracepoints, half of them on another
-/// thread: the kernel's verifier, most of a load, checks one program at a time per caller
-/// (start-up). The thread shares this one's credentials as they are now (a capable user's
-/// raised capabilities included) and is gone when this returns.
-fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf, targets: &[(&str, &str)]) -> anyhow::Result<()> {
-    let mut programs: Vec<(&str, &mut BtfTracePoint)> = Vec::new();
-    for (name, program) in ebpf.programs_mut() {
-        if let Some((_, tracepoint)) = targets
-            .iter()
-            .find(|(short, _)| name.strip_suffix("_btf") == Some(short))
-        {
-            programs.push((tracepoint, program.try_into()?));
+/// What [`load_btf_programs`] loaded: the tree's programs (`PROGRAMS` and `WAIT_PROGRAMS`,
+/// all needed), the socket-bytes programs (optional, Linux 6.3 and later; Err says why not, and
+/// `FEATURES` tells the kernel side they run) and the task iterator (optional).
+struct BtfLoaded {
+    core: anyhow::Result<()>,
+    net: Result<(), String>,
+    task_iter: Result<TaskIter, String>,
+}
+
+/// One program to load (and attach) on its BTF target.
+enum Job<'p> {
+    Tracepoint {
+        tracepoint: &'static str,
+        core: bool,
+        program: &'p mut BtfTracePoint,
+    },
+    TaskIter(&'p mut aya::programs::Iter),
+}
+
+/// What a [`Job`] came to.
+enum Done {
+    Tracepoint {
+        core: bool,
+        result: anyhow::Result<()>,
+    },
+    TaskIter(anyhow::Result<TaskIter>),
+}
+
+impl Job<'_> {
+    fn run(self, btf: &Btf) -> Done {
+        match self {
+            Job::Tracepoint {
+                tracepoint,
+                core,
+                program,
+            } => {
+                let result = program
+                    .load(tracepoint, btf)
+                    .with_context(|| format!("loading tp_btf/{tracepoint}"))
+                    .and_then(|()| {
+                        program
+                            .attach()
+                            .map(drop)
+                            .with_context(|| format!("attaching tp_btf/{tracepoint}"))
+                    });
+                Done::Tracepoint { core, result }
+            }
+            Job::TaskIter(program) => Done::TaskIter(
+                program
+                    .load(TASK_ITER_TARGET.trim_start_matches("bpf_iter_"), btf)
+                    .context("loading iter/task")
+                    .and_then(|()| TaskIter::link(program)),
+            ),
         }
     }
-    if let Some((short, _)) = targets
+}
+
+/// Loads and attaches every `<short>_btf` program and the `iter/task` one, on two threads that
+/// take the next program as they finish one, the largest first: the kernel's verifier, most of
+/// a load, checks one program at a time per caller (start-up). The other thread shares this
+/// one's credentials as they are now (a capable user's raised capabilities included) and is
+/// gone when this returns.
+fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<BtfLoaded> {
+    // Largest first (instructions, as built): the exit program alone is a fifth of the work.
+    const ORDER: [&str; 9] = [
+        "exit",
+        "exec",
+        "switch",
+        "sample_tasks",
+        "fork",
+        "send_length",
+        "recv_length",
+        "wakeup",
+        "wakeup_new",
+    ];
+    let core_targets = PROGRAMS
         .iter()
-        .find(|(_, tp)| !programs.iter().any(|(found, _)| found == tp))
-    {
-        bail!("no program {short}_btf");
-    }
-    let load = |programs: &mut [(&str, &mut BtfTracePoint)]| -> anyhow::Result<()> {
-        for (tracepoint, program) in programs {
-            program
-                .load(tracepoint, btf)
-                .with_context(|| format!("loading tp_btf/{tracepoint}"))?;
-            program
-                .attach()
-                .with_context(|| format!("attaching tp_btf/{tracepoint}"))?;
+        .map(|(short, tracepoint, _)| (*short, *tracepoint, true));
+    let net_targets = NET_PROGRAMS.iter().map(|(short, tp)| (*short, *tp, false));
+    let targets: Vec<(&str, &'static str, bool)> = core_targets
+        .chain(WAIT_PROGRAMS.iter().map(|(short, tp)| (*short, *tp, true)))
+        .chain(net_targets)
+        .collect();
+    let mut jobs: Vec<(usize, Job)> = Vec::new();
+    for (name, program) in ebpf.programs_mut() {
+        let rank = |short: &str| {
+            ORDER
+                .iter()
+                .position(|o| *o == short)
+                .unwrap_or(ORDER.len())
+        };
+        if name == "sample_tasks" {
+            jobs.push((rank(name), Job::TaskIter(program.try_into()?)));
+        } else if let Some((short, tracepoint, core)) = targets
+            .iter()
+            .find(|(short, _, _)| name.strip_suffix("_btf") == Some(short))
+        {
+            jobs.push((
+                rank(short),
+                Job::Tracepoint {
+                    tracepoint,
+                    core: *core,
+                    program: program.try_into()?,
+                },
+            ));
         }
-        Ok(())
+    }
+    for (short, wanted, _) in targets.iter().filter(|(_, _, core)| *core) {
+        let found = jobs.iter().any(
+            |(_, job)| matches!(job, Job::Tracepoint { tracepoint, .. } if tracepoint == wanted),
+        );
+        if !found {
+            bail!("no program {short}_btf");
+        }
+    }
+    // Popped from the end: the largest last in the Vec.
+    jobs.sort_by_key(|(rank, _)| std::cmp::Reverse(*rank));
+    let count = jobs.len();
+    let queue = std::sync::Mutex::new(jobs.into_iter().map(|(_, job)| job).collect::<Vec<_>>());
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let next = match queue.lock() {
+                Ok(mut queue) => queue.pop(),
+                Err(_) => None,
+            };
+            match next {
+                Some(job) => done.push(job.run(btf)),
+                None => return done,
+            }
+        }
     };
-    let half = programs.len() / 2;
-    let (mine, theirs) = programs.split_at_mut(half);
-    let theirs = std::sync::Mutex::new(theirs);
-    let load_theirs = || match theirs.lock() {
-        Ok(mut theirs) => load(&mut theirs),
-        Err(_) => bail!("the loading thread panicked"),
-    };
-    std::thread::scope(|scope| {
+    let mut done = std::thread::scope(|scope| {
         let other = std::thread::Builder::new()
             .name("bpf-load".into())
-            .spawn_scoped(scope, load_theirs);
-        let mine = load(mine);
-        let theirs = match other {
-            Ok(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("the loading thread panicked"))),
-            // No thread to spare: load them here.
-            Err(_) => load_theirs(),
-        };
-        mine.and(theirs)
-    })
+            .spawn_scoped(scope, work);
+        let mut done = work();
+        if let Ok(other) = other {
+            done.extend(other.join().unwrap_or_default());
+        }
+        done
+    });
+    // A job lost with a panicked thread is not done.
+    if done.len() != count {
+        bail!("a thread loading the eBPF programs failed");
+    }
+    let mut loaded = BtfLoaded {
+        core: Ok(()),
+        net: Ok(()),
+        task_iter: Err("no program sample_tasks".into()),
+    };
+    for outcome in done.drain(..) {
+        match outcome {
+            Done::Tracepoint { core: true, result } => {
+                if let (Ok(()), Err(err)) = (&loaded.core, result) {
+                    loaded.core = Err(err);
+                }
+            }
+            Done::Tracepoint {
+                core: false,
+                result,
+            } => {
+                if let (Ok(()), Err(err)) = (&loaded.net, result) {
+                    loaded.net = Err(format!(
+                        "{err:#} (the sock_*_length tracepoints need Linux 6.3 or later)"
+                    ));
+                }
+            }
+            Done::TaskIter(result) => loaded.task_iter = result.map_err(|e| format!("{e:#}")),
+        }
+    }
+    let net_found = NET_PROGRAMS
+        .iter()
+        .all(|(short, _)| ebpf.program(&format!("{short}_btf")).is_some());
+    if !net_found && loaded.net.is_ok() {
+        loaded.net = Err("no socket-bytes programs in montrace's object".into());
+    }
+    if loaded.net.is_ok() {
+        let mut features: aya::maps::Array<_, u32> =
+            aya::maps::Array::try_from(ebpf.map_mut("FEATURES").context("no FEATURES map")?)?;
+        features.set(0, 1, 0).context("setting FEATURES")?;
+    } else {
+        unload_net(ebpf);
+    }
+    Ok(loaded)
 }
 
-/// Loads the `iter/task` program (Linux 5.8 and later) and creates its link.
-fn load_task_iter(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<TaskIter> {
-    let program: &mut aya::programs::Iter = ebpf
-        .program_mut("sample_tasks")
-        .context("no program sample_tasks")?
-        .try_into()?;
-    program
-        .load(TASK_ITER_TARGET.trim_start_matches("bpf_iter_"), btf)
-        .context("loading iter/task")?;
-    TaskIter::link(program)
-}
-
-/// Attaches the socket-bytes programs and tells the kernel side they run (`FEATURES`); Err says
-/// why not (a kernel before 6.3 has no such tracepoints).
-fn attach_net(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<()> {
-    load_btf_programs(ebpf, btf, &NET_PROGRAMS)?;
-    let mut features: aya::maps::Array<_, u32> =
-        aya::maps::Array::try_from(ebpf.map_mut("FEATURES").context("no FEATURES map")?)?;
-    features.set(0, 1, 0).context("setting FEATURES")?;
-    Ok(())
+/// Detaches and unloads the socket-bytes programs (when the others could not be attached, or
+/// one of them could not).
+fn unload_net(ebpf: &mut Ebpf) {
+    for (short, _) in NET_PROGRAMS {
+        if let Some(Ok(program)) = ebpf
+            .program_mut(&format!("{short}_btf"))
+            .map(<&mut BtfTracePoint>::try_from)
+        {
+            let _ = program.unload();
+        }
+    }
 }
 
 fn attach_classic(ebpf: &mut Ebpf) -> anyhow::Result<()> {

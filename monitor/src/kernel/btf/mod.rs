@@ -65,18 +65,16 @@ fn malformed(msg: impl Into<String>) -> BtfError {
     BtfError::Malformed(msg.into())
 }
 
-/// Parsed kernel BTF: the raw bytes plus an index of where each type's record starts.
+/// Parsed kernel BTF: the raw bytes plus an index of where each type's record starts. Names are
+/// looked up when asked for, in one pass for many names ([`Btf::find_structs`]): an index of
+/// every struct name took most of the parse's time, at start-up.
 pub struct Btf {
-    data: Vec<u8>,
+    data: Bytes,
     /// Absolute byte range of the string section within `data`.
     str_start: usize,
     str_end: usize,
     /// `types[id - 1]` is the absolute offset of type `id`'s record (id 0 is `void`).
     types: Vec<usize>,
-    /// Name -> id of the first complete struct with that name, and likewise for unions (only
-    /// consulted when no struct matches: a few kernel types are unions at top level).
-    structs: HashMap<Box<str>, u32>,
-    unions: HashMap<Box<str>, u32>,
 }
 
 impl std::fmt::Debug for Btf {
@@ -84,9 +82,23 @@ impl std::fmt::Debug for Btf {
         f.debug_struct("Btf")
             .field("bytes", &self.data.len())
             .field("types", &self.types.len())
-            .field("structs", &self.structs.len())
-            .field("unions", &self.unions.len())
             .finish()
+    }
+}
+
+/// The BTF's bytes: mapped from the kernel's file, or read.
+enum Bytes {
+    Owned(Vec<u8>),
+    Mapped(memmap2::Mmap),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Owned(bytes) => bytes,
+            Bytes::Mapped(map) => map,
+        }
     }
 }
 
@@ -137,18 +149,33 @@ fn trailing_len(kind: u32, vlen: usize) -> Option<usize> {
 impl Btf {
     /// Parses a BTF blob (copied; the returned `Btf` does not borrow `data`).
     pub fn parse(data: &[u8]) -> Result<Btf, BtfError> {
-        Self::parse_owned(data.to_vec())
+        Self::parse_owned(Bytes::Owned(data.to_vec()))
     }
 
+    /// Maps the file where the kernel allows it (`/sys/kernel/btf/vmlinux` on Linux 6.16 and
+    /// later), else reads it: sysfs hands a read 4 KiB at a time, so reading the kernel's 5 MB
+    /// took 1,300 system calls and 4 to 9 ms of start-up.
     pub fn from_file(path: &Path) -> Result<Btf, BtfError> {
-        let data = std::fs::read(path).map_err(|source| BtfError::Io {
+        let io = |source| BtfError::Io {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // A private read-only mapping: the kernel refuses a shared one (EACCES).
+        // SAFETY: the kernel's BTF never changes under the mapping, and any other file is only
+        // read through bounds-checked accesses.
+        let data = match unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) } {
+            Ok(map) if !map.is_empty() => Bytes::Mapped(map),
+            _ => {
+                let mut data = Vec::new();
+                std::io::Read::read_to_end(&mut &file, &mut data).map_err(io)?;
+                Bytes::Owned(data)
+            }
+        };
         Self::parse_owned(data)
     }
 
-    fn parse_owned(data: Vec<u8>) -> Result<Btf, BtfError> {
+    fn parse_owned(data: Bytes) -> Result<Btf, BtfError> {
         let magic = read_u16(&data, 0).ok_or_else(|| malformed("shorter than its header"))?;
         if magic == MAGIC.swap_bytes() {
             return Err(malformed("big-endian BTF is not supported"));
@@ -204,8 +231,6 @@ impl Btf {
             str_end,
             // vmlinux averages ~37 bytes per type; reserving avoids regrowing a 150k-entry Vec.
             types: Vec::with_capacity(type_len / 32),
-            structs: HashMap::new(),
-            unions: HashMap::new(),
         };
         let mut off = type_start;
         while off < type_end {
@@ -221,28 +246,63 @@ impl Btf {
                 .ok_or_else(|| {
                     malformed(format!("type {id} runs past the end of the type section"))
                 })?;
-            btf.types.push(off);
-
-            let index = match rec.kind {
-                KIND_STRUCT => Some(&mut btf.structs),
-                KIND_UNION => Some(&mut btf.unions),
-                _ => None,
-            };
-            // A FWD or an empty/zero-sized declaration can precede the complete definition;
-            // only complete types are worth indexing.
-            if let Some(index) = index {
-                if rec.name_off != 0 && rec.vlen > 0 && rec.size_or_type > 0 {
-                    let name = str_at(&btf.data, btf.str_start, btf.str_end, rec.name_off)?;
-                    let name = std::str::from_utf8(name)
-                        .map_err(|_| malformed(format!("type {id} has a non-UTF-8 name")))?;
-                    if !index.contains_key(name) {
-                        index.insert(name.into(), id);
-                    }
-                }
+            if rec.name_off as usize >= str_len {
+                return Err(malformed(format!(
+                    "type {id}'s name offset {} is past the string section",
+                    rec.name_off
+                )));
             }
+            btf.types.push(off);
             off = next;
         }
         Ok(btf)
+    }
+
+    /// Whether the string at `name_off` is `name` (compared in place: no scan for its end).
+    fn name_is(&self, name_off: u32, name: &[u8]) -> bool {
+        let start = self.str_start + name_off as usize;
+        let end = start + name.len();
+        end < self.str_end && &self.data[start..end] == name && self.data[end] == 0
+    }
+
+    /// The ids of the named structs, in one pass over the types: for each name the first
+    /// complete struct, else the first complete union (a few kernel types are unions at top
+    /// level). A FWD or an empty/zero-sized declaration can precede the complete definition,
+    /// so only complete types count. Absent names are absent from the map.
+    pub fn find_structs<'n>(&self, names: &[&'n str]) -> Result<HashMap<&'n str, u32>, BtfError> {
+        let mut first_byte = [false; 256];
+        for name in names {
+            if let Some(&b) = name.as_bytes().first() {
+                first_byte[b as usize] = true;
+            }
+        }
+        let mut structs: HashMap<&'n str, u32> = HashMap::new();
+        let mut unions: HashMap<&'n str, u32> = HashMap::new();
+        for (index, &off) in self.types.iter().enumerate() {
+            let rec = self.decode(off, self.data.len())?;
+            let found = match rec.kind {
+                KIND_STRUCT => &mut structs,
+                KIND_UNION => &mut unions,
+                _ => continue,
+            };
+            if rec.name_off == 0 || rec.vlen == 0 || rec.size_or_type == 0 {
+                continue;
+            }
+            let first = self.data.get(self.str_start + rec.name_off as usize);
+            if !first.is_some_and(|&b| first_byte[b as usize]) {
+                continue;
+            }
+            if let Some(name) = names
+                .iter()
+                .find(|n| self.name_is(rec.name_off, n.as_bytes()))
+            {
+                found.entry(name).or_insert(index as u32 + 1);
+            }
+        }
+        for (name, id) in unions {
+            structs.entry(name).or_insert(id);
+        }
+        Ok(structs)
     }
 
     /// Decodes the fixed part of the type record at `off`, which must end by `limit`.
@@ -309,9 +369,8 @@ impl Btf {
     }
 
     fn find_struct(&self, name: &str) -> Result<u32, BtfError> {
-        self.structs
+        self.find_structs(&[name])?
             .get(name)
-            .or_else(|| self.unions.get(name))
             .copied()
             .ok_or_else(|| BtfError::Missing(format!("struct {name}")))
     }
@@ -378,7 +437,16 @@ impl Btf {
     /// struct). Typedefs, const/volatile/type_tag are resolved when descending. Bitfield members
     /// are an error (Malformed). Pointers are not followed.
     pub fn member_offset(&self, struct_name: &str, path: &str) -> Result<u32, BtfError> {
-        let mut type_id = self.find_struct(struct_name)?;
+        self.member_offset_in(self.find_struct(struct_name)?, struct_name, path)
+    }
+
+    /// [`Btf::member_offset`] in the struct `struct_name` whose id is known.
+    fn member_offset_in(
+        &self,
+        mut type_id: u32,
+        struct_name: &str,
+        path: &str,
+    ) -> Result<u32, BtfError> {
         let mut bits: u64 = 0;
         let mut walked = String::from(struct_name);
         for component in path.split('.') {
@@ -426,8 +494,10 @@ impl Btf {
                 KIND_FUNC => funcs,
                 _ => continue,
             };
-            let name = self.name(rec.name_off)?;
-            if let Some(wanted) = names.iter().find(|n| n.as_bytes() == name) {
+            if let Some(wanted) = names
+                .iter()
+                .find(|n| self.name_is(rec.name_off, n.as_bytes()))
+            {
                 if !found
                     .iter()
                     .any(|(_, kind, n)| *kind == rec.kind && n == wanted)
@@ -491,7 +561,7 @@ impl Btf {
             };
             for i in 0..rec.vlen as usize {
                 let e = rec.extra + i * stride;
-                if self.name(self.u32_at(e)?)? != name.as_bytes() {
+                if !self.name_is(self.u32_at(e)?, name.as_bytes()) {
                     continue;
                 }
                 let lo = self.u32_at(e + 4)?;
@@ -533,10 +603,29 @@ fn str_at(data: &[u8], start: usize, end: usize, name_off: u32) -> Result<&[u8],
 
 /// Fill every field of [`monitor_common::Offsets`] from the kernel's BTF, and set `ready = 1`.
 pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
-    let task = |path: &str| btf.member_offset("task_struct", path);
-    let signal = |path: &str| btf.member_offset("signal_struct", path);
-    let ioac = |path: &str| btf.member_offset("task_io_accounting", path);
-    let mm = |path: &str| btf.member_offset("mm_struct", path);
+    const STRUCTS: [&str; 9] = [
+        "task_struct",
+        "signal_struct",
+        "task_io_accounting",
+        "mm_struct",
+        "percpu_counter",
+        "linux_binprm",
+        "sock",
+        "trace_event_raw_sched_process_fork",
+        "trace_event_raw_sched_process_exec",
+    ];
+    // One pass over the types for every struct (start-up).
+    let ids = btf.find_structs(&STRUCTS)?;
+    let member = |name: &str, path: &str| {
+        let id = ids
+            .get(name)
+            .ok_or_else(|| BtfError::Missing(format!("struct {name}")))?;
+        btf.member_offset_in(*id, name, path)
+    };
+    let task = |path: &str| member("task_struct", path);
+    let signal = |path: &str| member("signal_struct", path);
+    let ioac = |path: &str| member("task_io_accounting", path);
+    let mm = |path: &str| member("mm_struct", path);
     // The programs use these as array indexes, so they must be small non-negative numbers.
     let index = |name: &str| {
         let value = btf.enumerator(name)?;
@@ -575,13 +664,18 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         ioac_write_bytes: ioac("write_bytes")?,
         mm_hiwater_rss: mm("hiwater_rss")?,
         mm_rss_stat: mm("rss_stat")?,
-        percpu_counter_size: btf.struct_size("percpu_counter")?,
-        percpu_counter_count: btf.member_offset("percpu_counter", "count")?,
+        percpu_counter_size: btf
+            .record(
+                *ids.get("percpu_counter")
+                    .ok_or_else(|| BtfError::Missing("struct percpu_counter".into()))?,
+            )?
+            .size_or_type,
+        percpu_counter_count: member("percpu_counter", "count")?,
         mm_arg_start: mm("arg_start")?,
         mm_arg_end: mm("arg_end")?,
-        bprm_filename: btf.member_offset("linux_binprm", "filename")?,
-        task_state: btf.member_offset("task_struct", "__state")?,
-        sock_family: btf.member_offset("sock", "__sk_common.skc_family")?,
+        bprm_filename: member("linux_binprm", "filename")?,
+        task_state: task("__state")?,
+        sock_family: member("sock", "__sk_common.skc_family")?,
         // Set by `ebpf::Probes::load` from the ring buffer's size.
         wakeup_bytes: 0,
         signal_live: signal("live")?,
@@ -589,10 +683,9 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         task_sibling: task("sibling")?,
         // Classic tracepoint records start with their `struct trace_entry`, so offsets inside
         // the raw struct are offsets inside the record the program sees.
-        tp_fork_child_pid: btf.member_offset("trace_event_raw_sched_process_fork", "child_pid")?,
-        tp_exec_filename_loc: btf
-            .member_offset("trace_event_raw_sched_process_exec", "__data_loc_filename")?,
-        tp_exec_old_pid: btf.member_offset("trace_event_raw_sched_process_exec", "old_pid")?,
+        tp_fork_child_pid: member("trace_event_raw_sched_process_fork", "child_pid")?,
+        tp_exec_filename_loc: member("trace_event_raw_sched_process_exec", "__data_loc_filename")?,
+        tp_exec_old_pid: member("trace_event_raw_sched_process_exec", "old_pid")?,
         mm_filepages: index("MM_FILEPAGES")?,
         mm_anonpages: index("MM_ANONPAGES")?,
         mm_shmempages: index("MM_SHMEMPAGES")?,

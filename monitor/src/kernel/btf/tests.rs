@@ -593,3 +593,32 @@ fn the_attach_subset_of_this_kernel_matches_a_full_parse() {
         full.id_by_type_name_kind("bpf_iter_task", kind).unwrap()
     );
 }
+
+#[test]
+fn many_structs_are_found_in_one_pass_as_one_by_one() {
+    let btf = btf();
+    let names = ["outer", "inner", "only_union", "nope", "with_anon"];
+    let found = btf.find_structs(&names).unwrap();
+    for name in names {
+        assert_eq!(
+            found.get(name).copied(),
+            btf.find_struct(name).ok(),
+            "{name}"
+        );
+    }
+    assert!(!found.contains_key("nope"));
+    assert_eq!(found.len(), 4);
+}
+
+#[test]
+fn a_file_is_mapped_or_read_to_the_same_btf() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("btf");
+    std::fs::write(&path, sample()).unwrap();
+    let from_file = Btf::from_file(&path).unwrap();
+    assert_eq!(from_file.member_offset("outer", "in.b").unwrap(), 16);
+    assert_eq!(from_file.enumerator("W_NEG").unwrap(), -7);
+    // An empty file cannot be mapped: it is read, and is malformed.
+    std::fs::write(&path, b"").unwrap();
+    assert!(is_malformed(Btf::from_file(&path)));
+}

@@ -101,8 +101,14 @@ pub struct TaskSample {
     pub sleep_ns: u64,
     /// `task_struct::__state`.
     pub state: u32,
-    pub _pad: u32,
+    /// The process's open descriptors, as `/proc/PID/fd`'s size counts them (the bits set in
+    /// its descriptor table's `open_fds`), on its leader's record (`tid == tgid`) only;
+    /// [`FDS_UNKNOWN`] on the others' and where the table was too large to count.
+    pub fds: u32,
 }
+
+/// `TaskSample::fds` when the record does not count them.
+pub const FDS_UNKNOWN: u32 = u32::MAX;
 
 /// `TaskWaits::state` values.
 pub mod wait_state {
@@ -296,6 +302,12 @@ pub struct Offsets {
     pub mm_shmempages: u32,
     /// `mm_struct::total_vm`: the virtual size, in pages.
     pub mm_total_vm: u32,
+    /// The descriptor table: `task_struct::files`, `files_struct::fdt`, and `fdtable`'s
+    /// `max_fds` and `open_fds` (a bitmap of `max_fds` bits).
+    pub task_files: u32,
+    pub files_fdt: u32,
+    pub fdt_max_fds: u32,
+    pub fdt_open_fds: u32,
 }
 
 #[cfg(feature = "user")]

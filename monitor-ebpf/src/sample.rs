@@ -7,7 +7,7 @@ use aya_ebpf::{
     bindings::seq_file,
     helpers::{bpf_ktime_get_boot_ns, generated::bpf_seq_write},
 };
-use monitor_common::{wait_state, TaskSample};
+use monitor_common::{wait_state, TaskSample, FDS_UNKNOWN};
 
 use crate::{off, ready, task, TRACKED, WAITS};
 
@@ -70,7 +70,12 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
         blocked_ns: waits[wait_state::BLOCKED as usize],
         sleep_ns: waits[wait_state::SLEEPING as usize],
         state: task::read(task, off!(task_state)),
-        _pad: 0,
+        // The descriptor table is the process's: counted once, on its leader's record.
+        fds: if tid == tgid {
+            task::open_fds(task)
+        } else {
+            FDS_UNKNOWN
+        },
     };
     // SAFETY: `meta` is the kernel's; the record lives on this stack for the call.
     unsafe {

@@ -1,6 +1,6 @@
 //! Reads of kernel structs at the offsets the agent computed from BTF.
 use aya_ebpf::helpers::bpf_probe_read_kernel;
-use monitor_common::{stat, COMM_LEN};
+use monitor_common::{stat, COMM_LEN, FDS_UNKNOWN};
 
 use crate::{count, off};
 
@@ -66,4 +66,49 @@ pub fn rss_pages(task: usize) -> (u64, u64) {
         counter(off!(mm_filepages)) + counter(off!(mm_anonpages)) + counter(off!(mm_shmempages));
     let peak = if hiwater > rss { hiwater } else { rss };
     (peak, rss)
+}
+
+/// Words of `open_fds` read per helper call, and the most calls: tables of up to
+/// 64 * 4 * 64 = 16,384 descriptors are counted here, larger ones are left to /proc.
+const FD_WORDS_PER_READ: usize = 4;
+const FD_READS: usize = 64;
+
+/// The task's open descriptors as `/proc/PID/fd`'s size counts them (fs/proc/fd.c,
+/// `proc_readfd_count`): the bits set in the first `max_fds` bits of its table's `open_fds`; 0
+/// without a table (an exited task), [`FDS_UNKNOWN`] when it is larger than this counts.
+#[inline(always)]
+pub fn open_fds(task: usize) -> u32 {
+    let files: usize = read(task, off!(task_files));
+    if files == 0 {
+        return 0;
+    }
+    let fdt: usize = read(files, off!(files_fdt));
+    if fdt == 0 {
+        return FDS_UNKNOWN;
+    }
+    let max_fds: u32 = read(fdt, off!(fdt_max_fds));
+    let bitmap: usize = read(fdt, off!(fdt_open_fds));
+    let words = (max_fds as usize).div_ceil(64);
+    if bitmap == 0 || words > FD_WORDS_PER_READ * FD_READS {
+        return FDS_UNKNOWN;
+    }
+    let mut count = 0u32;
+    let mut chunk = 0;
+    while chunk < FD_READS {
+        let first = chunk * FD_WORDS_PER_READ;
+        if first >= words {
+            break;
+        }
+        let bits: [u64; FD_WORDS_PER_READ] = read(bitmap, first * 8);
+        let mut i = 0;
+        while i < FD_WORDS_PER_READ {
+            // The words past the table's end belong to the next bitmap (close_on_exec).
+            if first + i < words {
+                count += bits[i].count_ones();
+            }
+            i += 1;
+        }
+        chunk += 1;
+    }
+    count
 }

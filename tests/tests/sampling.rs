@@ -309,8 +309,9 @@ fn one_thread_never_shows_more_than_one_cpu() {
     );
 }
 
-/// A process that touches 64 MiB, burns 300 ms of CPU, writes 1 MiB with fsync, then says its
-/// pid (in the file named by its argument) and sleeps 1.5 s with its figures still.
+/// A process that touches 64 MiB, burns 300 ms of CPU, writes 1 MiB with fsync, opens 600
+/// descriptors (a table of 1,024, 16 words of bitmap) and closes every third, then says its pid
+/// (in the file named by its argument) and sleeps 1.5 s with its figures still.
 const STILL: &str = r#"
 #include <fcntl.h>
 #include <stdio.h>
@@ -338,6 +339,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 16; i++) write(fd, p, 65536);
     fsync(fd);
     close(fd);
+    for (int i = 0; i < 600; i++) open("/dev/null", O_RDONLY);
+    for (int i = 3; i < 603; i += 3) close(i);
     /* Give the 64 MiB back now: freeing it at exit is CPU the exit row would count and the still
        rows never saw (milliseconds on a slow machine). */
     int ok = p[100] == 1;
@@ -377,12 +380,13 @@ fn the_task_iterator_reads_what_proc_shows() {
         std::thread::sleep(std::time::Duration::from_millis(150));
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as u32;
         let at = tests::now_ns();
-        seen = Some((pid, stat, io, at));
+        seen = Some((pid, stat, io, fds, at));
     });
     run.assert_code(0);
     assert_eq!(run.run_json()["samples_from"], "task_iter");
-    let (pid, stat, io, at) = seen.expect("the program said its pid");
+    let (pid, stat, io, fds, at) = seen.expect("the program said its pid");
     // /proc/PID/stat after the command name: state is field 3; utime 14, stime 15, minflt 10,
     // majflt 12, vsize 23, rss 24 (pages).
     let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
@@ -408,6 +412,10 @@ fn the_task_iterator_reads_what_proc_shows() {
     assert_eq!(s.major_faults, Some(field(12)), "{s:?} {stat}");
     assert_eq!(s.threads, Some(1));
     assert_eq!(s.state.as_deref(), Some("S"), "{s:?}");
+    // Counted by the iterator's program in the descriptor table's bitmap, as /proc lists them:
+    // 400 of the 600, the standard three and what the test's launcher passes on.
+    assert_eq!(s.fds, Some(fds), "{s:?}");
+    assert!((403..410).contains(&fds), "{fds}");
     assert_eq!(s.read_chars, Some(io_field("rchar")), "{s:?} {io}");
     assert_eq!(s.write_chars, Some(io_field("wchar")), "{s:?} {io}");
     assert_eq!(s.write_bytes, Some(io_field("write_bytes")), "{s:?} {io}");

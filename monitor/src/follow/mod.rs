@@ -75,6 +75,8 @@ pub struct FollowConfig<'a> {
 /// The inputs the loop waits on, registered with the event loop.
 struct Inputs {
     ring: Option<AsyncFd<RingBuf<MapData>>>,
+    /// Ring buffer records taken in so far (the drain timer's pace follows it).
+    taken: u64,
     poller: Option<Poller>,
     marks: Option<AsyncFd<MarkServer>>,
     signals: AsyncFd<OwnedFd>,
@@ -112,6 +114,7 @@ impl Inputs {
             .context("watching signals")?;
         Ok(Inputs {
             ring,
+            taken: 0,
             poller,
             marks,
             signals,
@@ -125,6 +128,7 @@ impl Inputs {
             let ring = ring.get_mut();
             while let Some(item) = ring.next() {
                 recorder.guarded(|r| r.on_record(&item));
+                self.taken += 1;
             }
             return None;
         }
@@ -262,6 +266,7 @@ pub async fn follow(
                 let ring = guard.get_inner_mut();
                 while let Some(item) = ring.next() {
                     recorder.guarded(|r| r.on_record(&item));
+                    inputs.taken += 1;
                 }
                 guard.clear_ready();
             }
@@ -299,8 +304,9 @@ pub async fn follow(
                 take_in!();
                 recorder.guarded(|r| r.on_marks(received));
             }
-            _ = ticks.drain.tick(), if ebpf => {
+            _ = sleep_until(Some(ticks.drain.at)), if ebpf => {
                 take_in!();
+                ticks.drain.next(inputs.taken, Instant::now());
             }
             _ = ticks.live.tick(), if live.enabled() => {
                 let pids = recorder.tracker.live_pids();
@@ -359,8 +365,45 @@ struct Ticks {
     /// After the command's exit: which tracked pids are gone from /proc (see `on_liveness`).
     liveness: tokio::time::Interval,
     /// The eBPF programs wake montrace only once the ring buffer fills up (a quarter of it);
-    /// below that, events are drained on this timer: one wake-up per 20 ms, not one per event.
-    drain: tokio::time::Interval,
+    /// below that, events are drained on this timer: one wake-up per 20 ms, not one per event,
+    /// while events come in, and less often while none do (see [`DrainPace`]).
+    drain: DrainPace,
+}
+
+/// When the ring buffer is drained next: 20 ms after a drain when records came in since the
+/// last one, else twice the last wait, up to 640 ms. A quiet tree (200 sleeping processes)
+/// then costs a wake-up or two a second instead of fifty; each sweep drains too, so records
+/// never wait longer than the sampling interval either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DrainPace {
+    at: Instant,
+    every: Duration,
+    /// The records taken in at the last drain.
+    seen: u64,
+}
+
+impl DrainPace {
+    const FAST: Duration = Duration::from_millis(20);
+    const SLOW: Duration = Duration::from_millis(640);
+
+    fn new(now: Instant) -> DrainPace {
+        DrainPace {
+            at: now + Self::FAST,
+            every: Self::FAST,
+            seen: 0,
+        }
+    }
+
+    /// After a drain at `now`, with `taken` records taken in so far.
+    fn next(&mut self, taken: u64, now: Instant) {
+        self.every = if taken != self.seen {
+            Self::FAST
+        } else {
+            (self.every * 2).min(Self::SLOW)
+        };
+        self.seen = taken;
+        self.at = now + self.every;
+    }
 }
 
 impl Ticks {
@@ -370,7 +413,7 @@ impl Ticks {
             sample: interval(opts.interval),
             flush: interval(opts.flush_interval),
             liveness: interval(Duration::from_millis(500)),
-            drain: interval(Duration::from_millis(20)),
+            drain: DrainPace::new(Instant::now()),
         }
     }
 }
@@ -399,5 +442,33 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DrainPace;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_drain_slows_down_while_nothing_comes_and_speeds_up_at_once() {
+        let t0 = Instant::now();
+        let mut pace = DrainPace::new(t0);
+        assert_eq!(pace.at, t0 + Duration::from_millis(20));
+        let waits: Vec<u64> = (0..7)
+            .map(|_| {
+                pace.next(0, t0);
+                pace.every.as_millis() as u64
+            })
+            .collect();
+        assert_eq!(waits, [40, 80, 160, 320, 640, 640, 640]);
+        assert_eq!(pace.at, t0 + Duration::from_millis(640));
+        // A record since the last drain: back to 20 ms, and it stays there while records come.
+        pace.next(3, t0);
+        assert_eq!(pace.every, Duration::from_millis(20));
+        pace.next(9, t0);
+        assert_eq!(pace.every, Duration::from_millis(20));
+        pace.next(9, t0);
+        assert_eq!(pace.every, Duration::from_millis(40));
     }
 }

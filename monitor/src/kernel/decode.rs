@@ -311,6 +311,9 @@ pub struct LiveFigures {
     pub write_chars: u64,
     /// Its live threads' waiting times so far.
     pub waits: WaitTotals,
+    /// Its open descriptors, counted on its leader's record; None without the leader, or for a
+    /// table too large for the program to count (then /proc counts them).
+    pub fds: Option<u32>,
 }
 
 /// The records of one pass of the task iterator, whole records only.
@@ -351,6 +354,7 @@ pub fn live_figures(samples: &[TaskSample]) -> std::collections::HashMap<u32, Li
         if t.tid == t.tgid {
             p.start_ns = Some(t.start_ns);
             p.state = task_state_letter(t.state);
+            p.fds = (t.fds != monitor_common::FDS_UNKNOWN).then_some(t.fds);
         }
     }
     by_process
@@ -434,12 +438,18 @@ mod tests {
             blocked_ns: 6,
             sleep_ns: tid as u64,
             state,
-            _pad: 0,
+            // Counted on the leader's record only.
+            fds: if tid == tgid {
+                tgid * 3
+            } else {
+                monitor_common::FDS_UNKNOWN
+            },
         };
         let records = [
             thread(7, 8, 400, 50, 0x1),
             thread(7, 7, 800, 50, 0x2),
             thread(9, 10, 100, 0, 0x0),
+            thread(11, 11, 100, 0, 0x0),
         ];
         let mut bytes: Vec<u8> = Vec::new();
         for r in &records {
@@ -461,6 +471,11 @@ mod tests {
         assert_eq!((p.cpu_user_ns, p.cpu_system_ns), (300 + 600, 100 + 200));
         assert_eq!((p.rss_pages, p.vm_pages, p.threads), (50, 100, 2));
         assert_eq!(p.state, 'D', "the leader's state");
+        assert_eq!(
+            p.fds,
+            Some(21),
+            "the leader's descriptors, not a sum over threads"
+        );
         assert_eq!((p.minor_faults, p.major_faults), (2, 4));
         assert_eq!(
             (p.read_bytes, p.write_bytes, p.read_chars, p.write_chars),
@@ -468,6 +483,8 @@ mod tests {
         );
         let q = live[&9];
         assert_eq!((q.start_ns, q.state, q.threads), (None, 'R', 1));
+        assert_eq!(q.fds, None, "no leader, no count");
+        assert_eq!(live[&11].fds, Some(33));
     }
 
     #[test]

@@ -603,8 +603,10 @@ fn str_at(data: &[u8], start: usize, end: usize, name_off: u32) -> Result<&[u8],
 
 /// Fill every field of [`monitor_common::Offsets`] from the kernel's BTF, and set `ready = 1`.
 pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
-    const STRUCTS: [&str; 9] = [
+    const STRUCTS: [&str; 11] = [
         "task_struct",
+        "files_struct",
+        "fdtable",
         "signal_struct",
         "task_io_accounting",
         "mm_struct",
@@ -690,6 +692,10 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         mm_anonpages: index("MM_ANONPAGES")?,
         mm_shmempages: index("MM_SHMEMPAGES")?,
         mm_total_vm: mm("total_vm")?,
+        task_files: task("files")?,
+        files_fdt: member("files_struct", "fdt")?,
+        fdt_max_fds: member("fdtable", "max_fds")?,
+        fdt_open_fds: member("fdtable", "open_fds")?,
     })
 }
 

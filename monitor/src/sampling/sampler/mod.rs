@@ -341,8 +341,11 @@ impl ProcReader {
         let io = self.optional(handle, "io", io)?;
         // A zombie or a kernel thread has no address space: the kernel answers ESRCH.
         let has_address_space = !matches!(stat.state, 'Z' | 'X') && stat.flags & PF_KTHREAD == 0;
-        let (fds, smaps) =
-            self.read_fds_and_smaps(handle, detail == MemoryDetail::Full && has_address_space)?;
+        let (fds, smaps) = self.read_fds_and_smaps(
+            handle,
+            None,
+            detail == MemoryDetail::Full && has_address_space,
+        )?;
         Ok(ProcessReading {
             pid,
             start_ticks: stat.start_ticks,
@@ -367,7 +370,8 @@ impl ProcReader {
     /// /proc would add them up, except that CPU time is exact (not clock ticks) and I/O is the
     /// process's own (/proc/PID/io also counts reaped children's). The start is the leader's, or
     /// `start_boot_ns` (the tracker's) when the leader is gone. Descriptors and smaps_rollup
-    /// come from [`ProcReader::complete_kernel_reading`].
+    /// (the leader's count, when the program could count them) come from the program too; the
+    /// rest, and smaps_rollup, from [`ProcReader::complete_kernel_reading`].
     pub fn reading_from_kernel(
         &self,
         pid: u32,
@@ -387,7 +391,7 @@ impl ProcReader {
             state: live.state,
             minor_faults: live.minor_faults + exited.minor_faults,
             major_faults: live.major_faults + exited.major_faults,
-            fds: None,
+            fds: live.fds,
             io: Some(IoReading {
                 read_bytes: live.read_bytes + exited.read_bytes,
                 write_bytes: live.write_bytes + exited.write_bytes,
@@ -399,8 +403,9 @@ impl ProcReader {
     }
 
     /// What only /proc has, for a process whose other figures came from the kernel (montrace's
-    /// task iterator): its open descriptors, and smaps_rollup when `want_smaps(rss_bytes)`
-    /// says so (RSS moved) and it has an address space.
+    /// task iterator): its open descriptors where the program could not count them, and
+    /// smaps_rollup when `want_smaps(rss_bytes)` says so (RSS moved) and it has an address
+    /// space.
     pub fn complete_kernel_reading(
         &mut self,
         handle: &mut ProcessHandle,
@@ -409,17 +414,25 @@ impl ProcReader {
     ) -> Result<(), ReadError> {
         let has_address_space = !matches!(reading.state, 'Z' | 'X') && reading.vms_bytes > 0;
         let smaps = has_address_space && want_smaps(reading.rss_bytes);
-        (reading.fds, reading.smaps) = self.read_fds_and_smaps(handle, smaps)?;
+        let counted = reading.fds;
+        (reading.fds, reading.smaps) = self.read_fds_and_smaps(handle, counted, smaps)?;
         Ok(())
     }
 
+    /// The descriptors (`counted` already, or counted in /proc now) and smaps_rollup if asked.
     fn read_fds_and_smaps(
         &mut self,
         handle: &mut ProcessHandle,
+        counted: Option<u32>,
         smaps: bool,
     ) -> Result<(Option<u32>, Option<SmapsReading>), ReadError> {
-        let fds = self.count_fds(handle);
-        let fds = self.optional(handle, "fd", fds.map(Some))?;
+        let fds = match counted {
+            Some(fds) => Some(fds),
+            None => {
+                let fds = self.count_fds(handle);
+                self.optional(handle, "fd", fds.map(Some))?
+            }
+        };
         let smaps = if smaps {
             let smaps = open_at(&handle.dir, c"smaps_rollup")
                 .and_then(|file| read_whole(&file, &mut self.buf).map(parse_smaps_rollup));

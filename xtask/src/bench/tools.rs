@@ -15,14 +15,22 @@ pub const HELPERS: &[&str] = &[
     "nscount", "selfcost", "mem", "burn", "chain", "storm", "noop",
 ];
 
-/// Source files of the generated project that `make -j2` builds.
+/// Source files of the generated project that `make -j2` builds (completeness, accuracy, the
+/// gate and the fleet): about 0.6 s on this 2-core machine.
 pub const MAKE_FILES: usize = 50;
+
+/// Source files of the larger project whose build the overhead section times (the performance
+/// issue's "2 s build"), and the functions in each: about 2 s on this 2-core machine.
+pub const BUILD_FILES: usize = 80;
+pub const BUILD_FUNCTIONS: usize = 3;
 
 pub struct Tools {
     /// `target/bench`: helpers, the make project, run directories.
     pub work: PathBuf,
     pub montrace: PathBuf,
     pub make_dir: PathBuf,
+    /// The larger project of `BUILD_FILES` files (section 3's build).
+    pub build_dir: PathBuf,
     psrecord_script: PathBuf,
     runs: Cell<usize>,
 }
@@ -74,10 +82,13 @@ impl Tools {
         }
         let make_dir = work.join("make-project");
         generate_make_project(&make_dir)?;
+        let build_dir = work.join("build-project");
+        generate_build_project(&build_dir)?;
         Ok(Tools {
             work,
             montrace,
             make_dir,
+            build_dir,
             psrecord_script: util::workspace_root().join("bench/psrecord_run.py"),
             runs: Cell::new(0),
         })
@@ -85,16 +96,22 @@ impl Tools {
 
     /// The build of the generated C project: `make -s -j2 -C DIR`.
     pub fn make_build(&self) -> Vec<String> {
-        let dir = self.make_dir.display().to_string();
-        ["make", "-s", "-j2", "-C", &dir].map(String::from).to_vec()
+        make_build_in(&self.make_dir)
     }
 
     /// What runs before every build, so each one compiles every file: `make -s -C DIR clean`.
     pub fn make_clean(&self) -> Vec<String> {
-        let dir = self.make_dir.display().to_string();
-        ["make", "-s", "-C", &dir, "clean"]
-            .map(String::from)
-            .to_vec()
+        make_clean_in(&self.make_dir)
+    }
+
+    /// The build of the larger project (section 3): `make -s -j2 -C DIR`.
+    pub fn big_build(&self) -> Vec<String> {
+        make_build_in(&self.build_dir)
+    }
+
+    /// `make -s -C DIR clean` of the larger project.
+    pub fn big_clean(&self) -> Vec<String> {
+        make_clean_in(&self.build_dir)
     }
 
     /// The path of a compiled helper.
@@ -427,6 +444,31 @@ fn install_psrecord(verbose: bool) -> Result<()> {
     .context("pip install psrecord failed")
 }
 
+fn make_build_in(dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
+    ["make", "-s", "-j2", "-C", &dir].map(String::from).to_vec()
+}
+
+fn make_clean_in(dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
+    ["make", "-s", "-C", &dir, "clean"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// The Makefile of both generated projects: every `.c` compiled with `-O2`, then linked.
+const MAKEFILE: &str = "OBJS := $(patsubst %.c,%.o,$(sort $(wildcard *.c)))\n\
+                        prog: $(OBJS)\n\t$(CC) -o $@ $^\n\
+                        %.o: %.c\n\t$(CC) -O2 -c $< -o $@\n\
+                        clean:\n\trm -f *.o prog\n";
+
+/// `main.c` calling `f0` ... `f{files-1}`.
+fn main_c(files: usize) -> String {
+    let calls: String = (0..files).map(|i| format!("    s += f{i}(s);\n")).collect();
+    let decls: String = (0..files).map(|i| format!("int f{i}(int);\n")).collect();
+    format!("{decls}int main(void) {{\n    int s = 1;\n{calls}    return s < 0;\n}}\n")
+}
+
 /// A C project of `MAKE_FILES` small files and a `main.c`, with a Makefile whose `clean`
 /// target the benchmark runs before every build.
 fn generate_make_project(dir: &Path) -> Result<()> {
@@ -443,23 +485,53 @@ fn generate_make_project(dir: &Path) -> Result<()> {
         );
         std::fs::write(dir.join(format!("f{i}.c")), source)?;
     }
-    let calls: String = (0..MAKE_FILES)
-        .map(|i| format!("    s += f{i}(s);\n"))
-        .collect();
-    let decls: String = (0..MAKE_FILES)
-        .map(|i| format!("int f{i}(int);\n"))
-        .collect();
-    std::fs::write(
-        dir.join("main.c"),
-        format!("{decls}int main(void) {{\n    int s = 1;\n{calls}    return s < 0;\n}}\n"),
-    )?;
-    std::fs::write(
-        dir.join("Makefile"),
-        "OBJS := $(patsubst %.c,%.o,$(sort $(wildcard *.c)))\n\
-         prog: $(OBJS)\n\t$(CC) -o $@ $^\n\
-         %.o: %.c\n\t$(CC) -O2 -c $< -o $@\n\
-         clean:\n\trm -f *.o prog\n",
-    )?;
+    std::fs::write(dir.join("main.c"), main_c(MAKE_FILES))?;
+    std::fs::write(dir.join("Makefile"), MAKEFILE)?;
+    Ok(())
+}
+
+/// The larger project: `BUILD_FILES` files of `BUILD_FUNCTIONS` functions each (a table
+/// filled, sorted with `qsort` and folded through a `switch`: work for `-O2`'s optimiser) and a
+/// `main.c`, with the same Makefile.
+fn generate_build_project(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for i in 0..BUILD_FILES {
+        let mut source =
+            String::from("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n");
+        for j in 0..BUILD_FUNCTIONS {
+            let (a, b) = (i + 7, j + 3);
+            source.push_str(&format!(
+                "static int t_{j}[256];\n\
+                 static int cmp_{j}(const void *a, const void *b) {{\n\
+                 \x20   return *(const int *)a - *(const int *)b;\n}}\n\
+                 static int g_{j}(int x) {{\n\
+                 \x20   char buf[64] = \"\";\n\
+                 \x20   unsigned acc = 0;\n\
+                 \x20   for (int k = 0; k < 256; k++) t_{j}[k] = (k * {a} + x * {b}) % 251;\n\
+                 \x20   qsort(t_{j}, 256, sizeof(int), cmp_{j});\n\
+                 \x20   for (int k = 0; k < 256; k++) {{\n\
+                 \x20       switch ((t_{j}[k] + k) % 8) {{\n\
+                 \x20       case 0: acc += t_{j}[k] * 3; break;\n\
+                 \x20       case 1: acc ^= t_{j}[k] << 2; break;\n\
+                 \x20       case 2: acc -= t_{j}[(k * 7) % 256]; break;\n\
+                 \x20       case 3: acc += strlen(buf + (k % 8)); break;\n\
+                 \x20       case 4: acc = acc * 31 + k; break;\n\
+                 \x20       case 5: acc |= t_{j}[k] >> 1; break;\n\
+                 \x20       case 6: acc += snprintf(buf, sizeof buf, \"%u-%d\", acc, k); break;\n\
+                 \x20       default: acc += {j}; break;\n\
+                 \x20       }}\n\
+                 \x20   }}\n\
+                 \x20   return (int)(acc % 1000);\n}}\n"
+            ));
+        }
+        let calls: String = (0..BUILD_FUNCTIONS)
+            .map(|j| format!(" + g_{j}(x)"))
+            .collect();
+        source.push_str(&format!("int f{i}(int x) {{\n    return x{calls};\n}}\n"));
+        std::fs::write(dir.join(format!("f{i}.c")), source)?;
+    }
+    std::fs::write(dir.join("main.c"), main_c(BUILD_FILES))?;
+    std::fs::write(dir.join("Makefile"), MAKEFILE)?;
     Ok(())
 }
 
@@ -515,6 +587,32 @@ mod tests {
             std::fs::read_dir(&dir).unwrap().count(),
             MAKE_FILES + 2 // the sources, main.c and the Makefile
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_larger_project_builds_with_make() {
+        let dir = std::env::temp_dir().join(format!("xtask-build-{}", std::process::id()));
+        generate_build_project(&dir).unwrap();
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            BUILD_FILES + 2 // the sources, main.c and the Makefile
+        );
+        let f0 = std::fs::read_to_string(dir.join("f0.c")).unwrap();
+        assert!(f0.contains("int f0(int x) {\n    return x + g_0(x) + g_1(x) + g_2(x);\n}"));
+        // One file and main.c compile without a warning (the whole build takes seconds).
+        for file in ["f0.c", "main.c"] {
+            let out = Command::new("cc")
+                .args(["-O2", "-Wall", "-Werror", "-c", file, "-o", "/dev/null"])
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

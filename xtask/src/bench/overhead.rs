@@ -269,7 +269,7 @@ fn ab(ctx: &Ctx, w: &Timed) -> Result<Pairs> {
         let ns = out.with_extension("nscount.json");
         let cost = out.with_extension("selfcost.json");
         let montrace = t.montrace_argv(&out, &[], &t.nscount_argv(&ns, &w.cmd));
-        let ran = tools::run(&t.selfcost_argv(&cost, false, &montrace))?;
+        let ran = tools::run(&t.selfcost_argv(&cost, false, None, &montrace))?;
         let kernel = tools::read_nscount(&ns)?;
         if record {
             pairs.traced.push(kernel.wall_s);

@@ -150,12 +150,23 @@ impl Tools {
         argv
     }
 
-    /// `selfcost [-n] OUT CMD...`: CMD's own CPU and peak memory, without its children.
-    /// `poll: false` (`-n`) only waits: no peak memory, and no cost while CMD runs.
-    pub fn selfcost_argv(&self, out: &Path, poll: bool, cmd: &[String]) -> Vec<String> {
+    /// `selfcost [-n] [-w START_MS,END_MS] OUT CMD...`: CMD's own CPU and peak memory, without
+    /// its children. `poll: false` (`-n`) only waits: no peak memory, and no cost while CMD runs.
+    /// `window`: also CMD's CPU in nanoseconds between two moments of its run (its steady state).
+    pub fn selfcost_argv(
+        &self,
+        out: &Path,
+        poll: bool,
+        window: Option<Window>,
+        cmd: &[String],
+    ) -> Vec<String> {
         let mut argv = vec![self.helper("selfcost")];
         if !poll {
             argv.push("-n".into());
+        }
+        if let Some(w) = window {
+            argv.push("-w".into());
+            argv.push(format!("{},{}", w.start_ms, w.end_ms));
         }
         argv.push(out.display().to_string());
         argv.extend(cmd.iter().cloned());
@@ -387,12 +398,49 @@ pub fn read_nscount(path: &Path) -> Result<NsCount> {
     })
 }
 
+/// A window of a run for `selfcost -w`, in milliseconds after the command's start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Window {
+    pub start_ms: u64,
+    pub end_ms: u64,
+}
+
 /// What `selfcost` wrote: montrace's own cost, without the command's tree.
 pub struct SelfCost {
+    /// The whole run's CPU (start-up and finish included), in clock ticks of 10 ms.
     pub cpu_s: f64,
     /// Peak resident memory (VmHWM, read every 10 ms while it ran); negative when not polled.
     pub peak_rss_bytes: f64,
     pub wall_s: f64,
+    /// With a window (`selfcost -w`): CPU (ns precision, every thread) and wall time between its
+    /// two readings; `None` without one, or when the command ended before its end.
+    pub window_cpu_s: Option<f64>,
+    pub window_wall_s: Option<f64>,
+    /// The command's threads at the window's start and end, `"2/2"`: a thread that ended
+    /// inside the window would take its CPU out of `window_cpu_s`.
+    pub window_threads: Option<String>,
+}
+
+impl SelfCost {
+    /// Share of one core over the whole run, start-up and finish included.
+    pub fn whole_share(&self) -> f64 {
+        self.cpu_s / self.wall_s
+    }
+
+    /// Share of one core inside the window (the steady state).
+    pub fn steady_share(&self) -> Option<f64> {
+        let (cpu, wall) = (self.window_cpu_s?, self.window_wall_s?);
+        (wall > 0.0).then(|| cpu / wall)
+    }
+
+    /// Whether the thread count changed inside the window (so the window's CPU may miss a
+    /// thread that ended).
+    pub fn threads_changed(&self) -> bool {
+        self.window_threads
+            .as_deref()
+            .and_then(|t| t.split_once('/'))
+            .is_some_and(|(a, b)| a != b)
+    }
 }
 
 pub fn read_selfcost(path: &Path) -> Result<SelfCost> {
@@ -401,6 +449,9 @@ pub fn read_selfcost(path: &Path) -> Result<SelfCost> {
         cpu_s: num(&v, "/cpu_ticks")? / num(&v, "/clk_tck")?,
         peak_rss_bytes: num(&v, "/vmhwm_kib")? * 1024.0,
         wall_s: num(&v, "/wall_ns")? / 1e9,
+        window_cpu_s: opt_num(&v, "/window_cpu_ns").map(|ns| ns / 1e9),
+        window_wall_s: opt_num(&v, "/window_wall_ns").map(|ns| ns / 1e9),
+        window_threads: v["window_threads"].as_str().map(String::from),
     })
 }
 
@@ -613,6 +664,42 @@ mod tests {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn selfcost_with_and_without_a_window() {
+        let dir = std::env::temp_dir().join(format!("xtask-selfcost-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("plain.json");
+        std::fs::write(
+            &plain,
+            r#"{"cpu_ticks": 35, "clk_tck": 100, "vmhwm_kib": 2, "wait_maxrss_kib": 3, "wall_ns": 10000000000}"#,
+        )
+        .unwrap();
+        let c = read_selfcost(&plain).unwrap();
+        assert_eq!(c.cpu_s, 0.35);
+        assert!((c.whole_share() - 0.035).abs() < 1e-12);
+        assert_eq!(c.steady_share(), None);
+        assert!(!c.threads_changed());
+        let windowed = dir.join("windowed.json");
+        std::fs::write(
+            &windowed,
+            r#"{"cpu_ticks": 35, "clk_tck": 100, "vmhwm_kib": 2, "wait_maxrss_kib": 3, "wall_ns": 10000000000,
+                "window_cpu_ns": 70000000, "window_wall_ns": 7000000000, "window_threads": "2/3"}"#,
+        )
+        .unwrap();
+        let c = read_selfcost(&windowed).unwrap();
+        assert!((c.steady_share().unwrap() - 0.01).abs() < 1e-12);
+        assert!(c.threads_changed());
+        let ended = dir.join("ended.json");
+        std::fs::write(
+            &ended,
+            r#"{"cpu_ticks": 1, "clk_tck": 100, "vmhwm_kib": 2, "wait_maxrss_kib": 3, "wall_ns": 1,
+                "window_cpu_ns": null, "window_wall_ns": null, "window_threads": null}"#,
+        )
+        .unwrap();
+        assert_eq!(read_selfcost(&ended).unwrap().steady_share(), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -78,8 +78,12 @@ pub struct Plan {
     /// Processes of a C storm.
     pub storm_n: usize,
     pub sampler_procs: usize,
-    /// How long the sampled processes live, s.
+    /// How long the sampled processes live, s (at least 4: see `window`).
     pub sampler_s: f64,
+    /// Process counts of the grid of section 4 (each at 1 Hz and 10 Hz, and under psrecord).
+    pub grid_procs: Vec<usize>,
+    /// Runs of each cell of the grid but the headline one (`sampler_procs` at 10 Hz: `reps`).
+    pub grid_reps: usize,
 }
 
 impl Plan {
@@ -96,10 +100,12 @@ impl Plan {
                 burn_ms: 250,
                 rss_mib: vec![10, 100, 300],
                 spike_mib: 300,
-                overhead_loop_n: 1000,
+                overhead_loop_n: 1500,
                 storm_n: 3000,
                 sampler_procs: 200,
-                sampler_s: 2.0,
+                sampler_s: 4.0,
+                grid_procs: vec![50, 200, 1000],
+                grid_reps: 1,
             }
         } else {
             Plan {
@@ -113,11 +119,24 @@ impl Plan {
                 burn_ms: 1000,
                 rss_mib: vec![10, 100, 300],
                 spike_mib: 300,
-                overhead_loop_n: 5000,
+                overhead_loop_n: 1500,
                 storm_n: 20000,
                 sampler_procs: 200,
-                sampler_s: 15.0,
+                sampler_s: 10.0,
+                grid_procs: vec![50, 200, 1000],
+                grid_reps: 3,
             }
+        }
+    }
+
+    /// The steady-state window of a sampling run (`selfcost -w`): from 2 s after montrace's
+    /// start (start-up done, and the shell loop has started even 1,000 `sleep`s, which takes
+    /// about 1 s) to 1 s before the `sleep`s end (finish not begun). A whole number of seconds
+    /// long, so that it holds the same number of 1 Hz sweeps wherever it falls.
+    pub fn window(&self) -> tools::Window {
+        tools::Window {
+            start_ms: 2000,
+            end_ms: (self.sampler_s.floor() as u64).saturating_sub(1).max(3) * 1000,
         }
     }
 }
@@ -456,5 +475,20 @@ mod tests {
         }
         assert!(Plan::new(true).loop_n < Plan::new(false).loop_n);
         assert_eq!(Plan::new(false).loop_n, 5000);
+    }
+
+    #[test]
+    fn the_grid_holds_the_headline_and_its_window_fits_the_run() {
+        for quick in [true, false] {
+            let p = Plan::new(quick);
+            assert!(p.grid_procs.contains(&p.sampler_procs));
+            assert!(p.grid_reps >= 1 && p.grid_reps <= p.reps);
+            let w = p.window();
+            assert_eq!(w.start_ms, 2000);
+            assert!(w.end_ms > w.start_ms);
+            assert!(w.end_ms as f64 <= (p.sampler_s - 1.0) * 1000.0);
+            assert_eq!((w.end_ms - w.start_ms) % 1000, 0);
+        }
+        assert_eq!(Plan::new(false).window().end_ms, 9000);
     }
 }

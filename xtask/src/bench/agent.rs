@@ -1,12 +1,13 @@
 //! Sections 4, 5 and 6: montrace's own cost (CPU per lifecycle event and per process-sample,
-//! share of a core while sampling 200 processes, peak RSS), its throughput (events per second
-//! without loss, Parquet rows per second) and its start-up time.
+//! share of a core while sampling 200 processes, in steady state and over the whole run, and the
+//! same at 50, 200 and 1,000 processes and 1 and 10 Hz next to psrecord, peak RSS), its
+//! throughput (events per second without loss, Parquet rows per second) and its start-up time.
 
 use super::report::{met_word, Figure, Section};
 use super::stats::{marginal, median, min_max, percent, ratio, sig, times};
 use super::tools::{
     self, duckdb_batch, lost_events, num, opt_num, read_json, read_selfcost, table_rows_sql,
-    SelfCost, TableRows,
+    SelfCost, TableRows, Window,
 };
 use super::Ctx;
 use anyhow::Result;
@@ -28,11 +29,11 @@ struct PeerRun {
     samples: f64,
 }
 
-fn psrecord_run(ctx: &Ctx, cmd: &[String]) -> Result<PeerRun> {
+fn psrecord_run(ctx: &Ctx, cmd: &[String], window: Option<Window>) -> Result<PeerRun> {
     let t = &ctx.tools;
     let (argv, out) = t.psrecord_argv("ps-sample", 0.1, cmd)?;
     let cost_file = out.with_extension("selfcost.json");
-    tools::run(&t.selfcost_argv(&cost_file, true, &argv))?;
+    tools::run(&t.selfcost_argv(&cost_file, true, window, &argv))?;
     Ok(PeerRun {
         cost: read_selfcost(&cost_file)?,
         samples: tools::read_psrecord(&out)?.samples,
@@ -75,12 +76,63 @@ impl Storm {
 
 const STORMS: [Storm; 2] = [Storm::Exec, Storm::Fork];
 
+/// The sampling rates of the grid.
+#[derive(Clone, Copy, PartialEq)]
+enum Rate {
+    OneHz,
+    TenHz,
+}
+
+impl Rate {
+    fn interval(self) -> &'static str {
+        match self {
+            Rate::OneHz => "1s",
+            Rate::TenHz => "100ms",
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            Rate::OneHz => "1 Hz",
+            Rate::TenHz => "10 Hz",
+        }
+    }
+    fn key(self) -> &'static str {
+        match self {
+            Rate::OneHz => "1hz",
+            Rate::TenHz => "10hz",
+        }
+    }
+}
+
+const RATES: [Rate; 2] = [Rate::OneHz, Rate::TenHz];
+
+/// The montrace runs of one cell of the grid: `procs` processes sampled at `rate` with full
+/// memory detail.
+struct Cell {
+    procs: usize,
+    rate: Rate,
+    runs: Vec<AgentRun>,
+}
+
+/// Every sampling run: section 4's at `sampler_procs` and 10 Hz (full, basic, one process,
+/// psrecord), and the other cells of the grid.
+struct Sampling {
+    full: Vec<AgentRun>,
+    basic: Vec<AgentRun>,
+    base: Vec<AgentRun>,
+    peer: Vec<PeerRun>,
+    cells: Vec<Cell>,
+    /// psrecord at the grid's other process counts.
+    peers: Vec<(usize, Vec<PeerRun>)>,
+}
+
 fn agent_run(
     ctx: &Ctx,
     tag: &str,
     options: &[&str],
     cmd: &[String],
     nscount: bool,
+    window: Option<Window>,
 ) -> Result<AgentRun> {
     let t = &ctx.tools;
     let out = t.fresh(tag);
@@ -91,7 +143,12 @@ fn agent_run(
     } else {
         cmd.to_vec()
     };
-    tools::run(&t.selfcost_argv(&cost_file, true, &t.montrace_argv(&out, options, &cmd)))?;
+    tools::run(&t.selfcost_argv(
+        &cost_file,
+        true,
+        window,
+        &t.montrace_argv(&out, options, &cmd),
+    ))?;
     Ok(AgentRun {
         cost: read_selfcost(&cost_file)?,
         run_json: read_json(&out.join("run.json"))?,
@@ -136,13 +193,19 @@ fn mib(bytes: f64) -> String {
 
 pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     let p = &ctx.plan;
-    let sleeps = format!(
-        "i=0; while [ $i -lt {n} ]; do sleep {d} & i=$((i+1)); done; wait",
-        n = p.sampler_procs,
-        d = p.sampler_s
-    );
-    let many = vec!["sh".to_string(), "-c".to_string(), sleeps];
+    let sleeps = |n: usize| {
+        vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            format!(
+                "i=0; while [ $i -lt {n} ]; do sleep {d} & i=$((i+1)); done; wait",
+                d = p.sampler_s
+            ),
+        ]
+    };
+    let many = sleeps(p.sampler_procs);
     let one = vec!["sleep".to_string(), p.sampler_s.to_string()];
+    let window = Some(p.window());
 
     let mut fixed = Vec::new();
     let mut finishing = Vec::new();
@@ -163,8 +226,9 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             &[],
             &["/bin/true".into()],
             false,
+            None,
         )?);
-        finishing.push(agent_run(ctx, "mt-finish", &[], &loop_2000, true)?);
+        finishing.push(agent_run(ctx, "mt-finish", &[], &loop_2000, true, None)?);
         for (i, storm) in STORMS.iter().enumerate() {
             let ns = ctx.tools.fresh("bare-storm").with_extension("nscount.json");
             tools::run(&ctx.tools.nscount_argv(&ns, &storm_cmd(ctx, *storm, 0.0)))?;
@@ -176,39 +240,97 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
                 &[],
                 &storm_cmd(ctx, *storm, 0.0),
                 true,
+                None,
             )?);
         }
     }
-    for rep in 0..p.reps {
-        ctx.progress(&format!(
-            "agent: sampling {} processes at 10 Hz for {} s (run {})",
-            p.sampler_procs,
-            p.sampler_s,
-            rep + 1
-        ));
-        let ten_hz = ["--interval", "100ms", "--memory-detail"];
-        full.push(agent_run(
-            ctx,
-            "mt-sample-full",
-            &[&ten_hz[..], &["full"]].concat(),
-            &many,
-            false,
-        )?);
-        basic.push(agent_run(
-            ctx,
-            "mt-sample-basic",
-            &[&ten_hz[..], &["basic"]].concat(),
-            &many,
-            false,
-        )?);
-        base.push(agent_run(
-            ctx,
-            "mt-sample-one",
-            &[&ten_hz[..], &["full"]].concat(),
-            &one,
-            false,
-        )?);
-        peer.push(psrecord_run(ctx, &many)?);
+    // The grid: every process count at 1 Hz and 10 Hz, and under psrecord. Its headline cell
+    // (`sampler_procs` at 10 Hz, full detail) is the `full` runs, and psrecord at
+    // `sampler_procs` is `peer`: `reps` runs each; the other cells `grid_reps`. One run of
+    // every cell per round, so that the cells are measured side by side.
+    let mut cells: Vec<Cell> = p
+        .grid_procs
+        .iter()
+        .flat_map(|&procs| {
+            RATES.iter().map(move |&rate| Cell {
+                procs,
+                rate,
+                runs: Vec::new(),
+            })
+        })
+        .filter(|c| !(c.procs == p.sampler_procs && c.rate == Rate::TenHz))
+        .collect();
+    let mut peers: Vec<(usize, Vec<PeerRun>)> = p
+        .grid_procs
+        .iter()
+        .filter(|&&n| n != p.sampler_procs)
+        .map(|&n| (n, Vec::new()))
+        .collect();
+    let ten_hz = ["--interval", "100ms", "--memory-detail"];
+    for rep in 0..p.reps.max(p.grid_reps) {
+        if rep < p.reps {
+            ctx.progress(&format!(
+                "agent: sampling {} processes at 10 Hz for {} s, and psrecord (run {})",
+                p.sampler_procs,
+                p.sampler_s,
+                rep + 1
+            ));
+            full.push(agent_run(
+                ctx,
+                "mt-sample-full",
+                &[&ten_hz[..], &["full"]].concat(),
+                &many,
+                false,
+                window,
+            )?);
+            basic.push(agent_run(
+                ctx,
+                "mt-sample-basic",
+                &[&ten_hz[..], &["basic"]].concat(),
+                &many,
+                false,
+                window,
+            )?);
+            base.push(agent_run(
+                ctx,
+                "mt-sample-one",
+                &[&ten_hz[..], &["full"]].concat(),
+                &one,
+                false,
+                window,
+            )?);
+            peer.push(psrecord_run(ctx, &many, window)?);
+        }
+        if rep < p.grid_reps {
+            for cell in cells.iter_mut() {
+                ctx.progress(&format!(
+                    "agent: grid, {} processes at {} (run {})",
+                    cell.procs,
+                    cell.rate.label(),
+                    rep + 1
+                ));
+                cell.runs.push(agent_run(
+                    ctx,
+                    &format!("mt-grid-{}-{}", cell.procs, cell.rate.key()),
+                    &[
+                        "--interval",
+                        cell.rate.interval(),
+                        "--memory-detail",
+                        "full",
+                    ],
+                    &sleeps(cell.procs),
+                    false,
+                    window,
+                )?);
+            }
+            for (n, runs) in peers.iter_mut() {
+                ctx.progress(&format!(
+                    "agent: grid, psrecord watching {n} processes (run {})",
+                    rep + 1
+                ));
+                runs.push(psrecord_run(ctx, &sleeps(*n), window)?);
+            }
+        }
     }
     {
         let mut all: Vec<&mut AgentRun> = Vec::new();
@@ -219,10 +341,22 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         all.extend(basic.iter_mut());
         all.extend(base.iter_mut());
         all.extend(fixed.iter_mut());
+        for cell in cells.iter_mut() {
+            all.extend(cell.runs.iter_mut());
+        }
         count_rows(&mut all)?;
     }
+    let sampling = Sampling {
+        full,
+        basic,
+        base,
+        peer,
+        cells,
+        peers,
+    };
     Ok(vec![
-        agent_section(ctx, &fixed, &traced, &full, &basic, &base, &peer),
+        agent_section(ctx, &fixed, &traced, &sampling),
+        grid_section(ctx, &sampling),
         throughput_section(ctx, &bare, &traced, &fixed),
         startup_section(ctx, &fixed, &finishing),
     ])
@@ -248,16 +382,45 @@ fn per_thousand(
     (median(&values), values)
 }
 
+/// The median share of a core in steady state of runs that had a window.
+fn steady(runs: &[AgentRun]) -> Option<f64> {
+    let v: Vec<f64> = runs.iter().filter_map(|r| r.cost.steady_share()).collect();
+    median(&v)
+}
+
+fn steady_runs(costs: impl Iterator<Item = f64>) -> Vec<f64> {
+    costs.filter(|v| v.is_finite()).collect()
+}
+
+/// How section 4 and the grid measure a share of a core (Markdown).
+fn share_method(ctx: &Ctx) -> String {
+    let w = ctx.plan.window();
+    format!(
+        "**Share of a core, steady state**: the monitor's CPU from {} s to {} s after its start \
+         (`selfcost -w`: the sum of `sum_exec_runtime`, in ns, of every thread in \
+         `/proc/PID/task/TID/schedstat`, read at both moments) over the wall time between the \
+         two readings: what it costs while it samples, without start-up and finish, whatever \
+         the run's length. **Share of a core, whole run**: its CPU over the whole run (clock \
+         ticks of 10 ms, from `/proc/PID/stat`), over the run's wall time: start-up and finish \
+         included, so the shorter the run, the larger it is.",
+        w.start_ms as f64 / 1e3,
+        w.end_ms as f64 / 1e3,
+    )
+}
+
 fn agent_section(
     ctx: &Ctx,
     fixed: &[AgentRun],
     storms: &[Vec<AgentRun>],
-    full: &[AgentRun],
-    basic: &[AgentRun],
-    base: &[AgentRun],
-    peer: &[PeerRun],
+    sampling: &Sampling,
 ) -> Section {
     let p = &ctx.plan;
+    let (full, basic, base, peer) = (
+        &sampling.full[..],
+        &sampling.basic[..],
+        &sampling.base[..],
+        &sampling.peer[..],
+    );
     let mut s = Section {
         id: "agent",
         title: "4. Agent cost: montrace's own CPU and memory".into(),
@@ -268,18 +431,24 @@ fn agent_section(
              follows its `VmHWM` every 10 ms while it runs. Per 1,000 events or samples is the \
              marginal cost: the run's CPU minus that of a run without the work (an empty run of \
              `/bin/true` for events; one `sleep` sampled the same way for samples), divided by \
-             the extra work, pair by pair, median of {} pairs. Share of a core: montrace's CPU \
-             over the whole run's wall time, start-up and finish included. Storms: {} \
+             the extra work, pair by pair, median of {} pairs. {} Storms (whole run only): {} \
              processes from 2 workers; sampling: {} `sleep {}` processes at `--interval 100ms`. \
              `--no-report` in every run. psrecord watched the same {} processes at \
-             `--interval 0.1`, its own CPU measured the same way (Python's start-up included).",
-            p.reps, p.storm_n, p.sampler_procs, p.sampler_s, p.sampler_procs
+             `--interval 0.1`, its own CPU measured the same way (Python's start-up included in \
+             its whole run).",
+            p.reps,
+            share_method(ctx),
+            p.storm_n,
+            p.sampler_procs,
+            p.sampler_s,
+            p.sampler_procs
         ),
         columns: vec![
             "run".into(),
             "montrace CPU (median)".into(),
             "run wall".into(),
-            "share of one core".into(),
+            "share of a core: steady state".into(),
+            "share of a core: whole run".into(),
             "work".into(),
             "CPU per 1,000".into(),
             "peak RSS".into(),
@@ -288,15 +457,17 @@ fn agent_section(
     };
     let cpu = |runs: &[AgentRun]| med(runs, |r| r.cost.cpu_s);
     let wall = |runs: &[AgentRun]| med(runs, |r| r.cost.wall_s);
-    let share = |runs: &[AgentRun]| med(runs, |r| r.cost.cpu_s / r.cost.wall_s);
+    let share = |runs: &[AgentRun]| med(runs, |r| r.cost.whole_share());
     let rss = |runs: &[AgentRun]| med(runs, |r| r.cost.peak_rss_bytes);
     let na = || "n/a".to_string();
-    // The empty run's share of a core says nothing (it is all start-up and finish).
+    // The empty run's share of a core says nothing (it is all start-up and finish); storms have
+    // no steady state to measure.
     let row = |label: String, runs: &[AgentRun], work: String, per: String, with_share: bool| {
         vec![
             label,
             cpu(runs).map_or(na(), secs),
             wall(runs).map_or(na(), secs),
+            steady(runs).map_or(String::new(), percent),
             if with_share {
                 share(runs).map_or(na(), percent)
             } else {
@@ -360,23 +531,42 @@ fn agent_section(
             )
             .runs(values),
         );
-        let sh = share(runs);
+        // The issue's target is judged in steady state: start-up and finish have their own
+        // (section 6).
+        let st = steady(runs);
         let f = Figure::new(
-            &format!("agent.core_share.{detail}"),
+            &format!("agent.core_share_steady.{detail}"),
             &format!(
-                "agent CPU, {} processes at 10 Hz, `--memory-detail {detail}`",
+                "agent CPU in steady state, {} processes at 10 Hz, `--memory-detail {detail}`",
                 p.sampler_procs
             ),
             "share of one core",
-            sh,
-            sh.map_or(na(), percent),
+            st,
+            st.map_or(na(), percent),
         )
-        .runs(runs.iter().map(|r| r.cost.cpu_s / r.cost.wall_s).collect());
+        .runs(steady_runs(
+            runs.iter().filter_map(|r| r.cost.steady_share()),
+        ));
         s.figures.push(if detail == "full" {
-            f.target("≤ 1 % of a core", sh.is_some_and(|v| v <= 0.01))
+            f.target("≤ 1 % of a core", st.is_some_and(|v| v <= 0.01))
         } else {
             f
         });
+        let sh = share(runs);
+        s.figures.push(
+            Figure::new(
+                &format!("agent.core_share.{detail}"),
+                &format!(
+                    "agent CPU over the whole run (start-up and finish included), {} processes \
+                     at 10 Hz for {} s, `--memory-detail {detail}`",
+                    p.sampler_procs, p.sampler_s
+                ),
+                "share of one core",
+                sh,
+                sh.map_or(na(), percent),
+            )
+            .runs(runs.iter().map(|r| r.cost.whole_share()).collect()),
+        );
     }
     s.rows.push(row(
         "1 process sampled (the baseline of the samples)".into(),
@@ -388,17 +578,34 @@ fn agent_section(
         "".into(),
         true,
     ));
+    let base_steady = steady(base);
+    s.figures.push(
+        Figure::new(
+            "agent.core_share_steady.one_process",
+            "agent CPU in steady state, 1 process at 10 Hz (the fixed cost of a sweep)",
+            "share of one core",
+            base_steady,
+            base_steady.map_or(na(), percent),
+        )
+        .runs(steady_runs(
+            base.iter().filter_map(|r| r.cost.steady_share()),
+        )),
+    );
     let peer_share = median(
         &peer
             .iter()
-            .map(|r| r.cost.cpu_s / r.cost.wall_s)
+            .map(|r| r.cost.whole_share())
             .collect::<Vec<_>>(),
     );
+    let peer_steady = median(&steady_runs(
+        peer.iter().filter_map(|r| r.cost.steady_share()),
+    ));
     let peer_samples = median(&peer.iter().map(|r| r.samples).collect::<Vec<_>>());
     s.rows.push(vec![
         format!("psrecord, the same {} processes at 0.1 s", p.sampler_procs),
         median(&peer.iter().map(|r| r.cost.cpu_s).collect::<Vec<_>>()).map_or(na(), secs),
         median(&peer.iter().map(|r| r.cost.wall_s).collect::<Vec<_>>()).map_or(na(), secs),
+        peer_steady.map_or(na(), percent),
         peer_share.map_or(na(), percent),
         peer_samples.map_or(na(), |v| format!("{v:.0} tree samples")),
         "".into(),
@@ -412,13 +619,31 @@ fn agent_section(
     ]);
     s.figures.push(
         Figure::new(
+            "agent.psrecord.core_share_steady",
+            &format!(
+                "psrecord's own CPU in steady state, {} processes at 10 Hz",
+                p.sampler_procs
+            ),
+            "share of one core",
+            peer_steady,
+            peer_steady.map_or(na(), percent),
+        )
+        .runs(steady_runs(
+            peer.iter().filter_map(|r| r.cost.steady_share()),
+        )),
+    );
+    s.figures.push(
+        Figure::new(
             "agent.psrecord.core_share",
-            &format!("psrecord's own CPU, {} processes at 10 Hz", p.sampler_procs),
+            &format!(
+                "psrecord's own CPU over the whole run, {} processes at 10 Hz",
+                p.sampler_procs
+            ),
             "share of one core",
             peer_share,
             peer_share.map_or(na(), percent),
         )
-        .runs(peer.iter().map(|r| r.cost.cpu_s / r.cost.wall_s).collect()),
+        .runs(peer.iter().map(|r| r.cost.whole_share()).collect()),
     );
     let all: Vec<f64> = fixed
         .iter()
@@ -426,12 +651,13 @@ fn agent_section(
         .chain(full)
         .chain(basic)
         .chain(base)
+        .chain(sampling.cells.iter().flat_map(|c| &c.runs))
         .map(|r| r.cost.peak_rss_bytes)
         .collect();
     let peak = min_max(&all).map(|(_, hi)| hi);
     s.figures.push(Figure::new(
         "agent.peak_rss",
-        "agent peak RSS (largest of all runs)",
+        "agent peak RSS (largest of all runs, the grid's included)",
         "bytes",
         peak,
         peak.map_or(na(), mib),
@@ -440,26 +666,49 @@ fn agent_section(
         .iter()
         .any(|f| f.target.as_ref().is_some_and(|t| !t.met))
     {
-        s.notes.push(AGENT_NOTE.into());
+        s.notes.push(agent_note(
+            base_steady.map_or(na(), percent),
+            p.sampler_procs,
+        ));
+    }
+    let changed = full
+        .iter()
+        .chain(basic)
+        .chain(base)
+        .filter(|r| r.cost.threads_changed())
+        .count()
+        + peer.iter().filter(|r| r.cost.threads_changed()).count();
+    if changed > 0 {
+        s.notes.push(format!(
+            "In {changed} run(s) the monitor's thread count changed inside the steady-state \
+             window: a thread that ended there took its CPU out of the window's sum, so those \
+             runs' steady-state shares may be low (every run is in bench/results.json)."
+        ));
     }
     s.notes.push(EVENTS_NOTE.into());
     s
 }
 
-const AGENT_NOTE: &str = "**What remains (sampling cost).** The target (the performance issue's) \
-is 1 % of a core for 200 processes at 10 Hz with full memory detail, start-up and finish \
-included. The run that samples a single process already costs most of that (the baseline row \
-above): montrace's start-up and finish, and a system sweep (`/proc/stat`, `meminfo`, `loadavg`, \
-pressure) every 100 ms. Each process-sample then costs the marginal figure of the table: the \
-sweeps read `stat` and `io`'s figures and the waiting times of the whole tree in one pass of \
-montrace's BPF task iterator (`iter/task`, in binary, `--samples-from auto`; its program looks \
-every task of the machine up in the tracked map and reads 15 fields of each tracked one), count \
-each process's descriptors with one `fstat` of its kept `/proc/PID/fd`, and re-read \
-`smaps_rollup` (USS/PSS, walking the page tables) when its RSS moved or every 2 s; `--memory-detail \
-basic` skips the last. Before the iterator, at revision 78c3d4c, two thirds of montrace's CPU \
-was the kernel formatting `/proc/PID/stat` and `io` as text. Reaching 1 % would take reading \
-descriptors and `smaps_rollup` less often than every sweep, which would change what the samples \
-mean, and a cheaper fixed cost.";
+fn agent_note(base_steady: String, procs: usize) -> String {
+    format!(
+        "**What remains (sampling cost).** The target (the performance issue's) is 1 % of a core \
+         for {procs} processes at 10 Hz with full memory detail, in steady state (start-up and \
+         finish have their own targets, section 6). Sampling a single process already costs \
+         {base_steady} of a core in steady state (the baseline row above): a sweep every 100 ms, \
+         of the system (`/proc/stat`, `meminfo`, `loadavg`, pressure) and of the tree. Each \
+         process-sample then costs the marginal figure of the table: the sweeps read `stat` and \
+         `io`'s figures and the waiting times of the whole tree in one pass of montrace's BPF \
+         task iterator (`iter/task`, in binary, `--samples-from auto`; its program looks every \
+         task of the machine up in the tracked map and reads 15 fields of each tracked one), \
+         count each process's descriptors with one `fstat` of its kept `/proc/PID/fd`, and \
+         re-read `smaps_rollup` (USS/PSS, walking the page tables) when its RSS moved or every \
+         2 s; `--memory-detail basic` skips the last. Before the iterator, at revision \
+         78c3d4c, two thirds of montrace's CPU was the kernel formatting `/proc/PID/stat` and \
+         `io` as text. Reaching 1 % would take reading descriptors and `smaps_rollup` less \
+         often than every sweep, which would change what the samples mean, and a cheaper \
+         fixed cost."
+    )
+}
 
 const EVENTS_NOTE: &str = "Per event: a `perf` profile of montrace during a fork + exec storm \
 (revision e97e5a9, ring-buffer wake-ups batched since abd7cb1, so `epoll_wait` is down to about \
@@ -467,6 +716,181 @@ const EVENTS_NOTE: &str = "Per event: a `perf` profile of montrace during a fork
 tracker), 16 % in page faults (buffers growing: montrace's peak RSS rises from about 43 MiB to \
 64 MiB during a 20,000-process storm), about 20 % in `malloc`/`free` and 8 % in the tracker's hash \
 maps.";
+
+/// Section 4's grid: montrace's share of a core at each process count and rate, in steady
+/// state and over the whole run, next to psrecord at 0.1 s watching the same processes.
+fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
+    let p = &ctx.plan;
+    let Sampling {
+        full,
+        peer,
+        cells,
+        peers,
+        ..
+    } = sampling;
+    let na = || "n/a".to_string();
+    let range =
+        |v: &[f64]| min_max(v).map_or(na(), |(lo, hi)| format!("{}–{}", percent(lo), percent(hi)));
+    let mut s = Section {
+        id: "agent_grid",
+        title: "4. Agent cost: share of a core by processes and rate, next to psrecord".into(),
+        method: format!(
+            "montrace (`--memory-detail full`, `--no-report`) sampling N `sleep {s}` processes \
+             started by a shell loop, at `--interval 1s` (1 Hz) and `--interval 100ms` (10 Hz), \
+             and psrecord (`--include-children --interval 0.1`) watching the same N processes, \
+             each under `selfcost`. {} Runs of each cell: {}, one run of every cell in turn; \
+             the {} processes at 10 Hz and psrecord at {} are the runs of the table above ({} \
+             runs each). psrecord sleeps 0.1 s after each sample, so it takes fewer than 10 samples a \
+             second, and the fewer the more processes it reads (the samples column).",
+            share_method(ctx),
+            p.grid_reps,
+            p.sampler_procs,
+            p.sampler_procs,
+            p.reps,
+            s = p.sampler_s,
+        ),
+        columns: vec![
+            "processes".into(),
+            "monitor".into(),
+            "share of a core: steady state (median)".into(),
+            "steady state, min–max".into(),
+            "share of a core: whole run (median)".into(),
+            "run wall (median)".into(),
+            "samples (median)".into(),
+            "peak RSS (median)".into(),
+            "runs".into(),
+        ],
+        ..Section::default()
+    };
+    for &procs in &p.grid_procs {
+        for rate in RATES {
+            let runs: &[AgentRun] = if procs == p.sampler_procs && rate == Rate::TenHz {
+                full
+            } else {
+                match cells.iter().find(|c| c.procs == procs && c.rate == rate) {
+                    Some(c) => &c.runs,
+                    None => continue,
+                }
+            };
+            let steady_values: Vec<f64> =
+                runs.iter().filter_map(|r| r.cost.steady_share()).collect();
+            let st = median(&steady_values);
+            let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
+            let whole = median(&whole_values);
+            s.rows.push(vec![
+                format!("{procs}"),
+                format!("montrace, {}", rate.label()),
+                st.map_or(na(), percent),
+                range(&steady_values),
+                whole.map_or(na(), percent),
+                med(runs, |r| r.cost.wall_s).map_or(na(), secs),
+                med(runs, |r| r.rows.procfs_samples)
+                    .map_or(na(), |v| format!("{v:.0} process-samples")),
+                med(runs, |r| r.cost.peak_rss_bytes).map_or(na(), mib),
+                runs.len().to_string(),
+            ]);
+            let key = format!("agent.grid.{procs}.{}", rate.key());
+            let what = format!(
+                "{procs} processes at {}, `--memory-detail full`",
+                rate.label()
+            );
+            s.figures.push(
+                Figure::new(
+                    &format!("{key}.steady"),
+                    &format!("agent CPU in steady state, {what}"),
+                    "share of one core",
+                    st,
+                    st.map_or(na(), percent),
+                )
+                .runs(steady_values),
+            );
+            s.figures.push(
+                Figure::new(
+                    &format!("{key}.whole"),
+                    &format!("agent CPU over the whole run, {what}"),
+                    "share of one core",
+                    whole,
+                    whole.map_or(na(), percent),
+                )
+                .runs(whole_values),
+            );
+        }
+        let runs: &[PeerRun] = if procs == p.sampler_procs {
+            peer
+        } else {
+            match peers.iter().find(|(n, _)| *n == procs) {
+                Some((_, runs)) => runs,
+                None => continue,
+            }
+        };
+        let steady_values: Vec<f64> = runs.iter().filter_map(|r| r.cost.steady_share()).collect();
+        let st = median(&steady_values);
+        let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
+        let whole = median(&whole_values);
+        let wall = median(&runs.iter().map(|r| r.cost.wall_s).collect::<Vec<_>>());
+        let samples = median(&runs.iter().map(|r| r.samples).collect::<Vec<_>>());
+        s.rows.push(vec![
+            format!("{procs}"),
+            "psrecord, 0.1 s".into(),
+            st.map_or(na(), percent),
+            range(&steady_values),
+            whole.map_or(na(), percent),
+            wall.map_or(na(), secs),
+            match (samples, wall) {
+                (Some(n), Some(w)) => format!("{n:.0} tree samples ({} a second)", sig(n / w, 2)),
+                _ => na(),
+            },
+            median(
+                &runs
+                    .iter()
+                    .map(|r| r.cost.peak_rss_bytes)
+                    .collect::<Vec<_>>(),
+            )
+            .map_or(na(), mib),
+            runs.len().to_string(),
+        ]);
+        let key = format!("agent.grid.{procs}.psrecord");
+        s.figures.push(
+            Figure::new(
+                &format!("{key}.steady"),
+                &format!("psrecord's own CPU in steady state, {procs} processes at 0.1 s"),
+                "share of one core",
+                st,
+                st.map_or(na(), percent),
+            )
+            .runs(steady_values),
+        );
+        s.figures.push(
+            Figure::new(
+                &format!("{key}.whole"),
+                &format!("psrecord's own CPU over the whole run, {procs} processes at 0.1 s"),
+                "share of one core",
+                whole,
+                whole.map_or(na(), percent),
+            )
+            .runs(whole_values),
+        );
+    }
+    let changed = cells
+        .iter()
+        .flat_map(|c| &c.runs)
+        .filter(|r| r.cost.threads_changed())
+        .count()
+        + peers
+            .iter()
+            .flat_map(|(_, runs)| runs)
+            .filter(|r| r.cost.threads_changed())
+            .count();
+    if changed > 0 {
+        s.notes.push(format!(
+            "In {changed} run(s) of the grid the monitor's thread count changed inside the \
+             steady-state window: a thread that ended there took its CPU out of the window's \
+             sum, so those runs' steady-state shares may be low (every run is in \
+             bench/results.json)."
+        ));
+    }
+    s
+}
 
 fn throughput_section(
     ctx: &Ctx,

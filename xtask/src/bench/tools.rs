@@ -15,14 +15,22 @@ pub const HELPERS: &[&str] = &[
     "nscount", "selfcost", "mem", "burn", "chain", "storm", "noop",
 ];
 
-/// Source files of the generated project that `make -j2` builds.
+/// Source files of the generated project that `make -j2` builds (completeness, accuracy, the
+/// gate and the fleet): about 0.6 s on this 2-core machine.
 pub const MAKE_FILES: usize = 50;
+
+/// Source files of the larger project whose build the overhead section times (the performance
+/// issue's "2 s build"), and the functions in each: about 2 s on this 2-core machine.
+pub const BUILD_FILES: usize = 80;
+pub const BUILD_FUNCTIONS: usize = 3;
 
 pub struct Tools {
     /// `target/bench`: helpers, the make project, run directories.
     pub work: PathBuf,
     pub montrace: PathBuf,
     pub make_dir: PathBuf,
+    /// The larger project of `BUILD_FILES` files (section 3's build).
+    pub build_dir: PathBuf,
     psrecord_script: PathBuf,
     runs: Cell<usize>,
 }
@@ -74,10 +82,13 @@ impl Tools {
         }
         let make_dir = work.join("make-project");
         generate_make_project(&make_dir)?;
+        let build_dir = work.join("build-project");
+        generate_build_project(&build_dir)?;
         Ok(Tools {
             work,
             montrace,
             make_dir,
+            build_dir,
             psrecord_script: util::workspace_root().join("bench/psrecord_run.py"),
             runs: Cell::new(0),
         })
@@ -85,16 +96,22 @@ impl Tools {
 
     /// The build of the generated C project: `make -s -j2 -C DIR`.
     pub fn make_build(&self) -> Vec<String> {
-        let dir = self.make_dir.display().to_string();
-        ["make", "-s", "-j2", "-C", &dir].map(String::from).to_vec()
+        make_build_in(&self.make_dir)
     }
 
     /// What runs before every build, so each one compiles every file: `make -s -C DIR clean`.
     pub fn make_clean(&self) -> Vec<String> {
-        let dir = self.make_dir.display().to_string();
-        ["make", "-s", "-C", &dir, "clean"]
-            .map(String::from)
-            .to_vec()
+        make_clean_in(&self.make_dir)
+    }
+
+    /// The build of the larger project (section 3): `make -s -j2 -C DIR`.
+    pub fn big_build(&self) -> Vec<String> {
+        make_build_in(&self.build_dir)
+    }
+
+    /// `make -s -C DIR clean` of the larger project.
+    pub fn big_clean(&self) -> Vec<String> {
+        make_clean_in(&self.build_dir)
     }
 
     /// The path of a compiled helper.
@@ -133,12 +150,23 @@ impl Tools {
         argv
     }
 
-    /// `selfcost [-n] OUT CMD...`: CMD's own CPU and peak memory, without its children.
-    /// `poll: false` (`-n`) only waits: no peak memory, and no cost while CMD runs.
-    pub fn selfcost_argv(&self, out: &Path, poll: bool, cmd: &[String]) -> Vec<String> {
+    /// `selfcost [-n] [-w START_MS,END_MS] OUT CMD...`: CMD's own CPU and peak memory, without
+    /// its children. `poll: false` (`-n`) only waits: no peak memory, and no cost while CMD runs.
+    /// `window`: also CMD's CPU in nanoseconds between two moments of its run (its steady state).
+    pub fn selfcost_argv(
+        &self,
+        out: &Path,
+        poll: bool,
+        window: Option<Window>,
+        cmd: &[String],
+    ) -> Vec<String> {
         let mut argv = vec![self.helper("selfcost")];
         if !poll {
             argv.push("-n".into());
+        }
+        if let Some(w) = window {
+            argv.push("-w".into());
+            argv.push(format!("{},{}", w.start_ms, w.end_ms));
         }
         argv.push(out.display().to_string());
         argv.extend(cmd.iter().cloned());
@@ -370,12 +398,49 @@ pub fn read_nscount(path: &Path) -> Result<NsCount> {
     })
 }
 
+/// A window of a run for `selfcost -w`, in milliseconds after the command's start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Window {
+    pub start_ms: u64,
+    pub end_ms: u64,
+}
+
 /// What `selfcost` wrote: montrace's own cost, without the command's tree.
 pub struct SelfCost {
+    /// The whole run's CPU (start-up and finish included), in clock ticks of 10 ms.
     pub cpu_s: f64,
     /// Peak resident memory (VmHWM, read every 10 ms while it ran); negative when not polled.
     pub peak_rss_bytes: f64,
     pub wall_s: f64,
+    /// With a window (`selfcost -w`): CPU (ns precision, every thread) and wall time between its
+    /// two readings; `None` without one, or when the command ended before its end.
+    pub window_cpu_s: Option<f64>,
+    pub window_wall_s: Option<f64>,
+    /// The command's threads at the window's start and end, `"2/2"`: a thread that ended
+    /// inside the window would take its CPU out of `window_cpu_s`.
+    pub window_threads: Option<String>,
+}
+
+impl SelfCost {
+    /// Share of one core over the whole run, start-up and finish included.
+    pub fn whole_share(&self) -> f64 {
+        self.cpu_s / self.wall_s
+    }
+
+    /// Share of one core inside the window (the steady state).
+    pub fn steady_share(&self) -> Option<f64> {
+        let (cpu, wall) = (self.window_cpu_s?, self.window_wall_s?);
+        (wall > 0.0).then(|| cpu / wall)
+    }
+
+    /// Whether the thread count changed inside the window (so the window's CPU may miss a
+    /// thread that ended).
+    pub fn threads_changed(&self) -> bool {
+        self.window_threads
+            .as_deref()
+            .and_then(|t| t.split_once('/'))
+            .is_some_and(|(a, b)| a != b)
+    }
 }
 
 pub fn read_selfcost(path: &Path) -> Result<SelfCost> {
@@ -384,6 +449,9 @@ pub fn read_selfcost(path: &Path) -> Result<SelfCost> {
         cpu_s: num(&v, "/cpu_ticks")? / num(&v, "/clk_tck")?,
         peak_rss_bytes: num(&v, "/vmhwm_kib")? * 1024.0,
         wall_s: num(&v, "/wall_ns")? / 1e9,
+        window_cpu_s: opt_num(&v, "/window_cpu_ns").map(|ns| ns / 1e9),
+        window_wall_s: opt_num(&v, "/window_wall_ns").map(|ns| ns / 1e9),
+        window_threads: v["window_threads"].as_str().map(String::from),
     })
 }
 
@@ -427,6 +495,31 @@ fn install_psrecord(verbose: bool) -> Result<()> {
     .context("pip install psrecord failed")
 }
 
+fn make_build_in(dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
+    ["make", "-s", "-j2", "-C", &dir].map(String::from).to_vec()
+}
+
+fn make_clean_in(dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
+    ["make", "-s", "-C", &dir, "clean"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// The Makefile of both generated projects: every `.c` compiled with `-O2`, then linked.
+const MAKEFILE: &str = "OBJS := $(patsubst %.c,%.o,$(sort $(wildcard *.c)))\n\
+                        prog: $(OBJS)\n\t$(CC) -o $@ $^\n\
+                        %.o: %.c\n\t$(CC) -O2 -c $< -o $@\n\
+                        clean:\n\trm -f *.o prog\n";
+
+/// `main.c` calling `f0` ... `f{files-1}`.
+fn main_c(files: usize) -> String {
+    let calls: String = (0..files).map(|i| format!("    s += f{i}(s);\n")).collect();
+    let decls: String = (0..files).map(|i| format!("int f{i}(int);\n")).collect();
+    format!("{decls}int main(void) {{\n    int s = 1;\n{calls}    return s < 0;\n}}\n")
+}
+
 /// A C project of `MAKE_FILES` small files and a `main.c`, with a Makefile whose `clean`
 /// target the benchmark runs before every build.
 fn generate_make_project(dir: &Path) -> Result<()> {
@@ -443,23 +536,53 @@ fn generate_make_project(dir: &Path) -> Result<()> {
         );
         std::fs::write(dir.join(format!("f{i}.c")), source)?;
     }
-    let calls: String = (0..MAKE_FILES)
-        .map(|i| format!("    s += f{i}(s);\n"))
-        .collect();
-    let decls: String = (0..MAKE_FILES)
-        .map(|i| format!("int f{i}(int);\n"))
-        .collect();
-    std::fs::write(
-        dir.join("main.c"),
-        format!("{decls}int main(void) {{\n    int s = 1;\n{calls}    return s < 0;\n}}\n"),
-    )?;
-    std::fs::write(
-        dir.join("Makefile"),
-        "OBJS := $(patsubst %.c,%.o,$(sort $(wildcard *.c)))\n\
-         prog: $(OBJS)\n\t$(CC) -o $@ $^\n\
-         %.o: %.c\n\t$(CC) -O2 -c $< -o $@\n\
-         clean:\n\trm -f *.o prog\n",
-    )?;
+    std::fs::write(dir.join("main.c"), main_c(MAKE_FILES))?;
+    std::fs::write(dir.join("Makefile"), MAKEFILE)?;
+    Ok(())
+}
+
+/// The larger project: `BUILD_FILES` files of `BUILD_FUNCTIONS` functions each (a table
+/// filled, sorted with `qsort` and folded through a `switch`: work for `-O2`'s optimiser) and a
+/// `main.c`, with the same Makefile.
+fn generate_build_project(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for i in 0..BUILD_FILES {
+        let mut source =
+            String::from("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n");
+        for j in 0..BUILD_FUNCTIONS {
+            let (a, b) = (i + 7, j + 3);
+            source.push_str(&format!(
+                "static int t_{j}[256];\n\
+                 static int cmp_{j}(const void *a, const void *b) {{\n\
+                 \x20   return *(const int *)a - *(const int *)b;\n}}\n\
+                 static int g_{j}(int x) {{\n\
+                 \x20   char buf[64] = \"\";\n\
+                 \x20   unsigned acc = 0;\n\
+                 \x20   for (int k = 0; k < 256; k++) t_{j}[k] = (k * {a} + x * {b}) % 251;\n\
+                 \x20   qsort(t_{j}, 256, sizeof(int), cmp_{j});\n\
+                 \x20   for (int k = 0; k < 256; k++) {{\n\
+                 \x20       switch ((t_{j}[k] + k) % 8) {{\n\
+                 \x20       case 0: acc += t_{j}[k] * 3; break;\n\
+                 \x20       case 1: acc ^= t_{j}[k] << 2; break;\n\
+                 \x20       case 2: acc -= t_{j}[(k * 7) % 256]; break;\n\
+                 \x20       case 3: acc += strlen(buf + (k % 8)); break;\n\
+                 \x20       case 4: acc = acc * 31 + k; break;\n\
+                 \x20       case 5: acc |= t_{j}[k] >> 1; break;\n\
+                 \x20       case 6: acc += snprintf(buf, sizeof buf, \"%u-%d\", acc, k); break;\n\
+                 \x20       default: acc += {j}; break;\n\
+                 \x20       }}\n\
+                 \x20   }}\n\
+                 \x20   return (int)(acc % 1000);\n}}\n"
+            ));
+        }
+        let calls: String = (0..BUILD_FUNCTIONS)
+            .map(|j| format!(" + g_{j}(x)"))
+            .collect();
+        source.push_str(&format!("int f{i}(int x) {{\n    return x{calls};\n}}\n"));
+        std::fs::write(dir.join(format!("f{i}.c")), source)?;
+    }
+    std::fs::write(dir.join("main.c"), main_c(BUILD_FILES))?;
+    std::fs::write(dir.join("Makefile"), MAKEFILE)?;
     Ok(())
 }
 
@@ -515,6 +638,68 @@ mod tests {
             std::fs::read_dir(&dir).unwrap().count(),
             MAKE_FILES + 2 // the sources, main.c and the Makefile
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_larger_project_builds_with_make() {
+        let dir = std::env::temp_dir().join(format!("xtask-build-{}", std::process::id()));
+        generate_build_project(&dir).unwrap();
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            BUILD_FILES + 2 // the sources, main.c and the Makefile
+        );
+        let f0 = std::fs::read_to_string(dir.join("f0.c")).unwrap();
+        assert!(f0.contains("int f0(int x) {\n    return x + g_0(x) + g_1(x) + g_2(x);\n}"));
+        // One file and main.c compile without a warning (the whole build takes seconds).
+        for file in ["f0.c", "main.c"] {
+            let out = Command::new("cc")
+                .args(["-O2", "-Wall", "-Werror", "-c", file, "-o", "/dev/null"])
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn selfcost_with_and_without_a_window() {
+        let dir = std::env::temp_dir().join(format!("xtask-selfcost-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("plain.json");
+        std::fs::write(
+            &plain,
+            r#"{"cpu_ticks": 35, "clk_tck": 100, "vmhwm_kib": 2, "wait_maxrss_kib": 3, "wall_ns": 10000000000}"#,
+        )
+        .unwrap();
+        let c = read_selfcost(&plain).unwrap();
+        assert_eq!(c.cpu_s, 0.35);
+        assert!((c.whole_share() - 0.035).abs() < 1e-12);
+        assert_eq!(c.steady_share(), None);
+        assert!(!c.threads_changed());
+        let windowed = dir.join("windowed.json");
+        std::fs::write(
+            &windowed,
+            r#"{"cpu_ticks": 35, "clk_tck": 100, "vmhwm_kib": 2, "wait_maxrss_kib": 3, "wall_ns": 10000000000,
+                "window_cpu_ns": 70000000, "window_wall_ns": 7000000000, "window_threads": "2/3"}"#,
+        )
+        .unwrap();
+        let c = read_selfcost(&windowed).unwrap();
+        assert!((c.steady_share().unwrap() - 0.01).abs() < 1e-12);
+        assert!(c.threads_changed());
+        let ended = dir.join("ended.json");
+        std::fs::write(
+            &ended,
+            r#"{"cpu_ticks": 1, "clk_tck": 100, "vmhwm_kib": 2, "wait_maxrss_kib": 3, "wall_ns": 1,
+                "window_cpu_ns": null, "window_wall_ns": null, "window_threads": null}"#,
+        )
+        .unwrap();
+        assert_eq!(read_selfcost(&ended).unwrap().steady_share(), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

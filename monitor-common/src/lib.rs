@@ -308,6 +308,8 @@ pub struct Offsets {
     pub files_fdt: u32,
     pub fdt_max_fds: u32,
     pub fdt_open_fds: u32,
+    /// `task_struct::flags` (`PF_*`): the task iterator skips kernel threads by it.
+    pub task_flags: u32,
 }
 
 #[cfg(feature = "user")]

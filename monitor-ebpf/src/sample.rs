@@ -2,7 +2,8 @@
 //! (`TaskSample`) to the iterator's file, which the agent reads instead of the text of
 //! `/proc/PID/stat` and `/proc/PID/io` for each process: the kernel formats no text, and one
 //! read returns the whole tree. The kernel calls the program for every task on the machine;
-//! those outside `TRACKED` are skipped.
+//! those outside `TRACKED` are skipped, kernel threads (never tracked) before the map lookup,
+//! which costs more than reading their flags (a machine has from tens to thousands of them).
 use aya_ebpf::{
     bindings::seq_file,
     helpers::{bpf_ktime_get_boot_ns, generated::bpf_seq_write},
@@ -27,6 +28,11 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     // the verifier knows the types of (the seq_file pointer must stay one for the helper).
     let (meta, task) = unsafe { ((*ctx).meta, (*ctx).task) };
     if task == 0 || !ready() {
+        return 0;
+    }
+    // include/linux/sched.h
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    if task::read::<u32>(task, off!(task_flags)) & PF_KTHREAD != 0 {
         return 0;
     }
     let tgid = task::tgid(task);

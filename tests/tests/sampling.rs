@@ -380,7 +380,9 @@ fn the_task_iterator_reads_what_proc_shows() {
         std::thread::sleep(std::time::Duration::from_millis(150));
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as u32;
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count() as u32;
         let at = tests::now_ns();
         seen = Some((pid, stat, io, fds, at));
     });

@@ -696,6 +696,7 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         files_fdt: member("files_struct", "fdt")?,
         fdt_max_fds: member("fdtable", "max_fds")?,
         fdt_open_fds: member("fdtable", "open_fds")?,
+        task_flags: task("flags")?,
     })
 }
 

@@ -54,7 +54,7 @@ fn handle(task: usize, group_dead: bool) {
         return;
     };
     let ioac = off!(task_ioac);
-    let (peak, current) = task::rss_pages(task);
+    let (peak, current) = task::rss_pages::<task::Probe>(task);
     let tid = task::pid(task);
     // SAFETY: this CPU's scratch slot; nothing else runs on this CPU while the program does.
     unsafe {

@@ -10,7 +10,11 @@ use aya_ebpf::{
 };
 use monitor_common::{wait_state, TaskSample, FDS_UNKNOWN};
 
-use crate::{off, ready, task, TRACKED, WAITS};
+use crate::{
+    off, ready,
+    task::{self, Direct, Reader as _},
+    TRACKED, WAITS,
+};
 
 /// `struct bpf_iter__task`: the iterator's context.
 #[repr(C)]
@@ -30,20 +34,23 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     if task == 0 || !ready() {
         return 0;
     }
+    // The task and every struct pointer read from it are typed (BTF) for the verifier: plain
+    // loads (`task::Direct`), not a helper call per field.
+    let get = |base: usize, offset: usize| -> u64 { Direct::get(base, offset) };
     // include/linux/sched.h
     const PF_KTHREAD: u32 = 0x0020_0000;
-    if task::read::<u32>(task, off!(task_flags)) & PF_KTHREAD != 0 {
+    if Direct::get::<u32>(task, off!(task_flags)) & PF_KTHREAD != 0 {
         return 0;
     }
-    let tgid = task::tgid(task);
+    let tgid = Direct::get::<i32>(task, off!(task_tgid)) as u32;
     // SAFETY: checked for presence only.
     if unsafe { TRACKED.get(&tgid) }.is_none() {
         return 0;
     }
     let ioac = off!(task_ioac);
-    let (peak, rss) = task::rss_pages(task);
-    let mm: usize = task::read(task, off!(task_mm));
-    let tid = task::pid(task);
+    let (peak, rss) = task::rss_pages::<Direct>(task);
+    let mm: usize = Direct::get(task, off!(task_mm));
+    let tid = Direct::get::<i32>(task, off!(task_pid)) as u32;
     // Its waiting times so far, the interval in progress up to now (as `waits::add` would).
     let mut waits = [0u64; 4];
     // SAFETY: copied out at once.
@@ -59,26 +66,26 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     let sample = TaskSample {
         tgid,
         tid,
-        start_ns: task::start_ns(task),
-        runtime_ns: task::read(task, off!(task_sum_exec_runtime)),
-        utime_ns: task::read(task, off!(task_utime)),
-        stime_ns: task::read(task, off!(task_stime)),
+        start_ns: get(task, off!(task_start_boottime)),
+        runtime_ns: get(task, off!(task_sum_exec_runtime)),
+        utime_ns: get(task, off!(task_utime)),
+        stime_ns: get(task, off!(task_stime)),
         rss_pages: rss,
         peak_rss_pages: peak,
-        vm_pages: task::read(mm, off!(mm_total_vm)),
-        min_flt: task::read(task, off!(task_min_flt)),
-        maj_flt: task::read(task, off!(task_maj_flt)),
-        read_bytes: task::read(task, ioac + off!(ioac_read_bytes)),
-        write_bytes: task::read(task, ioac + off!(ioac_write_bytes)),
-        rchar: task::read(task, ioac + off!(ioac_rchar)),
-        wchar: task::read(task, ioac + off!(ioac_wchar)),
+        vm_pages: get(mm, off!(mm_total_vm)),
+        min_flt: get(task, off!(task_min_flt)),
+        maj_flt: get(task, off!(task_maj_flt)),
+        read_bytes: get(task, ioac + off!(ioac_read_bytes)),
+        write_bytes: get(task, ioac + off!(ioac_write_bytes)),
+        rchar: get(task, ioac + off!(ioac_rchar)),
+        wchar: get(task, ioac + off!(ioac_wchar)),
         run_queue_ns: waits[wait_state::RUNNABLE as usize],
         blocked_ns: waits[wait_state::BLOCKED as usize],
         sleep_ns: waits[wait_state::SLEEPING as usize],
-        state: task::read(task, off!(task_state)),
+        state: Direct::get(task, off!(task_state)),
         // The descriptor table is the process's: counted once, on its leader's record.
         fds: if tid == tgid {
-            task::open_fds(task)
+            task::open_fds::<Direct>(task)
         } else {
             FDS_UNKNOWN
         },

@@ -223,6 +223,13 @@ fn interval(period: Duration) -> tokio::time::Interval {
     tick
 }
 
+/// [`interval`] whose first tick is one period from now.
+fn interval_after(period: Duration) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
 /// Follows the tree until the command has exited and every tracked process is gone (or the
 /// linger time after the command's exit has passed, or attach's `--duration`, or a signal to an
 /// attach), sampling and flushing on the way.
@@ -411,7 +418,9 @@ impl Ticks {
         Ticks {
             live: interval(Duration::from_millis(500)),
             sample: interval(opts.interval),
-            flush: interval(opts.flush_interval),
+            // Not at once, like the others: a flush at the start wrote parts of a row or two,
+            // which finishing a short run then had to read back and merge (finish).
+            flush: interval_after(opts.flush_interval),
             liveness: interval(Duration::from_millis(500)),
             drain: DrainPace::new(Instant::now()),
         }

@@ -295,6 +295,11 @@ pub async fn follow(
                     .context("waiter thread ended")?
                     .context("waiting for the command")?;
                 f.root_exited(status, Instant::now());
+                // Its exit event is in the ring buffer now, or about to be (it is sent at the
+                // thread's last context switch): take it in at once rather than at the next
+                // drain, which montrace's exit waits for.
+                take_in!();
+                ticks.drain.soon(Instant::now());
             }
             _ = ticks.sample.tick() => {
                 // Exits first, so a process that just ended is not sampled as gone.
@@ -401,6 +406,13 @@ impl DrainPace {
         }
     }
 
+    /// Drains in a millisecond, then twice as long each time nothing came, until records come:
+    /// the command has exited, and the end of the run waits for its last events.
+    fn soon(&mut self, now: Instant) {
+        self.every = Duration::from_millis(1);
+        self.at = now + self.every;
+    }
+
     /// After a drain at `now`, with `taken` records taken in so far.
     fn next(&mut self, taken: u64, now: Instant) {
         self.every = if taken != self.seen {
@@ -479,5 +491,12 @@ mod tests {
         assert_eq!(pace.every, Duration::from_millis(20));
         pace.next(9, t0);
         assert_eq!(pace.every, Duration::from_millis(40));
+        // The command exited: 1 ms, then 2, 4... until its exit event comes.
+        pace.soon(t0);
+        assert_eq!(pace.at, t0 + Duration::from_millis(1));
+        pace.next(9, t0);
+        assert_eq!(pace.every, Duration::from_millis(2));
+        pace.next(10, t0);
+        assert_eq!(pace.every, Duration::from_millis(20));
     }
 }

@@ -310,6 +310,10 @@ pub struct Offsets {
     pub fdt_open_fds: u32,
     /// `task_struct::flags` (`PF_*`): the task iterator skips kernel threads by it.
     pub task_flags: u32,
+    /// Not an offset, but set by the agent at load like them: the task iterator skips the tasks
+    /// that started before this (`CLOCK_BOOTTIME` ns) without looking them up in `TRACKED`, as
+    /// no process of a `run`'s tree is older than the run; 0 (`attach`) skips none.
+    pub tree_born_after_ns: u64,
 }
 
 #[cfg(feature = "user")]

@@ -2,8 +2,9 @@
 //! (`TaskSample`) to the iterator's file, which the agent reads instead of the text of
 //! `/proc/PID/stat` and `/proc/PID/io` for each process: the kernel formats no text, and one
 //! read returns the whole tree. The kernel calls the program for every task on the machine;
-//! those outside `TRACKED` are skipped, kernel threads (never tracked) before the map lookup,
-//! which costs more than reading their flags (a machine has from tens to thousands of them).
+//! those outside `TRACKED` are skipped, kernel threads (never tracked) and tasks older than the
+//! run (`tree_born_after_ns`) before the map lookup, which costs more than reading their flags
+//! and start time (a machine has from tens to thousands of them).
 use aya_ebpf::{
     bindings::seq_file,
     helpers::{bpf_ktime_get_boot_ns, generated::bpf_seq_write},
@@ -42,14 +43,21 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     if Direct::get::<u32>(task, off!(task_flags)) & PF_KTHREAD != 0 {
         return 0;
     }
+    let start_ns: u64 = Direct::get(task, off!(task_start_boottime));
+    if start_ns < off!(tree_born_after_ns) as u64 {
+        return 0;
+    }
     let tgid = Direct::get::<i32>(task, off!(task_tgid)) as u32;
     // SAFETY: checked for presence only.
     if unsafe { TRACKED.get(&tgid) }.is_none() {
         return 0;
     }
-    let ioac = off!(task_ioac);
-    let (peak, rss) = task::rss_pages::<Direct>(task);
+    // Every struct pointer at once, before any branch (see `task::Direct`).
     let mm: usize = Direct::get(task, off!(task_mm));
+    let files: usize = Direct::get(task, off!(task_files));
+    let fdt: usize = Direct::get(files, off!(files_fdt));
+    let ioac = off!(task_ioac);
+    let (peak, rss) = task::mm_rss_pages::<Direct>(mm);
     let tid = Direct::get::<i32>(task, off!(task_pid)) as u32;
     // Its waiting times so far, the interval in progress up to now (as `waits::add` would).
     let mut waits = [0u64; 4];
@@ -66,7 +74,7 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     let sample = TaskSample {
         tgid,
         tid,
-        start_ns: get(task, off!(task_start_boottime)),
+        start_ns,
         runtime_ns: get(task, off!(task_sum_exec_runtime)),
         utime_ns: get(task, off!(task_utime)),
         stime_ns: get(task, off!(task_stime)),
@@ -85,7 +93,7 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
         state: Direct::get(task, off!(task_state)),
         // The descriptor table is the process's: counted once, on its leader's record.
         fds: if tid == tgid {
-            task::open_fds::<Direct>(task)
+            task::open_fds::<Direct>(files, fdt)
         } else {
             FDS_UNKNOWN
         },

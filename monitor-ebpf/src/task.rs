@@ -38,16 +38,16 @@ impl Reader for Probe {
 
 /// A plain load from a pointer the verifier knows by its BTF type (the task iterator's task,
 /// and the struct pointers loaded from it): the kernel turns it into a guarded load, a fault
-/// reading 0, at a tenth of a helper call's cost. The offsets are the read-only `OFFSETS`, which
-/// the verifier reads as constants and checks against the struct's BTF.
+/// (a NULL base included) reading 0, at a tenth of a helper call's cost. The offsets are the
+/// read-only `OFFSETS`, which the verifier reads as constants and checks against the struct's
+/// BTF. No test of the base: every branch before a load of a struct pointer makes the verifier
+/// walk that load once more, and each walk of one looks the struct's name up among the kernel's
+/// types several times (`btf_nested_type_is_trusted`, a linear search of some 100,000 types).
 pub struct Direct;
 
 impl Reader for Direct {
     #[inline(always)]
     fn get<T: Default + Copy>(base: usize, offset: usize) -> T {
-        if base == 0 {
-            return T::default();
-        }
         // SAFETY: verified by the kernel as described above.
         unsafe { core::ptr::read_volatile((base + offset) as *const T) }
     }
@@ -82,6 +82,12 @@ pub fn rss_pages<R: Reader>(task: usize) -> (u64, u64) {
     if mm == 0 {
         return (0, 0);
     }
+    mm_rss_pages::<R>(mm)
+}
+
+/// [`rss_pages`] of the address space `mm` (0 reads as none where `R` reads NULL as 0).
+#[inline(always)]
+pub fn mm_rss_pages<R: Reader>(mm: usize) -> (u64, u64) {
     let hiwater: u64 = R::get(mm, off!(mm_hiwater_rss));
     let stride = off!(percpu_counter_size);
     let base = off!(mm_rss_stat) + off!(percpu_counter_count);
@@ -101,21 +107,22 @@ pub fn rss_pages<R: Reader>(task: usize) -> (u64, u64) {
     (peak, rss)
 }
 
-/// Words of `open_fds` read per helper call, and the most calls: tables of up to
-/// 64 * 4 * 64 = 16,384 descriptors are counted here, larger ones are left to /proc.
-const FD_WORDS_PER_READ: usize = 4;
-const FD_READS: usize = 64;
+/// The most words of `open_fds` counted: tables of up to 64 * 16 = 1,024 descriptors (the usual
+/// soft limit of open files, which bounds a table's size), larger ones are left to /proc. They
+/// are read with one helper call into a zeroed buffer on the stack (128 of its 512 bytes; the
+/// sample beside it takes most of the rest), then all 16 words are counted, with no branch per
+/// word: the verifier walks a loop once per turn at load time, on montrace's start-up.
+const FD_WORDS: usize = 16;
 
-/// The task's open descriptors as `/proc/PID/fd`'s size counts them (fs/proc/fd.c,
-/// `proc_readfd_count`): the bits set in the first `max_fds` bits of its table's `open_fds`; 0
-/// without a table (an exited task), [`FDS_UNKNOWN`] when it is larger than this counts.
+/// The open descriptors of the table `fdt` of the task's `files` (both read by the caller, with
+/// `R`), as `/proc/PID/fd`'s size counts them (fs/proc/fd.c, `proc_readfd_count`): the bits set
+/// in the first `max_fds` bits of the table's `open_fds`; 0 without `files` (an exited task),
+/// [`FDS_UNKNOWN`] without a table or when it is larger than this counts.
 #[inline(always)]
-pub fn open_fds<R: Reader>(task: usize) -> u32 {
-    let files: usize = R::get(task, off!(task_files));
+pub fn open_fds<R: Reader>(files: usize, fdt: usize) -> u32 {
     if files == 0 {
         return 0;
     }
-    let fdt: usize = R::get(files, off!(files_fdt));
     if fdt == 0 {
         return FDS_UNKNOWN;
     }
@@ -124,26 +131,27 @@ pub fn open_fds<R: Reader>(task: usize) -> u32 {
     // bitmap is read with the helper.
     let bitmap: usize = R::get(fdt, off!(fdt_open_fds));
     let words = (max_fds as usize).div_ceil(64);
-    if bitmap == 0 || words > FD_WORDS_PER_READ * FD_READS {
+    if bitmap == 0 || words > FD_WORDS {
+        return FDS_UNKNOWN;
+    }
+    // The words past the table's end belong to the next bitmap (close_on_exec): not read, so
+    // they stay 0.
+    let mut bits = [0u64; FD_WORDS];
+    // SAFETY: at most FD_WORDS words into a buffer of FD_WORDS; the helper validates `bitmap`.
+    let read = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            bits.as_mut_ptr() as *mut core::ffi::c_void,
+            (words * 8) as u32,
+            bitmap as *const core::ffi::c_void,
+        )
+    };
+    if read != 0 {
+        count(stat::READ_ERRORS);
         return FDS_UNKNOWN;
     }
     let mut count = 0u32;
-    let mut chunk = 0;
-    while chunk < FD_READS {
-        let first = chunk * FD_WORDS_PER_READ;
-        if first >= words {
-            break;
-        }
-        let bits: [u64; FD_WORDS_PER_READ] = read(bitmap, first * 8);
-        let mut i = 0;
-        while i < FD_WORDS_PER_READ {
-            // The words past the table's end belong to the next bitmap (close_on_exec).
-            if first + i < words {
-                count += bits[i].count_ones();
-            }
-            i += 1;
-        }
-        chunk += 1;
+    for word in bits {
+        count += word.count_ones();
     }
     count
 }

@@ -678,8 +678,9 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         bprm_filename: member("linux_binprm", "filename")?,
         task_state: task("__state")?,
         sock_family: member("sock", "__sk_common.skc_family")?,
-        // Set by `ebpf::Probes::load` from the ring buffer's size.
+        // Set by `ebpf::Probes::load` from the ring buffer's size and the run's start.
         wakeup_bytes: 0,
+        tree_born_after_ns: 0,
         signal_live: signal("live")?,
         task_children: task("children")?,
         task_sibling: task("sibling")?,

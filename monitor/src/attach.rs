@@ -151,15 +151,17 @@ fn bind_marks(args: &AttachArgs) -> Option<crate::follow::marks::MarkServer> {
 fn load_probes(
     args: &AttachArgs,
     offsets: Option<&crate::kernel::ebpf::KernelBtf>,
-) -> anyhow::Result<(
-    Option<Probes>,
-    Option<aya::maps::RingBuf<aya::maps::MapData>>,
-)> {
+) -> anyhow::Result<(Option<Probes>, Option<crate::kernel::ebpf::Events>)> {
     let loaded = match offsets {
         Some(offsets) => match Probes::load(
             offsets,
-            args.record.ring_buffer_size,
-            args.record.tracepoints,
+            &crate::kernel::ebpf::Load {
+                ring_buffer_bytes: args.record.ring_buffer_size,
+                tracepoints: args.record.tracepoints,
+                iter_later: false,
+                // The tree is older than montrace.
+                tree_born_after_ns: 0,
+            },
         ) {
             Ok(loaded) => {
                 if let (Some(note), crate::kernel::ebpf::TrackingMode::TpBtf) =
@@ -247,7 +249,13 @@ fn follow_attached(
         .enable_time()
         .build()
         .context("starting the event loop")?;
-    let (mut probes, mut ring) = load_probes(args, offsets)?;
+    let (mut probes, events) = load_probes(args, offsets)?;
+    if let Some(probes) = &mut probes {
+        probes.free_loader();
+    }
+    let mut ring = events
+        .map(crate::kernel::ebpf::Events::into_ring)
+        .transpose()?;
     let mut capture = crate::fleet::context::Capture::start(
         host::realtime_ns(),
         crate::store::userfs::owner().map(|o| (o.uid, o.gid)),
@@ -319,7 +327,7 @@ fn follow_attached(
     let marks = bind_marks(args);
     // Without eBPF the poller that found the tree goes on following it.
     let source = match ring {
-        Some(ring) => Source::Ebpf(ring),
+        Some(ring) => Source::Ebpf(crate::kernel::ebpf::Events::Mapped(ring)),
         None => Source::Polling(poller),
     };
     let outcome = runtime.block_on(crate::follow::follow(

@@ -149,15 +149,23 @@ pub fn gather() -> Facts {
     let ebpf = match (&offsets, root || host::can_load_ebpf()) {
         (Err(why), _) => Err(format!("cannot be loaded: no BTF ({why})")),
         (Ok(_), false) => Err("cannot be loaded: no privilege (see above)".into()),
-        (Ok(offsets), true) => Probes::load(offsets, 1 << 20, TracepointChoice::Auto)
-            .map(|(probes, _ring)| {
-                let mode = serde_json::to_value(probes.mode)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                (mode, probes.load_ms)
-            })
-            .map_err(|e| format!("{e:#}")),
+        (Ok(offsets), true) => Probes::load(
+            offsets,
+            &crate::kernel::ebpf::Load {
+                ring_buffer_bytes: 1 << 20,
+                tracepoints: TracepointChoice::Auto,
+                iter_later: false,
+                tree_born_after_ns: 0,
+            },
+        )
+        .map(|(probes, _ring)| {
+            let mode = serde_json::to_value(probes.mode)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            (mode, probes.load_ms)
+        })
+        .map_err(|e| format!("{e:#}")),
     };
     let cgroup = match RunCgroup::create(&format!("doctor-{}", std::process::id())) {
         Ok(cg) => {

@@ -418,7 +418,7 @@ fn record(
         });
         let loaded = offsets
             .get(args)
-            .and_then(|offsets| load_probes(args, offsets, last));
+            .and_then(|offsets| load_probes(args, offsets, last, started_boot_ns));
         let added = match adding {
             Some(thread) => thread.join().ok(),
             None => cgroup.as_ref().map(|cgroup| cgroup.add(root_pid)),
@@ -469,18 +469,22 @@ fn record(
             Err(err) => crate::say!("montrace: warning: no OTLP export: {err}"),
         }
     }
-    if args.record.samples_from == crate::cli::SamplesFrom::Auto {
-        recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
-    }
     recorder.set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         crate::say!("montrace: {err}");
     }
+    if let Some(probes) = &mut probes {
+        probes.free_loader();
+    }
+    // Loaded while the command started (see `load_probes`), for the sweeps.
+    if args.record.samples_from == crate::cli::SamplesFrom::Auto {
+        recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
+    }
 
     let signals = launch::signal_fd().context("creating the signal fd")?;
     let source = match ring {
-        Some(ring) => Source::Ebpf(ring),
+        Some(events) => Source::Ebpf(events),
         None => Source::Polling(Poller::new()),
     };
     let cfg = FollowConfig {
@@ -548,14 +552,13 @@ fn record(
 /// subreaper that polling needs. A capable user's capabilities go right after (before the last
 /// repetition, only the effective set).
 #[allow(clippy::type_complexity)]
+/// The programs loaded for a run that started at `started_boot_ns` (none of its tree is older).
 fn load_probes(
     args: &RunArgs,
     offsets: Option<&crate::kernel::ebpf::KernelBtf>,
     last: bool,
-) -> anyhow::Result<(
-    Option<Probes>,
-    Option<aya::maps::RingBuf<aya::maps::MapData>>,
-)> {
+    started_boot_ns: u64,
+) -> anyhow::Result<(Option<Probes>, Option<crate::kernel::ebpf::Events>)> {
     if privilege::capable_user() {
         // A repetition after the first: take up the capabilities kept for loading again.
         privilege::set_effective(true).context("raising capabilities to load eBPF")?;
@@ -563,8 +566,14 @@ fn load_probes(
     let loaded = match offsets {
         Some(offsets) => match Probes::load(
             offsets,
-            args.record.ring_buffer_size,
-            args.record.tracepoints,
+            &crate::kernel::ebpf::Load {
+                ring_buffer_bytes: args.record.ring_buffer_size,
+                tracepoints: args.record.tracepoints,
+                // The task iterator loads while the command starts, where montrace keeps its
+                // privilege (root) rather than dropping it before the command starts.
+                iter_later: !privilege::capable_user(),
+                tree_born_after_ns: started_boot_ns,
+            },
         ) {
             Ok(loaded) => {
                 if let (Some(note), crate::kernel::ebpf::TrackingMode::TpBtf) =

@@ -54,7 +54,7 @@ pub struct Outcome {
 
 /// Where lifecycle events come from.
 pub enum Source {
-    Ebpf(RingBuf<MapData>),
+    Ebpf(crate::kernel::ebpf::Events),
     Polling(Poller),
 }
 
@@ -89,7 +89,8 @@ impl Inputs {
         marks: Option<MarkServer>,
     ) -> anyhow::Result<Inputs> {
         let (ring, poller) = match source {
-            Source::Ebpf(ring) => {
+            Source::Ebpf(events) => {
+                let ring = events.into_ring()?;
                 // SAFETY: the ring buffer owns its map fd and keeps it open and unchanged until
                 // the AsyncFd drops it.
                 let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }

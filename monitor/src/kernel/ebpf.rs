@@ -3,6 +3,8 @@
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
+use std::sync::{Arc, Mutex, PoisonError};
+
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, TracePoint},
@@ -80,6 +82,33 @@ const NET_PROGRAMS: [(&str, &str); 2] = [
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
+/// The hash maps keyed by a pid or tid of a live task, and the most entries each may have. Each
+/// is made with no more than the kernel's `pid_max` (32,768 on most machines): no more tasks
+/// can live at once. The kernel initialises one bucket per entry when it makes a map, on the
+/// start-up's path (65,536 took about 0.7 ms a map here).
+const PID_MAPS: [(&str, u32); 3] = [
+    ("TRACKED", monitor_common::MAX_TRACKED),
+    ("WAITS", monitor_common::MAX_WAITING_THREADS),
+    ("NET", monitor_common::MAX_NET_THREADS),
+];
+
+/// The ring buffer of lifecycle events: its map as loaded, or mapped into montrace's memory
+/// ([`Events::into_ring`]). Mapping its pages takes about 0.9 ms for the default 8 MiB: `run`
+/// does it once the command runs (start-up); the kernel keeps what comes meanwhile.
+pub enum Events {
+    Loaded(aya::maps::Map),
+    Mapped(RingBuf<MapData>),
+}
+
+impl Events {
+    pub fn into_ring(self) -> anyhow::Result<RingBuf<MapData>> {
+        match self {
+            Events::Loaded(map) => RingBuf::try_from(map).context("mapping the ring buffer"),
+            Events::Mapped(ring) => Ok(ring),
+        }
+    }
+}
+
 /// montrace's eBPF object, built by `build.rs` (see `kernel::object` for what is changed in it
 /// before it is loaded).
 pub(crate) const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor"));
@@ -118,7 +147,7 @@ fn take_preloaded() -> Option<EbpfLoader<'static>> {
 pub struct KernelBtf {
     pub offsets: Offsets,
     /// None when aya cannot read the subset (then the BTF tracepoints read the kernel's BTF).
-    attach: Option<Btf>,
+    attach: Option<Arc<Btf>>,
 }
 
 impl KernelBtf {
@@ -133,7 +162,9 @@ impl KernelBtf {
             .collect();
         let typedefs: Vec<&str> = typedefs.iter().map(String::as_str).collect();
         let attach = btf.attach_subset(&typedefs, &[TASK_ITER_TARGET])?;
-        let attach = Btf::parse(&attach, aya::Endianness::default()).ok();
+        let attach = Btf::parse(&attach, aya::Endianness::default())
+            .ok()
+            .map(Arc::new);
         // aya probes the kernel's BPF features once, at its first load: here, beside its parse,
         // rather than in the load (start-up).
         let _ = aya::features();
@@ -143,10 +174,30 @@ impl KernelBtf {
 
 /// The kernel function the `iter/task` program attaches to.
 const TASK_ITER_TARGET: &str = "bpf_iter_task";
+/// The `iter/task` program's name in montrace's object.
+const TASK_ITER_PROGRAM: &str = "sample_tasks";
+
+/// How [`Probes::load`] loads.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    pub ring_buffer_bytes: u32,
+    pub tracepoints: TracepointChoice,
+    /// The task iterator, which only the sweeps need, is loaded on a thread of its own once the
+    /// others are attached, so that the command can start meanwhile (start-up: its verification
+    /// is 3 to 4 ms of CPU); [`Probes::take_task_iter`] waits for it. Not where montrace drops
+    /// its capabilities before the command starts: no thread of it may keep them then.
+    pub iter_later: bool,
+    /// `Offsets::tree_born_after_ns`: when the run started (boot ns), or 0 for a tree that is
+    /// older (`attach`).
+    pub tree_born_after_ns: u64,
+}
 
 pub struct Probes {
-    // Keeps the programs attached: dropping `Ebpf` detaches them.
-    _ebpf: Ebpf,
+    // Keeps the programs attached: dropping `Ebpf` detaches them. Shared with the thread that
+    // loads the task iterator while the command starts (see [`Probes::load`]).
+    _ebpf: Arc<Mutex<Ebpf>>,
+    /// aya's loader, until [`Probes::free_loader`].
+    loader: Option<EbpfLoader<'static>>,
     pub mode: TrackingMode,
     tracked: HashMap<MapData, u32, u64>,
     stats: PerCpuArray<MapData, u64>,
@@ -158,7 +209,21 @@ pub struct Probes {
     waits: Option<WaitsMap>,
     /// The task iterator the sweeps read the tree's figures from, until handed to the recorder;
     /// or why there is none (then the sweeps read /proc).
-    task_iter: Result<TaskIter, String>,
+    task_iter: IterLoad,
+}
+
+/// The task iterator of [`Probes`]: loaded, or being loaded on a thread of its own.
+enum IterLoad {
+    Done(Result<TaskIter, String>),
+    Loading(std::thread::JoinHandle<Result<TaskIter, String>>),
+}
+
+impl Drop for Probes {
+    /// A load still under way ends before the programs go: they are detached when the last
+    /// holder of `Ebpf` drops it, and that is this one.
+    fn drop(&mut self) {
+        drop(self.take_task_iter());
+    }
 }
 
 /// The `iter/task` program's link: each [`TaskIter::sweep`] opens one pass of it and reads every
@@ -271,20 +336,23 @@ impl WaitsMap {
 }
 
 impl Probes {
-    /// Loads the programs with the kernel's field offsets and attaches them.
-    pub fn load(
-        kernel: &KernelBtf,
-        ring_buffer_bytes: u32,
-        choice: TracepointChoice,
-    ) -> anyhow::Result<(Probes, RingBuf<MapData>)> {
+    /// Loads the programs with the kernel's field offsets and attaches them (see [`Load`]).
+    pub fn load(kernel: &KernelBtf, how: &Load) -> anyhow::Result<(Probes, Events)> {
         let started = std::time::Instant::now();
+        let Load {
+            ring_buffer_bytes,
+            tracepoints: choice,
+            iter_later,
+            tree_born_after_ns,
+        } = *how;
         // Leaked (a few hundred bytes a load) so that the loader that borrows them can be freed
         // on a thread of its own.
         let offsets: &'static Offsets = Box::leak(Box::new(Offsets {
             wakeup_bytes: ring_buffer_bytes / 4,
+            tree_born_after_ns,
             ..kernel.offsets
         }));
-        let mut loader = take_preloaded().unwrap_or_default();
+        // Prepared before waiting for the loader, whose parse is the longest step (start-up).
         let object =
             if crate::kernel::object::allows_unpreallocated_maps(&crate::sampling::host::uname().1)
             {
@@ -296,31 +364,28 @@ impl Probes {
             } else {
                 None
             };
-        let loaded = loader
+        let tasks = crate::sampling::host::pid_max().unwrap_or(u32::MAX);
+        let mut loader = take_preloaded().unwrap_or_default();
+        loader
             .override_global("OFFSETS", offsets, true)
-            .map_max_entries("EVENTS", ring_buffer_bytes)
-            .load(object.as_ref().map_or(OBJECT, |o| o.bytes()));
-        // Its copy of the kernel's BTF takes milliseconds to free: not before the command runs.
-        dispose(loader);
+            .map_max_entries("EVENTS", ring_buffer_bytes);
+        for (map, most) in PID_MAPS {
+            loader.map_max_entries(map, most.min(tasks).max(1));
+        }
+        let loaded = loader.load(object.as_ref().map_or(OBJECT, |o| o.bytes()));
         let mut ebpf = loaded.context("loading montrace's eBPF programs into the kernel failed")?;
 
-        let read_here: Option<Btf>;
         let btf = match (&kernel.attach, choice) {
             (_, TracepointChoice::Classic) => None,
-            (Some(btf), _) => Some(btf),
-            (None, TracepointChoice::Btf) => {
-                read_here =
-                    Some(Btf::from_sys_fs().context("reading kernel BTF for tp_btf programs")?);
-                read_here.as_ref()
-            }
-            (None, TracepointChoice::Auto) => {
-                read_here = Btf::from_sys_fs().ok();
-                read_here.as_ref()
-            }
+            (Some(btf), _) => Some(Arc::clone(btf)),
+            (None, TracepointChoice::Btf) => Some(Arc::new(
+                Btf::from_sys_fs().context("reading kernel BTF for tp_btf programs")?,
+            )),
+            (None, TracepointChoice::Auto) => Btf::from_sys_fs().ok().map(Arc::new),
         };
-        let (mode, net_note, task_iter) = match btf {
+        let (mode, net_note, task_iter) = match &btf {
             Some(btf) => {
-                let loaded = load_btf_programs(&mut ebpf, btf)?;
+                let loaded = load_btf_programs(&mut ebpf, btf, !iter_later)?;
                 match (loaded.core, choice) {
                     (Ok(()), _) => (TrackingMode::TpBtf, loaded.net.err(), loaded.task_iter),
                     (Err(err), TracepointChoice::Btf) => return Err(err),
@@ -346,7 +411,7 @@ impl Probes {
                 )
             }
         };
-        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
+        let events = Events::Loaded(ebpf.take_map("EVENTS").context("no EVENTS map")?);
         let tracked = HashMap::try_from(ebpf.take_map("TRACKED").context("no TRACKED map")?)?;
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("no STATS map")?)?;
         let waits = match mode {
@@ -355,8 +420,16 @@ impl Probes {
             )?)),
             _ => None,
         };
+        let ebpf = Arc::new(Mutex::new(ebpf));
+        let task_iter = match (task_iter, btf) {
+            (Ok(TaskIterJob::Later), Some(btf)) => load_task_iter_later(&ebpf, btf),
+            (Ok(TaskIterJob::Loaded(iter)), _) => IterLoad::Done(Ok(iter)),
+            (Ok(TaskIterJob::Later), None) => IterLoad::Done(Err("no kernel BTF".into())),
+            (Err(why), _) => IterLoad::Done(Err(why)),
+        };
         let probes = Probes {
             _ebpf: ebpf,
+            loader: Some(loader),
             mode,
             tracked,
             stats,
@@ -365,7 +438,15 @@ impl Probes {
             waits,
             task_iter,
         };
-        Ok((probes, ring))
+        Ok((probes, events))
+    }
+
+    /// Frees aya's loader (its copy of the kernel's BTF takes milliseconds to free) on a thread
+    /// of its own: once the command runs, not while the programs load (start-up).
+    pub fn free_loader(&mut self) {
+        if let Some(loader) = self.loader.take() {
+            dispose(loader);
+        }
     }
 
     /// The live threads' waiting times, for the recorder's sweeps (once; None without the BTF
@@ -374,9 +455,18 @@ impl Probes {
         self.waits.take()
     }
 
-    /// The task iterator for the recorder's sweeps (once), or why there is none.
+    /// The task iterator for the recorder's sweeps (once; it waits for a load under way), or why
+    /// there is none.
     pub fn take_task_iter(&mut self) -> Result<TaskIter, String> {
-        std::mem::replace(&mut self.task_iter, Err("already taken".into()))
+        match std::mem::replace(
+            &mut self.task_iter,
+            IterLoad::Done(Err("already taken".into())),
+        ) {
+            IterLoad::Done(iter) => iter,
+            IterLoad::Loading(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err("the thread loading the task iterator failed".into())),
+        }
     }
 
     /// Starts following `pid`: its forks, execs and exit from now on.
@@ -414,7 +504,49 @@ fn dispose<T: Send + 'static>(value: T) {
 struct BtfLoaded {
     core: anyhow::Result<()>,
     net: Result<(), String>,
-    task_iter: Result<TaskIter, String>,
+    task_iter: Result<TaskIterJob, String>,
+}
+
+/// The task iterator after [`load_btf_programs`]: loaded, or left for [`load_task_iter_later`].
+enum TaskIterJob {
+    Loaded(TaskIter),
+    Later,
+}
+
+/// Loads and links the `iter/task` program of `ebpf`, which `load_btf_programs` left out.
+fn load_task_iter(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<TaskIter> {
+    let program: &mut aya::programs::Iter = ebpf
+        .program_mut(TASK_ITER_PROGRAM)
+        .with_context(|| format!("no program {TASK_ITER_PROGRAM}"))?
+        .try_into()?;
+    load_iter(program, btf)
+}
+
+/// Loads the `iter/task` program on its BTF target and creates its link.
+fn load_iter(program: &mut aya::programs::Iter, btf: &Btf) -> anyhow::Result<TaskIter> {
+    program
+        .load(TASK_ITER_TARGET.trim_start_matches("bpf_iter_"), btf)
+        .context("loading iter/task")?;
+    TaskIter::link(program)
+}
+
+/// [`load_task_iter`] on a thread of its own, which holds `ebpf` meanwhile (a panic there
+/// leaves it in the poisoned mutex, not dropped); on this one where no thread can be had.
+fn load_task_iter_later(ebpf: &Arc<Mutex<Ebpf>>, btf: Arc<Btf>) -> IterLoad {
+    let (shared, target) = (Arc::clone(ebpf), Arc::clone(&btf));
+    let thread = std::thread::Builder::new()
+        .name("iter-load".into())
+        .spawn(move || {
+            let mut ebpf = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            load_task_iter(&mut ebpf, &target).map_err(|e| format!("{e:#}"))
+        });
+    match thread {
+        Ok(thread) => IterLoad::Loading(thread),
+        Err(_) => {
+            let mut ebpf = ebpf.lock().unwrap_or_else(PoisonError::into_inner);
+            IterLoad::Done(load_task_iter(&mut ebpf, &btf).map_err(|e| format!("{e:#}")))
+        }
+    }
 }
 
 /// One program to load (and attach) on its BTF target.
@@ -455,28 +587,24 @@ impl Job<'_> {
                     });
                 Done::Tracepoint { core, result }
             }
-            Job::TaskIter(program) => Done::TaskIter(
-                program
-                    .load(TASK_ITER_TARGET.trim_start_matches("bpf_iter_"), btf)
-                    .context("loading iter/task")
-                    .and_then(|()| TaskIter::link(program)),
-            ),
+            Job::TaskIter(program) => Done::TaskIter(load_iter(program, btf)),
         }
     }
 }
 
-/// Loads and attaches every `<short>_btf` program and the `iter/task` one, on two threads that
-/// take the next program as they finish one, the largest first: the kernel's verifier, most of
-/// a load, checks one program at a time per caller (start-up). The other thread shares this
-/// one's credentials as they are now (a capable user's raised capabilities included) and is
-/// gone when this returns.
-fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<BtfLoaded> {
-    // Largest first (instructions, as built): the exit program alone is a fifth of the work.
+/// Loads and attaches every `<short>_btf` program, and the `iter/task` one with `iter_now` (else
+/// it is left for [`load_task_iter_later`]), on two threads that take the next program as they
+/// finish one, the longest to verify first: the kernel's verifier, most of a load, checks one
+/// program at a time per caller (start-up). The other thread shares this one's credentials as
+/// they are now (a capable user's raised capabilities included) and is gone when this returns.
+fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf, iter_now: bool) -> anyhow::Result<BtfLoaded> {
+    // Longest first (BPF_PROG_LOAD under strace here: the task iterator 3.5 ms, the exit
+    // program 2.5 ms, the others 0.5 to 1 ms each).
     const ORDER: [&str; 9] = [
+        TASK_ITER_PROGRAM,
         "exit",
         "exec",
         "switch",
-        "sample_tasks",
         "fork",
         "send_length",
         "recv_length",
@@ -499,8 +627,10 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<BtfLoaded> {
                 .position(|o| *o == short)
                 .unwrap_or(ORDER.len())
         };
-        if name == "sample_tasks" {
-            jobs.push((rank(name), Job::TaskIter(program.try_into()?)));
+        if name == TASK_ITER_PROGRAM {
+            if iter_now {
+                jobs.push((rank(name), Job::TaskIter(program.try_into()?)));
+            }
         } else if let Some((short, tracepoint, core)) = targets
             .iter()
             .find(|(short, _, _)| name.strip_suffix("_btf") == Some(short))
@@ -557,7 +687,11 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<BtfLoaded> {
     let mut loaded = BtfLoaded {
         core: Ok(()),
         net: Ok(()),
-        task_iter: Err("no program sample_tasks".into()),
+        task_iter: if iter_now {
+            Err("no program sample_tasks".into())
+        } else {
+            Ok(TaskIterJob::Later)
+        },
     };
     for outcome in done.drain(..) {
         match outcome {
@@ -576,7 +710,11 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf) -> anyhow::Result<BtfLoaded> {
                     ));
                 }
             }
-            Done::TaskIter(result) => loaded.task_iter = result.map_err(|e| format!("{e:#}")),
+            Done::TaskIter(result) => {
+                loaded.task_iter = result
+                    .map(TaskIterJob::Loaded)
+                    .map_err(|e| format!("{e:#}"));
+            }
         }
     }
     let net_found = NET_PROGRAMS

@@ -43,6 +43,14 @@ pub fn page_size() -> u64 {
     }
 }
 
+/// The kernel's `pid_max` (`/proc/sys/kernel/pid_max`): no more tasks can live at once than
+/// there are pid numbers below it. None when it cannot be read.
+pub fn pid_max() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+}
+
 /// RLIMIT_NOFILE as montrace found it, when [`raise_open_files_limit`] changed it.
 static ORIGINAL_OPEN_FILES_LIMIT: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
 

@@ -55,7 +55,8 @@ pub const MAX_WAITING_THREADS: u32 = 65_536;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskWaits {
-    /// When the current interval began (boot-clock ns); 0 while on a CPU.
+    /// When the current interval began (boot-clock ns): the switch-out or wake-up, or, on a CPU
+    /// (`RUNNING`), the switch-in.
     pub since_ns: u64,
     /// One of [`wait_state`].
     pub state: u32,
@@ -66,6 +67,10 @@ pub struct TaskWaits {
     /// delay), blocked uninterruptibly (the D state, mostly I/O), sleeping (a timer, a pipe, a
     /// lock, a child...). An array indexed by a masked state keeps the verifier's bounds simple.
     pub total_ns: [u64; 4],
+    /// `sum_exec_runtime` at the last switch-in. The kernel adds the slice in progress to it
+    /// only at the next tick or switch (every 4 ms at HZ=250): the task iterator reads a thread
+    /// on a CPU as this plus the time since `since_ns`, as `/proc/PID/schedstat` does.
+    pub runtime_ns: u64,
 }
 
 /// One live thread of the tree at a sweep, written by the `iter/task` program (`sample`) in

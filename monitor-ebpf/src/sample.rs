@@ -61,21 +61,27 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     let tid = Direct::get::<i32>(task, off!(task_pid)) as u32;
     // Its waiting times so far, the interval in progress up to now (as `waits::add` would).
     let mut waits = [0u64; 4];
+    let mut runtime_ns: u64 = get(task, off!(task_sum_exec_runtime));
     // SAFETY: copied out at once.
     if let Some(w) = unsafe { WAITS.get(&tid) } {
         waits = w.total_ns;
         // SAFETY: plain helper call.
         let now = unsafe { bpf_ktime_get_boot_ns() };
         let state = (w.state & 3) as usize;
-        if w.since_ns != 0 && now > w.since_ns && state != wait_state::RUNNING as usize {
-            waits[state] += now - w.since_ns;
+        if w.since_ns != 0 && now > w.since_ns {
+            if state != wait_state::RUNNING as usize {
+                waits[state] += now - w.since_ns;
+            } else if w.runtime_ns + (now - w.since_ns) > runtime_ns {
+                // On a CPU: the slice in progress is not in sum_exec_runtime yet.
+                runtime_ns = w.runtime_ns + (now - w.since_ns);
+            }
         }
     }
     let sample = TaskSample {
         tgid,
         tid,
         start_ns,
-        runtime_ns: get(task, off!(task_sum_exec_runtime)),
+        runtime_ns,
         utime_ns: get(task, off!(task_utime)),
         stime_ns: get(task, off!(task_stime)),
         rss_pages: rss,

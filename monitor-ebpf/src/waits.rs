@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use monitor_common::{wait_state, TaskWaits, TASK_NOLOAD, TASK_UNINTERRUPTIBLE};
 
-use crate::{ready, task, TRACKED, WAITS};
+use crate::{off, ready, task, TRACKED, WAITS};
 
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn wakeup_btf(ctx: BtfTracePointContext) -> i32 {
@@ -100,7 +100,8 @@ pub fn switched_in(next: usize, now: u64) {
         unsafe {
             add(&mut *w, now);
             (*w).state = wait_state::RUNNING;
-            (*w).since_ns = 0;
+            (*w).since_ns = now;
+            (*w).runtime_ns = task::read(next, off!(task_sum_exec_runtime));
         }
     }
 }

@@ -503,13 +503,14 @@ mod tests {
             state,
             tgid,
             total_ns,
+            runtime_ns: 0,
         };
         let threads = [
             // Process 10: one thread runnable since 900 (100 ns so far), one asleep since 500.
             thread(10, wait_state::RUNNABLE, 900, [0, 5, 7, 11]),
             thread(10, wait_state::SLEEPING, 500, [0, 1, 0, 2]),
-            // Process 20: on a CPU (nothing in progress), and one blocked since 990.
-            thread(20, wait_state::RUNNING, 0, [0, 3, 0, 0]),
+            // Process 20: on a CPU since 950 (no wait in progress), and one blocked since 990.
+            thread(20, wait_state::RUNNING, 950, [0, 3, 0, 0]),
             thread(20, wait_state::BLOCKED, 990, [0, 0, 4, 0]),
             // A stamp after `now` (read racing the kernel) adds nothing.
             thread(30, wait_state::SLEEPING, 2000, [0, 0, 0, 9]),

@@ -1,10 +1,11 @@
 //! The edge to the kernel: loads montrace's eBPF programs, attaches them, and hands out the ring
 //! buffer and the tracked-process map. Decoding what comes out of the ring is in `decode`.
-use std::path::Path;
+use std::{
+    path::Path,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use anyhow::{bail, Context as _};
-use std::sync::{Arc, Mutex, PoisonError};
-
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, TracePoint},
@@ -383,9 +384,9 @@ impl Probes {
             )),
             (None, TracepointChoice::Auto) => Btf::from_sys_fs().ok().map(Arc::new),
         };
-        let (mode, net_note, task_iter) = match &btf {
+        let (mode, net_note, task_iter) = match btf {
             Some(btf) => {
-                let loaded = load_btf_programs(&mut ebpf, btf, !iter_later)?;
+                let loaded = load_btf_programs(&mut ebpf, &btf, !iter_later)?;
                 match (loaded.core, choice) {
                     (Ok(()), _) => (TrackingMode::TpBtf, loaded.net.err(), loaded.task_iter),
                     (Err(err), TracepointChoice::Btf) => return Err(err),
@@ -421,11 +422,10 @@ impl Probes {
             _ => None,
         };
         let ebpf = Arc::new(Mutex::new(ebpf));
-        let task_iter = match (task_iter, btf) {
-            (Ok(TaskIterJob::Later), Some(btf)) => load_task_iter_later(&ebpf, btf),
-            (Ok(TaskIterJob::Loaded(iter)), _) => IterLoad::Done(Ok(iter)),
-            (Ok(TaskIterJob::Later), None) => IterLoad::Done(Err("no kernel BTF".into())),
-            (Err(why), _) => IterLoad::Done(Err(why)),
+        let task_iter = match task_iter {
+            Ok(TaskIterJob::Later(btf)) => load_task_iter_later(&ebpf, btf),
+            Ok(TaskIterJob::Loaded(iter)) => IterLoad::Done(Ok(iter)),
+            Err(why) => IterLoad::Done(Err(why)),
         };
         let probes = Probes {
             _ebpf: ebpf,
@@ -507,10 +507,11 @@ struct BtfLoaded {
     task_iter: Result<TaskIterJob, String>,
 }
 
-/// The task iterator after [`load_btf_programs`]: loaded, or left for [`load_task_iter_later`].
+/// The task iterator after [`load_btf_programs`]: loaded, or left for [`load_task_iter_later`]
+/// with the BTF to load it with.
 enum TaskIterJob {
     Loaded(TaskIter),
-    Later,
+    Later(Arc<Btf>),
 }
 
 /// Loads and links the `iter/task` program of `ebpf`, which `load_btf_programs` left out.
@@ -597,7 +598,7 @@ impl Job<'_> {
 /// finish one, the longest to verify first: the kernel's verifier, most of a load, checks one
 /// program at a time per caller (start-up). The other thread shares this one's credentials as
 /// they are now (a capable user's raised capabilities included) and is gone when this returns.
-fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf, iter_now: bool) -> anyhow::Result<BtfLoaded> {
+fn load_btf_programs(ebpf: &mut Ebpf, btf: &Arc<Btf>, iter_now: bool) -> anyhow::Result<BtfLoaded> {
     // Longest first (BPF_PROG_LOAD under strace here: the task iterator 3.5 ms, the exit
     // program 2.5 ms, the others 0.5 to 1 ms each).
     const ORDER: [&str; 9] = [
@@ -688,9 +689,9 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Btf, iter_now: bool) -> anyhow::Resu
         core: Ok(()),
         net: Ok(()),
         task_iter: if iter_now {
-            Err("no program sample_tasks".into())
+            Err(format!("no program {TASK_ITER_PROGRAM}"))
         } else {
-            Ok(TaskIterJob::Later)
+            Ok(TaskIterJob::Later(Arc::clone(btf)))
         },
     };
     for outcome in done.drain(..) {

@@ -144,7 +144,7 @@ pub struct Psi {
 }
 
 /// Reads processes and system figures from a procfs root (/proc, or a fake tree in tests).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ProcReader {
     root: PathBuf,
     ticks_per_second: u64,
@@ -155,7 +155,25 @@ pub struct ProcReader {
     fd_count_in_dir_size: bool,
     /// Where each process file is read: reused, so a reading allocates nothing.
     buf: Vec<u8>,
+    /// [`SYSTEM_FILES`], each opened at its first read and kept open.
+    system_files: [Option<File>; SYSTEM_FILES.len()],
 }
+
+/// The system's files a sweep reads (under the root). They are kept open: a `pread` from offset
+/// 0 has the kernel write one anew, without the walk of /proc, the open and the close that
+/// reading it by path costs at every sweep.
+const SYSTEM_FILES: [&str; 6] = [
+    "stat",
+    "meminfo",
+    "loadavg",
+    "pressure/cpu",
+    "pressure/memory",
+    "pressure/io",
+];
+const STAT: usize = 0;
+const MEMINFO: usize = 1;
+const LOADAVG: usize = 2;
+const PRESSURE: [usize; 3] = [3, 4, 5];
 
 impl Default for ProcReader {
     fn default() -> Self {
@@ -276,6 +294,7 @@ impl ProcReader {
             page_size,
             fd_count_in_dir_size,
             buf: vec![0; 4096],
+            system_files: Default::default(),
         }
     }
 
@@ -497,8 +516,7 @@ impl ProcReader {
     }
 
     /// Reads /proc/stat, /proc/meminfo, /proc/loadavg and /proc/pressure/{cpu,memory,io}.
-    pub fn read_system(&self) -> Result<SystemReading, ReadError> {
-        let stat_path = self.root.join("stat");
+    pub fn read_system(&mut self) -> Result<SystemReading, ReadError> {
         let info = ExplicitSystemInfo {
             // Only the per-CPU lines' helpers use the boot time; the raw ticks are read here.
             boot_time_secs: 0,
@@ -506,12 +524,12 @@ impl ProcReader {
             page_size: self.page_size,
             is_little_endian: cfg!(target_endian = "little"),
         };
-        let stat =
-            KernelStats::from_file(&stat_path, &info).map_err(|e| io_error(&stat_path, e))?;
-        let meminfo_path = self.root.join("meminfo");
-        let meminfo = Meminfo::from_file(&meminfo_path).map_err(|e| io_error(&meminfo_path, e))?;
-        let load_path = self.root.join("loadavg");
-        let load = LoadAverage::from_file(&load_path).map_err(|e| io_error(&load_path, e))?;
+        let stat = KernelStats::from_read(self.read_system_file(STAT)?, &info)
+            .map_err(|e| io_error(&self.root.join(SYSTEM_FILES[STAT]), e))?;
+        let meminfo = Meminfo::from_read(self.read_system_file(MEMINFO)?)
+            .map_err(|e| io_error(&self.root.join(SYSTEM_FILES[MEMINFO]), e))?;
+        let load = LoadAverage::from_read(self.read_system_file(LOADAVG)?)
+            .map_err(|e| io_error(&self.root.join(SYSTEM_FILES[LOADAVG]), e))?;
         let cpu = &stat.total;
         Ok(SystemReading {
             cpu: CpuTicks {
@@ -535,15 +553,45 @@ impl ProcReader {
         })
     }
 
-    fn read_psi(&self) -> Result<Option<Psi>, ReadError> {
-        let dir = self.root.join("pressure");
-        let Some((cpu_some, _)) = read_pressure(&dir.join("cpu"))? else {
+    /// The bytes of `SYSTEM_FILES[index]`, read through its kept descriptor (opened now if not
+    /// yet).
+    fn system_bytes(&mut self, index: usize) -> io::Result<&[u8]> {
+        let file = match &mut self.system_files[index] {
+            Some(file) => file,
+            slot @ None => slot.insert(File::open(self.root.join(SYSTEM_FILES[index]))?),
+        };
+        read_whole(file, &mut self.buf)
+    }
+
+    /// [`ProcReader::system_bytes`], a failure as a [`ReadError`].
+    fn read_system_file(&mut self, index: usize) -> Result<&[u8], ReadError> {
+        let path = self.root.join(SYSTEM_FILES[index]);
+        self.system_bytes(index)
+            .map_err(|e| io_error(&path, proc_error(e, path.clone())))
+    }
+
+    /// `read_pressure` of a kept system file.
+    fn read_system_pressure(
+        &mut self,
+        index: usize,
+    ) -> Result<Option<(PressureLine, Option<PressureLine>)>, ReadError> {
+        let path = self.root.join(SYSTEM_FILES[index]);
+        match self.system_bytes(index) {
+            Ok(bytes) => parse_pressure(&String::from_utf8_lossy(bytes), &path).map(Some),
+            Err(e) if pressure_unsupported(&e) => Ok(None),
+            Err(e) => Err(io_error(&path, proc_error(e, path.clone()))),
+        }
+    }
+
+    fn read_psi(&mut self) -> Result<Option<Psi>, ReadError> {
+        let [cpu, memory, io] = PRESSURE;
+        let Some((cpu_some, _)) = self.read_system_pressure(cpu)? else {
             return Ok(None);
         };
-        let Some((memory_some, Some(memory_full))) = read_pressure(&dir.join("memory"))? else {
+        let Some((memory_some, Some(memory_full))) = self.read_system_pressure(memory)? else {
             return Ok(None);
         };
-        let Some((io_some, Some(io_full))) = read_pressure(&dir.join("io"))? else {
+        let Some((io_some, Some(io_full))) = self.read_system_pressure(io)? else {
             return Ok(None);
         };
         Ok(Some(Psi {
@@ -606,12 +654,23 @@ struct PressureLine {
 /// `psi=0`). procfs's `CpuPressure` is not used: it requires the `full` line, which the cpu
 /// file lacks before Linux 5.13.
 fn read_pressure(path: &Path) -> Result<Option<(PressureLine, Option<PressureLine>)>, ReadError> {
-    let text = match fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(None),
-        Err(e) => return Err(io_error(path, proc_error(e, path.to_path_buf()))),
-    };
+    match fs::read_to_string(path) {
+        Ok(text) => parse_pressure(&text, path).map(Some),
+        Err(e) if pressure_unsupported(&e) => Ok(None),
+        Err(e) => Err(io_error(path, proc_error(e, path.to_path_buf()))),
+    }
+}
+
+/// No such file, or EOPNOTSUPP (a kernel booted with `psi=0`): no PSI here.
+fn pressure_unsupported(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::EOPNOTSUPP)
+}
+
+/// The `some` and `full` lines of a pressure file's `text` (read from `path`).
+fn parse_pressure(
+    text: &str,
+    path: &Path,
+) -> Result<(PressureLine, Option<PressureLine>), ReadError> {
     let (mut some, mut full) = (None, None);
     for line in text.lines().filter(|line| !line.trim().is_empty()) {
         let record = parse_pressure_record(line).map_err(|e| io_error(path, e))?;
@@ -626,7 +685,7 @@ fn read_pressure(path: &Path) -> Result<Option<(PressureLine, Option<PressureLin
         }
     }
     match some {
-        Some(some) => Ok(Some((some, full))),
+        Some(some) => Ok((some, full)),
         None => Err(ReadError::Io {
             path: path.to_path_buf(),
             message: "no \"some\" line".to_string(),

@@ -370,6 +370,26 @@ fn reads_every_field_of_fake_system_files() {
     assert_eq!(reader(&root).read_system().unwrap(), expected_system());
 }
 
+/// The system files stay open from one sweep to the next: each sweep reads what they hold then
+/// (the kernel writes /proc's anew at each read from the start; a fake file is rewritten in
+/// place here), a shorter text included.
+#[test]
+fn each_sweep_reads_the_system_files_as_they_are_then() {
+    let root = fake_proc();
+    let mut reader = reader(&root);
+    assert_eq!(reader.read_system().unwrap(), expected_system());
+    let shorter = LOADAVG.replace("3.20 0.52 3.09", "1.5 0.25 0.1");
+    assert!(shorter.len() < LOADAVG.len());
+    write(&root.path().join("loadavg"), &shorter);
+    assert_eq!(
+        reader.read_system().unwrap(),
+        SystemReading {
+            load: (1.5, 0.25, 0.1),
+            ..expected_system()
+        }
+    );
+}
+
 #[test]
 fn system_without_pressure_has_no_psi() {
     let root = fake_proc();

@@ -48,22 +48,28 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
         return 0;
     }
     let tgid = Direct::get::<i32>(task, off!(task_tgid)) as u32;
-    // SAFETY: checked for presence only.
-    if unsafe { TRACKED.get(&tgid) }.is_none() {
-        return 0;
-    }
-    // Every struct pointer at once, before any branch (see `task::Direct`).
+    let tid = Direct::get::<i32>(task, off!(task_pid)) as u32;
+    // Every struct pointer at once, before any branch that goes on (see `task::Direct`): wasted
+    // on a task of the run's age outside the tree, which is rare.
     let mm: usize = Direct::get(task, off!(task_mm));
     let files: usize = Direct::get(task, off!(task_files));
     let fdt: usize = Direct::get(files, off!(files_fdt));
+    // A thread of the tree has its entry in `WAITS` once it has left a CPU (only tracked threads
+    // get one): one map lookup for it, the tracked map's too only for the others (each lookup
+    // costs a few hundred ns, most of the program's time).
+    let waits_so_far = WAITS.get_ptr(&tid);
+    // SAFETY: checked for presence only.
+    if waits_so_far.is_none() && unsafe { TRACKED.get(&tgid) }.is_none() {
+        return 0;
+    }
     let ioac = off!(task_ioac);
     let (peak, rss) = task::mm_rss_pages::<Direct>(mm);
-    let tid = Direct::get::<i32>(task, off!(task_pid)) as u32;
     // Its waiting times so far, the interval in progress up to now (as `waits::add` would).
     let mut waits = [0u64; 4];
     let mut runtime_ns: u64 = get(task, off!(task_sum_exec_runtime));
-    // SAFETY: copied out at once.
-    if let Some(w) = unsafe { WAITS.get(&tid) } {
+    // SAFETY: a map value stays valid while the program runs (read without a copy: the 512-byte
+    // stack holds the sample and the descriptor words already).
+    if let Some(w) = waits_so_far.map(|w| unsafe { &*w }) {
         waits = w.total_ns;
         // SAFETY: plain helper call.
         let now = unsafe { bpf_ktime_get_boot_ns() };

@@ -147,7 +147,6 @@ fn bind_marks(args: &AttachArgs) -> Option<crate::follow::marks::MarkServer> {
 
 /// Loads and attaches the programs where `offsets` says montrace can (a failure falls back to
 /// polling, said once); a capable user's capabilities go right after.
-#[allow(clippy::type_complexity)]
 fn load_probes(
     args: &AttachArgs,
     offsets: Option<&crate::kernel::ebpf::KernelBtf>,

@@ -548,11 +548,10 @@ fn record(
     Ok(info)
 }
 
-/// Loads and attaches the eBPF programs (when `offsets` says montrace can), or makes montrace the
-/// subreaper that polling needs. A capable user's capabilities go right after (before the last
-/// repetition, only the effective set).
-#[allow(clippy::type_complexity)]
-/// The programs loaded for a run that started at `started_boot_ns` (none of its tree is older).
+/// Loads and attaches the eBPF programs (when `offsets` says montrace can) for a run that started
+/// at `started_boot_ns` (none of its tree is older), or makes montrace the subreaper that polling
+/// needs. A capable user's capabilities go right after (before the last repetition, only the
+/// effective set).
 fn load_probes(
     args: &RunArgs,
     offsets: Option<&crate::kernel::ebpf::KernelBtf>,

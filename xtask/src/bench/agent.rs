@@ -662,15 +662,10 @@ fn agent_section(
         peak,
         peak.map_or(na(), mib),
     ));
-    if s.figures
-        .iter()
-        .any(|f| f.target.as_ref().is_some_and(|t| !t.met))
-    {
-        s.notes.push(agent_note(
-            base_steady.map_or(na(), percent),
-            p.sampler_procs,
-        ));
-    }
+    s.notes.push(agent_note(
+        base_steady.map_or(na(), percent),
+        p.sampler_procs,
+    ));
     let changed = full
         .iter()
         .chain(basic)

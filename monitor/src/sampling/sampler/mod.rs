@@ -563,11 +563,12 @@ impl ProcReader {
         read_whole(file, &mut self.buf)
     }
 
-    /// [`ProcReader::system_bytes`], a failure as a [`ReadError`].
+    /// [`ProcReader::system_bytes`], a failure as a [`ReadError`] (its path made only then).
     fn read_system_file(&mut self, index: usize) -> Result<&[u8], ReadError> {
-        let path = self.root.join(SYSTEM_FILES[index]);
-        self.system_bytes(index)
-            .map_err(|e| io_error(&path, proc_error(e, path.clone())))
+        match self.system_bytes(index).map(<[u8]>::len) {
+            Ok(len) => Ok(&self.buf[..len]),
+            Err(e) => Err(self.system_error(index, e)),
+        }
     }
 
     /// `read_pressure` of a kept system file.
@@ -575,12 +576,21 @@ impl ProcReader {
         &mut self,
         index: usize,
     ) -> Result<Option<(PressureLine, Option<PressureLine>)>, ReadError> {
-        let path = self.root.join(SYSTEM_FILES[index]);
-        match self.system_bytes(index) {
-            Ok(bytes) => parse_pressure(&String::from_utf8_lossy(bytes), &path).map(Some),
+        match self.system_bytes(index).map(<[u8]>::len) {
+            Ok(len) => parse_pressure(
+                &String::from_utf8_lossy(&self.buf[..len]),
+                &self.root.join(SYSTEM_FILES[index]),
+            )
+            .map(Some),
             Err(e) if pressure_unsupported(&e) => Ok(None),
-            Err(e) => Err(io_error(&path, proc_error(e, path.clone()))),
+            Err(e) => Err(self.system_error(index, e)),
         }
+    }
+
+    /// A failed read of `SYSTEM_FILES[index]`, naming its path.
+    fn system_error(&self, index: usize, error: io::Error) -> ReadError {
+        let path = self.root.join(SYSTEM_FILES[index]);
+        io_error(&path, proc_error(error, path.clone()))
     }
 
     fn read_psi(&mut self) -> Result<Option<Psi>, ReadError> {

@@ -22,7 +22,11 @@ use std::{
         },
     },
     path::{Path, PathBuf},
-    time::Duration,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
@@ -293,6 +297,7 @@ impl MarkServer {
         // only here. From now on every datagram carries its sender's credentials and send time.
         set_flag(&self.socket, libc::SO_PASSCRED)?;
         set_flag(&self.socket, libc::SO_TIMESTAMPNS)?;
+        refuse_descriptors(&self.socket)?;
         self.socket.set_nonblocking(true)?;
         // Sending needs write permission on the socket file and search permission on the
         // directories above it (unix(7)).
@@ -375,6 +380,165 @@ impl MarkServer {
         }
         marks
     }
+}
+
+/// What the mark thread counted: datagrams that were not marks and marks over the budget.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MarkTally {
+    pub invalid: u64,
+    pub first_invalid: Option<InvalidMark>,
+    pub dropped: u64,
+}
+
+/// The mark socket, read on a thread of its own. Nothing a sender does can hold montrace's event
+/// loop: a datagram's descriptors are closed (on kernels without `SO_PASSRIGHTS`) by this
+/// thread, and a close that blocks delays marks, never the limits, signals or events. The loop
+/// takes the marks from a channel ([`MarkReceiver::next`]).
+pub struct MarkReceiver {
+    marks: tokio::sync::mpsc::UnboundedReceiver<Vec<ReceivedMark>>,
+    tally: Arc<Mutex<MarkTally>>,
+    stop: Arc<AtomicBool>,
+    /// Written to wake the thread for the last marks (an eventfd).
+    wake: Arc<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Marks still coming at the end, and none of the thread's channel: it stopped answering.
+    stuck: bool,
+}
+
+impl MarkReceiver {
+    /// Starts the thread; the socket is closed and removed when it ends.
+    pub fn spawn(server: MarkServer) -> io::Result<MarkReceiver> {
+        // SAFETY: plain syscall; the result is checked.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor, owned from here on.
+        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let tally = Arc::new(Mutex::new(MarkTally::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (tally, stop, wake) = (tally.clone(), stop.clone(), wake.clone());
+            std::thread::Builder::new()
+                .name("montrace-marks".into())
+                .spawn(move || {
+                    // With --repeat the granted binary keeps its permitted set until the last
+                    // repetition is loaded; this thread never needs it.
+                    if crate::kernel::privilege::capable_user() {
+                        let _ = crate::kernel::privilege::drop_all();
+                    }
+                    receive_until_stopped(server, &tx, &tally, &stop, &wake)
+                })?
+        };
+        Ok(MarkReceiver {
+            marks: rx,
+            tally,
+            stop,
+            wake,
+            thread: Some(thread),
+            stuck: false,
+        })
+    }
+
+    /// The next marks received; never returns once the thread has ended.
+    pub async fn next(&mut self) -> Vec<ReceivedMark> {
+        match self.marks.recv().await {
+            Some(batch) => batch,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Stops the thread and returns every mark received since the last [`MarkReceiver::next`],
+    /// the ones still waiting in the socket included. Waits at most `wait` for the thread: one
+    /// stuck in a close of a descriptor a sender passed keeps its marks, and montrace goes on.
+    pub fn finish(&mut self, wait: Duration) -> Vec<ReceivedMark> {
+        self.stop.store(true, Ordering::Release);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes to the eventfd owned by `wake`.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let deadline = Instant::now() + wait;
+        let mut out = Vec::new();
+        loop {
+            match self.marks.try_recv() {
+                Ok(batch) => out.extend(batch),
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
+                    if Instant::now() >= deadline {
+                        self.stuck = true;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+        if !self.stuck {
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+        out
+    }
+
+    /// What the thread counted so far.
+    pub fn tally(&self) -> MarkTally {
+        self.tally.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// The thread did not answer at the end ([`MarkReceiver::finish`]).
+    pub fn stuck(&self) -> bool {
+        self.stuck
+    }
+}
+
+/// The mark thread's loop: waits for datagrams (or the stop), passes the marks on, keeps the
+/// tally; the last round takes everything still waiting (the kernel bounds the queue; 64 rounds
+/// are far more than it holds, and bound the time a sender still flooding can keep the end
+/// waiting). The socket is closed and removed when it returns.
+fn receive_until_stopped(
+    mut server: MarkServer,
+    tx: &tokio::sync::mpsc::UnboundedSender<Vec<ReceivedMark>>,
+    tally: &Mutex<MarkTally>,
+    stop: &AtomicBool,
+    wake: &OwnedFd,
+) {
+    loop {
+        if !stop.load(Ordering::Acquire) {
+            wait_readable(server.socket.as_fd(), wake.as_fd());
+        }
+        let stopping = stop.load(Ordering::Acquire);
+        let batch = if stopping {
+            server.receive_rest(64, host::realtime_ns)
+        } else {
+            server.receive(host::realtime_ns)
+        };
+        if let Ok(mut t) = tally.lock() {
+            t.invalid = server.invalid();
+            t.first_invalid = server.first_invalid().cloned();
+            t.dropped = server.dropped();
+        }
+        if (!batch.is_empty() && tx.send(batch).is_err()) || stopping {
+            return;
+        }
+    }
+}
+
+/// Blocks until the socket or the wake-up eventfd is readable (or a signal interrupts).
+fn wait_readable(socket: BorrowedFd<'_>, wake: BorrowedFd<'_>) {
+    let mut fds = [
+        libc::pollfd {
+            fd: socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfds on descriptors that outlive the call.
+    unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
 }
 
 impl AsRawFd for MarkServer {
@@ -496,8 +660,41 @@ fn receive_one(socket: BorrowedFd<'_>) -> io::Result<Option<Datagram>> {
     Ok(Some(datagram))
 }
 
+/// `SO_PASSRIGHTS` (Linux 6.16+; not in the libc crate yet): with it off, the kernel refuses a
+/// datagram that carries descriptors (`SCM_RIGHTS`): the sender's `sendmsg` fails with EPERM.
+const SO_PASSRIGHTS: libc::c_int = 83;
+
+/// Whether the kernel refuses descriptors sent to the mark socket (see [`refuse_descriptors`]).
+static REFUSES_DESCRIPTORS: AtomicBool = AtomicBool::new(false);
+
+/// Turns `SO_PASSRIGHTS` off where the kernel has it. A descriptor that montrace received would
+/// be montrace's to close, and closing the last reference to some files blocks (a TCP socket
+/// with `SO_LINGER` whose peer does not read, a file on a FUSE mount the command serves). Older
+/// kernels do not know the option: there the socket is read on a thread of its own
+/// ([`MarkReceiver`]), so a close that blocks holds that thread and never the event loop.
+fn refuse_descriptors(socket: &UnixDatagram) -> io::Result<()> {
+    match set_option(socket, SO_PASSRIGHTS, 0) {
+        Ok(()) => {
+            REFUSES_DESCRIPTORS.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(err) if err.raw_os_error() == Some(libc::ENOPROTOOPT) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Whether this kernel refuses descriptors on the mark socket (`SO_PASSRIGHTS`), as found when
+/// the last socket was set up.
+pub fn kernel_refuses_descriptors() -> bool {
+    REFUSES_DESCRIPTORS.load(Ordering::Relaxed)
+}
+
 fn set_flag(socket: &UnixDatagram, option: libc::c_int) -> io::Result<()> {
-    let on: libc::c_int = 1;
+    set_option(socket, option, 1)
+}
+
+fn set_option(socket: &UnixDatagram, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    let on: libc::c_int = value;
     // SAFETY: the fd is a live socket and `on` is a c_int, as SOL_SOCKET boolean options take.
     let rc = unsafe {
         libc::setsockopt(
@@ -782,6 +979,105 @@ mod tests {
         );
         // Drained: nothing more, and no blocking.
         assert!(server.receive(host::realtime_ns).is_empty());
+    }
+
+    /// Sends `bytes` to `path` with `fd` attached (`SCM_RIGHTS`).
+    fn send_with_fd(path: &Path, bytes: &[u8], fd: RawFd) -> io::Result<()> {
+        let sender = UnixDatagram::unbound().unwrap();
+        sender.connect(path).unwrap();
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut _,
+            iov_len: bytes.len(),
+        };
+        let mut control = [0u64; 4];
+        // SAFETY: a msghdr over live buffers; CMSG macros stay within `control`.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+            libc::CMSG_DATA(cmsg).cast::<RawFd>().write_unaligned(fd);
+            if libc::sendmsg(sender.as_raw_fd(), &msg, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// A TCP socket with `SO_LINGER` `secs` whose send queue is full and whose peer (returned,
+    /// to keep it open) never reads: closing its last reference blocks up to `secs`.
+    fn lingering_socket(secs: i32) -> (std::net::TcpStream, std::net::TcpStream) {
+        use std::io::Write as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: secs,
+        };
+        // SAFETY: a live socket and a linger struct of the size given.
+        unsafe {
+            libc::setsockopt(
+                client.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        client.set_nonblocking(true).unwrap();
+        let chunk = vec![0u8; 65536];
+        while (&client).write(&chunk).is_ok() {}
+        (client, peer)
+    }
+
+    #[test]
+    fn the_kernel_refuses_descriptors_where_it_can() {
+        let tmp = tempfile::tempdir().unwrap();
+        let server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let (client, _peer) = lingering_socket(1);
+        let sent = send_with_fd(server.path(), b"point x\n", client.as_raw_fd());
+        if kernel_refuses_descriptors() {
+            assert_eq!(sent.unwrap_err().raw_os_error(), Some(libc::EPERM));
+        } else {
+            sent.unwrap();
+        }
+    }
+
+    #[test]
+    fn a_descriptor_whose_close_blocks_holds_the_mark_thread_not_its_reader() {
+        let tmp = tempfile::tempdir().unwrap();
+        let server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        // As on a kernel without SO_PASSRIGHTS: descriptors come through.
+        let _ = set_option(&server.socket, SO_PASSRIGHTS, 1);
+        let path = server.path().to_path_buf();
+        let mut receiver = MarkReceiver::spawn(server).unwrap();
+        let (client, _peer) = lingering_socket(5);
+        send(&path, b"point before\n");
+        std::thread::sleep(Duration::from_millis(100));
+        send_with_fd(&path, b"point with a descriptor\n", client.as_raw_fd()).unwrap();
+        drop(client);
+        send(&path, b"point after\n");
+        std::thread::sleep(Duration::from_millis(100));
+        let asked = Instant::now();
+        let marks = receiver.finish(Duration::from_millis(300));
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "the reader waited {:?} for the mark thread",
+            asked.elapsed()
+        );
+        // The thread is stuck closing the descriptor (for up to 5 s); the marks it had passed on
+        // before are kept.
+        assert!(receiver.stuck());
+        assert_eq!(
+            marks.iter().map(|m| m.label.as_str()).collect::<Vec<_>>(),
+            ["before"]
+        );
     }
 
     #[test]

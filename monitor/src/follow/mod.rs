@@ -17,6 +17,7 @@ pub mod launch;
 pub mod limits;
 pub mod live;
 pub mod marks;
+pub mod pidfd;
 pub mod recorder;
 pub mod state;
 pub mod stream;
@@ -24,7 +25,6 @@ pub mod stream;
 use std::{
     collections::HashSet,
     os::fd::OwnedFd,
-    path::Path,
     time::{Duration, Instant},
 };
 
@@ -33,8 +33,13 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
-    cli::RecordOptions, follow::live::LiveLine, follow::marks::MarkServer,
-    follow::recorder::Recorder, sampling::host, store::summary_json, tracking::polling::Poller,
+    cli::RecordOptions,
+    follow::live::LiveLine,
+    follow::marks::{MarkReceiver, MarkServer},
+    follow::recorder::Recorder,
+    sampling::host,
+    store::summary_json,
+    tracking::polling::Poller,
 };
 use state::{Follower, Next};
 
@@ -78,7 +83,7 @@ struct Inputs {
     /// Ring buffer records taken in so far (the drain timer's pace follows it).
     taken: u64,
     poller: Option<Poller>,
-    marks: Option<AsyncFd<MarkServer>>,
+    marks: Option<MarkReceiver>,
     signals: AsyncFd<OwnedFd>,
 }
 
@@ -101,12 +106,7 @@ impl Inputs {
             Source::Polling(poller) => (None, Some(poller)),
         };
         let marks = match marks {
-            // SAFETY: the server owns its socket and keeps it open until the AsyncFd drops it.
-            Some(server) => Some(
-                unsafe { AsyncFd::register_with_interest(server, Interest::READABLE) }
-                    .map_err(|e| e.into_parts().1)
-                    .context("watching the mark socket")?,
-            ),
+            Some(server) => Some(MarkReceiver::spawn(server).context("reading the mark socket")?),
             None => None,
         };
         // SAFETY: the signalfd is owned and stays open until the AsyncFd drops it.
@@ -165,7 +165,7 @@ impl Inputs {
 impl Inputs {
     /// Marks the command sent over the budget, said once.
     fn marks_dropped(&self) -> u64 {
-        let dropped = self.marks.as_ref().map_or(0, |m| m.get_ref().dropped());
+        let dropped = self.marks.as_ref().map_or(0, |m| m.tally().dropped);
         if dropped > 0 {
             crate::say!(
                 "montrace: warning: the command sent more marks than are kept ({} a second, {} \
@@ -181,26 +181,30 @@ impl Inputs {
     /// returned) and the marks sent just before the tree ended; a word on datagrams that were not
     /// marks.
     fn wind_down(&mut self, recorder: &mut Recorder<'_>, root_pid: u32) -> Option<i32> {
-        // Every mark still waiting is kept or counted (the socket's queue is bounded by the
-        // kernel; 64 rounds are far more than it holds, and bound the time a sender still
-        // flooding after --linger can keep montrace here).
-        let last_marks = self
-            .marks
-            .as_mut()
-            .map(|m| m.get_mut().receive_rest(64, host::realtime_ns));
+        // Every mark still waiting is kept or counted; a mark thread that does not answer in a
+        // second (stuck closing what a sender passed) keeps its marks, not the run.
+        let last_marks = self.marks.as_mut().map(|m| m.finish(MARKS_FINISH_WAIT));
         let status = self.drain(recorder, root_pid);
         recorder.guarded(|r| {
             r.store_finished();
             r.on_marks(last_marks.unwrap_or_default());
         });
-        if let Some(server) = &self.marks {
-            if let Some(first) = server.get_ref().first_invalid() {
+        if let Some(receiver) = &self.marks {
+            let tally = receiver.tally();
+            if let Some(first) = tally.first_invalid {
                 crate::say!(
                     "montrace: warning: ignored {} datagrams on the mark socket that were not \
                      marks; the first, from pid {}: {}",
-                    server.get_ref().invalid(),
+                    tally.invalid,
                     first.pid,
                     first.error
+                );
+            }
+            if receiver.stuck() {
+                crate::say!(
+                    "montrace: warning: the mark socket's reader did not answer at the end (a \
+                     sender passed it a descriptor whose close blocks?): marks sent in the last \
+                     moments may be missing"
                 );
             }
         }
@@ -208,14 +212,10 @@ impl Inputs {
     }
 }
 
-/// The tracked pids that /proc no longer shows.
+/// The tracked processes that are gone: not in /proc, or their pid now another process's (a
+/// lost exit event and a reused pid: montrace must not wait for a stranger).
 fn gone_from_proc(recorder: &Recorder<'_>) -> HashSet<u32> {
-    recorder
-        .tracker
-        .live_pids()
-        .into_iter()
-        .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-        .collect()
+    pidfd::gone(&recorder.tracker.live_identities())
 }
 
 fn interval(period: Duration) -> tokio::time::Interval {
@@ -253,7 +253,14 @@ pub async fn follow(
     }
     let started = Instant::now()
         - Duration::from_nanos(host::boottime_ns().saturating_sub(cfg.started_boot_ns));
-    let mut f = Follower::new(cfg, started, Instant::now(), Box::new(launch::kill_all));
+    let mut f = Follower::new(
+        cfg,
+        started,
+        Instant::now(),
+        Box::new(|tracked: &[pidfd::Identity], signal| {
+            pidfd::signal_tree(tracked, signal);
+        }),
+    );
     let live = LiveLine::new(opts.quiet);
     let mut ticks = Ticks::new(opts);
     let ebpf = inputs.ring.is_some();
@@ -308,10 +315,7 @@ pub async fn follow(
                 recorder.guarded(Recorder::sample);
             }
             _ = sleep_until(f.wall_limit_at()) => {}
-            guard = marks_readable(inputs.marks.as_mut()) => {
-                let mut guard = guard?;
-                let received = guard.get_inner_mut().receive(host::realtime_ns);
-                guard.clear_ready();
+            received = next_marks(inputs.marks.as_mut()) => {
                 // Every sender forked before it sent: with the events drained, the tracker
                 // knows each one (or has just seen it end).
                 take_in!();
@@ -450,15 +454,16 @@ async fn readable(
     }
 }
 
-/// The mark socket once it has datagrams; never, without one.
-async fn marks_readable(
-    marks: Option<&mut AsyncFd<MarkServer>>,
-) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, MarkServer>> {
+/// The next marks from the mark thread; never, without one.
+async fn next_marks(marks: Option<&mut MarkReceiver>) -> Vec<crate::follow::marks::ReceivedMark> {
     match marks {
-        Some(marks) => marks.readable_mut().await,
+        Some(marks) => marks.next().await,
         None => std::future::pending().await,
     }
 }
+
+/// How long the end of a run waits for the mark thread's last marks.
+const MARKS_FINISH_WAIT: Duration = Duration::from_secs(1);
 
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {

@@ -54,6 +54,39 @@ pub fn sudo_identity() -> anyhow::Result<Option<Identity>> {
     }))
 }
 
+/// The file by which a site lets users of `sudo montrace` run commands as root (`run
+/// --as-root`): it must exist, be root's and be writable by root alone. Without it, `sudo
+/// montrace run --as-root -- sh` would be a root shell for anyone whose sudoers rule allows
+/// montrace (docs/security.md).
+pub const AS_ROOT_SITE_FILE: &str = "/etc/montrace/allow-sudo-as-root";
+
+/// Why `run --as-root` is refused, when it is: montrace runs under sudo for an ordinary user
+/// (`SUDO_UID`) and the site has not allowed it ([`AS_ROOT_SITE_FILE`]).
+pub fn as_root_refused() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let sudo_uid = std::env::var_os("SUDO_UID")?;
+    if sudo_uid.to_str() == Some("0") {
+        return None;
+    }
+    let allowed = std::fs::symlink_metadata(AS_ROOT_SITE_FILE).is_ok_and(|meta| {
+        use std::os::unix::fs::MetadataExt as _;
+        meta.is_file() && meta.uid() == 0 && meta.mode() & 0o022 == 0
+    });
+    (!allowed).then(|| {
+        format!(
+            "--as-root under sudo would run the command as root for the user who ran sudo \
+             (uid {}): refused. Run the command as yourself (drop --as-root), or, as the \
+             site's administrator, allow it for every sudo user of montrace by creating {} \
+             (owned by root, mode 0644 or stricter)",
+            sudo_uid.to_string_lossy(),
+            AS_ROOT_SITE_FILE
+        )
+    })
+}
+
 fn passwd_entry(uid: u32) -> anyhow::Result<(String, PathBuf)> {
     let mut buf = vec![0u8; 16 * 1024];
     // SAFETY: zeroed passwd is a valid out-parameter for getpwuid_r.
@@ -447,22 +480,6 @@ pub fn read_signals(fd: &OwnedFd) -> Vec<Received> {
             signal: info.ssi_signo as i32,
             from_terminal: info.ssi_code == libc::SI_KERNEL,
         });
-    }
-}
-
-/// Sends `signal` to each pid, in the order given (callers pass parents before children, so a
-/// parent cannot see a child die and carry on before its own signal arrives); ones already gone
-/// are ignored. A terminating signal is followed by SIGCONT: a stopped process acts on SIGTERM
-/// only once it runs again, and would otherwise hold the run open until someone continues it.
-pub fn kill_all(pids: &[u32], signal: i32) {
-    let continue_after = matches!(signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP);
-    for &pid in pids {
-        // SAFETY: plain syscall; ESRCH for a process that just exited is fine.
-        unsafe { libc::kill(pid as libc::pid_t, signal) };
-        if continue_after {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
-        }
     }
 }
 

@@ -25,8 +25,9 @@ pub enum Next {
     Stop,
 }
 
-/// Sends a signal to pids, parents first (`launch::kill_all` in a run).
-pub type Send<'s> = Box<dyn FnMut(&[u32], i32) + 's>;
+/// Sends a signal to the tracked processes, given parents first as (pid, start time): in a run
+/// `pidfd::signal_tree`, which signals only those that are still themselves.
+pub type Send<'s> = Box<dyn FnMut(&[crate::follow::pidfd::Identity], i32) + 's>;
 
 pub struct Follower<'c, 's> {
     cfg: &'c FollowConfig<'c>,
@@ -106,7 +107,7 @@ impl<'c, 's> Follower<'c, 's> {
             let Some(signal) = escalation(self.interrupts, received) else {
                 continue;
             };
-            let pids = recorder.tracker.live_pids();
+            let pids = recorder.tracker.live_identities();
             (self.send)(&pids, signal);
             self.outcome.signals_forwarded.push(signal);
             if self.interrupts >= 2 {
@@ -127,7 +128,7 @@ impl<'c, 's> Follower<'c, 's> {
 
     /// After a breach's grace time: SIGKILL to whatever of the tree is left.
     pub fn on_kill_time(&mut self, recorder: &Recorder) {
-        (self.send)(&recorder.tracker.live_pids(), libc::SIGKILL);
+        (self.send)(&recorder.tracker.live_identities(), libc::SIGKILL);
         self.kill_at = None;
     }
 
@@ -171,7 +172,7 @@ impl<'c, 's> Follower<'c, 's> {
                 time: units::rfc3339(crate::sampling::host::realtime_ns()),
                 elapsed_s: elapsed.as_secs_f64(),
             });
-            (self.send)(&recorder.tracker.live_pids(), libc::SIGTERM);
+            (self.send)(&recorder.tracker.live_identities(), libc::SIGTERM);
             self.kill_at = Some(now + opts.kill_grace);
         }
     }
@@ -226,7 +227,7 @@ pub fn lingering_notice(oldest: &[(u32, String)], live: usize, linger: Option<Du
 /// What montrace sends to the tree for the `count`-th interrupting signal it received: the
 /// first is passed on as it is (unless the terminal already delivered it to the command's
 /// process group), the second becomes SIGTERM to every process of the tree, the third and later
-/// SIGKILL. (`kill_all` adds SIGCONT to a terminating signal, for stopped processes.)
+/// SIGKILL. (`pidfd::signal_tree` adds SIGCONT to a terminating signal, for stopped processes.)
 pub fn escalation(count: u32, received: Received) -> Option<i32> {
     match count {
         0 | 1 if received.from_terminal => None,
@@ -316,7 +317,10 @@ mod tests {
         let log = sent.clone();
         (
             sent,
-            Box::new(move |pids: &[u32], signal| log.borrow_mut().push((pids.to_vec(), signal))),
+            Box::new(move |tracked: &[crate::follow::pidfd::Identity], signal| {
+                let pids = tracked.iter().map(|&(pid, _)| pid).collect();
+                log.borrow_mut().push((pids, signal))
+            }),
         )
     }
 

@@ -108,6 +108,11 @@ fn ticks_per_second() -> u64 {
     }
 }
 
+/// One clock tick of /proc's times, in ns.
+pub fn tick_ns() -> u64 {
+    1_000_000_000 / ticks_per_second()
+}
+
 /// (host name, kernel release) from uname(2).
 pub fn uname() -> (String, String) {
     // SAFETY: zeroed utsname is a valid out-parameter.

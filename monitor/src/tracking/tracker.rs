@@ -4,7 +4,7 @@
 //! the kernel never gives a live pid to two processes. The tracker tolerates lost events: an exec
 //! or exit of a process it never saw fork creates the record then, with what is known, and a
 //! fork onto a pid that is still "live" closes the stale record first (its exit was lost).
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::kernel::decode::{ExitStats, KernelEvent, Termination};
 use crate::store::records::{EventKind, EventRecord, ProcessRecord};
@@ -46,7 +46,13 @@ pub struct Tracker {
     vanished: u64,
     /// Whole-process figures of the last process that exited (see `take_last_exit`).
     last_exit: Option<ExitStats>,
+    /// (pid, start time) of the processes that exited last, at most [`RECENTLY_ENDED`]: a
+    /// thread's exit event can come after its process's (see [`Tracker::late_thread_exit`]).
+    ended: VecDeque<(u32, i64)>,
 }
+
+/// How many ended processes the tracker remembers for their threads' late exit events.
+const RECENTLY_ENDED: usize = 4_096;
 
 impl Tracker {
     pub fn new(clock: Clock) -> Tracker {
@@ -60,6 +66,7 @@ impl Tracker {
             root_exit_code: None,
             vanished: 0,
             last_exit: None,
+            ended: VecDeque::new(),
         }
     }
 
@@ -261,6 +268,11 @@ impl Tracker {
             Termination::Exited(code) => (Some(code), None),
             Termination::Signaled { signal, .. } => (None, Some(signal)),
         };
+        if !whole_process {
+            if let Some(row) = self.late_thread_exit(time_ns, (pid, start_ns), stats, exit_code) {
+                return row;
+            }
+        }
         let entry = self.live_entry(pid, start_ns, time_ns, comm);
         // A process's figures are the sum over its threads' exits.
         let mut figures = entry.exited_threads;
@@ -272,7 +284,11 @@ impl Tracker {
         let r = &mut entry.record;
         let (kind, row_figures) = if whole_process {
             r.end_time_ns = Some(clock.wall(time_ns));
-            r.comm = comm.to_owned();
+            // The process's name is its main thread's (what /proc/PID/comm shows): the last
+            // thread to exit may be a worker that named itself (`cuda-EvtHandlr`).
+            if stats.tid == pid || r.comm.is_empty() {
+                r.comm = comm.to_owned();
+            }
             r.exit_code = exit_code;
             r.exit_signal = exit_signal;
             r.core_dumped = matches!(
@@ -321,10 +337,77 @@ impl Tracker {
                 self.root_exit_code = Some(stats.exit_code);
             }
             if let Some(entry) = self.live.remove(&pid) {
+                if self.ended.len() == RECENTLY_ENDED {
+                    self.ended.pop_front();
+                }
+                self.ended.push_back((pid, entry.record.start_time_ns));
                 self.finished.push(entry.record);
             }
         }
         row
+    }
+
+    /// A thread's exit that comes after its process's: each exit event is sent at the thread's
+    /// final context switch, and the thread that ended the process (the last one alive) can
+    /// switch out for good before another that had already left (seen with a CUDA program's
+    /// threads in a PID namespace's init). It is that process's, not a new one: its figures are
+    /// added to the record while it is still held (they are not in the process's sum), and no
+    /// second record is made. None when the process is not one that just ended.
+    fn late_thread_exit(
+        &mut self,
+        time_ns: u64,
+        (pid, start_ns): (u32, u64),
+        stats: &ExitStats,
+        exit_code: Option<i32>,
+    ) -> Option<EventRecord> {
+        if start_ns == 0 || self.live.contains_key(&pid) {
+            return None;
+        }
+        let start = self.clock.wall(start_ns);
+        if !self.ended.iter().rev().any(|&e| e == (pid, start)) {
+            return None;
+        }
+        let held = self
+            .finished
+            .iter_mut()
+            .rev()
+            .find(|r| r.pid == pid && r.start_time_ns == start);
+        let record = match held {
+            Some(r) => {
+                let add = |v: &mut Option<u64>, x: u64| *v = Some(v.unwrap_or(0) + x);
+                add(&mut r.cpu_user_ns, stats.cpu_user_ns);
+                add(&mut r.cpu_system_ns, stats.cpu_system_ns);
+                add(&mut r.minor_faults, stats.minor_faults);
+                add(&mut r.major_faults, stats.major_faults);
+                add(
+                    &mut r.voluntary_ctxt_switches,
+                    stats.voluntary_ctxt_switches,
+                );
+                add(
+                    &mut r.involuntary_ctxt_switches,
+                    stats.involuntary_ctxt_switches,
+                );
+                add(&mut r.read_bytes, stats.read_bytes);
+                add(&mut r.write_bytes, stats.write_bytes);
+                add(&mut r.read_chars, stats.read_chars);
+                add(&mut r.write_chars, stats.write_chars);
+                r.clone()
+            }
+            // Already written out: the row says the thread ended; its few figures stay out.
+            None => ProcessRecord {
+                pid,
+                start_time_ns: start,
+                ..ProcessRecord::default()
+            },
+        };
+        Some(EventRecord {
+            tid: Some(stats.tid),
+            exit_code,
+            cpu_user_ns: Some(stats.cpu_user_ns),
+            cpu_system_ns: Some(stats.cpu_system_ns),
+            peak_rss_bytes: Some(stats.peak_rss_bytes),
+            ..event_row(self.clock, EventKind::ThreadExit, time_ns, &record)
+        })
     }
 
     /// A live process that is gone from the system although no exit event came (the event was
@@ -385,6 +468,20 @@ impl Tracker {
             .collect();
         live.sort_unstable();
         live.into_iter().map(|(_, pid)| pid).collect()
+    }
+
+    /// (pid, start time in ns since boot) of every live process, oldest first (parents before
+    /// their children): what a signal to the tree is checked against (`follow::pidfd`).
+    pub fn live_identities(&self) -> Vec<(u32, u64)> {
+        let mut live: Vec<(i64, u32)> = self
+            .live
+            .values()
+            .map(|e| (e.record.start_time_ns, e.record.pid))
+            .collect();
+        live.sort_unstable();
+        live.into_iter()
+            .map(|(wall, pid)| (pid, (wall - self.clock.boot_to_wall_ns).max(0) as u64))
+            .collect()
     }
 
     /// (pid, command name) of the oldest `n` live processes, to say which ones montrace waits for.
@@ -585,6 +682,68 @@ mod tests {
         assert_eq!(p[1].cpu_user_ns, Some(10));
         assert_eq!(p[1].peak_rss_bytes, Some(4096));
         assert!(!p[1].alive_at_end);
+    }
+
+    /// A thread's exit event of `pid` with its own tid and comm.
+    fn thread_exit(
+        time: u64,
+        pid: u32,
+        start: u64,
+        tid: u32,
+        comm: &str,
+        whole: bool,
+    ) -> KernelEvent {
+        match exit(time, pid, start, 0, whole) {
+            KernelEvent::Exit {
+                time_ns,
+                pid,
+                start_ns,
+                whole_process,
+                mut stats,
+                ..
+            } => {
+                stats.tid = tid;
+                KernelEvent::Exit {
+                    time_ns,
+                    pid,
+                    start_ns,
+                    whole_process,
+                    comm: comm.into(),
+                    stats,
+                }
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_thread_exit_after_its_process_exit_is_that_process_s() {
+        // As recorded on an H100: the process's last thread (921, which ended it) switched out
+        // for good before another (916), so 916's exit event came after the process's.
+        let mut t = Tracker::new(CLOCK);
+        t.add_root(1, 1, "x");
+        t.apply(&fork(10, 881, 1));
+        t.apply(&exec(11, 881, 10, "/usr/bin/python3"));
+        t.apply(&thread_exit(20, 881, 10, 881, "python3", false));
+        t.apply(&thread_exit(30, 881, 10, 921, "cuda-EvtHandlr", true));
+        let late = t.apply(&thread_exit(31, 881, 10, 916, "cuda00001400006", false));
+        assert_eq!(late.kind, EventKind::ThreadExit);
+        assert_eq!((late.pid, late.tid), (881, Some(916)));
+        assert_eq!(t.live_count(), 1, "no second record of 881");
+        assert_eq!(t.processes_started(), 2);
+        let p = t.take_finished();
+        assert_eq!(p.len(), 1);
+        // Named after its main thread; the late thread's CPU is added (3 threads × 10 + 5).
+        assert_eq!(p[0].comm, "python3");
+        assert_eq!((p[0].cpu_user_ns, p[0].cpu_system_ns), (Some(30), Some(15)));
+        // Taken to disk already: still no new record.
+        t.apply(&thread_exit(32, 881, 10, 917, "x", false));
+        assert_eq!(t.live_count(), 1);
+        assert!(t.take_finished().is_empty());
+        // A new process under the same pid is a new record.
+        t.apply(&fork(40, 881, 1));
+        t.apply(&thread_exit(41, 881, 40, 990, "x", false));
+        assert_eq!(t.live_count(), 2);
     }
 
     #[test]

@@ -157,11 +157,16 @@ pub struct RecordOptions {
     /// Do not write report.html / report.md into the run directory at the end
     #[arg(long)]
     pub no_report: bool,
-    /// Write the run as it goes to PATH (a new file) or `-` (stdout), one JSON object per line:
-    /// each sampling sweep with the tree's totals, each process start, exec and exit, marks,
-    /// limit breaches, and a final line at the end (docs/schema.md, "The live stream")
-    #[arg(long, value_name = "PATH|-")]
+    /// Write the run as it goes to PATH (a new file), one JSON object per line: each sampling
+    /// sweep with the tree's totals, each process start, exec and exit, marks, limit breaches,
+    /// and a final line at the end (docs/schema.md, "The live stream"). Not `-`: stdout is the
+    /// command's too (use --stream-fd)
+    #[arg(long, value_name = "PATH", conflicts_with = "stream_fd", value_parser = crate::follow::stream::parse_path)]
     pub stream: Option<PathBuf>,
+    /// Write the live stream to file descriptor N, which the command does not get (e.g.
+    /// `--stream-fd 3 3>&1 >&2 | jq`: the stream alone on the pipe)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(3..))]
+    pub stream_fd: Option<i32>,
 
     /// Stop the whole tree when it crosses a limit: `rss=2GiB` (sum over live processes),
     /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started),
@@ -421,8 +426,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
     pub linger: Option<Duration>,
 
-    /// Run the command as root even when montrace was started through sudo
-    /// (by default it runs as the invoking user: SUDO_UID/SUDO_GID)
+    /// Run the command as root even when montrace was started through sudo (by default it runs
+    /// as the invoking user: SUDO_UID/SUDO_GID); under sudo only where the site allows it
+    /// (/etc/montrace/allow-sudo-as-root)
     #[arg(long)]
     pub as_root: bool,
 

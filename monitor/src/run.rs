@@ -32,6 +32,10 @@ use crate::{
 };
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    if let Some(refused) = args.as_root.then(launch::as_root_refused).flatten() {
+        crate::say!("montrace: error: {refused}");
+        return Ok(crate::cli::EXIT_USAGE);
+    }
     let started_boot_ns = host::boottime_ns();
     let started_wall_ns = host::realtime_ns();
     let program = args.command[0].clone();
@@ -59,12 +63,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     };
 
     // Before the run directory: a --stream that cannot be created leaves nothing behind.
-    let mut stream = args
-        .record
-        .stream
-        .as_deref()
-        .map(crate::follow::stream::Stream::open)
-        .transpose()?;
+    let mut stream = crate::follow::stream::Stream::from_options(
+        args.record.stream.as_deref(),
+        args.record.stream_fd,
+    )?;
     let out_dir = match create_out_dir(args.record.out.as_deref(), &program, started_wall_ns) {
         Ok(dir) => dir,
         Err(err @ OutDirError::NotEmpty(_)) => {
@@ -542,7 +544,10 @@ fn record(
         context: Some(context),
     });
     if let Some(stream) = stream.as_mut() {
-        stream.send(&end::stream_end(&info, last));
+        stream.send(&end::stream_end(&info, last, stream.dropped()));
+        if last {
+            stream.finish();
+        }
     }
     write_run_info(&info, out_dir, print_summary, !args.record.no_report);
     Ok(info)

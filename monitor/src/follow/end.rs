@@ -276,8 +276,9 @@ pub fn shell_words(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// The last `--stream` line of a recording (`final` for the last of a series).
-pub fn stream_end(info: &RunInfo, last: bool) -> crate::follow::stream::Line {
+/// The last `--stream` line of a recording (`final` for the last of a series), with the lines
+/// dropped so far because the reader did not keep up.
+pub fn stream_end(info: &RunInfo, last: bool, dropped_lines: u64) -> crate::follow::stream::Line {
     crate::follow::stream::Line::End {
         time: info.end_time.clone(),
         exit_status: info.exit_status,
@@ -285,6 +286,7 @@ pub fn stream_end(info: &RunInfo, last: bool) -> crate::follow::stream::Line {
         processes_started: info.processes_started,
         cpu_s: (info.totals.cpu_user_ns + info.totals.cpu_system_ns) as f64 / 1e9,
         peak_rss_bytes: info.totals.peak_rss_bytes,
+        dropped_lines,
         is_final: last,
     }
 }

@@ -85,6 +85,8 @@ pub enum Line {
         processes_started: usize,
         cpu_s: f64,
         peak_rss_bytes: Option<u64>,
+        /// Lines not delivered because the reader did not keep up.
+        dropped_lines: u64,
         #[serde(rename = "final")]
         is_final: bool,
     },
@@ -152,45 +154,163 @@ pub fn encode(line: &Line) -> String {
     text
 }
 
+/// `--stream`'s value: a path, never `-`. Stdout is the command's stdout too: the stream would
+/// interleave with what the command prints, the command could forge its lines (a `"final"`
+/// line with any exit status), and a reader that stops reading would stall both.
+pub fn parse_path(value: &str) -> Result<std::path::PathBuf, String> {
+    if value == "-" {
+        return Err(
+            "`--stream -` would share stdout with the command (its output would mix \
+                    with the stream, and it could forge lines): give a PATH, or --stream-fd N \
+                    for a descriptor the command does not get, e.g. `--stream-fd 3 3>&1 >&2 | jq`"
+                .into(),
+        );
+    }
+    if value.is_empty() {
+        return Err("an empty path".into());
+    }
+    Ok(value.into())
+}
+
+/// Lines waiting for the writer at most: a reader that stops reading makes montrace drop lines
+/// (counted, and said at the end), never wait.
+const QUEUE_LINES: usize = 4_096;
+/// How long the end of a run waits for the writer to pass on the last lines.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Where the lines go: a new file (created with the user's identity, never over an existing
-/// one), or montrace's stdout for `-`.
+/// one), or a descriptor montrace was given (`--stream-fd`, which the command does not get). The
+/// lines are written by a thread of their own from a bounded queue: a slow or stalled reader
+/// loses lines (counted in the last line, `dropped_lines`), never holds the run.
 pub struct Stream {
-    out: Box<dyn Write + Send>,
-    failed: bool,
+    queue: Option<std::sync::mpsc::SyncSender<String>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    dropped: u64,
 }
 
 impl Stream {
-    pub fn open(path: &std::path::Path) -> anyhow::Result<Stream> {
+    /// The stream `--stream` or `--stream-fd` asks for, if any.
+    pub fn from_options(
+        path: Option<&std::path::Path>,
+        fd: Option<i32>,
+    ) -> anyhow::Result<Option<Stream>> {
         use anyhow::Context as _;
-        let out: Box<dyn Write + Send> = if path.as_os_str() == "-" {
-            Box::new(std::io::stdout())
-        } else {
-            Box::new(crate::store::userfs::create_new(path).with_context(|| {
-                format!(
-                    "cannot create the stream file {} (--stream writes a new file: give a \
-                     path that does not exist yet, or - for stdout)",
-                    path.display()
-                )
-            })?)
+        let out: Box<dyn Write + Send> = match (path, fd) {
+            (Some(path), _) => {
+                Box::new(crate::store::userfs::create_new(path).with_context(|| {
+                    format!(
+                        "cannot create the stream file {} (--stream writes a new file: give a \
+                     path that does not exist yet)",
+                        path.display()
+                    )
+                })?)
+            }
+            (None, Some(fd)) => Box::new(std::fs::File::from(take_fd(fd)?)),
+            (None, None) => return Ok(None),
         };
-        Ok(Stream { out, failed: false })
+        Ok(Some(Stream::start(out)?))
     }
 
-    /// Writes one line; after a failure, nothing more (said once).
+    fn start(mut out: Box<dyn Write + Send>) -> std::io::Result<Stream> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(QUEUE_LINES);
+        let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let failed = failed.clone();
+            std::thread::Builder::new()
+                .name("montrace-stream".into())
+                .spawn(move || {
+                    // Made before the granted binary drops its capabilities (the stream is
+                    // opened before anything is created): they are this thread's until it
+                    // drops them, and it needs none to write to a descriptor it holds.
+                    if crate::kernel::privilege::capable_user() {
+                        let _ = crate::kernel::privilege::drop_all();
+                    }
+                    for text in rx {
+                        if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
+                        {
+                            failed.store(true, std::sync::atomic::Ordering::Release);
+                            crate::say!(
+                                "montrace: warning: the --stream stopped: {err}; the run goes on"
+                            );
+                            return;
+                        }
+                    }
+                })?
+        };
+        Ok(Stream {
+            queue: Some(tx),
+            writer: Some(writer),
+            failed,
+            dropped: 0,
+        })
+    }
+
+    /// Queues one line; dropped (and counted) when the writer is that far behind; nothing more
+    /// after the writer failed.
     pub fn send(&mut self, line: &Line) {
-        if self.failed {
+        if self.failed.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
-        let text = encode(line);
-        if let Err(err) = self
-            .out
-            .write_all(text.as_bytes())
-            .and_then(|()| self.out.flush())
-        {
-            self.failed = true;
-            crate::say!("montrace: warning: the --stream stopped: {err}; the run goes on");
+        let Some(queue) = &self.queue else { return };
+        match queue.try_send(encode(line)) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                if self.dropped == 0 {
+                    crate::say!(
+                        "montrace: warning: the --stream's reader does not keep up: lines are \
+                         dropped (counted in the last line's dropped_lines)"
+                    );
+                }
+                self.dropped += 1;
+            }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {}
         }
     }
+
+    /// Lines dropped so far because the reader did not keep up.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// After the last line: waits a moment for the writer to pass on what is queued; a reader
+    /// that still does not read is left behind (said once), and the run ends.
+    pub fn finish(&mut self) {
+        self.queue = None;
+        let Some(writer) = self.writer.take() else {
+            return;
+        };
+        let deadline = std::time::Instant::now() + FINISH_WAIT;
+        while !writer.is_finished() {
+            if std::time::Instant::now() >= deadline {
+                crate::say!(
+                    "montrace: warning: the --stream's reader stopped reading: its last lines \
+                     were not delivered"
+                );
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let _ = writer.join();
+    }
+}
+
+/// `--stream-fd N`: takes the descriptor over, checks that it is open for writing, and makes it
+/// close-on-exec, so that the command never gets it.
+fn take_fd(fd: i32) -> anyhow::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: fcntl on any number is safe; the result says whether it is open.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        anyhow::bail!("--stream-fd {fd}: no such open descriptor (open it for montrace, e.g. `{fd}>stream.jsonl` or `{fd}>&1`)");
+    }
+    if flags & libc::O_ACCMODE == libc::O_RDONLY {
+        anyhow::bail!("--stream-fd {fd}: the descriptor is open for reading only");
+    }
+    // SAFETY: as above; FD_CLOEXEC keeps it from the command.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the descriptor is open (checked above) and nothing else in montrace owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
@@ -253,6 +373,7 @@ mod tests {
             processes_started: 4,
             cpu_s: 0.25,
             peak_rss_bytes: None,
+            dropped_lines: 0,
             is_final: true,
         };
         let v: serde_json::Value = serde_json::from_str(&encode(&end)).unwrap();
@@ -275,10 +396,7 @@ mod tests {
                 Ok(())
             }
         }
-        let mut stream = Stream {
-            out: Box::new(Full(0)),
-            failed: false,
-        };
+        let mut stream = Stream::start(Box::new(Full(0))).unwrap();
         let line = Line::of_mark(&MarkRecord {
             time_ns: 0,
             pid: 1,
@@ -287,7 +405,9 @@ mod tests {
             kind: Default::default(),
         });
         stream.send(&line);
+        stream.finish();
+        assert!(stream.failed.load(std::sync::atomic::Ordering::Acquire));
         stream.send(&line);
-        assert!(stream.failed);
+        assert_eq!(stream.dropped(), 0);
     }
 }

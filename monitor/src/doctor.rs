@@ -227,7 +227,9 @@ pub fn setcap_main(args: SetcapArgs) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
-        Err(err @ privilege::GrantError::NotRoot(_)) => {
+        Err(
+            err @ (privilege::GrantError::NotRoot(_) | privilege::GrantError::NotMontrace { .. }),
+        ) => {
             crate::say!("montrace: error: {err}");
             Ok(EXIT_USAGE)
         }

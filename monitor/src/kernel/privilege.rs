@@ -16,7 +16,7 @@
 use std::{
     ffi::CString,
     io,
-    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
+    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _, fs::OpenOptionsExt as _},
     path::Path,
 };
 
@@ -219,6 +219,12 @@ pub enum GrantError {
          Install montrace on one that does (ext4, xfs, btrfs; e.g. /usr/local/bin) and grant that copy"
     )]
     NoXattr { path: String, source: io::Error },
+    #[error(
+        "{path} is not this montrace (its bytes differ from the running binary's): `montrace \
+         setcap` grants capabilities to montrace only. Install montrace there and grant that \
+         copy (`sudo install -o root -g root -m 0755 montrace {path}`)"
+    )]
+    NotMontrace { path: String },
     #[error("cannot set the capabilities of {path}: {source}")]
     Io { path: String, source: io::Error },
     #[error(
@@ -286,9 +292,13 @@ pub fn file_caps(path: &Path) -> io::Result<Option<u64>> {
     Ok(parse_file_caps(&buf[..n as usize]))
 }
 
-/// Gives `path` the capabilities in [`GRANTED`] (root only), after checking that it is safe and
-/// that the kernel will honour them there, and checks that they stayed.
+/// Gives `path` the capabilities in [`GRANTED`] (root only), after checking that it is safe,
+/// that it is montrace itself (the same bytes as the running executable: a sudoers rule for
+/// montrace must not let a user put capabilities on a `capsh` copy or on python3) and that the
+/// kernel will honour them there, and checks that they stayed. Every check and the grant go
+/// through one descriptor, so the file checked is the file granted.
 pub fn grant(path: &Path) -> Result<u64, GrantError> {
+    use std::os::fd::AsRawFd as _;
     let shown = path.display().to_string();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -298,7 +308,15 @@ pub fn grant(path: &Path) -> Result<u64, GrantError> {
         path: shown.clone(),
         source,
     };
-    let meta = std::fs::metadata(path).map_err(io)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(GrantError::NotMontrace { path: shown });
+    }
     if meta.uid() != 0 {
         return Err(GrantError::Writable {
             path: shown,
@@ -315,10 +333,14 @@ pub fn grant(path: &Path) -> Result<u64, GrantError> {
             },
         });
     }
-    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|e| io(e.into()))?;
-    // SAFETY: zeroed statvfs is a valid out-parameter; c_path is NUL-terminated.
+    let own = std::fs::File::open("/proc/self/exe").map_err(io)?;
+    if !same_contents(&file, &own).map_err(io)? {
+        return Err(GrantError::NotMontrace { path: shown });
+    }
+    let fd = file.as_raw_fd();
+    // SAFETY: zeroed statvfs is a valid out-parameter; fd is open.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
+    if unsafe { libc::fstatvfs(fd, &mut st) } != 0 {
         return Err(io(io::Error::last_os_error()));
     }
     if st.f_flag & libc::ST_NOSUID != 0 {
@@ -326,16 +348,8 @@ pub fn grant(path: &Path) -> Result<u64, GrantError> {
     }
     let name = CString::new(XATTR_NAME_CAPS).expect("no NUL");
     let value = file_caps_xattr(&GRANTED);
-    // SAFETY: valid C strings and a value buffer of the given length.
-    let rc = unsafe {
-        libc::setxattr(
-            c_path.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
+    // SAFETY: a valid C string and a value buffer of the given length; fd is open.
+    let rc = unsafe { libc::fsetxattr(fd, name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
     if rc != 0 {
         let source = io::Error::last_os_error();
         return Err(match source.raw_os_error() {
@@ -347,13 +361,42 @@ pub fn grant(path: &Path) -> Result<u64, GrantError> {
         });
     }
     let wanted = GRANTED.iter().fold(0u64, |m, &c| m | (1 << c));
-    match file_caps(path) {
+    match file_caps(Path::new(&format!("/proc/self/fd/{fd}"))) {
         Ok(Some(found)) if found == wanted => Ok(found),
         Ok(found) => Err(GrantError::DidNotStay {
             path: shown,
             found: found.map_or("none".into(), |f| format!("{f:#x}")),
         }),
         Err(source) => Err(io(source)),
+    }
+}
+
+/// Whether two open files hold the same bytes.
+fn same_contents(a: &std::fs::File, b: &std::fs::File) -> io::Result<bool> {
+    if a.metadata()?.len() != b.metadata()?.len() {
+        return Ok(false);
+    }
+    let (mut a, mut b) = (io::BufReader::new(a), io::BufReader::new(b));
+    let (mut x, mut y) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    loop {
+        let n = read_full(&mut a, &mut x)?;
+        let m = read_full(&mut b, &mut y)?;
+        if n != m || x[..n] != y[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+    fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> io::Result<usize> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match r.read(&mut buf[filled..])? {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        Ok(filled)
     }
 }
 

@@ -445,6 +445,28 @@ fn an_ordinary_user_attaches_to_their_own_processes_only() {
     assert_eq!(run.code(), 2, "{run:?}");
     assert!(run.stderr.contains("your own"), "{run:?}");
     assert!(!refused.exists(), "no run directory for a refused attach");
+
+    // The user's own process that made itself non-dumpable (as ssh-agent does): a debugger
+    // could not attach to it, so neither may montrace.
+    let mut agent = user
+        .command("/usr/bin/python3")
+        .args([
+            "-c",
+            "import ctypes, sys, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); \
+             print('ready', flush=True); time.sleep(30)",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    std::io::Read::read_exact(agent.stdout.as_mut().unwrap(), &mut ready).unwrap();
+    let guarded = user.home.join("guarded");
+    let run = attach_as(&user, &copy.bin, &guarded, agent.id());
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(run.code(), 2, "{run:?}");
+    assert!(run.stderr.contains("not dumpable"), "{run:?}");
+    assert!(!guarded.exists(), "no run directory for a refused attach");
 }
 
 #[test]

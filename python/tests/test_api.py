@@ -280,6 +280,16 @@ def test_what_cannot_work_is_refused_when_decorated() -> None:
         montrace.monitored(callback=lambda a, b: None)
 
 
+def test_the_call_is_not_made_when_montrace_does_not_start(tmp_path: Path, monkeypatch) -> None:
+    marker = tmp_path / "called"
+    monkeypatch.setenv("MONTRACE_BIN", "/bin/false")
+    with pytest.raises(montrace.MontraceError, match="montrace attach did not start"):
+        montrace.monitored(lambda: marker.touch())()
+    assert not marker.exists(), "the call ran unmonitored"
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # the child was reaped
+
+
 def test_a_cctools_callback_gets_each_sweep(tmp_path: Path) -> None:
     got = []
     cctools = montrace.monitored(callback=lambda id, name, step, res: got.append((id, name, step, res)),

@@ -8,6 +8,7 @@ and read any run directory as DataFrames.
 ...         ...
 >>> m.resources["cpu_s"]
 >>> montrace.load("montrace-runs/...").processes     # any run directory
+>>> print(montrace.doctor())                         # which binary, exact or polling
 
 See docs/python.md."""
 from ._api import (
@@ -19,17 +20,21 @@ from ._api import (
     run,
 )
 from ._binary import MontraceError, binary
-from ._load import TABLES, Run, load
+from ._doctor import Diagnosis, doctor
+from ._load import TABLES
+from ._run import Run, load
 from ._stream import read_stream
 
 __all__ = [
     "TABLES",
     "CommandFailed",
+    "Diagnosis",
     "LimitExceeded",
     "Monitor",
     "MontraceError",
     "Run",
     "binary",
+    "doctor",
     "load",
     "monitor",
     "monitored",

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import itertools
 import os
 import pickle
+import re
 import resource
+import secrets
 import shutil
 import signal
 import socket
@@ -17,8 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from ._binary import MontraceError, binary, spawn
-from ._load import Run, load
-from ._stream import Callback, StreamFollower
+from ._run import Run, load
+from ._stream import Callback, Line, StreamFollower
+from ._units import format_limit_value, interval_arg, limit_args
 
 #: montrace's own exit statuses (monitor/src/cli.rs): a limit stopped the run; montrace failed.
 EXIT_LIMIT_BREACHED = 124
@@ -34,10 +39,13 @@ class LimitExceeded(RuntimeError):
 
     ``limit`` is the key (``rss``, ``cpu``, ``wall``, ``procs``, ``gpu-mem``), ``threshold`` the
     limit and ``value`` what was seen, in the metric's unit (bytes, seconds, processes); ``run``
-    is the recorded run."""
+    is the recorded run (kept on disk, also for a temporary run of ``monitored``)."""
 
     def __init__(self, limit: str, threshold: float, value: float, run: Optional[Run] = None) -> None:
-        super().__init__(f"limit {limit} exceeded: {value:g} seen, limit {threshold:g}")
+        super().__init__(
+            f"limit {limit} exceeded: {format_limit_value(limit, value)} seen, limit "
+            f"{format_limit_value(limit, threshold)}" + (f" (run: {run.path})" if run is not None else "")
+        )
         self.limit = limit
         self.threshold = threshold
         self.value = value
@@ -53,25 +61,33 @@ class CommandFailed(RuntimeError):
         self.run = run
 
 
-def _duration(value: Union[str, float, int]) -> str:
-    return value if isinstance(value, str) else f"{float(value) * 1000:.0f}ms"
-
-
 def _record_args(interval: Union[str, float, None], limits: Optional[Limits], report: bool,
                  extra: Sequence[str]) -> List[str]:
     args = ["--quiet"]
     if interval is not None:
-        args += ["--interval", _duration(interval)]
-    for key, value in (limits or {}).items():
-        args += ["--limit", f"{key}={value}"]
+        args += ["--interval", interval_arg(interval)]
+    args += limit_args(limits or {})
     if not report:
         args.append("--no-report")
     return args + list(extra)
 
 
+def _refuse_existing(out: Path) -> None:
+    """montrace writes a new run directory: an existing one (or a file) at ``out`` is refused
+    before anything runs, so that an old run is never taken for the new command's."""
+    if out.is_symlink() or (out.exists() and not (out.is_dir() and not any(out.iterdir()))):
+        what = "a run directory" if (out / "run.json").exists() else "something"
+        raise MontraceError(
+            f"out={str(out)!r} holds {what} already: montrace writes a new run directory, so the "
+            "command was not run; give a new path (or none, for a temporary directory)"
+        )
+
+
 def _new_out(out: "Union[str, os.PathLike[str], None]", prefix: str) -> "tuple[Path, Path]":
     """The run directory montrace creates (``out`` or a new temporary one), and a private
     directory for the stream and socket."""
+    if out is not None:
+        _refuse_existing(Path(out))
     private = Path(tempfile.mkdtemp(prefix=f"montrace-{prefix}-"))
     return (Path(out) if out is not None else private / "run"), private
 
@@ -83,27 +99,94 @@ def _breach_of(run: Run, follower: Optional[StreamFollower]) -> Optional[LimitEx
     return LimitExceeded(str(breach["limit"]), float(breach["threshold"]), float(breach["value"]), run)
 
 
+# Callbacks ----------------------------------------------------------------------------------
+
+_CALL_IDS = itertools.count(1)
+MakeCallback = Callable[[str], Optional[Callback]]
+
+
+def _callback_maker(callback: Optional[Callable[..., Any]]) -> MakeCallback:
+    """Checks ``callback=`` where it is given, and returns what makes each run's callback (from
+    the run's name). montrace calls a callback with one argument, each line of the live stream
+    as a dict; a cctools-style ``callback(id, name, step, resources)`` gets each sweep's figures
+    in cctools' names and units (``_cctools_resources``), ``id`` numbering the calls of this
+    process and ``step`` the sweeps of the call."""
+    if callback is None:
+        return lambda name: None
+    if not callable(callback):
+        raise TypeError(f"callback= must be callable, not {type(callback).__name__}")
+    try:
+        signature = inspect.signature(callback)
+    except (TypeError, ValueError):  # a builtin without a signature: one argument
+        return lambda name: callback
+    for arity in (1, 4):
+        try:
+            signature.bind(*range(arity))
+        except TypeError:
+            continue
+        if arity == 1:
+            return lambda name: callback
+        return lambda name: _cctools_callback(callback, next(_CALL_IDS), name)
+    raise TypeError(
+        f"callback={getattr(callback, '__qualname__', callback)!r} takes {signature}: montrace "
+        "calls it with one argument (each line of the live stream, a dict), or, as cctools' "
+        "monitored() does, with four: (id, name, step, resources)"
+    )
+
+
+def _cctools_resources(line: Line) -> Dict[str, Any]:
+    """A sweep line in cctools resource_monitor's names and units (MB are MiB)."""
+    mib = lambda v: None if v is None else v / 2**20  # noqa: E731
+    return {
+        "wall_time": line.get("elapsed_s"),
+        "cores": None if line.get("cpu_percent") is None else line["cpu_percent"] / 100,
+        "memory": mib(line.get("rss_bytes")),
+        "bytes_read": line.get("read_bytes"),
+        "bytes_written": line.get("write_bytes"),
+        "max_concurrent_processes": line.get("live"),
+        "total_processes": line.get("started"),
+        "montrace": line,
+    }
+
+
+def _cctools_callback(callback: Callable[..., Any], call_id: int, name: str) -> Callback:
+    steps = itertools.count(1)
+
+    def adapted(line: Line) -> None:
+        if line.get("type") == "sweep":
+            callback(call_id, name, next(steps), _cctools_resources(line))
+
+    return adapted
+
+
 def run(argv: Sequence[str], *, interval: Union[str, float, None] = None,
         limits: Optional[Limits] = None, out: "Union[str, os.PathLike[str], None]" = None,
-        check: bool = False, callback: Optional[Callback] = None,
+        check: bool = False, callback: Optional[Callable[..., Any]] = None,
         stream: "Union[str, os.PathLike[str], None]" = None, report: bool = True,
         env: Optional[Mapping[str, str]] = None, cwd: "Union[str, os.PathLike[str], None]" = None,
         extra_args: Sequence[str] = ()) -> Run:
     """Runs ``argv`` under montrace and returns the recorded :class:`Run`.
 
     ``interval``: sampling interval (seconds, or a string such as ``"100ms"``). ``limits``: e.g.
-    ``{"rss": "2GiB", "wall": "5m"}`` stop the whole tree when crossed. ``out``: the run
-    directory (a new one; default: a new temporary directory). ``callback`` receives each line of
-    the live stream (a dict) as the run goes, the last one with ``"final": True``; ``stream``
-    also keeps the stream at that path. ``check=True`` raises :class:`CommandFailed` on a
-    non-zero exit and :class:`LimitExceeded` on a breach."""
+    ``{"rss": "2GiB", "wall": "5m"}`` stop the whole tree when crossed (numbers are bytes,
+    seconds, processes). ``out``: the run directory (a new one: an existing run there raises
+    :class:`MontraceError` and the command is not run; default: a new temporary directory).
+    ``callback`` receives each line of the live stream (a dict) as the run goes, the last one
+    with ``"final": True``; ``stream`` also keeps the stream at that path. ``check=True`` raises
+    :class:`CommandFailed` on a non-zero exit and :class:`LimitExceeded` on a breach."""
+    record = _record_args(interval, limits, report, extra_args)
+    make_callback = _callback_maker(callback)
     out_dir, private = _new_out(out, "run")
     stream_path = Path(stream) if stream is not None else private / "stream.jsonl"
-    args = [binary(), "run", *_record_args(interval, limits, report, extra_args),
-            "--out", str(out_dir), "--stream", str(stream_path), "--", *argv]
-    follower = StreamFollower(str(stream_path), callback)
-    proc, relay = spawn(args, env=dict(env) if env is not None else None,
-                        cwd=str(cwd) if cwd is not None else None)
+    args = [binary(), "run", *record, "--out", str(out_dir), "--stream", str(stream_path), "--", *argv]
+    follower = StreamFollower(str(stream_path), make_callback(os.path.basename(str(argv[0])) if argv else ""))
+    try:
+        proc, relay = spawn(args, env=dict(env) if env is not None else None,
+                            cwd=str(cwd) if cwd is not None else None)
+    except BaseException:
+        follower.stop()
+        shutil.rmtree(private, ignore_errors=True)
+        raise
     try:
         status = proc.wait()
     except BaseException:
@@ -137,6 +220,49 @@ def _is_run_dir(path: Path) -> bool:
     return (path / "processes.parquet").is_file() or (path / "processes.parts").is_dir()
 
 
+class _Attached:
+    """``montrace attach PID`` started, and ready: it has found the tree and attached (its first
+    stream line)."""
+
+    def __init__(self, pid: int, record: List[str], out_dir: Path, stream_path: Path,
+                 callback: Optional[Callback], start_timeout_s: float,
+                 mark_socket: Optional[str] = None) -> None:
+        args = [binary(), "attach", str(pid), *record, "--out", str(out_dir), "--stream", str(stream_path)]
+        if mark_socket is not None:
+            args += ["--mark-socket", mark_socket]
+        self.follower = StreamFollower(str(stream_path), callback)
+        try:
+            self.proc, self.relay = spawn(args, stdin=subprocess.DEVNULL)
+        except BaseException:
+            self.follower.stop()
+            raise
+        deadline = time.monotonic() + start_timeout_s
+        while not self.follower.first.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.abandon()
+                raise MontraceError(
+                    f"montrace attach did not start (status {self.proc.returncode})", self.relay.finish()
+                )
+        if self.proc.poll() is not None and not self.follower.lines:
+            self.abandon()
+            raise MontraceError("montrace attach ended at once", self.relay.finish())
+
+    def abandon(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.follower.stop()
+
+    def finish(self, stop: bool) -> "tuple[int, str]":
+        """Waits for montrace to end (after Ctrl-C with ``stop``; else when the tree is gone),
+        and returns its exit status and last lines of stderr."""
+        if stop and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        status = self.proc.wait()
+        self.follower.stop()
+        return status, self.relay.finish()
+
+
 class Monitor:
     """``with montrace.monitor() as m:`` follows this Python process and everything it starts
     until the block ends (``montrace attach`` to itself). ``m.mark(label)`` and
@@ -145,15 +271,13 @@ class Monitor:
 
     def __init__(self, *, interval: Union[str, float, None] = None,
                  out: "Union[str, os.PathLike[str], None]" = None,
-                 callback: Optional[Callback] = None, report: bool = True,
+                 callback: Optional[Callable[..., Any]] = None, report: bool = True,
                  start_timeout_s: float = 60.0, extra_args: Sequence[str] = ()) -> None:
-        self._interval = interval
+        self._record = _record_args(interval, None, report, extra_args)
         self._out = out
-        self._callback = callback
-        self._report = report
+        self._make_callback = _callback_maker(callback)
         self._start_timeout_s = start_timeout_s
-        self._extra = list(extra_args)
-        self._proc: Optional["subprocess.Popen[bytes]"] = None
+        self._attached: Optional[_Attached] = None
         self._socket: Optional[socket.socket] = None
         self.run: Optional[Run] = None
         self.resources: Dict[str, Any] = {}
@@ -163,41 +287,22 @@ class Monitor:
         self.out_dir = out_dir
         self._private = private
         self._socket_path = str(private / "marks.sock")
-        stream_path = private / "stream.jsonl"
-        args = [binary(), "attach", str(os.getpid()),
-                *_record_args(self._interval, None, self._report, self._extra),
-                "--out", str(out_dir), "--stream", str(stream_path),
-                "--mark-socket", self._socket_path]
-        self._follower = StreamFollower(str(stream_path), self._callback)
-        self._proc, self._relay = spawn(args, stdin=subprocess.DEVNULL)
-        # Ready once montrace has found the tree and attached: its first stream line.
-        deadline = time.monotonic() + self._start_timeout_s
-        while not self._follower.first.wait(0.05):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self._abandon()
-                raise MontraceError(
-                    f"montrace attach did not start (status {self._proc.returncode})",
-                    self._relay.finish(),
-                )
-        if self._proc.poll() is not None and not self._follower.lines:
-            self._abandon()
-            raise MontraceError("montrace attach ended at once", self._relay.finish())
+        self._attached = _Attached(
+            os.getpid(), self._record, out_dir, private / "stream.jsonl",
+            self._make_callback(os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python")),
+            self._start_timeout_s, mark_socket=self._socket_path,
+        )
+        proc = self._attached.proc
         # montrace binds the mark socket right after it has found the tree: a mark sent before
         # would be lost. (Should it fail to bind, it says why; marks then raise.)
         bound_by = time.monotonic() + 5.0
         while not os.path.exists(self._socket_path) and time.monotonic() < bound_by:
-            if self._proc.poll() is not None:
+            if proc.poll() is not None:
                 break
             time.sleep(0.01)
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._began = (time.monotonic(), resource.getrusage(resource.RUSAGE_SELF))
         return self
-
-    def _abandon(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
-        self._follower.stop()
 
     def _send(self, kind: str, label: str) -> None:
         if self._socket is None:
@@ -223,17 +328,13 @@ class Monitor:
             self._send("end", label)
 
     def __exit__(self, *exc: Any) -> None:
-        assert self._proc is not None
+        assert self._attached is not None
         if self._socket is not None:
             self._socket.close()
             self._socket = None
         ended = (time.monotonic(), resource.getrusage(resource.RUSAGE_SELF))
         # Ctrl-C for montrace attach: it stops following and writes everything.
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGINT)
-        status = self._proc.wait()
-        self._follower.stop()
-        stderr = self._relay.finish()
+        status, stderr = self._attached.finish(stop=True)
         if not _is_run_dir(self.out_dir):
             raise MontraceError(f"montrace attach exited with status {status} and recorded no run", stderr)
         self.run = load(self.out_dir)
@@ -241,8 +342,9 @@ class Monitor:
         if self._out is not None:
             # The run is elsewhere: the private directory held the stream and the socket.
             shutil.rmtree(self._private, ignore_errors=True)
-        if self._follower.error is not None and exc[0] is None:
-            raise self._follower.error
+        error = self._attached.follower.error
+        if error is not None and exc[0] is None:
+            raise error
 
 
 def _with_own_usage(run: Run, began: Any, ended: Any) -> Dict[str, Any]:
@@ -271,79 +373,161 @@ def _with_own_usage(run: Run, began: Any, ended: Any) -> Dict[str, Any]:
 
 def monitor(*, interval: Union[str, float, None] = None,
             out: "Union[str, os.PathLike[str], None]" = None,
-            callback: Optional[Callback] = None, report: bool = True,
+            callback: Optional[Callable[..., Any]] = None, report: bool = True,
             extra_args: Sequence[str] = ()) -> Monitor:
     """See :class:`Monitor`."""
     return Monitor(interval=interval, out=out, callback=callback, report=report, extra_args=extra_args)
 
 
-def _main_file() -> Optional[str]:
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    return os.path.abspath(path) if path else None
+# monitored ----------------------------------------------------------------------------------
+
+
+def _refuse_uncallable(fn: Any) -> None:
+    """What cannot run in the forked child and come back, refused when it is decorated."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    if not callable(fn):
+        raise TypeError(f"montrace.monitored takes a callable, not {type(fn).__name__}")
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(
+            f"montrace.monitored cannot take {name}: it is async, and its coroutine would run in "
+            "the child process after the call has returned; call asyncio.run(...) inside a plain "
+            "function and monitor that"
+        )
+    if inspect.isgeneratorfunction(fn):
+        raise TypeError(
+            f"montrace.monitored cannot take {name}: it is a generator function, whose values "
+            "would be made in the child process after the call has returned; return a list instead"
+        )
+    if not hasattr(os, "fork"):
+        raise TypeError(
+            f"montrace.monitored cannot take {name} here: it runs each call in a forked child "
+            "process, and this platform has no fork() (montrace runs on Linux)"
+        )
+
+
+def _run_dir_in(directory: Path, fn: Callable[..., Any]) -> Path:
+    """A new run directory in ``directory``, made here (mkdir fails if the name is taken, so two
+    calls never share one): ``<UTC time>-<function>-<random>``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", getattr(fn, "__name__", "call")).strip("_") or "call"
+    while True:
+        path = directory / f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{name}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir(mode=0o755)
+            return path
+        except FileExistsError:
+            continue
+
+
+def _describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    return f"exit status {os.WEXITSTATUS(status)}"
 
 
 def monitored(func: Optional[Callable[..., T]] = None, *, limits: Optional[Limits] = None,
-              callback: Optional[Callback] = None, return_resources: bool = True,
+              callback: Optional[Callable[..., Any]] = None, return_resources: bool = True,
               interval: Union[str, float, None] = None,
-              out: "Union[str, os.PathLike[str], None]" = None) -> Any:
-    """Decorator: each call runs in a new Python process under montrace.
+              out: "Union[str, os.PathLike[str], None]" = None, keep: bool = False,
+              start_timeout_s: float = 60.0) -> Any:
+    """Decorator: each call runs in a forked child of this process, under ``montrace attach``.
 
-    Returns ``(result, resources)`` (or the result alone with ``return_resources=False``). An
-    exception inside the function is raised here with its traceback; a crossed limit stops the
-    child and raises :class:`LimitExceeded`. The function, its arguments and its result must be
-    picklable (a function defined at module level; with ``cloudpickle`` installed, any)."""
+    Any callable works (a lambda, a closure, a nested function, a bound method): the child is a
+    copy of this process, so nothing is pickled on the way in. Returns ``(result, resources)``
+    (or the result alone with ``return_resources=False``); the result is pickled on the way
+    back. An exception inside the function is raised here with its type, message and traceback
+    (in ``__cause__``); a crossed limit stops the child and raises :class:`LimitExceeded`.
+
+    The limits, the interval and the callback are checked here, when the function is
+    decorated. Each call's run directory is temporary and removed after the call unless
+    ``keep=True`` or ``out=DIR`` (a new directory per call in DIR) is given; a run that a limit
+    stopped is kept, for :class:`LimitExceeded`'s ``run``."""
+    record = _record_args(interval, limits, False, ())
+    make_callback = _callback_maker(callback)
 
     def decorate(fn: Callable[..., T]) -> Callable[..., Any]:
+        _refuse_uncallable(fn)
+
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
-            private = Path(tempfile.mkdtemp(prefix="montrace-call-"))
-            try:
-                return _call(fn, args, kwargs, private)
-            finally:
-                shutil.rmtree(private, ignore_errors=True)
+            return _monitored_call(fn, args, kwargs)
 
-        def _call(fn: Callable[..., T], args: Any, kwargs: Any, private: Path) -> Any:
-            request, reply = private / "call.pickle", private / "result.pickle"
-            try:
-                import cloudpickle as pickler  # type: ignore[import-not-found]
-            except ImportError:
-                pickler = pickle
-            with open(request, "wb") as handle:
-                from_main = getattr(fn, "__module__", None) == "__main__"
-                context = {"sys_path": list(sys.path), "main": _main_file() if from_main else None}
-                pickle.dump(context, handle)
-                try:
-                    pickler.dump((fn, args, kwargs), handle)
-                except (pickle.PicklingError, AttributeError, TypeError) as err:
-                    raise TypeError(
-                        f"montrace.monitored runs {fn.__qualname__} in a new process and must "
-                        f"pickle it and its arguments: {err} (define it at module level, or "
-                        "install cloudpickle)"
-                    ) from err
-            run_out = Path(out) / time.strftime("%Y%m%d-%H%M%S") if out is not None else None
-            recorded = run(
-                [sys.executable, "-m", "montrace._child", str(request), str(reply)],
-                interval=interval, limits=limits, callback=callback, report=False,
-                out=run_out,
+        return call
+
+    def _monitored_call(fn: Callable[..., T], args: Any, kwargs: Any) -> Any:
+        from . import _child
+
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", "call"))
+        private = Path(tempfile.mkdtemp(prefix="montrace-call-"))
+        if out is not None:
+            run_dir = _run_dir_in(Path(out), fn)
+        elif keep:
+            run_dir = Path(tempfile.mkdtemp(prefix="montrace-monitored-"))
+        else:
+            run_dir = private / "run"
+        reply = private / "outcome.pickle"
+        keep_run = keep or out is not None
+        go_read, go_write = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # else the child would write them out again
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: waits until montrace follows it, runs the call, never returns
+            os.close(go_write)
+            _child.run_forked(fn, args, kwargs, go_read, str(reply))
+        os.close(go_read)
+        try:
+            attached = _Attached(pid, record, run_dir, private / "stream.jsonl", make_callback(name),
+                                 start_timeout_s)
+        except BaseException:
+            os.close(go_write)  # the child reads the end of the pipe and leaves without the call
+            os.waitpid(pid, 0)
+            if keep_run:
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()
+            shutil.rmtree(private, ignore_errors=True)
+            raise
+        os.write(go_write, b"g")
+        os.close(go_write)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except BaseException:  # Ctrl-C here: the call is abandoned, the run recorded
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            attached.finish(stop=False)
+            raise
+        montrace_status, stderr = attached.finish(stop=False)
+        if not _is_run_dir(run_dir):
+            shutil.rmtree(private, ignore_errors=True)
+            raise MontraceError(
+                f"montrace attach exited with status {montrace_status} and recorded no run", stderr
             )
-            breach = _breach_of(recorded, None)
-            if breach is not None:
-                raise breach
+        recorded = load(run_dir)
+        breach = _breach_of(recorded, attached.follower)
+        if breach is not None:
+            raise breach  # the run is kept: it is the breach's
+        try:
+            if attached.follower.error is not None:
+                raise attached.follower.error
             if not reply.exists():
                 raise MontraceError(
-                    f"{fn.__qualname__} ended without a result (exit status "
-                    f"{recorded.exit_status}; run: {recorded.path})"
+                    f"{name} ended without a result ({_describe_status(status)}; run: "
+                    f"{recorded.path if keep_run else 'removed'})"
                 )
             with open(reply, "rb") as handle:
                 ok, value = pickle.load(handle)
-            if not ok:
-                error, text = value
-                from ._child import RemoteTraceback
-
-                raise error from RemoteTraceback(text)
-            return (value, recorded.resources) if return_resources else value
-
-        return call
+            resources = recorded.resources
+            if not keep_run:
+                resources["run_dir"] = None
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        if not ok:
+            error, text = value
+            raise error from _child.RemoteTraceback(text)
+        return (value, resources) if return_resources else value
 
     return decorate(func) if func is not None else decorate

@@ -1,13 +1,17 @@
-"""The child process of ``montrace.monitored``: loads the call, runs it, writes the outcome.
-
-Usage: ``python -m montrace._child REQUEST REPLY``; the reply is a pickled ``(True, result)``
-or ``(False, (exception, traceback text))`` (pickling an exception drops its traceback)."""
+"""The forked child of ``montrace.monitored``: waits until montrace follows it, makes the call and
+writes the outcome, a pickled ``(True, result)`` or ``(False, (exception, traceback text))``
+(pickling an exception drops its traceback, so its text comes along)."""
 from __future__ import annotations
 
-import importlib.util
+import os
 import pickle
 import sys
 import traceback
+from typing import Any, Callable, NoReturn, Tuple
+
+#: The child's exit status when the call was not made (montrace did not start) or its outcome
+#: could not be written.
+EXIT_NOT_RUN = 3
 
 
 class RemoteTraceback(Exception):
@@ -21,43 +25,59 @@ class RemoteTraceback(Exception):
         return self.text
 
 
-def _load_main(path: str) -> None:
-    """Makes the parent's ``__main__`` module importable here, as multiprocessing does, so that
-    functions defined in a script unpickle (its ``if __name__ == "__main__":`` block does not run)."""
-    spec = importlib.util.spec_from_file_location("__mp_main__", path)
-    if spec is None or spec.loader is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["__mp_main__"] = module
-    spec.loader.exec_module(module)
-    sys.modules["__main__"] = module
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
 
 
-def main(request: str, reply: str) -> int:
-    with open(request, "rb") as handle:
-        context = pickle.load(handle)
-        sys.path[:] = context["sys_path"]
-        if context.get("main"):
-            _load_main(context["main"])
-        fn, args, kwargs = pickle.load(handle)
+def outcome_bytes(fn: Callable[..., Any], outcome: Tuple[bool, Any]) -> bytes:
+    """The outcome pickled, checked to load again; what cannot cross becomes an error that says
+    so (pure)."""
     try:
-        outcome = (True, fn(*args, **kwargs))
-    except BaseException as err:  # sent back, raised in the parent
-        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-        outcome = (False, (err, text))
-    with open(reply + ".tmp", "wb") as handle:
-        try:
-            pickle.dump(outcome, handle)
-        except Exception as err:  # an unpicklable result or exception
-            handle.seek(0)
-            handle.truncate()
-            failed = TypeError(f"the call's outcome cannot be pickled: {err!r}")
-            pickle.dump((False, (failed, "")), handle)
-    import os
+        data = pickle.dumps(outcome)
+        pickle.loads(data)
+        return data
+    except Exception as err:  # noqa: BLE001 - whatever pickle raises, the parent gets words
+        why = f"{type(err).__name__}: {err}"
+    ok, value = outcome
+    if ok:
+        failed: BaseException = TypeError(
+            f"{_name(fn)} returned a {type(value).__module__}.{type(value).__qualname__}, which "
+            f"cannot be pickled back from the child process montrace.monitored ran it in ({why}); "
+            "return something picklable (plain data, arrays, DataFrames)"
+        )
+        text = ""
+    else:
+        error, text = value
+        failed = RuntimeError(
+            f"{_name(fn)} raised {type(error).__module__}.{type(error).__qualname__}: {error} "
+            f"(the exception itself cannot be pickled back from the child process: {why})"
+        )
+    return pickle.dumps((False, (failed, text)))
 
-    os.replace(reply + ".tmp", reply)
-    return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+def run_forked(fn: Callable[..., Any], args: Any, kwargs: Any, go: int, reply: str) -> NoReturn:
+    """In the child after fork: never returns."""
+    code = EXIT_NOT_RUN
+    try:
+        started = os.read(go, 1) == b"g"
+        os.close(go)
+        if started:
+            try:
+                outcome: Tuple[bool, Any] = (True, fn(*args, **kwargs))
+            except BaseException as err:  # sent back, raised in the parent
+                text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+                outcome = (False, (err, text))
+            data = outcome_bytes(fn, outcome)
+            with open(reply + ".tmp", "wb") as handle:
+                handle.write(data)
+            os.replace(reply + ".tmp", reply)
+            code = 0
+    except BaseException:  # noqa: BLE001 - the child must reach os._exit
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
 import montrace
-from workloads import allocate, crash, spawn_true
+from workloads import allocate, allocate_briefly, crash, spawn_true
 
 
 def kernel_cpu_s(run: montrace.Run) -> float:
@@ -33,6 +37,7 @@ def test_run_figures_are_those_of_processes_parquet(out: Path) -> None:
     assert (run.processes.filename == "/bin/true").sum() == 20
     figures = run.resources
     assert figures["processes"] == 21
+    assert not run.root_predates_run and figures["exact"] is True
     assert figures["critical_path_s"] == run.info["time"]["critical_path_s"] > 0
     assert figures["avg_parallelism"] == run.info["time"]["avg_parallelism"]
     assert figures["cpu_s"] == pytest.approx(kernel_cpu_s(run), abs=1e-9)
@@ -59,8 +64,12 @@ def test_bad_arguments_raise_montrace_error(tmp_path: Path) -> None:
     (taken / "file").write_text("mine")
     with pytest.raises(montrace.MontraceError) as err:
         montrace.run(["true"], out=taken)
-    assert "recorded no run" in str(err.value)
+    assert "holds something already" in str(err.value) and "the command was not run" in str(err.value)
     assert (taken / "file").read_text() == "mine"
+    with pytest.raises(montrace.MontraceError) as err:  # montrace's own refusal, with its words
+        montrace.run(["true"], out=tmp_path / "new", extra_args=["--ring-buffer-size", "3"])
+    assert "recorded no run" in str(err.value) and "ring" in str(err.value)
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_killed_run_loads(tmp_path: Path) -> None:
@@ -158,6 +167,9 @@ def test_monitored_raises_limit_exceeded_and_this_process_goes_on() -> None:
     assert err.threshold == 100 * 1024 * 1024
     assert err.value > err.threshold
     assert err.run is not None and err.run.limit_breach["limit"] == "rss"
+    seen = round(err.value / 2**20)
+    assert str(err).startswith(f"limit rss exceeded: {seen} MiB seen, limit 100 MiB (run: "), str(err)
+    shutil.rmtree(err.run.path.parent)  # the breach's run was kept for it
     # Still alive and able to go on.
     assert montrace.monitored(return_resources=False)(spawn_true)(0) == 0
 
@@ -169,16 +181,169 @@ def test_monitored_propagates_exceptions_with_their_traceback() -> None:
     assert cause is not None and "in crash" in str(cause) and "boom 7" in str(cause)
 
 
-def test_monitored_says_what_to_do_with_an_unpicklable_argument() -> None:
-    import threading
+class Counter:
+    def __init__(self, start: int) -> None:
+        self.start = start
 
-    with pytest.raises(TypeError, match="module level"):
-        montrace.monitored(spawn_true)(threading.Lock())
+    def add(self, n: int) -> int:
+        return self.start + n
 
 
-def test_monitored_takes_a_lambda_through_cloudpickle() -> None:
-    import cloudpickle  # noqa: F401  (comes with mlflow-skinny, installed with the tests)
-    assert montrace.monitored(return_resources=False)(lambda: 41 + 1)() == 42
+class Refused(Exception):
+    """An exception of the tests' own, raised in the child and raised again here."""
+
+
+def test_monitored_takes_any_callable_without_cloudpickle(monkeypatch) -> None:
+    # MLflow, installed for its tests, brings cloudpickle: here it cannot be imported.
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)
+    with pytest.raises(ImportError):
+        import cloudpickle  # noqa: F401
+    offset = 40
+
+    def nested(n: int) -> int:  # a closure over `offset`, defined in a function
+        return n + offset
+
+    lock = threading.Lock()  # an argument that cannot be pickled: it is never pickled
+    plain = dict(return_resources=False)
+    assert montrace.monitored(**plain)(lambda: 41 + 1)() == 42
+    assert montrace.monitored(**plain)(nested)(2) == 42
+    assert montrace.monitored(**plain)(Counter(40).add)(2) == 42
+    assert montrace.monitored(**plain)(lambda held: held.acquire(blocking=False))(lock) is True
+    assert not lock.locked(), "the child acquired its own copy of the lock"
+
+    class Box:
+        @montrace.monitored(return_resources=False)
+        def times(self, n: int) -> int:
+            return 6 * n
+
+    assert Box().times(7) == 42
+
+
+def test_monitored_runs_the_call_in_a_child_recorded_whole(tmp_path: Path) -> None:
+    outside = 3
+    result, resources = montrace.monitored(out=tmp_path)(lambda: spawn_true(outside))()
+    assert result == 3
+    run = montrace.load(resources["run_dir"])
+    procs = run.processes
+    assert (procs.filename == "/bin/true").sum() == 3
+    child = procs[procs.filename != "/bin/true"]
+    assert len(child) == 1 and int(child.pid.iloc[0]) != os.getpid()
+    assert resources["processes"] == len(procs) == 4
+    assert resources["exact"] is True
+    # The child waited for montrace before the call: the run saw the end of its life only, and
+    # where the time went over a life it did not see is not shown.
+    assert run.root_predates_run and resources["critical_path_s"] is None
+    assert resources["avg_parallelism"] is None and 0 < resources["wall_s"]
+
+
+def test_monitored_brings_back_the_exception_with_its_type_and_message() -> None:
+    def refuse(n: int) -> None:
+        raise Refused(f"no {n}")
+
+    with pytest.raises(Refused, match="^no 5$") as raised:
+        montrace.monitored(refuse)(5)
+    assert "in refuse" in str(raised.value.__cause__)
+    with pytest.raises(KeyError, match="'missing'"):
+        montrace.monitored(lambda: {}["missing"])()
+
+
+def test_what_cannot_come_back_is_said() -> None:
+    with pytest.raises(TypeError, match=r"returned a _thread.lock, which cannot be pickled back"):
+        montrace.monitored(threading.Lock)()
+
+    class Local(Exception):
+        pass
+
+    def raise_local() -> None:
+        raise Local("kept in words")
+
+    with pytest.raises(RuntimeError, match=r"raised .*Local: kept in words \(the exception itself cannot"):
+        montrace.monitored(raise_local)()
+
+
+def test_what_cannot_work_is_refused_when_decorated() -> None:
+    async def coroutine() -> int:
+        return 1
+
+    def generator() -> Iterator[int]:
+        yield 1
+
+    with pytest.raises(TypeError, match="is async"):
+        montrace.monitored(coroutine)
+    with pytest.raises(TypeError, match="generator function"):
+        montrace.monitored(generator)
+    with pytest.raises(TypeError, match="takes a callable"):
+        montrace.monitored(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 MiB"):
+        montrace.monitored(limits={"rss": 100})
+    with pytest.raises(TypeError, match=r"\(id, name, step, resources\)"):
+        montrace.monitored(callback=lambda a, b: None)
+
+
+def test_the_call_is_not_made_when_montrace_does_not_start(tmp_path: Path, monkeypatch) -> None:
+    marker = tmp_path / "called"
+    monkeypatch.setenv("MONTRACE_BIN", "/bin/false")
+    with pytest.raises(montrace.MontraceError, match="montrace attach did not start"):
+        montrace.monitored(lambda: marker.touch())()
+    assert not marker.exists(), "the call ran unmonitored"
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # the child was reaped
+
+
+def test_a_cctools_callback_gets_each_sweep(tmp_path: Path) -> None:
+    got = []
+    cctools = montrace.monitored(callback=lambda id, name, step, res: got.append((id, name, step, res)),
+                                 interval=0.05, return_resources=False)(allocate_briefly)
+    assert cctools(40) == 40 << 20
+    assert got, "no sweep reached the callback"
+    ids = {g[0] for g in got}
+    assert len(ids) == 1 and {g[1] for g in got} == {"allocate_briefly"}
+    assert [g[2] for g in got] == list(range(1, len(got) + 1))
+    assert max(g[3]["memory"] for g in got) > 40  # MB, as cctools says
+    assert all(g[3]["montrace"]["type"] == "sweep" for g in got)
+
+
+def test_run_into_an_existing_run_raises_and_does_not_run(tmp_path: Path) -> None:
+    first = montrace.run(["true"], out=tmp_path / "run")
+    before = sorted(p.name for p in first.path.iterdir())
+    marker = tmp_path / "ran"
+    with pytest.raises(montrace.MontraceError, match="holds a run directory already"):
+        montrace.run(["touch", str(marker)], out=tmp_path / "run")
+    assert not marker.exists(), "the new command ran"
+    assert sorted(p.name for p in first.path.iterdir()) == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert montrace.run(["touch", str(marker)], out=empty).exit_status == 0 and marker.exists()
+
+
+def test_monitored_runs_get_unique_names_and_temporary_ones_go(tmp_path: Path, monkeypatch) -> None:
+    fn = montrace.monitored(out=tmp_path / "runs")(lambda: 1)
+    dirs = [fn()[1]["run_dir"] for _ in range(3)]  # well within one second each
+    assert len(set(dirs)) == 3
+    assert sorted(str(p) for p in (tmp_path / "runs").iterdir()) == sorted(dirs)
+    assert all(montrace.load(d).processes.shape[0] == 1 for d in dirs)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the package makes its own
+    result, resources = montrace.monitored(lambda: 2)()
+    assert result == 2 and resources["run_dir"] is None and resources["processes"] == 1
+    assert list(temp.iterdir()) == [], "the temporary run was left behind"
+    kept = montrace.monitored(keep=True)(lambda: 3)()[1]["run_dir"]
+    assert [str(p) for p in temp.iterdir()] == [kept] and montrace.load(kept).finished
+
+
+def test_notices_are_shown_once_per_process(capsys: pytest.CaptureFixture) -> None:
+    from montrace._binary import StderrRelay
+
+    for _ in range(3):
+        read, write = os.pipe()
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(b"montrace: no cgroup for the run, so no kernel totals: test notice\n"
+                       b"montrace: error: every time\n")
+        relay = StderrRelay(os.fdopen(read, "rb"))
+        assert "test notice" in relay.finish()  # kept for error messages every time
+    err = capsys.readouterr().err
+    assert err.count("test notice") == 1 and err.count("every time") == 3
 
 
 def test_the_stream_and_the_callback(tmp_path: Path) -> None:

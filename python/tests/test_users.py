@@ -1,6 +1,8 @@
-"""The package as an ordinary user: with the wheel's own binary it polls /proc and says so once;
-with a copy granted CAP_BPF + CAP_PERFMON (`montrace setcap`) it tracks exactly, through
-`montrace.run` and `montrace.monitor` alike. The run directories belong to the user."""
+"""The package as an ordinary user: with the wheel's own binary it polls /proc, says so once per
+process, and its figures say so; with a copy granted CAP_BPF + CAP_PERFMON (`montrace setcap`),
+named by MONTRACE_BIN or found on PATH, it tracks exactly, through `montrace.run`,
+`montrace.monitor` and `montrace.monitored` alike, and `montrace.doctor()` says which binary.
+The run directories belong to the user."""
 from __future__ import annotations
 
 import json
@@ -23,11 +25,20 @@ run = montrace.run(["sh", "-c", "for i in " + " ".join(["x"] * n) + "; do /bin/t
 with montrace.monitor(interval=0.05, out=sys.argv[1] + "/monitor") as m:
     for _ in range(n // 20):
         subprocess.run(["/bin/true"], check=True)
+result, called = montrace.monitored(out=sys.argv[1] + "/monitored")(lambda: 42)()
+found = montrace.doctor()
 print(json.dumps({
     "run_mode": run.info["tracking_mode"],
+    "run_processes": len(run.processes),
     "run_true": int((run.processes.filename == "/bin/true").sum()),
+    "run_exact": run.resources["exact"],
+    "run_critical_path_s": run.resources["critical_path_s"],
+    "run_avg_parallelism": run.resources["avg_parallelism"],
     "monitor_mode": m.run.info["tracking_mode"],
     "monitor_true": int((m.run.processes.filename == "/bin/true").sum()),
+    "monitored": [result, called["tracking_mode"]],
+    "binary": montrace.binary(),
+    "doctor": [found.binary, found.exact, found.mode, found.chosen_because],
 }))
 """
 
@@ -58,12 +69,25 @@ def capable_copy() -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def wheel_binary() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "montrace")
+
+
 def test_an_ordinary_user_gets_polling_said_once(user) -> None:
     result = user.run([sys.executable, "-c", SCRIPT, str(user.home), "20"])
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["run_mode"] == figures["monitor_mode"] == "polling"
-    assert result.stderr.count("no eBPF") == 2, result.stderr  # once per montrace started
+    assert figures["monitored"] == [42, "polling"]
+    # Three montraces started (a run, two attaches), the notice said once by each kind: the two
+    # attaches' differ only by their pid.
+    assert result.stderr.count("no eBPF") == 2, result.stderr
+    assert result.stderr.count("montrace attach") == 1, result.stderr
+    # What polling could not see is not shown.
+    assert figures["run_exact"] is False
+    assert figures["run_critical_path_s"] is None and figures["run_avg_parallelism"] is None
+    assert figures["binary"] == wheel_binary()
+    assert figures["doctor"] == [wheel_binary(), False, "polling", "the wheel's own binary"]
     assert owners(user.home / "run") == owners(user.home / "monitor") == {user.uid}
 
 
@@ -75,5 +99,24 @@ def test_an_ordinary_user_with_the_granted_binary_tracks_exactly(user, capable_c
     assert figures["run_mode"] != "polling" and figures["monitor_mode"] != "polling", figures
     assert figures["run_true"] == 1000
     assert figures["monitor_true"] == 50
+    assert "no eBPF" not in result.stderr
+    assert owners(user.home / "run") == owners(user.home / "monitor") == {user.uid}
+
+
+def test_an_ordinary_user_with_a_granted_binary_on_path_tracks_exactly(user, capable_copy: Path) -> None:
+    """The documented install: the wheel in the user's environment, `sudo montrace setcap` on a
+    montrace on PATH. The package runs the granted one, not the wheel's own."""
+    path = f"{capable_copy.parent}:/usr/local/bin:/usr/bin:/bin"
+    result = user.run([sys.executable, "-c", SCRIPT, str(user.home), "20"], env={"PATH": path})
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["binary"] == str(capable_copy)
+    assert figures["doctor"][:2] == [str(capable_copy), True], figures["doctor"]
+    assert figures["doctor"][2] in ("tp_btf", "tracepoint")
+    assert "granted" in figures["doctor"][3]
+    assert figures["run_mode"] in ("tp_btf", "tracepoint") and figures["monitor_mode"] != "polling"
+    assert (figures["run_processes"], figures["run_true"]) == (21, 20)  # 21 of 21: sh and 20
+    assert figures["run_exact"] is True and figures["run_critical_path_s"] > 0
+    assert figures["monitored"][0] == 42 and figures["monitored"][1] != "polling"
     assert "no eBPF" not in result.stderr
     assert owners(user.home / "run") == owners(user.home / "monitor") == {user.uid}

@@ -1,4 +1,4 @@
-"""Functions the tests run under montrace.monitored (module level, so they pickle)."""
+"""Functions the tests run under montrace.monitored."""
 import subprocess
 
 
@@ -20,3 +20,13 @@ def allocate(mib: int) -> int:
 
 def crash(n: int) -> None:
     raise ValueError(f"boom {n}")
+
+
+def allocate_briefly(mib: int) -> int:
+    block = bytearray(mib * 1024 * 1024)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    import time
+
+    time.sleep(0.4)
+    return len(block)

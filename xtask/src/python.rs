@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// What the tests' environment installs beside the wheel: the test runner, the optional frame
-/// libraries, MLflow with the sqlite backend's libraries (its file backend is retired), and
-/// cloudpickle (which `monitored` uses for lambdas when it is there).
+/// libraries, and MLflow with the sqlite backend's libraries (its file backend is retired).
 pub const TEST_PACKAGES: &[&str] = &[
     "pytest",
     "pandas",
@@ -17,8 +16,12 @@ pub const TEST_PACKAGES: &[&str] = &[
     "mlflow-skinny",
     "sqlalchemy",
     "alembic",
-    "cloudpickle",
 ];
+
+/// The extra the docs' environment installs with the wheel: what docs/python.md's install lines
+/// install (pandas, for DataFrames). Nothing else, so that no package the tests pull in (MLflow
+/// brings cloudpickle) makes an example work that would fail for a user.
+pub const DOCS_EXTRA: &str = "pandas";
 
 /// Builds the wheel into `target/wheels/<profile>/` (emptied first) and returns its path. The
 /// tests use the `dev` profile (it reuses the debug build); `release` is what users install.
@@ -74,8 +77,16 @@ pub fn venv_dir() -> PathBuf {
     std::env::temp_dir().join(format!("montrace-python-tests-{:016x}", hasher.finish()))
 }
 
-/// The python tier: the wheel, a fresh virtual environment with it and [`TEST_PACKAGES`], then
-/// `pytest python/tests` (as root: some tests create an ordinary user).
+/// The docs' virtual environment (the wheel and its declared dependencies only), beside
+/// [`venv_dir`].
+pub fn docs_venv_dir() -> PathBuf {
+    let mut name = venv_dir().into_os_string();
+    name.push("-docs");
+    PathBuf::from(name)
+}
+
+/// The python tier: the wheel, a fresh virtual environment with it and [`TEST_PACKAGES`] and one
+/// with the wheel alone ([`docs_venv_dir`]), then `pytest python/tests` (as root: some tests create an ordinary user).
 pub fn test(verbose: bool) -> Result<()> {
     let wheel = build_wheel(false, verbose)?;
     let venv = venv_dir();
@@ -89,6 +100,20 @@ pub fn test(verbose: bool) -> Result<()> {
     let python = venv.join("bin/python");
     check_quietly(pip(&python).arg(&wheel).args(TEST_PACKAGES), verbose)
         .context("installing the wheel and the test packages into a fresh virtual environment")?;
+    // docs/python.md's examples run in an environment with the wheel and its declared
+    // dependencies only (python/tests/test_docs.py).
+    let docs_venv = docs_venv_dir();
+    check_quietly(
+        Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&docs_venv),
+        verbose,
+    )
+    .context("creating the docs' virtual environment failed")?;
+    let docs_python = docs_venv.join("bin/python");
+    let wheel_with_extra = format!("{}[{DOCS_EXTRA}]", wheel.display());
+    check_quietly(pip(&docs_python).arg(&wheel_with_extra), verbose)
+        .context("installing the wheel alone into the docs' virtual environment")?;
     let mut pytest = Command::new(&python);
     pytest
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
@@ -97,7 +122,8 @@ pub fn test(verbose: bool) -> Result<()> {
         // The wheel's own binary, not the one the e2e tier uses.
         .env_remove("MONTRACE_BIN")
         // docs/python.md's install lines are checked against it.
-        .env("MONTRACE_WHEEL", &wheel);
+        .env("MONTRACE_WHEEL", &wheel)
+        .env("MONTRACE_DOCS_PYTHON", &docs_python);
     if !util::is_root() {
         bail!("the python tests create an ordinary user: run `cargo xtask test` as root");
     }

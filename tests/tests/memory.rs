@@ -69,6 +69,14 @@ fn assert_peak_matches_the_cgroup(run: &Run) {
         "tree peak {tree_peak} vs the cgroup's {kernel_peak}: {:.1} % apart",
         off * 100.0
     );
+    // USS and PSS are summed over address spaces: the image counts once there too.
+    for figure in ["uss_bytes", "pss_bytes"] {
+        let value = peaks[figure].as_u64().unwrap_or(0);
+        assert!(
+            value as f64 <= kernel_peak as f64 * 1.05,
+            "{figure} {value} against the cgroup's {kernel_peak}: {peaks}"
+        );
+    }
     let summary = run.summary_json();
     let metric = &summary["repetitions"][0]["metrics"]["peak_tree_rss_bytes"];
     assert_eq!(metric.as_f64(), Some(tree_peak as f64), "{summary}");

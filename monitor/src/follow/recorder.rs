@@ -433,26 +433,45 @@ impl<'g> Recorder<'g> {
         self.resident = reader;
     }
 
+    /// The live processes that run in their parent's address space (a vfork child before its
+    /// exec, any CLONE_VM child), by pid, with the parent's pid. Asked before the sweep reads
+    /// anything: a child that execs between this and its reading then shows its new, own image,
+    /// which is left out (a small undercount), where asking after the reading would find it
+    /// exec'd and count the shared image twice. Only a process that has not exec'd since its
+    /// fork can share its parent's address space (an exec always makes a new one), so others
+    /// cost no syscall.
+    fn sharing_parents(&self) -> HashMap<u32, u32> {
+        let mut shares = HashMap::new();
+        for (pid, _) in self.tracker.live_processes() {
+            let Some(record) = self.tracker.live_record(pid) else {
+                continue;
+            };
+            let Some(parent) = record.parent_pid.filter(|_| record.exec_count == 0) else {
+                continue;
+            };
+            if self.tracker.live_record(parent).is_some()
+                && tree_memory::same_address_space(pid, parent) == Some(true)
+            {
+                shares.insert(pid, parent);
+            }
+        }
+        shares
+    }
+
     /// The sweep's memory summed over the tree's address spaces: a process that shares its
-    /// parent's (a vfork child before its exec, any CLONE_VM child) adds nothing.
-    fn sweep_memory(&self, sweep: &[crate::store::records::SampleRecord]) -> SweepMemory {
+    /// parent's (`shares`, from [`Recorder::sharing_parents`]) adds nothing.
+    fn sweep_memory(
+        &self,
+        sweep: &[crate::store::records::SampleRecord],
+        shares: &HashMap<u32, u32>,
+    ) -> SweepMemory {
         let index: HashMap<u32, usize> =
             sweep.iter().enumerate().map(|(i, s)| (s.pid, i)).collect();
         let parents: Vec<Option<usize>> = sweep
             .iter()
-            .map(|s| {
-                index
-                    .get(&self.tracker.live_record(s.pid)?.parent_pid?)
-                    .copied()
-            })
+            .map(|s| index.get(shares.get(&s.pid)?).copied())
             .collect();
-        let spaces = tree_memory::address_spaces(&parents, |child, parent| {
-            // One address space has one size: kcmp is asked only when the two agree.
-            if sweep[child].vms_bytes != sweep[parent].vms_bytes {
-                return Some(false);
-            }
-            tree_memory::same_address_space(sweep[child].pid, sweep[parent].pid)
-        });
+        let spaces = tree_memory::address_spaces(&parents, |_, _| Some(true));
         let members: Vec<tree_memory::Member> = sweep
             .iter()
             .map(|s| tree_memory::Member {
@@ -505,6 +524,7 @@ impl<'g> Recorder<'g> {
         // (a single-threaded process's thread is looked up as it is read).
         let mut threads_waits = None;
         let mut sweep = Vec::new();
+        let shares = self.sharing_parents();
         // The whole tree's figures in one binary read, where montrace's task iterator runs.
         let kernel = self.task_iter.as_mut().map(|iter| {
             let figures = iter.sweep();
@@ -659,7 +679,7 @@ impl<'g> Recorder<'g> {
             sweep.push(sample);
         }
         self.handles.end_sweep();
-        let memory = self.sweep_memory(&sweep);
+        let memory = self.sweep_memory(&sweep, &shares);
         let figure = self.tree_memory_figure(&memory);
         let tree_memory = (figure, memory.uss, memory.pss);
         self.memory_peaks

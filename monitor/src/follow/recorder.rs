@@ -93,7 +93,7 @@ pub struct Recorder<'g> {
     /// process that ends without exit figures (still running at the end, its exit lost) used
     /// while recorded. It counts from zero, except a process already running when the recording
     /// began (attach's tree), whose CPU before is not the recording's: from its first sample.
-    cpu_seen: HashMap<(u32, i64), ((u64, u64), (u64, u64))>,
+    cpu_seen: HashMap<(u32, i64), CpuSeen>,
     /// When the recording began, and the processes handed over with the tracker (`run`'s
     /// command, held before its exec: all its CPU is the recording's).
     began_ns: i64,
@@ -911,12 +911,15 @@ impl<'g> Recorder<'g> {
     }
 }
 
+/// A process's CPU (user, system ns) to count from, and at its last sample.
+type CpuSeen = ((u64, u64), (u64, u64));
+
 /// Adds an ended process to the totals: its exit figures, or, without them, the CPU its samples
 /// showed (`seen`: where its count starts, and its last sample).
 fn add_to_totals(
     totals: &mut run_json::TreeTotals,
     record: &crate::store::records::ProcessRecord,
-    seen: Option<((u64, u64), (u64, u64))>,
+    seen: Option<CpuSeen>,
 ) {
     totals.add(record);
     if record.cpu_user_ns.is_none() && record.cpu_system_ns.is_none() {

@@ -15,7 +15,10 @@
 //!    CLONE_VM sharers once; a forked child's not-yet-copied pages still count in each.
 //!
 //! Address spaces are told apart with `kcmp(KCMP_VM)` between a process and its parent, the only
-//! pair a CLONE_VM sharer forms in practice (a vfork child and the process that made it).
+//! pair a CLONE_VM sharer forms in practice (a vfork child and the process that made it), asked
+//! before the sweep reads anything and only for a process that has not exec'd since its fork
+//! (`Recorder::sharing_parents`): a vfork child execs within microseconds, and asked after the
+//! reading it would be found on its own while its figures were its parent's.
 
 /// Where the tree's memory figure (the `rss` limit, run.json `tree_memory_peaks.rss_bytes`, the
 /// stream's `rss_bytes`) comes from.

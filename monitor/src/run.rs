@@ -429,6 +429,11 @@ fn record(
     });
     // A failure drops the held command, which then exits without running anything.
     let (mut probes, ring) = loaded?;
+    // The tree's memory figure comes from the run cgroup only where the command is in it.
+    let resident = match &added {
+        Some(Ok(_)) => cgroup.as_ref().and_then(RunCgroup::resident_reader),
+        _ => None,
+    };
     if let Some(Err(err)) = added {
         cgroup_report.error = Some(err.to_string());
     }
@@ -472,6 +477,7 @@ fn record(
         }
     }
     recorder.set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
+    recorder.set_resident(resident);
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         crate::say!("montrace: {err}");

@@ -470,6 +470,22 @@ impl Run {
             .collect()
     }
 
+    /// `(time, tree_rss_bytes)` of every row of `system.parquet`: the tree's memory at each
+    /// sweep, each memory image counted once (what `--limit rss` checks).
+    pub fn tree_rss(&self) -> Vec<(i64, Option<u64>)> {
+        let path = self.dir.join("system.parquet");
+        read_batches(&path)
+            .iter()
+            .flat_map(|batch| {
+                let c = Columns { batch, path: &path };
+                let (time, rss) = (c.time("time"), c.get::<UInt64Array>("tree_rss_bytes"));
+                (0..batch.num_rows())
+                    .map(|i| (time.value(i), opt(rss, i)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// `run.json`, parsed.
     pub fn run_json(&self) -> serde_json::Value {
         let path = self.dir.join("run.json");

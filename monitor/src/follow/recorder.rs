@@ -19,8 +19,21 @@ const SMAPS_MAX_AGE_STEADY_NS: i64 = 10_000_000_000;
 
 /// Whether a process's smaps_rollup, last read at `read_at` (wall ns) when its RSS was
 /// `read_rss`, is read again at `now`, its RSS being `rss` and the tree having last changed at
-/// `tree_changed` (see `SMAPS_MAX_AGE_NS`).
-fn smaps_due(read_rss: u64, read_at: i64, rss: u64, now: i64, tree_changed: i64) -> bool {
+/// `tree_changed` (see `SMAPS_MAX_AGE_NS`). Where the tree's memory figure is its PSS
+/// (`pss_counts`: no run cgroup), at once when the tree changed since: a fork halves the PSS of
+/// the pages its child shares without moving the parent's RSS, and a parent's PSS from before
+/// the fork beside its child's would count those pages one and a half times.
+fn smaps_due(
+    read_rss: u64,
+    read_at: i64,
+    rss: u64,
+    now: i64,
+    tree_changed: i64,
+    pss_counts: bool,
+) -> bool {
+    if pss_counts && tree_changed > read_at {
+        return true;
+    }
     let max_age = if tree_changed > read_at {
         SMAPS_MAX_AGE_NS
     } else {
@@ -36,7 +49,9 @@ use crate::{
     sampling::host,
     sampling::rates,
     sampling::sampler::{
-        self, HandleCache, MemoryDetail, ProcReader, ProcessHandle, ReadError, SystemReading,
+        self,
+        tree_memory::{self, SweepMemory, TreeMemorySource},
+        HandleCache, MemoryDetail, ProcReader, ProcessHandle, ReadError, SystemReading,
     },
     store::run_json,
     store::writer,
@@ -74,10 +89,24 @@ pub struct Recorder<'g> {
     previous: HashMap<(u32, i64), rates::Previous>,
     previous_system: Option<SystemReading>,
     totals: run_json::TreeTotals,
+    /// Each live process's CPU (user, system) to count from, and at its last sample: what a
+    /// process that ends without exit figures (still running at the end, its exit lost) used
+    /// while recorded. It counts from zero, except a process already running when the recording
+    /// began (attach's tree), whose CPU before is not the recording's: from its first sample.
+    cpu_seen: HashMap<(u32, i64), CpuSeen>,
+    /// When the recording began, and the processes handed over with the tracker (`run`'s
+    /// command, held before its exec: all its CPU is the recording's).
+    began_ns: i64,
+    handed_over: Vec<(u32, i64)>,
     memory_peaks: run_json::TreeMemoryPeaks,
     sample_rows: u64,
-    /// Sum of RSS over the tree at the last sweep.
+    /// The tree's memory at the last sweep, each memory image once (see `memory_source`): what
+    /// `--limit rss` checks.
     last_sweep_rss: Option<u64>,
+    /// Where the tree's memory figure comes from: the run cgroup's accounting where one exists
+    /// (`resident`), else the sum of PSS (or RSS) over the tree's address spaces.
+    memory_source: TreeMemorySource,
+    resident: Option<crate::sampling::cgroup::ResidentReader>,
     /// Sum of CPU% over the tree at the last sweep.
     last_sweep_cpu_percent: Option<f64>,
     page_size: u64,
@@ -152,8 +181,12 @@ impl<'g> Recorder<'g> {
         gpu: Option<&'g mut GpuMonitor>,
         stream: Option<&'g mut crate::follow::stream::Stream>,
     ) -> anyhow::Result<Recorder<'g>> {
+        let handed_over = tracker.live_processes();
         Ok(Recorder {
             tracker,
+            cpu_seen: HashMap::new(),
+            began_ns: host::realtime_ns(),
+            handed_over,
             events: writer::PartedTable::events(out_dir)?,
             processes: writer::ProcessTable::processes(out_dir)?,
             samples: writer::PartedTable::samples(out_dir)?,
@@ -180,6 +213,8 @@ impl<'g> Recorder<'g> {
             memory_peaks: run_json::TreeMemoryPeaks::default(),
             sample_rows: 0,
             last_sweep_rss: None,
+            memory_source: memory_source_without_cgroup(detail),
+            resident: None,
             last_sweep_cpu_percent: None,
             page_size: host::page_size(),
             root_pid,
@@ -335,11 +370,12 @@ impl<'g> Recorder<'g> {
             self.handles.remove((record.pid, record.start_time_ns));
             self.ended
                 .insert(record.pid, (record.start_time_ns, record.end_time_ns));
+            let seen = self.cpu_seen.remove(&(record.pid, record.start_time_ns));
+            add_to_totals(&mut self.totals, &record, seen);
             if let (Some(gpu), Some(end)) = (self.gpu.as_deref_mut(), record.end_time_ns) {
                 // Its accounting figures (when the driver keeps them) come at a later sweep.
                 gpu.on_exit(record.pid, record.start_time_ns, end);
             }
-            self.totals.add(&record);
             self.spans.push(span_of(&record));
             if self.otlp.is_some() {
                 self.ended_spans.push(record.clone());
@@ -387,6 +423,90 @@ impl<'g> Recorder<'g> {
         self.pressure = dir;
     }
 
+    /// Hands the recorder the run cgroup's memory accounting: the tree's memory figure (and the
+    /// `rss` limit) then comes from it, each page counted once whoever maps it.
+    pub fn set_resident(&mut self, reader: Option<crate::sampling::cgroup::ResidentReader>) {
+        self.memory_source = match reader {
+            Some(_) => TreeMemorySource::Cgroup,
+            None => memory_source_without_cgroup(self.detail),
+        };
+        self.resident = reader;
+    }
+
+    /// The live processes that run in their parent's address space (a vfork child before its
+    /// exec, any CLONE_VM child), by pid, with the parent's pid. Asked before the sweep reads
+    /// anything: a child that execs between this and its reading then shows its new, own image,
+    /// which is left out (a small undercount), where asking after the reading would find it
+    /// exec'd and count the shared image twice. Only a process that has not exec'd since its
+    /// fork can share its parent's address space (an exec always makes a new one), so others
+    /// cost no syscall.
+    fn sharing_parents(&self) -> HashMap<u32, u32> {
+        let mut shares = HashMap::new();
+        for (pid, _) in self.tracker.live_processes() {
+            let Some(record) = self.tracker.live_record(pid) else {
+                continue;
+            };
+            let Some(parent) = record.parent_pid.filter(|_| record.exec_count == 0) else {
+                continue;
+            };
+            if self.tracker.live_record(parent).is_some()
+                && tree_memory::same_address_space(pid, parent) == Some(true)
+            {
+                shares.insert(pid, parent);
+            }
+        }
+        shares
+    }
+
+    /// The sweep's memory summed over the tree's address spaces: a process that shares its
+    /// parent's (`shares`, from [`Recorder::sharing_parents`]) adds nothing.
+    fn sweep_memory(
+        &self,
+        sweep: &[crate::store::records::SampleRecord],
+        shares: &HashMap<u32, u32>,
+    ) -> SweepMemory {
+        let index: HashMap<u32, usize> =
+            sweep.iter().enumerate().map(|(i, s)| (s.pid, i)).collect();
+        let parents: Vec<Option<usize>> = sweep
+            .iter()
+            .map(|s| index.get(shares.get(&s.pid)?).copied())
+            .collect();
+        let spaces = tree_memory::address_spaces(&parents, |_, _| Some(true));
+        let members: Vec<tree_memory::Member> = sweep
+            .iter()
+            .map(|s| tree_memory::Member {
+                rss: s.rss_bytes,
+                uss: s.uss_bytes,
+                pss: s.pss_bytes,
+            })
+            .collect();
+        tree_memory::sum_once(&spaces, &members)
+    }
+
+    /// The tree's memory figure for this sweep, by `memory_source`. A run cgroup that cannot be
+    /// read is said once and left for the sums over address spaces.
+    fn tree_memory_figure(&mut self, sums: &SweepMemory) -> Option<u64> {
+        if let Some(reader) = &self.resident {
+            match reader.read() {
+                Ok(bytes) => return Some(bytes),
+                Err(err) => {
+                    self.memory_source = memory_source_without_cgroup(self.detail);
+                    crate::say!(
+                        "montrace: warning: the run cgroup's memory cannot be read ({err}); the \
+                         tree's memory is the sum of {} over its address spaces from now on",
+                        if self.memory_source == TreeMemorySource::Pss {
+                            "PSS"
+                        } else {
+                            "RSS"
+                        }
+                    );
+                    self.resident = None;
+                }
+            }
+        }
+        sums.figure(self.memory_source, None)
+    }
+
     /// Hands the recorder the kernel's per-thread waiting times, so that samples carry them.
     pub fn set_waits(&mut self, waits: Option<crate::kernel::ebpf::WaitsMap>) {
         self.waits = waits;
@@ -404,6 +524,7 @@ impl<'g> Recorder<'g> {
         // (a single-threaded process's thread is looked up as it is read).
         let mut threads_waits = None;
         let mut sweep = Vec::new();
+        let shares = self.sharing_parents();
         // The whole tree's figures in one binary read, where montrace's task iterator runs.
         let kernel = self.task_iter.as_mut().map(|iter| {
             let figures = iter.sweep();
@@ -427,9 +548,10 @@ impl<'g> Recorder<'g> {
             let full = self.detail == MemoryDetail::Full;
             let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
             let tree_changed_ns = self.tree_changed_ns;
+            let pss_counts = self.memory_source == TreeMemorySource::Pss;
             let want_smaps = |rss| {
                 full && cached.is_none_or(|(cached_rss, read_at, _)| {
-                    smaps_due(cached_rss, read_at, rss, now, tree_changed_ns)
+                    smaps_due(cached_rss, read_at, rss, now, tree_changed_ns, pss_counts)
                 })
             };
             let from_kernel = kernel
@@ -546,13 +668,23 @@ impl<'g> Recorder<'g> {
             }
             let since = self.previous.get(&key).map_or(start_time_ns, |p| p.time_ns);
             add_to_load(&mut self.load, &sample, since, measured);
+            let cpu = (sample.cpu_user_ns, sample.cpu_system_ns);
+            let before = start_time_ns < self.began_ns && !self.handed_over.contains(&key);
+            self.cpu_seen
+                .entry(key)
+                .and_modify(|(_, last)| *last = cpu)
+                .or_insert((if before { cpu } else { (0, 0) }, cpu));
             self.previous
                 .insert(key, rates::Previous::of(&sample, measured));
             sweep.push(sample);
         }
         self.handles.end_sweep();
-        self.memory_peaks.add_sweep(&sweep);
-        self.last_sweep_rss = Some(sweep.iter().filter_map(|s| s.rss_bytes).sum());
+        let memory = self.sweep_memory(&sweep, &shares);
+        let figure = self.tree_memory_figure(&memory);
+        let tree_memory = (figure, memory.uss, memory.pss);
+        self.memory_peaks
+            .add_sweep(self.memory_source, figure, &memory);
+        self.last_sweep_rss = figure;
         self.last_sweep_cpu_percent = Some(sweep.iter().filter_map(|s| s.cpu_percent).sum());
         self.sample_rows += sweep.len() as u64;
         if self.stream.is_some() {
@@ -572,8 +704,8 @@ impl<'g> Recorder<'g> {
                 rss_percent_of_capacity: self
                     .capacity
                     .memory_share_percent(self.last_sweep_rss.unwrap_or(0)),
-                uss_bytes: sum(|s| s.uss_bytes),
-                pss_bytes: sum(|s| s.pss_bytes),
+                uss_bytes: memory.uss,
+                pss_bytes: memory.pss,
                 read_bytes: sum(|s| s.read_bytes).unwrap_or(0),
                 write_bytes: sum(|s| s.write_bytes).unwrap_or(0),
                 gpu_memory_bytes: self.gpu.as_ref().and_then(|g| g.last_tree_memory_bytes()),
@@ -600,6 +732,7 @@ impl<'g> Recorder<'g> {
         match self.reader.read_system() {
             Ok(reading) => {
                 let mut row = rates::system_sample(&reading, now, self.previous_system.as_ref());
+                (row.tree_rss_bytes, row.tree_uss_bytes, row.tree_pss_bytes) = tree_memory;
                 self.add_stalls(&mut row);
                 self.write(|r| r.system.push(row));
                 self.previous_system = Some(reading);
@@ -674,7 +807,8 @@ impl<'g> Recorder<'g> {
             let clock = self.tracker.clock();
             let tracker = std::mem::replace(&mut self.tracker, Tracker::new(clock));
             for record in tracker.finish() {
-                self.totals.add(&record);
+                let seen = self.cpu_seen.remove(&(record.pid, record.start_time_ns));
+                add_to_totals(&mut self.totals, &record, seen);
                 self.spans.push(span_of(&record));
                 if self.otlp.is_some() {
                     self.ended_spans.push(record.clone());
@@ -777,6 +911,32 @@ impl<'g> Recorder<'g> {
     }
 }
 
+/// A process's CPU (user, system ns) to count from, and at its last sample.
+type CpuSeen = ((u64, u64), (u64, u64));
+
+/// Adds an ended process to the totals: its exit figures, or, without them, the CPU its samples
+/// showed (`seen`: where its count starts, and its last sample).
+fn add_to_totals(
+    totals: &mut run_json::TreeTotals,
+    record: &crate::store::records::ProcessRecord,
+    seen: Option<CpuSeen>,
+) {
+    totals.add(record);
+    if record.cpu_user_ns.is_none() && record.cpu_system_ns.is_none() {
+        let ((user0, system0), (user, system)) = seen.unwrap_or_default();
+        totals.add_unfinished(user.saturating_sub(user0), system.saturating_sub(system0));
+    }
+}
+
+/// Where the tree's memory figure comes from without a run cgroup: PSS where smaps_rollup is read
+/// (it splits a forked child's shared pages instead of counting them twice), else RSS.
+fn memory_source_without_cgroup(detail: MemoryDetail) -> TreeMemorySource {
+    match detail {
+        MemoryDetail::Full => TreeMemorySource::Pss,
+        MemoryDetail::Basic => TreeMemorySource::RssByAddressSpace,
+    }
+}
+
 /// Adds a sample row, which covers `from_ns..to_ns`, to the tree's load.
 fn add_to_load(
     load: &mut crate::analysis::critical::Load,
@@ -837,17 +997,20 @@ mod tests {
     use crate::tracking::tracker::Clock;
 
     #[test]
-    fn smaps_is_read_again_when_rss_moves_and_after_2_s_or_10_s_in_a_steady_tree() {
+    fn smaps_is_read_again_when_rss_moves_and_after_2_s_or_10_s_in_a_steady_tree_or_a_fork() {
         let s = 1_000_000_000;
         // RSS moved: at once, however fresh the last read.
-        assert!(smaps_due(100, 10 * s, 101, 10 * s + 1, 0));
+        assert!(smaps_due(100, 10 * s, 101, 10 * s + 1, 0, false));
         // The tree changed after the last read: every 2 s.
-        assert!(!smaps_due(100, 10 * s, 100, 12 * s, 11 * s));
-        assert!(smaps_due(100, 10 * s, 100, 12 * s + 1, 11 * s));
+        assert!(!smaps_due(100, 10 * s, 100, 12 * s, 11 * s, false));
+        assert!(smaps_due(100, 10 * s, 100, 12 * s + 1, 11 * s, false));
         // It did not (its last change came before the read): every 10 s.
-        assert!(!smaps_due(100, 10 * s, 100, 12 * s + 1, 9 * s));
-        assert!(!smaps_due(100, 10 * s, 100, 20 * s, 10 * s));
-        assert!(smaps_due(100, 10 * s, 100, 20 * s + 1, 10 * s));
+        assert!(!smaps_due(100, 10 * s, 100, 12 * s + 1, 9 * s, false));
+        assert!(!smaps_due(100, 10 * s, 100, 20 * s, 10 * s, false));
+        assert!(smaps_due(100, 10 * s, 100, 20 * s + 1, 10 * s, false));
+        // Where PSS is the tree's figure: at once after a change of the tree, else as before.
+        assert!(smaps_due(100, 10 * s, 100, 10 * s + 2, 10 * s + 1, true));
+        assert!(!smaps_due(100, 10 * s, 100, 12 * s, 9 * s, true));
     }
 
     /// A sweep that finds a tracked process dead (a zombie, not reaped yet) writes no row for it:
@@ -909,6 +1072,77 @@ mod tests {
             !arrow_array::Array::is_null(&cpu, 0),
             "the exit row has a CPU share"
         );
+    }
+
+    /// A process still running at the end has no exit figures: the totals count, apart, the CPU
+    /// its samples show it using while recorded. One already running when the recording began
+    /// (as `attach` finds it) counts from its first sample; `run`'s command, handed over with
+    /// the tracker, from zero.
+    #[test]
+    fn a_process_alive_at_the_end_counts_its_sampled_cpu_apart() {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::UInt64Type;
+        let own = std::process::id();
+        let clock = Clock {
+            boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
+        };
+        let start = host::proc_start_boot_ns(own).unwrap();
+        let burn = || {
+            let until = std::time::Instant::now() + Duration::from_millis(50);
+            let mut x = 0u64;
+            while std::time::Instant::now() < until {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        };
+        for handed_over in [false, true] {
+            let mut tracker = Tracker::new(clock);
+            if handed_over {
+                tracker.add_root(own, start, "test");
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let mut recorder =
+                Recorder::create(dir.path(), tracker, own, MemoryDetail::Basic, None, None)
+                    .unwrap();
+            if !handed_over {
+                recorder.tracker.add_root(own, start, "test");
+            }
+            recorder.sample();
+            burn();
+            recorder.sample();
+            let t = recorder.finish().totals;
+            assert_eq!((t.cpu_user_ns, t.cpu_system_ns), (0, 0), "no exit figures");
+            assert_eq!(t.unfinished_processes, 1);
+            // The two sample rows, as written.
+            let batches = crate::analysis::report::load::read_file(
+                &dir.path().join(crate::store::schema::SAMPLES_FILE),
+            )
+            .unwrap();
+            let column = |name: &str| -> Vec<u64> {
+                batches
+                    .iter()
+                    .flat_map(|b| {
+                        b.column_by_name(name)
+                            .unwrap()
+                            .as_primitive::<UInt64Type>()
+                            .values()
+                            .to_vec()
+                    })
+                    .collect()
+            };
+            let (user, system) = (column("cpu_user_ns"), column("cpu_system_ns"));
+            assert_eq!(user.len(), 2);
+            let first = if handed_over {
+                (0, 0)
+            } else {
+                (user[0], system[0])
+            };
+            assert_eq!(
+                (t.unfinished_cpu_user_ns, t.unfinished_cpu_system_ns),
+                (user[1] - first.0, system[1] - first.1),
+                "handed over: {handed_over}"
+            );
+            assert!(t.unfinished_cpu_user_ns + t.unfinished_cpu_system_ns > 0);
+        }
     }
 
     /// `--limit gpu-mem` through the recorder: a sweep reads the fake GPU's process list, and

@@ -206,6 +206,12 @@ pub struct SystemRecord {
     pub run_memory_full_percent: Option<f64>,
     pub run_io_some_percent: Option<f64>,
     pub run_io_full_percent: Option<f64>,
+    /// The tree's memory at this sweep, each memory image once: its resident memory as run.json
+    /// `tree_memory_peaks.source` counts it (what `--limit rss` checks), and USS and PSS summed
+    /// over its address spaces. None where no process of the tree had the figure.
+    pub tree_rss_bytes: Option<u64>,
+    pub tree_uss_bytes: Option<u64>,
+    pub tree_pss_bytes: Option<u64>,
 }
 
 /// `MarkRecord::kind`.

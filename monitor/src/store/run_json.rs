@@ -12,8 +12,16 @@ pub const RUN_JSON_VERSION: u32 = crate::store::schema::SCHEMA_VERSION;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TreeTotals {
+    /// CPU of the processes that ended, from their exit figures (exact).
     pub cpu_user_ns: u64,
     pub cpu_system_ns: u64,
+    /// Processes without exit figures (still running at the end, or whose exit was lost), and
+    /// the CPU their samples show them using while they were recorded (their last sample; less
+    /// their first for a process already running when the recording began, as with `attach`).
+    /// Counted apart from `cpu_*_ns`: sampled, not exact.
+    pub unfinished_processes: usize,
+    pub unfinished_cpu_user_ns: u64,
+    pub unfinished_cpu_system_ns: u64,
     /// The process with the largest peak RSS of its own.
     pub peak_rss_bytes: Option<u64>,
     pub peak_rss_pid: Option<u32>,
@@ -40,6 +48,13 @@ impl TreeTotals {
             }
         }
     }
+
+    /// A process without exit figures, which used `user` and `system` ns of CPU while recorded.
+    pub fn add_unfinished(&mut self, user: u64, system: u64) {
+        self.unfinished_processes += 1;
+        self.unfinished_cpu_user_ns += user;
+        self.unfinished_cpu_system_ns += system;
+    }
 }
 
 pub fn tree_totals(processes: &[ProcessRecord]) -> TreeTotals {
@@ -50,30 +65,42 @@ pub fn tree_totals(processes: &[ProcessRecord]) -> TreeTotals {
     t
 }
 
-/// Peaks of the whole tree's memory over time: the largest per-sweep sum over live processes.
+/// Peaks of the whole tree's memory over time: the largest figure of one sweep, each memory
+/// image counted once (`sampling::sampler::tree_memory`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TreeMemoryPeaks {
+    /// The tree's resident memory as `source` counts it (what `--limit rss` checks).
     pub rss_bytes: Option<u64>,
+    /// USS and PSS summed over the tree's address spaces.
     pub uss_bytes: Option<u64>,
     pub pss_bytes: Option<u64>,
+    /// Where `rss_bytes` comes from: the run cgroup's accounting, PSS, or RSS summed over the
+    /// tree's address spaces. None in runs of earlier versions (a plain sum of RSS over the
+    /// processes, which counted a vfork child before its exec as a second copy of its parent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::sampling::sampler::tree_memory::TreeMemorySource>,
 }
 
 impl TreeMemoryPeaks {
-    /// Folds in one sweep's samples (all taken at the same moment).
-    pub fn add_sweep(&mut self, samples: &[crate::store::records::SampleRecord]) {
-        fn fold(best: &mut Option<u64>, values: impl Iterator<Item = Option<u64>>) {
-            let mut sum = None;
-            for v in values.flatten() {
-                sum = Some(sum.unwrap_or(0) + v);
-            }
-            if let Some(sum) = sum {
-                *best = Some(best.map_or(sum, |b: u64| b.max(sum)));
+    /// Folds in one sweep: the tree's figure by `source` and the sums over address spaces.
+    pub fn add_sweep(
+        &mut self,
+        source: crate::sampling::sampler::tree_memory::TreeMemorySource,
+        figure: Option<u64>,
+        sums: &crate::sampling::sampler::tree_memory::SweepMemory,
+    ) {
+        fn fold(best: &mut Option<u64>, value: Option<u64>) {
+            if let Some(v) = value {
+                *best = Some(best.map_or(v, |b: u64| b.max(v)));
             }
         }
-        fold(&mut self.rss_bytes, samples.iter().map(|s| s.rss_bytes));
-        fold(&mut self.uss_bytes, samples.iter().map(|s| s.uss_bytes));
-        fold(&mut self.pss_bytes, samples.iter().map(|s| s.pss_bytes));
+        fold(&mut self.rss_bytes, figure);
+        fold(&mut self.uss_bytes, sums.uss);
+        fold(&mut self.pss_bytes, sums.pss);
+        if figure.is_some() {
+            self.source = Some(source);
+        }
     }
 }
 
@@ -281,9 +308,19 @@ pub fn format_summary(info: &RunInfo) -> String {
             info.processes_started, info.max_concurrent
         ),
         format!(
-            "  CPU user / system    {} / {} (whole tree)",
+            "  CPU user / system    {} / {} (whole tree{})",
             format_seconds_ns(t.cpu_user_ns),
-            format_seconds_ns(t.cpu_system_ns)
+            format_seconds_ns(t.cpu_system_ns),
+            if t.unfinished_processes > 0 {
+                format!(
+                    ", processes that ended; + {} / {} sampled of {} still running or lost",
+                    format_seconds_ns(t.unfinished_cpu_user_ns),
+                    format_seconds_ns(t.unfinished_cpu_system_ns),
+                    t.unfinished_processes
+                )
+            } else {
+                String::new()
+            }
         ),
         format!("  peak RSS, largest    {peak}"),
         format!(
@@ -435,19 +472,25 @@ mod tests {
     }
 
     #[test]
-    fn tree_memory_peak_is_the_largest_sweep_sum() {
-        let s = |rss: u64, uss: Option<u64>| crate::store::records::SampleRecord {
-            rss_bytes: Some(rss),
-            uss_bytes: uss,
+    fn tree_memory_peak_is_the_largest_sweep_figure_and_names_its_source() {
+        use crate::sampling::sampler::tree_memory::{SweepMemory, TreeMemorySource};
+        let sums = |uss: Option<u64>| SweepMemory {
+            uss,
             ..Default::default()
         };
         let mut peaks = TreeMemoryPeaks::default();
-        peaks.add_sweep(&[s(10, Some(5)), s(20, None)]);
-        peaks.add_sweep(&[s(25, Some(1))]);
-        peaks.add_sweep(&[]);
+        peaks.add_sweep(TreeMemorySource::Cgroup, Some(30), &sums(Some(5)));
+        peaks.add_sweep(TreeMemorySource::Cgroup, Some(25), &sums(Some(1)));
+        peaks.add_sweep(TreeMemorySource::Cgroup, None, &sums(None));
         assert_eq!(peaks.rss_bytes, Some(30));
         assert_eq!(peaks.uss_bytes, Some(5));
         assert_eq!(peaks.pss_bytes, None);
+        assert_eq!(peaks.source, Some(TreeMemorySource::Cgroup));
+        let json = serde_json::to_value(peaks).unwrap();
+        assert_eq!(json["source"], "cgroup");
+        // A run of an earlier version has no source.
+        let old: TreeMemoryPeaks = serde_json::from_str(r#"{"rss_bytes": 7}"#).unwrap();
+        assert_eq!((old.rss_bytes, old.source), (Some(7), None));
     }
 
     #[test]
@@ -545,6 +588,20 @@ mod tests {
             "samples_from",
             &["task_iter".into(), "procfs".into()],
         );
+        use crate::sampling::sampler::tree_memory::TreeMemorySource;
+        let sources = [
+            TreeMemorySource::Cgroup,
+            TreeMemorySource::Pss,
+            TreeMemorySource::RssByAddressSpace,
+        ];
+        for s in sources {
+            match s {
+                TreeMemorySource::Cgroup
+                | TreeMemorySource::Pss
+                | TreeMemorySource::RssByAddressSpace => {}
+            }
+        }
+        check("run.json", "tree_memory_peaks.source", &values(&sources));
     }
 
     #[test]
@@ -603,6 +660,7 @@ mod tests {
                 rss_bytes: Some(300 << 20),
                 uss_bytes: None,
                 pss_bytes: None,
+                source: Some(crate::sampling::sampler::tree_memory::TreeMemorySource::Cgroup),
             },
             samples: 10,
             sample_interval_ms: 200.0,

@@ -28,7 +28,7 @@ pub const METRICS: &[MetricDef] = &[
     MetricDef {
         name: "cpu_s",
         unit: "s",
-        description: "CPU time of the whole tree, user + system",
+        description: "CPU time of the whole tree, user + system: the exit figures of the processes that ended (run.json `totals` keeps the sampled CPU of the others apart)",
     },
     MetricDef {
         name: "cpu_user_s",
@@ -48,17 +48,17 @@ pub const METRICS: &[MetricDef] = &[
     MetricDef {
         name: "peak_tree_rss_bytes",
         unit: "B",
-        description: "largest sum of RSS over the tree's live processes (samples)",
+        description: "largest resident memory of the whole tree at one sweep, each memory image once (run.json `tree_memory_peaks.rss_bytes`; its `source` says how it is counted)",
     },
     MetricDef {
         name: "peak_tree_uss_bytes",
         unit: "B",
-        description: "largest sum of USS (private memory) over the tree (samples)",
+        description: "largest sum of USS (private memory) over the tree's address spaces (samples)",
     },
     MetricDef {
         name: "peak_tree_pss_bytes",
         unit: "B",
-        description: "largest sum of PSS over the tree (samples)",
+        description: "largest sum of PSS over the tree's address spaces (samples)",
     },
     MetricDef {
         name: "processes",

@@ -488,18 +488,7 @@ pub fn header(report: &Report) -> Vec<Item> {
         put("Exit status", "unknown (no run.json)".into());
         put("Processes", format!("{} seen", data.processes.len()));
     }
-    let (user, system) = model.procs.iter().fold((0u64, 0u64), |(u, s), p| {
-        (u + p.cpu_user_ns, s + p.cpu_system_ns)
-    });
-    put(
-        "CPU",
-        format!(
-            "{} (user {}, system {})",
-            fmt_secs((user + system) as f64 / 1e9),
-            fmt_secs(user as f64 / 1e9),
-            fmt_secs(system as f64 / 1e9)
-        ),
-    );
+    put("CPU", cpu_total(model, info));
     if let Some(peak) = memory_peak(report) {
         put("Memory peak", peak);
     }
@@ -522,6 +511,48 @@ pub fn header(report: &Report) -> Vec<Item> {
         },
     );
     items
+}
+
+/// The tree's CPU as run.json and summary.json give it: the exit figures of the processes that
+/// ended (exact), then, apart, what the samples show of those without exit figures (still
+/// running at the end, or their exit lost): over the recording where run.json says (runs of
+/// this version), else their last sample, since their start.
+fn cpu_total(model: &super::model::Model, info: Option<&RunInfo>) -> String {
+    let secs = |ns: u64| fmt_secs(ns as f64 / 1e9);
+    let exact = |sampled: bool| {
+        model
+            .procs
+            .iter()
+            .filter(|p| p.cpu_from_samples == sampled)
+            .fold((0u64, 0u64, 0usize), |(u, s, n), p| {
+                (u + p.cpu_user_ns, s + p.cpu_system_ns, n + 1)
+            })
+    };
+    let (user, system, _) = exact(false);
+    let mut text = format!(
+        "{} (user {}, system {})",
+        secs(user + system),
+        secs(user),
+        secs(system)
+    );
+    let unfinished = match info.map(|i| &i.totals) {
+        Some(t) if t.unfinished_processes > 0 => Some((
+            t.unfinished_cpu_user_ns + t.unfinished_cpu_system_ns,
+            t.unfinished_processes,
+            "while recorded",
+        )),
+        _ => Some(exact(true))
+            .filter(|(_, _, n)| *n > 0)
+            .map(|(u, s, n)| (u + s, n, "since their start")),
+    };
+    if let Some((ns, n, over)) = unfinished {
+        text.push_str(&format!(
+            " for the processes that ended (exit figures); + {} sampled ({over}) for {n} \
+             without exit figures (still running at the end, or their exit lost)",
+            secs(ns)
+        ));
+    }
+    text
 }
 
 /// The memory peak, exact figures first: the whole tree's from the kernel (the run cgroup's
@@ -552,7 +583,26 @@ pub fn memory_peak(report: &Report) -> Option<String> {
             p.pid
         ));
     }
-    if let Some((t, rss)) = report.model.tree_rss_peak() {
+    let counted_once = info.and_then(|i| {
+        let peaks = i.tree_memory_peaks;
+        Some((peaks.rss_bytes?, peaks.source?))
+    });
+    if let Some((rss, source)) = counted_once {
+        use crate::sampling::sampler::tree_memory::TreeMemorySource;
+        let how = match source {
+            TreeMemorySource::Cgroup => "resident, from the run cgroup's accounting",
+            TreeMemorySource::Pss => "PSS summed over its address spaces",
+            TreeMemorySource::RssByAddressSpace => "RSS summed over its address spaces",
+        };
+        let mut text = format!("whole tree sampled {} ({how})", format_bytes(rss));
+        if largest.is_some_and(|(b, _)| b > rss) {
+            text.push_str(
+                " (sampled at each sweep only: a peak between two sweeps is missed, so it can be \
+                 below one process's exact peak)",
+            );
+        }
+        parts.push(text);
+    } else if let Some((t, rss)) = report.model.tree_rss_peak() {
         let mut text = format!(
             "whole tree sampled {} RSS at +{}",
             format_bytes(rss),

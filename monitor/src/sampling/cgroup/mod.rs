@@ -387,6 +387,20 @@ impl RunCgroup {
         Ok(())
     }
 
+    /// Where the run's resident memory is read at each sweep (the tree's memory figure and the
+    /// `rss` limit): the memory hierarchy's `memory.stat`.
+    pub fn resident_reader(&self) -> Option<ResidentReader> {
+        let dir = match self.version {
+            CgroupVersion::V2 => Some(self.hierarchies[0].dir.as_path())
+                .filter(|_| self.hierarchies[0].controllers.contains(&"memory")),
+            CgroupVersion::V1 => self.dir_of("memory"),
+        }?;
+        Some(ResidentReader {
+            path: dir.join("memory.stat"),
+            version: self.version,
+        })
+    }
+
     fn dir_of(&self, controller: &str) -> Option<&Path> {
         self.hierarchies
             .iter()
@@ -405,6 +419,49 @@ impl Drop for RunCgroup {
                 let _ = remove_cgroup_dir(&h.dir);
             }
         }
+    }
+}
+
+/// Reads a run cgroup's resident memory: the pages its processes map, each once however many
+/// processes map it (a vfork child and its parent, a forked child's shared pages), as the
+/// kernel charges them to the cgroup.
+#[derive(Debug, Clone)]
+pub struct ResidentReader {
+    path: PathBuf,
+    version: CgroupVersion,
+}
+
+impl ResidentReader {
+    pub fn read(&self) -> Result<u64, CgroupError> {
+        let text = fs::read_to_string(&self.path).map_err(|e| io_err(&self.path, e))?;
+        parse_resident(self.version, &text).map_err(|m| parse_err(&self.path, m))
+    }
+}
+
+/// The resident memory in a `memory.stat`: anonymous pages plus mapped file pages (shmem
+/// included), i.e. what RSS counts, each page once. v2: `anon` + `file_mapped`; v1: the
+/// hierarchical `total_rss` (anonymous and swap cache) + `total_mapped_file`. Page cache that no
+/// process maps, and kernel memory, are left out (`memory.peak` / `memory.max_usage_in_bytes`
+/// include them). Pages first charged to another cgroup (a shared library someone else loaded)
+/// are not in it.
+pub fn parse_resident(version: CgroupVersion, text: &str) -> Result<u64, String> {
+    let keys: [&str; 2] = match version {
+        CgroupVersion::V2 => ["anon", "file_mapped"],
+        CgroupVersion::V1 => ["total_rss", "total_mapped_file"],
+    };
+    let mut found = [None; 2];
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(key), Some(value)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|k| *k == key) {
+            found[i] = Some(number(key, value)?);
+        }
+    }
+    match found {
+        [Some(a), Some(b)] => Ok(a.saturating_add(b)),
+        _ => Err(format!("memory.stat lacks {} or {}", keys[0], keys[1])),
     }
 }
 

@@ -192,6 +192,35 @@ fn v2_fake_tree_create_add_totals_remove() {
 }
 
 #[test]
+fn resident_memory_is_anon_plus_mapped_files_each_page_once() {
+    // v2: anon + file_mapped; file (page cache) and kernel memory are left out.
+    let v2 = "anon 367001600\nfile 52428800\nkernel 1048576\nshmem 4096\nfile_mapped 8192\n\
+              anon_thp 0\n";
+    assert_eq!(
+        parse_resident(CgroupVersion::V2, v2),
+        Ok(367_001_600 + 8192)
+    );
+    // v1 uses the hierarchical totals, not the cgroup's own lines.
+    let v1 = "rss 1\nmapped_file 2\ntotal_rss 4096\ntotal_mapped_file 8192\n";
+    assert_eq!(parse_resident(CgroupVersion::V1, v1), Ok(4096 + 8192));
+    assert!(parse_resident(CgroupVersion::V1, v2)
+        .unwrap_err()
+        .contains("total_rss"));
+    assert!(parse_resident(CgroupVersion::V2, "anon x\nfile_mapped 1\n")
+        .unwrap_err()
+        .contains("anon"));
+
+    // A fake v2 run cgroup: memory.stat of its directory.
+    let (tmp, root) = fake_v2();
+    let cg = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "run-3-4").unwrap();
+    let reader = cg.resident_reader().expect("memory is enabled");
+    let err = reader.read().unwrap_err();
+    assert!(err.to_string().contains("memory.stat"), "{err}");
+    write(&root.join("montrace/run-3-4/memory.stat"), v2);
+    assert_eq!(reader.read().unwrap(), 367_001_600 + 8192);
+}
+
+#[test]
 fn v2_old_kernel_lacks_memory_peak_and_a_bad_file_is_a_parse_error() {
     let (tmp, root) = fake_v2();
     let cg = RunCgroup::create_in(tmp.path(), V2_MOUNTINFO, "run-old").unwrap();
@@ -329,6 +358,17 @@ fn v1_fake_tree_create_add_totals_remove() {
             io_write_bytes: Some(512),
             pids_peak: Some(2),
         }
+    );
+
+    // The resident memory comes from the memory hierarchy's memory.stat, hierarchical totals.
+    write(
+        &leaves[0].join("memory.stat"),
+        "cache 999\nrss 5\nmapped_file 6\ntotal_cache 4096\ntotal_rss 367001600\n\
+         total_mapped_file 8192\n",
+    );
+    assert_eq!(
+        cg.resident_reader().unwrap().read().unwrap(),
+        367_001_600 + 8192
     );
 
     for leaf in &leaves {

@@ -882,5 +882,7 @@ fn io_error(path: &Path, error: ProcError) -> ReadError {
     }
 }
 
+pub mod tree_memory;
+
 #[cfg(test)]
 mod tests;

@@ -172,6 +172,9 @@ static SYSTEM_COLUMNS: &[Column<SystemRecord>] = &[
     ),
     nullable("run_io_some_percent", F64(|r| r.run_io_some_percent)),
     nullable("run_io_full_percent", F64(|r| r.run_io_full_percent)),
+    nullable("tree_rss_bytes", U64(|r| r.tree_rss_bytes)),
+    nullable("tree_uss_bytes", U64(|r| r.tree_uss_bytes)),
+    nullable("tree_pss_bytes", U64(|r| r.tree_pss_bytes)),
 ];
 
 /// A published dataset's `runs` table, one row per run: see [`RunRecord`].

@@ -234,7 +234,7 @@ fn no_rows_is_an_empty_batch() {
     assert_eq!(processes_batch(&[]).unwrap().num_rows(), 0);
     assert_eq!(events_batch(&[]).unwrap().num_columns(), 14);
     assert_eq!(samples_batch(&[]).unwrap().num_columns(), 26);
-    assert_eq!(system_batch(&[]).unwrap().num_columns(), 28);
+    assert_eq!(system_batch(&[]).unwrap().num_columns(), 31);
 }
 
 /// The field names of a record, in declaration order, read from its `Debug` output (the
@@ -329,6 +329,9 @@ pub(crate) fn full_system() -> SystemRecord {
         run_memory_full_percent: Some(25.5),
         run_io_some_percent: Some(26.5),
         run_io_full_percent: Some(27.5),
+        tree_rss_bytes: Some(28),
+        tree_uss_bytes: Some(29),
+        tree_pss_bytes: Some(30),
     }
 }
 

@@ -168,7 +168,8 @@ pub struct RecordOptions {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(3..))]
     pub stream_fd: Option<i32>,
 
-    /// Stop the whole tree when it crosses a limit: `rss=2GiB` (sum over live processes),
+    /// Stop the whole tree when it crosses a limit: `rss=2GiB` (the tree's resident memory,
+    /// each memory image once: run.json `tree_memory_peaks.source`),
     /// `cpu=60s` (user + system of the tree), `wall=5m`, `procs=500` (processes started),
     /// `gpu-mem=10GiB` (GPU memory of the tree's processes; needs an NVIDIA GPU).
     /// Repeatable. montrace then exits with 124 and records the breach.

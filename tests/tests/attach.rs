@@ -41,6 +41,13 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
     let _ = shell.wait();
     run.assert_code(0);
     let json = run.run_json();
+    // The processes count from the attach: the shell's life before it is not the run's.
+    let path_s = json["time"]["critical_path_s"].as_f64().unwrap();
+    let wall_s = json["duration_s"].as_f64().unwrap();
+    assert!(
+        path_s <= wall_s + 0.001,
+        "critical path {path_s} s in a {wall_s} s run: {json}"
+    );
     for counter in ["ringbuf_full", "track_map_full", "read_errors"] {
         assert_eq!(
             json["lost_events"][counter], 0,

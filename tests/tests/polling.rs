@@ -74,6 +74,8 @@ fn unprivileged_build_is_followed_by_polling_and_ebpf_sees_at_least_as_much() {
     let polled_processes = polled["processes_started"].as_u64().unwrap();
     // make itself and at least the link step's cc were seen.
     assert!(polled_processes >= 2, "{polled}");
+    // No critical path or parallelism that polling could not see.
+    assert!(polled["time"].is_null(), "{polled}");
 
     let clean = run_with_timeout(
         std::process::Command::new("make")
@@ -94,4 +96,8 @@ fn unprivileged_build_is_followed_by_polling_and_ebpf_sees_at_least_as_much() {
         "eBPF {traced_processes} vs polling {polled_processes}: {traced}"
     );
     assert_eq!(traced["lost_events"]["ringbuf_full"], 0, "{traced}");
+    assert!(
+        traced["time"]["critical_path_s"].as_f64().unwrap() > 0.0,
+        "{traced}"
+    );
 }

@@ -163,6 +163,25 @@ pub struct Ended<'a> {
     pub context: Option<crate::fleet::context::Context>,
 }
 
+/// The spans as the run saw them: a process that started before the run (an attached tree)
+/// starts at the run's start.
+fn clip_to_run(
+    spans: &[crate::analysis::critical::Span],
+    run_start_wall_ns: i64,
+) -> Vec<crate::analysis::critical::Span> {
+    spans
+        .iter()
+        .map(|s| crate::analysis::critical::Span {
+            start_ns: s.start_ns.max(run_start_wall_ns),
+            parent: s
+                .parent
+                .map(|(pid, start)| (pid, start.max(run_start_wall_ns))),
+            end_ns: s.end_ns.map(|end| end.max(run_start_wall_ns)),
+            ..s.clone()
+        })
+        .collect()
+}
+
 pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     let (host_name, kernel) = host::uname();
     let (start_time, end_time, duration_s) = RunInfo::new_times(e.started_wall_ns, e.ended_wall_ns);
@@ -170,11 +189,18 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     let command_wall_ns = finished
         .exec_time_boot_ns
         .map(|t| e.ended_boot_ns.saturating_sub(t));
-    let time = crate::analysis::critical::analyse(
-        &finished.spans,
-        command_wall_ns.unwrap_or(e.ended_boot_ns.saturating_sub(e.started_boot_ns)),
-        finished.load.serial_share(e.ended_wall_ns),
-    );
+    // Polling misses processes shorter than a sweep and sees ends a sweep late: a critical path
+    // or a parallelism from it would be invented (a path longer than the wall time, "100 %
+    // serial" while four workers ran), so a polled run has none. An attached tree's processes
+    // count from the attach: their lives before it are not the run's.
+    let time = (e.tracking_mode != TrackingMode::Polling).then(|| {
+        let spans = clip_to_run(&finished.spans, e.started_wall_ns);
+        crate::analysis::critical::analyse(
+            &spans,
+            command_wall_ns.unwrap_or(e.ended_boot_ns.saturating_sub(e.started_boot_ns)),
+            finished.load.serial_share(e.ended_wall_ns),
+        )
+    });
     RunInfo {
         schema_version: run_json::RUN_JSON_VERSION,
         montrace_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -223,7 +249,7 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
         out_dir: e.out_dir.display().to_string(),
         recording_error: finished.recording_error,
         capacity: Some(finished.capacity),
-        time: Some(time),
+        time,
         marks_dropped: e.outcome.marks_dropped,
     }
 }

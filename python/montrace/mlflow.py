@@ -16,7 +16,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ._load import MIB, Run
 
-#: Series from samples.parquet: (metric, column, scale); summed over the tree at each sweep.
+#: Series from samples.parquet: (metric, column, scale); summed over the tree at each sweep
+#: (the memory ones then replaced by system.parquet's tree columns, which count each memory
+#: image once).
 SAMPLE_METRICS = (
     ("cpu_percent", "cpu_percent", 1.0),
     ("rss_mb", "rss_bytes", 1 / MIB),
@@ -54,6 +56,14 @@ def series(run: Run) -> Dict[str, List["tuple[int, int, float]"]]:
                 value = columns[column][i]
                 if value is not None:
                     row[name] = (row.get(name) or 0.0) + value * scale
+        # The tree's memory counted once per sweep (a vfork child before its exec shares its
+        # parent's memory; summing rows would count it twice): system.parquet's tree columns.
+        for t, tree in _tree_memory(run).items():
+            row = sums.get(t)
+            if row is not None:
+                for name, value in tree.items():
+                    if value is not None:
+                        row[name] = value / MIB
         capacity = run.info.get("capacity") or {}
         cores, memory = capacity.get("cpu_cores"), capacity.get("memory_bytes")
         for step, t in enumerate(sorted(sums)):
@@ -80,6 +90,24 @@ def series(run: Run) -> Dict[str, List["tuple[int, int, float]"]]:
             if util is not None:
                 out.setdefault(f"gpu{index}_utilization_percent", []).append((step, _ms(t), util))
     return out
+
+
+def _tree_memory(run: Run) -> Dict[Any, Dict[str, Optional[int]]]:
+    """sweep time -> rss_mb/uss_mb/pss_mb in bytes, from system.parquet's tree columns (runs of
+    earlier versions have none: then the sums of samples.parquet stand)."""
+    system = run.table("system")
+    names = set(system.column_names) if system.num_rows else set()
+    if "tree_rss_bytes" not in names:
+        return {}
+    columns = {
+        metric: system.column(column).to_pylist() if column in names else [None] * system.num_rows
+        for metric, column in (("rss_mb", "tree_rss_bytes"), ("uss_mb", "tree_uss_bytes"),
+                               ("pss_mb", "tree_pss_bytes"))
+    }
+    return {
+        t: {metric: values[i] for metric, values in columns.items()}
+        for i, t in enumerate(system.column("time").to_pylist())
+    }
 
 
 def _ms(t: Any) -> int:

@@ -1,18 +1,60 @@
 use clap::Parser as _;
-use monitor::cli::{Cli, Command, EXIT_MONTRACE_FAILED};
+use monitor::cli::{Cli, Command, EXIT_MONTRACE_FAILED, EXIT_USAGE};
 use monitor::store::userfs;
 
 fn main() {
     let cli = Cli::parse();
-    let result = guard_capabilities()
+    let result = drop_unneeded_capabilities(&cli.command)
+        .and_then(|()| guard_capabilities())
         .and_then(|()| take_owner(&cli.command))
-        .and_then(|()| dispatch(cli.command));
+        .and_then(|()| match refused(&cli.command) {
+            Some(message) => {
+                monitor::say!("montrace: error: {message}");
+                Ok(EXIT_USAGE)
+            }
+            None => dispatch(cli.command),
+        });
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
             monitor::say!("montrace: error: {}", monitor::term::error_line(&err));
             std::process::exit(EXIT_MONTRACE_FAILED);
         }
+    }
+}
+
+/// Only `run` and `attach` load eBPF programs (and `doctor` tries to, to say what a run would get;
+/// `setcap` is root's, and sets file capabilities): every other subcommand of the granted binary
+/// lets its capabilities go before it does anything, so that reading a Parquet file the command
+/// wrote (C zstd), a report, a publish, never runs with CAP_BPF or CAP_PERFMON. (`bench` starts
+/// `montrace run` anew for each repetition, whose exec takes the file's capabilities again.)
+/// Root keeps its own: its privilege is its uid, and the as-user switch of the file identity
+/// (`userfs`) needs CAP_SETUID.
+fn drop_unneeded_capabilities(command: &Command) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let needs = matches!(
+        command,
+        Command::Run(_) | Command::Attach(_) | Command::Doctor | Command::Setcap(_)
+    );
+    // SAFETY: geteuid has no preconditions.
+    if needs || unsafe { libc::geteuid() } == 0 {
+        return Ok(());
+    }
+    monitor::kernel::privilege::drop_all().context("dropping capabilities montrace does not need")
+}
+
+/// Arguments refused before anything starts (exit status 2), with why.
+fn refused(command: &Command) -> Option<String> {
+    use monitor::analysis::bench::plan::series_length;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ring = |bytes| monitor::kernel::privilege::check_ring_buffer_size(bytes, root).err();
+    match command {
+        Command::Run(args) => ring(args.record.ring_buffer_size)
+            .or_else(|| series_length(args.warmup, args.repeat).err()),
+        Command::Attach(args) => ring(args.record.ring_buffer_size),
+        Command::Bench(args) => series_length(args.warmup, args.repeat).err(),
+        _ => None,
     }
 }
 

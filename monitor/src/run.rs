@@ -124,7 +124,8 @@ fn repeat(
     let single = args.repeat == 1 && args.warmup == 0;
     let mut repetitions = Vec::new();
     let (mut warmups, mut measured) = (Vec::new(), Vec::new());
-    let total = args.warmup + args.repeat;
+    // main refuses such a series first, with exit status 2; a library caller gets the error.
+    let total = plan::series_length(args.warmup, args.repeat).map_err(anyhow::Error::msg)?;
     let mut ended = None;
     let mut context = None;
     for i in 0..total {

@@ -4,9 +4,11 @@ A finished run has ``<table>.parquet``; a running or killed one has ``<table>.pa
 Parquet parts, in order), read the same way."""
 from __future__ import annotations
 
+import errno
 import html
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -19,22 +21,91 @@ TABLES = ("processes", "samples", "system", "events", "marks", "gpu", "gpu_proce
 MIB = 1024 * 1024
 
 
+# A part or a JSON file of a run is opened without following a symbolic link: a run directory
+# is the monitored command's to write in, and a link it planted (``samples.parts/samples-9.parquet
+# -> /etc/shadow``) would have the reader, root maybe, open a file of someone else's.
+_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+# (Non-blocking: a FIFO planted as a part must not hang the open; it is then refused.)
+_NOFOLLOW_FILE = _NOFOLLOW | os.O_NONBLOCK
+# run.json and summary.json are small (a few KiB); a larger one was not written by montrace.
+_MAX_JSON_BYTES = 64 * MIB
+
+
+def _refused(path: Path, err: OSError) -> MontraceError:
+    if err.errno == errno.ELOOP:
+        return MontraceError(
+            f"{path} is a symbolic link: refused (montrace never writes one into a run directory; "
+            "the monitored command may have)"
+        )
+    if err.errno == errno.ENOTDIR:
+        return MontraceError(f"{path} is not a directory (or a symbolic link to one): refused")
+    return MontraceError(f"cannot open {path}: {err.strerror}")
+
+
+def _open_nofollow(name: str, dir_fd: int, shown: Path) -> Any:
+    """The regular file ``name`` under ``dir_fd``, opened without following a link."""
+    try:
+        fd = os.open(name, _NOFOLLOW_FILE, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise _refused(shown, err) from None
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise MontraceError(f"{shown} is not a regular file: refused")
+    return handle
+
+
+def _open_dir(path: Path) -> int:
+    """The run directory itself, as the caller named it (a link to it is the caller's own)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise _refused(path, err) from None
+
+
+def _read_parquet(name: str, dir_fd: int, shown: Path) -> pa.Table:
+    with _open_nofollow(name, dir_fd, shown) as handle:
+        try:
+            return pq.read_table(handle)
+        except (pa.ArrowException, OSError, ValueError) as err:
+            raise MontraceError(f"{shown} is not a Parquet file montrace wrote: {err}") from None
+
+
 def _read_table(directory: Path, name: str) -> Optional[pa.Table]:
-    final = directory / f"{name}.parquet"
-    parts = directory / f"{name}.parts"
+    final = f"{name}.parquet"
+    parts = f"{name}.parts"
     for _ in range(3):
         try:
-            if final.is_file():
-                return pq.read_table(final)
-            if parts.is_dir():
-                files = sorted(
-                    p for p in parts.iterdir()
-                    if p.name.startswith(f"{name}-") and p.name.endswith(".parquet")
-                )
-                if not files:
+            top = _open_dir(directory)
+            try:
+                try:
+                    return _read_parquet(final, top, directory / final)
+                except FileNotFoundError:
+                    pass
+                try:
+                    parts_fd = os.open(parts, _NOFOLLOW | os.O_DIRECTORY, dir_fd=top)
+                except FileNotFoundError:
                     return None
-                return pa.concat_tables([pq.read_table(p) for p in files])
-            return None
+                except OSError as err:
+                    raise _refused(directory / parts, err) from None
+                try:
+                    files = sorted(
+                        p for p in os.listdir(parts_fd)
+                        if p.startswith(f"{name}-") and p.endswith(".parquet")
+                    )
+                    if not files:
+                        return None
+                    return pa.concat_tables(
+                        [_read_parquet(p, parts_fd, directory / parts / p) for p in files]
+                    )
+                finally:
+                    os.close(parts_fd)
+            finally:
+                os.close(top)
         except FileNotFoundError:
             # The run ended while we read its parts: they became the final file.
             continue
@@ -42,11 +113,60 @@ def _read_table(directory: Path, name: str) -> Optional[pa.Table]:
 
 
 def _read_json(path: Path) -> Dict[str, Any]:
+    """run.json or summary.json as a dict ({} when there is none); anything else montrace did not
+    write (a link, bad JSON, nesting deep enough to exhaust Python's recursion, another type at
+    the top) raises MontraceError."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        top = _open_dir(path.parent)
     except FileNotFoundError:
         return {}
+    try:
+        with _open_nofollow(path.name, top, path) as handle:
+            data = handle.read(_MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    finally:
+        os.close(top)
+    if len(data) > _MAX_JSON_BYTES:
+        raise MontraceError(f"{path} is over {_MAX_JSON_BYTES // MIB} MiB: not a file montrace wrote")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as err:
+        # (json.JSONDecodeError and UnicodeDecodeError are ValueErrors.)
+        raise MontraceError(f"{path} is not JSON montrace wrote: {type(err).__name__}: {err}") from None
+    if not isinstance(value, dict):
+        raise MontraceError(f"{path} holds a JSON {type(value).__name__}, not an object: not a file montrace wrote")
+    return value
+
+
+def _check_summary(path: Path, summary: Dict[str, Any]) -> Dict[str, Any]:
+    """summary.json's parts this module reads, checked for their types."""
+    reps = summary.get("repetitions")
+    if reps is not None:
+        if not isinstance(reps, list) or not all(isinstance(r, dict) for r in reps):
+            raise MontraceError(f"{path}: `repetitions` is not a list of objects")
+        for rep in reps:
+            metrics = rep.get("metrics")
+            if metrics is not None and not isinstance(metrics, dict):
+                raise MontraceError(f"{path}: a repetition's `metrics` is not an object")
+            for key, value in (metrics or {}).items():
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    raise MontraceError(f"{path}: metric {key!r} is {value!r}, not a number")
+    _check_types(path, summary, {"exit_status": int, "limit_breach": dict})
+    return summary
+
+
+def _check_info(path: Path, info: Dict[str, Any]) -> Dict[str, Any]:
+    """run.json's parts this module reads, checked for their types."""
+    _check_types(path, info, {"exit_status": int, "limit_breach": dict, "capacity": dict, "command_wall_s": (int, float)})
+    return info
+
+
+def _check_types(path: Path, values: Dict[str, Any], types: Dict[str, Any]) -> None:
+    for key, kind in types.items():
+        value = values.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise MontraceError(f"{path}: `{key}` is {value!r}: not what montrace writes there")
 
 
 class Run:
@@ -65,8 +185,10 @@ class Run:
                 "processes.parts/): give the directory `montrace run --out` wrote"
             )
         self.frames = frames
-        self.info: Dict[str, Any] = _read_json(self.path / "run.json")
-        self.summary: Dict[str, Any] = _read_json(self.path / "summary.json")
+        self.info: Dict[str, Any] = _check_info(self.path / "run.json", _read_json(self.path / "run.json"))
+        self.summary: Dict[str, Any] = _check_summary(
+            self.path / "summary.json", _read_json(self.path / "summary.json")
+        )
         self._cache: Dict[str, Any] = {}
 
     # Tables -------------------------------------------------------------------------------

@@ -368,6 +368,12 @@ impl Exporter {
         let thread = std::thread::Builder::new()
             .name("otlp".into())
             .spawn(move || {
+                // A thread's capabilities are its own (capset), and this one may outlive its
+                // repetition (a silent collector, `finish` leaves it its last request): with
+                // `--repeat`, the repetitions before the last start it while montrace keeps its
+                // permitted set for the next load. It only talks HTTP: it keeps none. An error
+                // here leaves the thread as it was, which is no worse than before.
+                let _ = crate::kernel::privilege::drop_all();
                 let mut report = Report::default();
                 let mut warned = false;
                 for post in rx {

@@ -218,12 +218,31 @@ impl Sink {
                     .file_name()
                     .and_then(|n| n.to_str())
                     .unwrap_or("part");
-                let temp = parent.join(format!(".{name}.tmp"));
-                std::fs::copy(source, &temp).with_context(|| {
-                    format!("cannot copy {} to {}", source.display(), temp.display())
-                })?;
-                std::fs::rename(&temp, &target)
-                    .with_context(|| format!("cannot rename {}", temp.display()))
+                // A name of its own (created exclusively, random): two publishers of the same
+                // runs at once each rename a whole copy into place, and both succeed. Removed
+                // if the copy fails.
+                let mut temp = tempfile::Builder::new()
+                    .prefix(&format!(".{name}."))
+                    .suffix(".tmp")
+                    .tempfile_in(parent)
+                    .with_context(|| {
+                        format!("cannot create a temporary file in {}", parent.display())
+                    })?;
+                let mut from = std::fs::File::open(source)
+                    .with_context(|| format!("cannot read {}", source.display()))?;
+                std::io::copy(&mut from, temp.as_file_mut())
+                    .and_then(|_| temp.as_file().sync_data())
+                    .with_context(|| {
+                        format!(
+                            "cannot copy {} to {}",
+                            source.display(),
+                            temp.path().display()
+                        )
+                    })?;
+                temp.persist(&target)
+                    .map(drop)
+                    .map_err(|e| e.error)
+                    .with_context(|| format!("cannot rename into {}", target.display()))
             }
             Sink::Store {
                 store,
@@ -261,10 +280,35 @@ fn partition_value(text: &str) -> String {
     }
 }
 
+/// The date partition of a run: run.json's `start_time` must begin with a calendar date,
+/// `YYYY-MM-DD`. run.json is the monitored command's to rewrite (it is in the user's run
+/// directory): a `start_time` of `"/../../../x"` would otherwise name a directory outside the
+/// dataset.
+pub fn date_partition(start_time: &str) -> Result<String, String> {
+    let date = start_time.get(..10).unwrap_or("");
+    let b = date.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b.len() == 10 && b[r].iter().all(u8::is_ascii_digit);
+    let ok = digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && (1..=12).contains(&date[5..7].parse::<u32>().unwrap_or(0))
+        && (1..=31).contains(&date[8..10].parse::<u32>().unwrap_or(0));
+    if ok {
+        Ok(date.to_string())
+    } else {
+        Err(format!(
+            "run.json's start_time {start_time:?} does not begin with a date (YYYY-MM-DD): not \
+             a run.json montrace wrote, or one edited since; nothing of this run was published"
+        ))
+    }
+}
+
 /// The run's partition values: its start date (UTC), host and id. A run written before run ids
 /// gets one from its start time and a hash of its start, host and command, the same at every
-/// publish.
-pub fn layout_of(info: &RunInfo) -> Layout {
+/// publish. Fails when the start time has no date ([`date_partition`]).
+pub fn layout_of(info: &RunInfo) -> Result<Layout, String> {
     let run_id = if info.run_id.is_empty() {
         use std::hash::{Hash as _, Hasher as _};
         // FNV-1a over the identifying text: stable across montrace versions, unlike std's
@@ -281,11 +325,11 @@ pub fn layout_of(info: &RunInfo) -> Layout {
     } else {
         info.run_id.clone()
     };
-    Layout {
-        date: info.start_time.chars().take(10).collect(),
+    Ok(Layout {
+        date: date_partition(&info.start_time)?,
         host: partition_value(&info.host),
         run_id: partition_value(&run_id),
-    }
+    })
 }
 
 struct Fnv(u64);
@@ -399,7 +443,8 @@ pub fn publish_run(run: &Path, sink: &Sink) -> anyhow::Result<(Layout, Published
             run.join("run.json").display()
         )
     })?;
-    let layout = layout_of(&info);
+    let layout =
+        layout_of(&info).map_err(|e| anyhow::anyhow!("{}: {e}", run.join("run.json").display()))?;
     let row_key = layout.key(schema::RUNS_TABLE, "part-0.parquet");
     if sink.exists(&row_key)? {
         return Ok((layout, Published::Already));
@@ -549,7 +594,7 @@ mod tests {
 
     #[test]
     fn a_run_is_filed_under_its_date_host_and_id() {
-        let layout = layout_of(&info());
+        let layout = layout_of(&info()).unwrap();
         assert_eq!(
             layout,
             Layout {
@@ -565,13 +610,38 @@ mod tests {
         // An older run without an id gets the same one at every publish.
         let mut old = info();
         old.run_id.clear();
-        let (a, b) = (layout_of(&old), layout_of(&old));
+        let (a, b) = (layout_of(&old).unwrap(), layout_of(&old).unwrap());
         assert_eq!(a, b);
         assert!(a.run_id.starts_with("20261124T095300Z-"), "{a:?}");
         old.command = "make -j4".into();
-        assert_ne!(layout_of(&old).run_id, a.run_id);
+        assert_ne!(layout_of(&old).unwrap().run_id, a.run_id);
         assert_eq!(partition_value("../x"), "_.._x");
         assert_eq!(partition_value(""), "_");
+    }
+
+    #[test]
+    fn a_start_time_without_a_date_is_refused() {
+        assert_eq!(
+            date_partition("2026-11-24T09:53:00Z").unwrap(),
+            "2026-11-24"
+        );
+        for bad in [
+            "/../../../",
+            "../../../../etc/x",
+            "2026-11-2",
+            "",
+            "2026-13-01T00:00:00Z",
+            "2026-00-01T00:00:00Z",
+            "2026-11-32T00:00:00Z",
+            "2026/11/24T00:00:00Z",
+            "２０２６-11-24",
+            "2026-1a-24T00:00:00Z",
+        ] {
+            assert!(date_partition(bad).is_err(), "{bad:?}");
+        }
+        let mut hostile = info();
+        hostile.start_time = "/../../../".into();
+        assert!(layout_of(&hostile).unwrap_err().contains("YYYY-MM-DD"));
     }
 
     #[test]

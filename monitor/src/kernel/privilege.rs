@@ -472,3 +472,35 @@ mod tests {
         assert_eq!(file_caps(&bin).unwrap(), None, "nothing was set");
     }
 }
+
+/// The largest `--ring-buffer-size` an ordinary user gets (the granted binary): the ring buffer
+/// is kernel memory, locked while the run lasts, that the user's own limits do not count; without
+/// a cap any user could pin 1 GiB of it per run. Root may ask for more.
+pub const USER_RING_BUFFER_MAX: u32 = 64 << 20;
+
+/// Refuses a ring buffer above [`USER_RING_BUFFER_MAX`] for anyone but root (`root`: euid 0).
+pub fn check_ring_buffer_size(bytes: u32, root: bool) -> Result<(), String> {
+    if root || bytes <= USER_RING_BUFFER_MAX {
+        return Ok(());
+    }
+    Err(format!(
+        "--ring-buffer-size {} MiB: at most {} MiB for an ordinary user (the buffer is kernel \
+         memory that no limit of yours counts); a larger one needs root",
+        bytes >> 20,
+        USER_RING_BUFFER_MAX >> 20
+    ))
+}
+
+#[cfg(test)]
+mod ring_buffer_tests {
+    use super::*;
+
+    #[test]
+    fn an_ordinary_user_gets_at_most_64_mib_of_ring_buffer() {
+        assert!(check_ring_buffer_size(8 << 20, false).is_ok());
+        assert!(check_ring_buffer_size(64 << 20, false).is_ok());
+        let err = check_ring_buffer_size(128 << 20, false).unwrap_err();
+        assert!(err.contains("at most 64 MiB"), "{err}");
+        assert!(check_ring_buffer_size(1 << 30, true).is_ok());
+    }
+}

@@ -113,6 +113,34 @@ pub fn read_file(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
         .with_context(|| format!("cannot read {}", path.display()))
 }
 
+/// Rows per batch when a table is streamed ([`for_each_batch`]): memory stays that of one batch,
+/// whatever the table's size.
+pub const STREAM_BATCH_ROWS: usize = 8_192;
+
+/// Calls `f` with each batch of table `name` in turn, reading one batch at a time: for the
+/// exports, whose memory must not grow with the run.
+pub fn for_each_batch(
+    dir: &Path,
+    name: &str,
+    mut f: impl FnMut(&Cols<'_>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for path in table_files(dir, name) {
+        let file = crate::store::userfs::open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .and_then(|b| b.with_batch_size(STREAM_BATCH_ROWS).build())
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        for batch in reader {
+            let batch = batch.with_context(|| format!("cannot read {}", path.display()))?;
+            f(&Cols {
+                batch: &batch,
+                path: &path,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Every batch of table `name`, each with the file it came from (for error messages).
 pub fn read_table(dir: &Path, name: &str) -> anyhow::Result<Vec<(PathBuf, RecordBatch)>> {
     let mut out = Vec::new();
@@ -486,78 +514,140 @@ pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     data.marks = read_marks(dir)?;
     data.gpu = read_gpu(dir)?;
     data.gpu_processes = read_gpu_processes(dir, &mut data.processes, &mut index)?;
+    let dropped = drop_absurd_readings(&mut data);
+    if dropped > 0 {
+        data.notes.push(format!(
+            "{dropped} readings (CPU %, run-queue %, the machine's CPU %, GPU figures) were not \
+             numbers or beyond any machine (inf, NaN, 1e308: not written by montrace): shown as \
+             missing"
+        ));
+    }
     Ok(data)
+}
+
+/// The largest percentage a reading can hold: 100 per CPU, for a million CPUs.
+pub const MAX_PERCENT: f64 = 1e8;
+/// The largest GPU figure (bytes, watts, percent) a reading can hold.
+pub const MAX_GPU_FIGURE: f64 = 1e18;
+
+/// `value` if it is a number a machine could report (finite, at most `max` either way), else
+/// None, counted in `dropped`. A samples.parquet is the monitored command's to rewrite: an
+/// infinite or 1e308 CPU % once made the report's axis computation loop forever.
+pub fn sane(value: Option<f64>, max: f64, dropped: &mut u64) -> Option<f64> {
+    match value {
+        Some(v) if !v.is_finite() || v.abs() > max => {
+            *dropped += 1;
+            None
+        }
+        other => other,
+    }
+}
+
+/// A sample's figures made [`sane`]; returns how many were dropped.
+pub fn sane_sample(s: &mut Sample) -> u64 {
+    let mut dropped = 0;
+    s.cpu_percent = sane(s.cpu_percent, MAX_PERCENT, &mut dropped);
+    s.run_queue_percent = sane(s.run_queue_percent, MAX_PERCENT, &mut dropped);
+    dropped
+}
+
+/// Every figure of `data` a plot's axis is computed from made [`sane`]; returns how many were
+/// dropped.
+fn drop_absurd_readings(data: &mut RunData) -> u64 {
+    let mut dropped = 0;
+    for s in &mut data.samples {
+        dropped += sane_sample(s);
+    }
+    for s in &mut data.system {
+        s.cpu_busy_percent = sane(s.cpu_busy_percent, MAX_PERCENT, &mut dropped);
+    }
+    if let Some(gpu) = &mut data.gpu {
+        for row in &mut gpu.rows {
+            for v in &mut row.values {
+                *v = sane(*v, MAX_GPU_FIGURE, &mut dropped);
+            }
+        }
+        gpu.memory_total_bytes = sane(gpu.memory_total_bytes, MAX_GPU_FIGURE, &mut dropped);
+    }
+    dropped
 }
 
 fn read_processes(dir: &Path) -> anyhow::Result<Vec<Process>> {
     let mut rows = Vec::new();
     for (path, batch) in read_table(dir, "processes")? {
-        let c = Cols {
+        rows.extend(process_rows(&Cols {
             batch: &batch,
             path: &path,
+        })?);
+    }
+    Ok(rows)
+}
+
+/// The processes of one batch of processes.parquet.
+pub fn process_rows(c: &Cols<'_>) -> anyhow::Result<Vec<Process>> {
+    let batch = c.batch;
+    let mut rows = Vec::with_capacity(batch.num_rows());
+    let pid = c.req::<UInt32Type>("pid")?;
+    let start = c.req::<TimestampNanosecondType>("start_time")?;
+    let parent_pid = c.prim::<UInt32Type>("parent_pid");
+    let parent_start = c.time("parent_start_time");
+    let end = c.time("end_time");
+    let filename = c.str("filename");
+    let argv = c.list("argv");
+    let comm = c.str("comm");
+    let exit_code = c.prim::<Int32Type>("exit_code");
+    let exit_signal = c.prim::<Int32Type>("exit_signal");
+    let user = c.prim::<UInt64Type>("cpu_user_ns");
+    let system = c.prim::<UInt64Type>("cpu_system_ns");
+    let peak = c.prim::<UInt64Type>("peak_rss_bytes");
+    let net = [
+        "net_inet_sent_bytes",
+        "net_inet_received_bytes",
+        "net_unix_sent_bytes",
+        "net_unix_received_bytes",
+    ]
+    .map(|name| c.prim::<UInt64Type>(name));
+    let alive = c.bool("alive_at_end");
+    for i in 0..batch.num_rows() {
+        let parent = match (opt(parent_pid, i), opt(parent_start, i)) {
+            (Some(p), Some(s)) => Some((p, s)),
+            _ => None,
         };
-        let pid = c.req::<UInt32Type>("pid")?;
-        let start = c.req::<TimestampNanosecondType>("start_time")?;
-        let parent_pid = c.prim::<UInt32Type>("parent_pid");
-        let parent_start = c.time("parent_start_time");
-        let end = c.time("end_time");
-        let filename = c.str("filename");
-        let argv = c.list("argv");
-        let comm = c.str("comm");
-        let exit_code = c.prim::<Int32Type>("exit_code");
-        let exit_signal = c.prim::<Int32Type>("exit_signal");
-        let user = c.prim::<UInt64Type>("cpu_user_ns");
-        let system = c.prim::<UInt64Type>("cpu_system_ns");
-        let peak = c.prim::<UInt64Type>("peak_rss_bytes");
-        let net = [
-            "net_inet_sent_bytes",
-            "net_inet_received_bytes",
-            "net_unix_sent_bytes",
-            "net_unix_received_bytes",
-        ]
-        .map(|name| c.prim::<UInt64Type>(name));
-        let alive = c.bool("alive_at_end");
-        for i in 0..batch.num_rows() {
-            let parent = match (opt(parent_pid, i), opt(parent_start, i)) {
-                (Some(p), Some(s)) => Some((p, s)),
-                _ => None,
-            };
-            rows.push(Process {
-                pid: pid.value(i),
-                start_ns: start.value(i),
-                parent,
-                end_ns: opt(end, i),
-                filename: filename
-                    .filter(|a| a.is_valid(i))
-                    .map(|a| a.value(i).to_string()),
-                argv: strings_at(argv, i),
-                comm: comm
-                    .filter(|a| a.is_valid(i))
-                    .map(|a| a.value(i).to_string())
-                    .unwrap_or_default(),
-                exit_code: opt(exit_code, i),
-                exit_signal: opt(exit_signal, i),
-                cpu_user_ns: opt(user, i),
-                cpu_system_ns: opt(system, i),
-                peak_rss_bytes: opt(peak, i),
-                socket_bytes: {
-                    let [inet_sent, inet_received, unix_sent, unix_received] =
-                        net.map(|column| opt(column, i));
-                    // The four are null together (schema.md); a lone one still counts.
-                    [inet_sent, inet_received, unix_sent, unix_received]
-                        .iter()
-                        .any(Option::is_some)
-                        .then(|| SocketBytes {
-                            inet_sent: inet_sent.unwrap_or(0),
-                            inet_received: inet_received.unwrap_or(0),
-                            unix_sent: unix_sent.unwrap_or(0),
-                            unix_received: unix_received.unwrap_or(0),
-                        })
-                },
-                alive_at_end: alive.is_some_and(|a| a.is_valid(i) && a.value(i)),
-                unflushed: false,
-            });
-        }
+        rows.push(Process {
+            pid: pid.value(i),
+            start_ns: start.value(i),
+            parent,
+            end_ns: opt(end, i),
+            filename: filename
+                .filter(|a| a.is_valid(i))
+                .map(|a| a.value(i).to_string()),
+            argv: strings_at(argv, i),
+            comm: comm
+                .filter(|a| a.is_valid(i))
+                .map(|a| a.value(i).to_string())
+                .unwrap_or_default(),
+            exit_code: opt(exit_code, i),
+            exit_signal: opt(exit_signal, i),
+            cpu_user_ns: opt(user, i),
+            cpu_system_ns: opt(system, i),
+            peak_rss_bytes: opt(peak, i),
+            socket_bytes: {
+                let [inet_sent, inet_received, unix_sent, unix_received] =
+                    net.map(|column| opt(column, i));
+                // The four are null together (schema.md); a lone one still counts.
+                [inet_sent, inet_received, unix_sent, unix_received]
+                    .iter()
+                    .any(Option::is_some)
+                    .then(|| SocketBytes {
+                        inet_sent: inet_sent.unwrap_or(0),
+                        inet_received: inet_received.unwrap_or(0),
+                        unix_sent: unix_sent.unwrap_or(0),
+                        unix_received: unix_received.unwrap_or(0),
+                    })
+            },
+            alive_at_end: alive.is_some_and(|a| a.is_valid(i) && a.value(i)),
+            unflushed: false,
+        });
     }
     Ok(rows)
 }
@@ -582,18 +672,27 @@ fn name_unflushed_processes(
     processes: &mut Vec<Process>,
     index: &mut HashMap<(u32, i64), usize>,
 ) -> anyhow::Result<()> {
+    name_unflushed_processes_except(dir, processes, index, &|_| false)
+}
+
+/// [`name_unflushed_processes`] where `processes` need not hold every row of processes.parquet:
+/// a process `recorded` says has a row, and that is not in `index`, gets no stand-in (the
+/// streaming exports keep only the rows a stand-in's fork copies from).
+pub fn name_unflushed_processes_except(
+    dir: &Path,
+    processes: &mut Vec<Process>,
+    index: &mut HashMap<(u32, i64), usize>,
+    recorded: &dyn Fn((u32, i64)) -> bool,
+) -> anyhow::Result<()> {
     let mut stand_ins = std::collections::HashSet::new();
-    for (path, batch) in read_table(dir, "events")? {
-        let c = Cols {
-            batch: &batch,
-            path: &path,
-        };
+    for_each_batch(dir, "events", |c| {
+        let batch = c.batch;
         let (Some(kind), pid, start) = (
             c.str("kind"),
             c.req::<UInt32Type>("pid")?,
             c.req::<TimestampNanosecondType>("start_time")?,
         ) else {
-            continue;
+            return Ok(());
         };
         let parent_pid = c.prim::<UInt32Type>("parent_pid");
         let parent_start = c.time("parent_start_time");
@@ -602,6 +701,9 @@ fn name_unflushed_processes(
         for i in 0..batch.num_rows() {
             let key = (pid.value(i), start.value(i));
             if !index.contains_key(&key) {
+                if recorded(key) {
+                    continue;
+                }
                 stand_ins.insert(process_index(key, processes, index));
             }
             let at = index[&key];
@@ -635,8 +737,8 @@ fn name_unflushed_processes(
                 _ => {}
             }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 fn read_samples(
@@ -644,35 +746,38 @@ fn read_samples(
     processes: &mut Vec<Process>,
     index: &mut HashMap<(u32, i64), usize>,
 ) -> anyhow::Result<Vec<Sample>> {
-    read_process_rows(dir, "samples", processes, index, |c, keys| {
-        let source = c.str("source");
-        let user = c.prim::<UInt64Type>("cpu_user_ns");
-        let system = c.prim::<UInt64Type>("cpu_system_ns");
-        let percent = c.prim::<Float64Type>("cpu_percent");
-        let run_queue = c.prim::<Float64Type>("run_queue_percent");
-        let rss = c.prim::<UInt64Type>("rss_bytes");
-        let uss = c.prim::<UInt64Type>("uss_bytes");
-        let pss = c.prim::<UInt64Type>("pss_bytes");
-        let read = c.prim::<UInt64Type>("read_bytes");
-        let write = c.prim::<UInt64Type>("write_bytes");
-        keys.iter()
-            .enumerate()
-            .map(|(i, &(time_ns, process))| Sample {
-                time_ns,
-                process,
-                exit: source.is_some_and(|s| s.is_valid(i) && s.value(i) == "exit"),
-                cpu_user_ns: opt(user, i).unwrap_or(0),
-                cpu_system_ns: opt(system, i).unwrap_or(0),
-                cpu_percent: opt(percent, i),
-                run_queue_percent: opt(run_queue, i),
-                rss_bytes: opt(rss, i),
-                uss_bytes: opt(uss, i),
-                pss_bytes: opt(pss, i),
-                read_bytes: opt(read, i),
-                write_bytes: opt(write, i),
-            })
-            .collect()
-    })
+    read_process_rows(dir, "samples", processes, index, sample_rows)
+}
+
+/// The samples of one batch of samples.parquet, given each row's (time, process index).
+pub fn sample_rows(c: &Cols<'_>, keys: &[(i64, usize)]) -> Vec<Sample> {
+    let source = c.str("source");
+    let user = c.prim::<UInt64Type>("cpu_user_ns");
+    let system = c.prim::<UInt64Type>("cpu_system_ns");
+    let percent = c.prim::<Float64Type>("cpu_percent");
+    let run_queue = c.prim::<Float64Type>("run_queue_percent");
+    let rss = c.prim::<UInt64Type>("rss_bytes");
+    let uss = c.prim::<UInt64Type>("uss_bytes");
+    let pss = c.prim::<UInt64Type>("pss_bytes");
+    let read = c.prim::<UInt64Type>("read_bytes");
+    let write = c.prim::<UInt64Type>("write_bytes");
+    keys.iter()
+        .enumerate()
+        .map(|(i, &(time_ns, process))| Sample {
+            time_ns,
+            process,
+            exit: source.is_some_and(|s| s.is_valid(i) && s.value(i) == "exit"),
+            cpu_user_ns: opt(user, i).unwrap_or(0),
+            cpu_system_ns: opt(system, i).unwrap_or(0),
+            cpu_percent: opt(percent, i),
+            run_queue_percent: opt(run_queue, i),
+            rss_bytes: opt(rss, i),
+            uss_bytes: opt(uss, i),
+            pss_bytes: opt(pss, i),
+            read_bytes: opt(read, i),
+            write_bytes: opt(write, i),
+        })
+        .collect()
 }
 
 /// The rows of `table`, a table whose rows belong to a process of the tree (`time`, `pid`,
@@ -707,7 +812,7 @@ fn read_process_rows<T>(
 
 /// The index of process `key` (pid, start time) in `processes`. A killed run has no processes
 /// row yet for the processes that were still running: a stand-in keeps their rows.
-fn process_index(
+pub fn process_index(
     key: (u32, i64),
     processes: &mut Vec<Process>,
     index: &mut HashMap<(u32, i64), usize>,
@@ -725,7 +830,7 @@ fn process_index(
     })
 }
 
-fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
+pub fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
     let mut rows = Vec::new();
     for (path, batch) in read_table(dir, "system")? {
         let c = Cols {
@@ -750,7 +855,7 @@ fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
     Ok(rows)
 }
 
-fn read_marks(dir: &Path) -> anyhow::Result<Vec<Mark>> {
+pub fn read_marks(dir: &Path) -> anyhow::Result<Vec<Mark>> {
     let mut rows = Vec::new();
     for (path, batch) in read_table(dir, "marks")? {
         let c = Cols {
@@ -780,7 +885,7 @@ fn read_marks(dir: &Path) -> anyhow::Result<Vec<Mark>> {
     Ok(rows)
 }
 
-fn read_gpu(dir: &Path) -> anyhow::Result<Option<Gpu>> {
+pub fn read_gpu(dir: &Path) -> anyhow::Result<Option<Gpu>> {
     let batches = read_table(dir, "gpu")?;
     if batches.is_empty() {
         return Ok(None);

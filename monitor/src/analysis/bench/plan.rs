@@ -33,6 +33,24 @@ pub fn interleaved(n: usize) -> Vec<Arm> {
         .collect()
 }
 
+/// Most runs one series may have, warm-ups and repetitions together: each is a whole run of the
+/// command and a directory. A larger count is a slip of the keyboard, and summing two `u32`s
+/// near the top once wrapped (`--warmup 4294967295 --repeat 2` ran the command once... or never,
+/// and exited 0).
+pub const MAX_RUNS: u32 = 10_000;
+
+/// The number of runs of a series of `warmup` warm-ups and `repeat` measured repetitions, or why
+/// it is refused (for the user, naming the flags).
+pub fn series_length(warmup: u32, repeat: u32) -> Result<u32, String> {
+    match warmup.checked_add(repeat) {
+        Some(total) if total <= MAX_RUNS => Ok(total),
+        _ => Err(format!(
+            "--warmup {warmup} with --repeat {repeat}: at most {MAX_RUNS} runs in one series, \
+             warm-ups included"
+        )),
+    }
+}
+
 /// The share of the machine's CPU (0..1 of all online CPUs) that neither the tree nor montrace
 /// used during a window: `busy_s` is the machine's busy CPU time over it (from /proc/stat),
 /// `tree_s` the tree's and `own_s` montrace's own. None for an empty window.
@@ -157,6 +175,17 @@ pub fn warnings(warmups: &[Measured], reps: &[Measured]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_series_that_would_overflow_is_refused() {
+        assert_eq!(series_length(0, 1), Ok(1));
+        assert_eq!(series_length(3, 5), Ok(8));
+        assert_eq!(series_length(0, MAX_RUNS), Ok(MAX_RUNS));
+        assert!(series_length(1, MAX_RUNS).is_err());
+        let err = series_length(u32::MAX, 2).unwrap_err();
+        assert!(err.contains("--warmup 4294967295"), "{err}");
+        assert!(series_length(u32::MAX, u32::MAX).is_err());
+    }
 
     fn rep(name: &str, wall_s: f64, other: Option<f64>) -> Measured {
         Measured {

@@ -141,6 +141,24 @@ fn legend(
     Ok(())
 }
 
+/// The largest end an axis is drawn to.
+const AXIS_LIMIT: f64 = 1e30;
+
+/// An axis's end as plotters can tick it: finite, positive and at most [`AXIS_LIMIT`]. (The data
+/// is made sane where it is read, `load::sane`; this is the last guard: plotters's key-point
+/// search never ends on an infinite or NaN range.)
+fn axis_end(end: f64) -> f64 {
+    if end.is_finite() && end > 0.0 {
+        end.min(AXIS_LIMIT)
+    } else if end.is_finite() {
+        1e-9
+    } else if end == f64::INFINITY {
+        AXIS_LIMIT
+    } else {
+        1.0
+    }
+}
+
 /// The frame of a full-size plot on `area`: `title` above, the time since the start (0 to `x_max`
 /// s) across, 0 to `y_max` up with labels in the axis unit `suffix`, and the grid.
 fn time_chart<'a, 'b>(
@@ -150,6 +168,7 @@ fn time_chart<'a, 'b>(
     y_max: f64,
     suffix: &str,
 ) -> PlotResult<ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>> {
+    let (x_max, y_max) = (axis_end(x_max), axis_end(y_max));
     let mut chart = ChartBuilder::on(area)
         .caption(title, (FONT, 17))
         .margin(8)
@@ -523,7 +542,7 @@ pub fn network(data: &RunData, model: &Model) -> PlotResult<Option<Plot>> {
             .margin(8)
             .x_label_area_size(34)
             .y_label_area_size(170)
-            .build_cartesian_2d(0f64..x_max, (0..rows).into_segmented())
+            .build_cartesian_2d(0f64..axis_end(x_max), (0..rows).into_segmented())
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -729,7 +748,7 @@ fn rss_vs_uss(model: &Model, marks: &[MarkLine], x_max: f64) -> PlotResult<Optio
                 .margin(8)
                 .x_label_area_size(26)
                 .y_label_area_size(64)
-                .build_cartesian_2d(0f64..x_max.max(1e-3), 0f64..y_max)
+                .build_cartesian_2d(0f64..axis_end(x_max.max(1e-3)), 0f64..axis_end(y_max))
                 .map_err(err)?;
             chart
                 .configure_mesh()

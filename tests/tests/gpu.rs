@@ -158,6 +158,19 @@ fn one_gpu() -> Value {
     json!({"init": "SUCCESS", "devices": [h100(UUID0)]})
 }
 
+/// `m.resources["gpu_memory_peak_bytes"]` and the MLflow series of GPU 0 of the run `argv[1]`.
+const PYTHON_GPU_FIGURES: &str = r#"
+import json, sys
+import montrace
+from montrace import mlflow as mm
+run = montrace.load(sys.argv[1])
+series = mm.series(run)
+memory = [v for _, _, v in series["gpu0_memory_mb"]]
+util = sorted({v for _, _, v in series["gpu0_utilization_percent"]})
+print(json.dumps({"peak": run.resources["gpu_memory_peak_bytes"], "memory_mb_max": max(memory),
+                  "utilization": util, "steps": len(series["gpu0_memory_mb"])}))
+"#;
+
 fn parquet(run: &Run, table: &str) -> String {
     run.dir
         .join(format!("{table}.parquet"))
@@ -306,6 +319,23 @@ fn the_trees_gpu_processes_are_attributed_exactly_and_others_not_at_all() {
     // The report draws the GPU.
     let report = std::fs::read_to_string(run.dir.join("report.html")).unwrap();
     assert!(report.contains("GPU"), "report.html has no GPU plot");
+    // Python's resources and MLflow series (the package's source, python/montrace) read the
+    // same figures.
+    let out = tests::python(
+        "montrace's Python package on the run",
+        PYTHON_GPU_FIGURES,
+        &[run.dir.to_str().unwrap()],
+        &[("PYTHONPATH", workspace().join("python").to_str().unwrap())],
+    );
+    let figures: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(figures["peak"], (1524 + 1012) * MIB, "{figures}");
+    assert_eq!(
+        figures["memory_mb_max"].as_f64(),
+        Some(((BASE_USED + (3 << 30)) / MIB + 1524 + 1012) as f64)
+    );
+    assert_eq!(figures["utilization"], json!([87.0, 99.0]), "{figures}");
+    assert_eq!(figures["steps"], samples, "{figures}");
+
     // The workload took itself out of the list: the outsider is left.
     let script = double.script();
     assert_eq!(script["devices"][0]["compute"].as_array().unwrap().len(), 1);

@@ -238,7 +238,7 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
         duration_s: start.elapsed().as_secs_f64(),
         sections,
     };
-    let markdown = results.to_markdown();
+    let markdown = results.to_markdown() + &gpu_section(util::workspace_root())?;
     let json = serde_json::to_string_pretty(&results.to_json())? + "\n";
     if args.only.is_empty() {
         let root = util::workspace_root();
@@ -490,5 +490,34 @@ mod tests {
             assert_eq!((w.end_ms - w.start_ms) % 1000, 0);
         }
         assert_eq!(Plan::new(false).window().end_ms, 9000);
+    }
+}
+
+/// BENCHMARKS.md's GPU section, kept by hand in bench/gpu-check.md (`cargo xtask gpu-check` on
+/// a machine with a GPU fills it): the suite cannot measure it here, and must not drop it.
+pub fn gpu_section(root: &std::path::Path) -> Result<String> {
+    let path = root.join(GPU_SECTION);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(format!("\n{}", text.trim_end()) + "\n")
+}
+
+/// Where [`gpu_section`] lives, from the workspace root.
+pub const GPU_SECTION: &str = "bench/gpu-check.md";
+
+#[cfg(test)]
+mod gpu_section_tests {
+    /// BENCHMARKS.md ends with the hand-kept GPU section, as the suite writes it.
+    #[test]
+    fn benchmarks_md_carries_the_gpu_section() {
+        let root = crate::util::workspace_root();
+        let benchmarks = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
+        let section = super::gpu_section(root).unwrap();
+        assert!(section.contains("cargo xtask gpu-check"));
+        assert!(
+            benchmarks.ends_with(&section),
+            "BENCHMARKS.md does not end with {} (its text after a blank line)",
+            super::GPU_SECTION
+        );
     }
 }

@@ -5,10 +5,12 @@
 //! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
 //! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside a CPU hog.
 //! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
+//! - `cargo xtask gpu-check`: release build, then montrace's GPU figures against nvidia-smi's.
 //! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
 //! - `cargo xtask wheel [--release]`: the Python wheel (the binary and the `montrace` package).
 
 mod bench;
+mod gpu_check;
 mod python;
 mod run;
 mod setup;
@@ -63,6 +65,9 @@ enum Command {
     /// Benchmarks (as root): completeness, accuracy, overhead, agent cost, throughput and
     /// start-up, side by side with psrecord; writes BENCHMARKS.md and bench/results.json.
     Bench(bench::BenchArgs),
+    /// Build montrace (release), record a PyTorch/CuPy workload on this machine's NVIDIA GPU
+    /// and compare montrace's GPU figures with nvidia-smi's (xtask/gpu-check/gpu_check.py).
+    GpuCheck(gpu_check::GpuCheckArgs),
     /// Build montrace (release), install it (root, 0755) and give it CAP_BPF + CAP_PERFMON
     /// (`montrace setcap`): every user then gets exact tracking without sudo. Uses sudo when
     /// not root.
@@ -93,6 +98,7 @@ fn main() {
             unit, python, e2e, ..
         } => suite::test(cli.verbose, suite::Tiers::from_flags(unit, python, e2e)),
         Command::Bench(args) => bench::bench(cli.verbose, args),
+        Command::GpuCheck(args) => gpu_check::gpu_check(args),
         Command::Setcap { to } => run::setcap(cli.verbose, &to),
         Command::Wheel { release } => python::wheel(cli.verbose, release),
     };

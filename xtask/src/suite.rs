@@ -1,6 +1,7 @@
-//! `cargo xtask test`: set-up, then the unit tests, the GPU tests (where NVML finds a GPU), the
-//! Python package's tests (the wheel in a fresh virtual environment), then the root end-to-end
-//! tests.
+//! `cargo xtask test`: set-up, then the unit tests, the real-GPU tests (where NVML finds a GPU),
+//! the Python package's tests (the wheel in a fresh virtual environment), then the root
+//! end-to-end tests, which take the GPU path end to end through the NVML driver double
+//! (tests/tests/gpu.rs, tests/nvml-double) on every machine.
 
 use crate::util::{self, check};
 use anyhow::{Context, Result};
@@ -49,8 +50,8 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         check(&mut root_units).context("root unit tests failed")?;
     }
 
-    // The GPU tier goes with the unit tier: NVML needs no root.
-    let gpu_skipped = if tiers.unit { gpu_tests()? } else { None };
+    // The real-GPU tier goes with the unit tier: NVML needs no root.
+    let no_real_gpu = if tiers.unit { gpu_tests()? } else { None };
 
     if tiers.python {
         header("python tests: the wheel in a fresh virtual environment, pytest python/tests");
@@ -64,11 +65,32 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         check(&mut e2e_command()).context("end-to-end tests failed")?;
     }
 
-    match gpu_skipped {
-        Some(reason) => eprintln!("\nxtask: all tests passed; gpu tests: SKIPPED ({reason})"),
-        None => eprintln!("\nxtask: all tests passed"),
-    }
+    eprintln!(
+        "\nxtask: all tests passed{}",
+        gpu_outcome(tiers, no_real_gpu.as_deref())
+    );
     Ok(())
+}
+
+/// What the closing line says of the GPU path: through the driver double (the e2e tier, on
+/// every machine) and on a real GPU (the unit tier, where there is one).
+fn gpu_outcome(tiers: Tiers, no_real_gpu: Option<&str>) -> String {
+    let mut ran = Vec::new();
+    if tiers.e2e {
+        ran.push("through the NVML driver double".to_owned());
+    }
+    match (tiers.unit, no_real_gpu) {
+        (true, None) => ran.push("on this machine's NVIDIA GPU".to_owned()),
+        (true, Some(reason)) => ran.push(format!(
+            "no real GPU here ({reason}; `cargo xtask gpu-check` where there is one)"
+        )),
+        (false, _) => {}
+    }
+    if ran.is_empty() {
+        String::new()
+    } else {
+        format!("; GPU path: {}", ran.join(", "))
+    }
 }
 
 /// `cargo test -p tests` (the root end-to-end suite) against target/debug/montrace, through
@@ -175,9 +197,10 @@ impl Drop for Hog {
 }
 
 /// The tests that use the real NVML (`#[ignore]`d in `cargo test`), where there is an NVIDIA
-/// GPU. Returns why they were skipped, if they were.
+/// GPU. Returns why there is none, when there is none: the GPU path then runs through the
+/// driver double only (the end-to-end tier).
 fn gpu_tests() -> Result<Option<String>> {
-    header("GPU tests: cargo test -p monitor gpu:: -- --ignored (the real NVML)");
+    header("real-GPU tests: cargo test -p monitor gpu:: -- --ignored (the real NVML)");
     let ldconfig = util::stdout_of(Command::new("ldconfig").arg("-p"))
         .or_else(|| util::stdout_of(Command::new("/sbin/ldconfig").arg("-p")));
     match gpu_presence(&nvidia_smi(), ldconfig.as_deref()) {
@@ -188,7 +211,10 @@ fn gpu_tests() -> Result<Option<String>> {
         }
         Err(why) => {
             let reason = format!("no NVIDIA driver/device: {why}");
-            eprintln!("xtask: gpu tests: SKIPPED ({reason})");
+            eprintln!(
+                "xtask: no real GPU here ({reason}): the GPU path runs through the NVML driver \
+                 double in the end-to-end tier (tests/tests/gpu.rs)"
+            );
             Ok(Some(reason))
         }
     }
@@ -287,6 +313,28 @@ mod tests {
     fn runner_variable_names_the_host_triple() {
         #[cfg(target_arch = "x86_64")]
         assert_eq!(runner_var(), "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER");
+    }
+
+    #[test]
+    fn the_gpu_path_is_never_reported_skipped() {
+        let all = Tiers::from_flags(false, false, false);
+        let line = gpu_outcome(all, Some("no nvidia-smi"));
+        assert_eq!(
+            line,
+            "; GPU path: through the NVML driver double, no real GPU here (no nvidia-smi; \
+             `cargo xtask gpu-check` where there is one)"
+        );
+        assert!(!line.contains("SKIPPED"));
+        assert_eq!(
+            gpu_outcome(all, None),
+            "; GPU path: through the NVML driver double, on this machine's NVIDIA GPU"
+        );
+        let e2e = Tiers::from_flags(false, false, true);
+        assert_eq!(
+            gpu_outcome(e2e, None),
+            "; GPU path: through the NVML driver double"
+        );
+        assert_eq!(gpu_outcome(Tiers::from_flags(false, true, false), None), "");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::Outcome;
 pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
     let gpu = GpuMonitor::open(record.gpu)?;
     if let Some(error) = gpu
-        .unavailable_reason()
+        .tree_memory_unavailable_reason()
         .and_then(|reason| limits::needs_gpu(&record.limits, &reason))
     {
         anyhow::bail!(error);

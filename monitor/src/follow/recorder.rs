@@ -1156,6 +1156,7 @@ mod tests {
                 uuid: None,
                 name: None,
                 memory_total_bytes: Some(80 << 30),
+                mig_mode: None,
             },
             processes: Some(vec![
                 GpuProcess {

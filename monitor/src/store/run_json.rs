@@ -512,6 +512,8 @@ mod tests {
                 uuid: Some("GPU-1".into()),
                 name: Some("H100".into()),
                 memory_total_bytes: Some(1),
+                mig_mode: Some(false),
+                lost_time: Some("x".into()),
                 accounting_mode: false,
                 samples: 1,
                 utilization_gpu_mean_percent: Some(1.0),
@@ -520,6 +522,7 @@ mod tests {
                 power_max_watts: Some(1.0),
                 energy_joules: Some(1.0),
             });
+        info.gpu.attribution_unavailable = Some("x".into());
         info.context = Some(crate::fleet::context::full_example());
         info.capacity = Some(crate::sampling::capacity::Capacity {
             cpu_cores: 2.0,

@@ -67,6 +67,9 @@ pub struct GpuDevice {
     pub uuid: Option<String>,
     pub name: Option<String>,
     pub memory_total_bytes: Option<u64>,
+    /// MIG mode is on: the GPU is split into instances, and NVML gives no utilization for the
+    /// whole GPU (nor, without privileges, the memory of each process). None: the GPU has no MIG.
+    pub mig_mode: Option<bool>,
 }
 
 /// One reading of a GPU, in the driver's units. None: the GPU does not give it.
@@ -84,6 +87,9 @@ pub struct DeviceReading {
     pub memory_clock_mhz: Option<u32>,
     /// `nvmlClocksThrottleReason*` bits, see [`throttle_reason_names`].
     pub throttle_reasons: Option<u64>,
+    /// The driver said the GPU is lost (`NVML_ERROR_GPU_IS_LOST`: it fell off the bus, or
+    /// needs a reset): the figures are None, and the GPU will not answer again.
+    pub lost: bool,
 }
 
 /// A process with a compute or graphics context on a GPU.
@@ -176,11 +182,23 @@ impl GpuStatus {
                 None
             }
             GpuStatus::Unavailable { reason } => Some(format!("montrace: no GPU data: {reason}")),
-            GpuStatus::Off | GpuStatus::Monitoring(_) => None,
+            GpuStatus::Monitoring(monitor) => monitor
+                .attribution_unavailable()
+                .map(|why| format!("montrace: GPU processes not attributed: {why}")),
+            GpuStatus::Off => None,
         }
     }
 
-    /// Why no GPU is monitored (for what needs one, like `--limit gpu-mem`); None when one is.
+    /// Why the tree's GPU memory cannot be watched (for `--limit gpu-mem`): no GPU is
+    /// monitored, or its processes cannot be attributed. None when it can.
+    pub fn tree_memory_unavailable_reason(&self) -> Option<String> {
+        match self {
+            GpuStatus::Monitoring(monitor) => monitor.attribution_unavailable().map(str::to_owned),
+            other => other.unavailable_reason(),
+        }
+    }
+
+    /// Why no GPU is monitored; None when one is.
     pub fn unavailable_reason(&self) -> Option<String> {
         match self {
             GpuStatus::Off => Some("--gpu off".into()),

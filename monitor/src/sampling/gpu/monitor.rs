@@ -29,6 +29,8 @@ struct DeviceState {
     memory_used_max: Option<u64>,
     power_max_watts: Option<f64>,
     energy_joules: Option<f64>,
+    /// When the driver said the GPU is lost: it is read no more.
+    lost_ns: Option<i64>,
 }
 
 impl DeviceState {
@@ -45,12 +47,15 @@ impl DeviceState {
             memory_used_max: None,
             power_max_watts: None,
             energy_joules: None,
+            lost_ns: None,
         }
     }
 
-    /// Forgets the run so far (not the device).
+    /// Forgets the run so far (not the device, nor that it is lost).
     fn reset(&mut self) {
+        let lost_ns = self.lost_ns;
         *self = DeviceState::new(self.info.clone(), self.accounting);
+        self.lost_ns = lost_ns;
     }
 
     /// The gpu.parquet row of a reading, folded into the run's figures.
@@ -101,6 +106,8 @@ impl DeviceState {
             uuid: self.info.uuid.clone(),
             name: self.info.name.clone(),
             memory_total_bytes: self.info.memory_total_bytes,
+            mig_mode: self.info.mig_mode,
+            lost_time: self.lost_ns.map(rfc3339),
             accounting_mode: self.accounting,
             samples: self.samples,
             utilization_gpu_mean_percent: (self.utilization_count > 0)
@@ -150,6 +157,11 @@ pub struct GpuMonitor {
     /// Most GPU memory the tree held at one sweep, and when (the first sweep with it).
     tree_peak: Option<(u64, i64)>,
     last_tree_memory: Option<u64>,
+    /// Err: why the driver's pids cannot be taken for montrace's (see [`pid_attribution`]);
+    /// then no GPU process is attributed to the tree.
+    attribution: Result<(), String>,
+    /// Most GPU processes seen at one sweep that could not be attributed (`attribution` Err).
+    unattributed_max: usize,
 }
 
 impl fmt::Debug for GpuMonitor {
@@ -165,9 +177,13 @@ impl GpuMonitor {
     /// Starts GPU monitoring as `--gpu` asks, through NVML. Call it before the command starts:
     /// with `require` and no GPU it fails, and nothing should have run.
     pub fn open(mode: GpuMode) -> Result<GpuStatus, GpuError> {
-        Self::open_with(mode, || {
+        let mut status = Self::open_with(mode, || {
             NvmlBackend::init().map(|b| Box::new(b) as Box<dyn GpuBackend>)
-        })
+        })?;
+        if let Some(monitor) = status.monitor_mut() {
+            monitor.set_attribution(pid_attribution(own_pid_namespace().as_deref()));
+        }
+        Ok(status)
     }
 
     /// [`GpuMonitor::open`] with another backend. `init` is not called for `--gpu off`.
@@ -214,7 +230,19 @@ impl GpuMonitor {
             pending: Vec::new(),
             tree_peak: None,
             last_tree_memory: None,
+            attribution: Ok(()),
+            unattributed_max: 0,
         })
+    }
+
+    /// Whether the driver's pids are montrace's (Err: why not, and no process is attributed).
+    pub fn set_attribution(&mut self, attribution: Result<(), String>) {
+        self.attribution = attribution;
+    }
+
+    /// Why GPU processes cannot be attributed to the tree; None when they can.
+    pub fn attribution_unavailable(&self) -> Option<&str> {
+        self.attribution.as_ref().err().map(String::as_str)
     }
 
     /// The GPUs monitored.
@@ -228,6 +256,7 @@ impl GpuMonitor {
         self.pending.clear();
         self.tree_peak = None;
         self.last_tree_memory = None;
+        self.unattributed_max = 0;
     }
 
     /// One sweep at `time_ns`: a gpu.parquet row per GPU, and the gpu_processes.parquet rows of
@@ -243,12 +272,30 @@ impl GpuMonitor {
         let mut processes = Vec::new();
         // None until some GPU could list its processes.
         let mut tree_memory: Option<u64> = None;
+        let mut unattributed = 0;
         for device in &mut self.devices {
             let index = device.info.index;
-            gpus.push(device.record(time_ns, self.backend.reading(index)));
+            if device.lost_ns.is_some() {
+                continue;
+            }
+            let reading = self.backend.reading(index);
+            if reading.lost {
+                device.lost_ns = Some(time_ns);
+                crate::say!(
+                    "montrace: GPU {index} ({}) is lost (NVML: GPU_IS_LOST, it fell off the bus \
+                     or needs a reset): its sampling stopped; the run goes on",
+                    device.info.name.as_deref().unwrap_or("unnamed GPU")
+                );
+                continue;
+            }
+            gpus.push(device.record(time_ns, reading));
             let Some(holders) = self.backend.processes(index) else {
                 continue;
             };
+            if self.attribution.is_err() {
+                unattributed += holders.len();
+                continue;
+            }
             let tree = tree_memory.get_or_insert(0);
             let utilization = self
                 .backend
@@ -283,6 +330,7 @@ impl GpuMonitor {
             }
         }
         self.last_tree_memory = tree_memory;
+        self.unattributed_max = self.unattributed_max.max(unattributed);
         processes.extend(self.resolve_exits(time_ns, false));
         (gpus, processes)
     }
@@ -371,6 +419,12 @@ impl GpuMonitor {
             status: GpuState::Monitored,
             reason: None,
             tree_peak_memory_bytes: self.tree_peak.map(|(bytes, _)| bytes),
+            attribution_unavailable: self.attribution.as_ref().err().map(|why| {
+                format!(
+                    "{why}: {} GPU process(es) at most at one sweep were left unattributed",
+                    self.unattributed_max
+                )
+            }),
             tree_peak_memory_time: self.tree_peak.map(|(_, time)| rfc3339(time)),
             energy_joules: (!energies.is_empty()).then(|| energies.iter().sum()),
             devices,
@@ -395,5 +449,38 @@ fn accounting_row(
         // The driver says 0 while the context is open.
         context_time_ns: (!stats.is_running).then(|| stats.time_ms.saturating_mul(1_000_000)),
         ..Default::default()
+    }
+}
+
+/// The PID namespace montrace runs in, as `/proc/self/ns/pid` names it (`pid:[4026531836]`);
+/// None where it cannot be read.
+fn own_pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|link| link.to_string_lossy().into_owned())
+}
+
+/// The initial PID namespace's inode (`PROC_PID_INIT_INO` in the kernel).
+const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
+
+/// Whether the pids NVML gives are montrace's. The driver knows no PID namespaces: it gives
+/// every process's pid in the initial namespace (the host's). Inside a container with a PID
+/// namespace of its own, the same number is another process, or none: those pids cannot be
+/// mapped from inside, so none is attributed (Err says why), never to the wrong process.
+pub(super) fn pid_attribution(namespace: Option<&str>) -> Result<(), String> {
+    match namespace {
+        Some(INITIAL_PID_NAMESPACE) => Ok(()),
+        Some(other) => Err(format!(
+            "montrace runs in a PID namespace of its own ({other}, a container's), and the \
+             NVIDIA driver gives the host's pids, which cannot be mapped from inside: no GPU \
+             process is attributed to the tree (run montrace on the host, or with the host's PID \
+             namespace, e.g. docker --pid=host)"
+        )),
+        None => Err(
+            "montrace cannot read its PID namespace (/proc/self/ns/pid), so it cannot \
+                     tell whether the NVIDIA driver's pids are its own: no GPU process is \
+                     attributed to the tree"
+                .into(),
+        ),
     }
 }

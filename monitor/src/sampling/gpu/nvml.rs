@@ -56,6 +56,18 @@ fn init_failure(err: &NvmlError) -> String {
     }
 }
 
+/// The value, or None; sets `lost` when the driver said the GPU is lost.
+fn lost_or<T>(lost: &mut bool, result: Result<T, NvmlError>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(NvmlError::GpuLost) => {
+            *lost = true;
+            None
+        }
+        Err(_) => None,
+    }
+}
+
 fn used_memory(memory: UsedGpuMemory) -> Option<u64> {
     match memory {
         UsedGpuMemory::Used(bytes) => Some(bytes),
@@ -80,6 +92,8 @@ impl GpuBackend for NvmlBackend {
                     uuid: device.uuid().ok(),
                     name: device.name().ok(),
                     memory_total_bytes: device.memory_info().ok().map(|m| m.total),
+                    // NOT_SUPPORTED on a GPU without MIG.
+                    mig_mode: device.mig_mode().ok().map(|m| m.current == 1),
                 }),
                 // A GPU this process may not open (a container's device cgroup) is left out.
                 Err(err) => failures.push(format!("GPU {index}: {err}")),
@@ -94,29 +108,52 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn reading(&self, index: u32) -> DeviceReading {
-        let Some(device) = self.device(index) else {
-            return DeviceReading::default();
+        let device = match self.nvml.device_by_index(index) {
+            Ok(device) => device,
+            Err(err) => {
+                return DeviceReading {
+                    lost: matches!(err, NvmlError::GpuLost),
+                    ..DeviceReading::default()
+                }
+            }
         };
-        let utilization = device.utilization_rates().ok();
-        let memory = device.memory_info().ok();
+        let mut lost = false;
+        // Each figure: None when the GPU does not give it; GPU_IS_LOST noted.
+        let utilization = lost_or(&mut lost, device.utilization_rates());
+        let memory = lost_or(&mut lost, device.memory_info());
+        let power_mw = lost_or(&mut lost, device.power_usage());
+        let energy_mj = lost_or(&mut lost, device.total_energy_consumption());
+        let temperature_c = lost_or(&mut lost, device.temperature(TemperatureSensor::Gpu));
+        let sm_clock_mhz = lost_or(&mut lost, device.clock_info(Clock::SM));
+        let memory_clock_mhz = lost_or(&mut lost, device.clock_info(Clock::Memory));
+        let throttle_reasons =
+            lost_or(&mut lost, device.current_throttle_reasons()).map(|r| r.bits());
         DeviceReading {
             utilization_gpu_percent: utilization.as_ref().map(|u| u.gpu),
             utilization_memory_percent: utilization.as_ref().map(|u| u.memory),
             memory_used_bytes: memory.as_ref().map(|m| m.used),
             memory_total_bytes: memory.as_ref().map(|m| m.total),
-            power_mw: device.power_usage().ok(),
-            energy_mj: device.total_energy_consumption().ok(),
-            temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
-            sm_clock_mhz: device.clock_info(Clock::SM).ok(),
-            memory_clock_mhz: device.clock_info(Clock::Memory).ok(),
-            throttle_reasons: device.current_throttle_reasons().ok().map(|r| r.bits()),
+            power_mw,
+            energy_mj,
+            temperature_c,
+            sm_clock_mhz,
+            memory_clock_mhz,
+            throttle_reasons,
+            lost,
         }
     }
 
     fn processes(&self, index: u32) -> Option<Vec<GpuProcess>> {
         let device = self.device(index)?;
-        let compute = device.running_compute_processes();
-        let graphics = device.running_graphics_processes();
+        // A driver older than R510 has no _v3 lists: its _v2 ones give the same.
+        let compute = match device.running_compute_processes() {
+            Err(NvmlError::FailedToLoadSymbol(_)) => device.running_compute_processes_v2(),
+            listed => listed,
+        };
+        let graphics = match device.running_graphics_processes() {
+            Err(NvmlError::FailedToLoadSymbol(_)) => device.running_graphics_processes_v2(),
+            listed => listed,
+        };
         if compute.is_err() && graphics.is_err() {
             return None;
         }

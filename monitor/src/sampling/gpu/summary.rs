@@ -23,6 +23,9 @@ pub struct GpuSummary {
     pub tree_peak_memory_bytes: Option<u64>,
     /// When that was (the first sweep with it), RFC 3339.
     pub tree_peak_memory_time: Option<String>,
+    /// Why the GPUs' processes could not be attributed to the tree (montrace ran in a PID
+    /// namespace of its own, where the driver's pids mean nothing); None when they were.
+    pub attribution_unavailable: Option<String>,
     /// Energy all GPUs used from the first sweep to the last; None when none reports energy.
     pub energy_joules: Option<f64>,
 }
@@ -34,6 +37,11 @@ pub struct GpuDeviceSummary {
     pub uuid: Option<String>,
     pub name: Option<String>,
     pub memory_total_bytes: Option<u64>,
+    /// MIG mode was on when the run started (None: the GPU has no MIG). NVML then gives no
+    /// utilization for the whole GPU.
+    pub mig_mode: Option<bool>,
+    /// When the driver said the GPU was lost (`GPU_IS_LOST`), RFC 3339: no sample after it.
+    pub lost_time: Option<String>,
     /// Accounting mode was on when the run started (lifetime figures of exited processes).
     pub accounting_mode: bool,
     pub samples: u64,
@@ -59,6 +67,7 @@ impl GpuSummary {
             devices: Vec::new(),
             tree_peak_memory_bytes: None,
             tree_peak_memory_time: None,
+            attribution_unavailable: None,
             energy_joules: None,
         }
     }
@@ -101,6 +110,12 @@ impl GpuSummary {
                         if let Some(joules) = d.energy_joules {
                             parts.push(format!("{joules:.1} J"));
                         }
+                        if d.mig_mode == Some(true) {
+                            parts.push("MIG mode".to_owned());
+                        }
+                        if let Some(time) = &d.lost_time {
+                            parts.push(format!("lost at {time}, not sampled since"));
+                        }
                         format!(
                             "  {:<20} {}: {}",
                             format!("GPU {}", d.index),
@@ -115,8 +130,12 @@ impl GpuSummary {
                     .collect();
                 lines.push(format!(
                     "  GPU memory, tree     {}",
-                    self.tree_peak_memory_bytes
-                        .map_or("n/a".to_owned(), |b| format!("{} peak", format_bytes(b)))
+                    match (&self.attribution_unavailable, self.tree_peak_memory_bytes) {
+                        (Some(_), _) =>
+                            "not attributed (see run.json gpu.attribution_unavailable)".to_owned(),
+                        (None, Some(b)) => format!("{} peak", format_bytes(b)),
+                        (None, None) => "n/a".to_owned(),
+                    }
                 ));
                 if self.devices.len() > 1 {
                     if let Some(joules) = self.energy_joules {

@@ -1,4 +1,5 @@
 use super::fake::{FakeBackend, FakeDevice};
+use super::monitor::pid_attribution;
 use super::*;
 
 const SEC: i64 = 1_000_000_000;
@@ -11,6 +12,7 @@ fn h100(index: u32) -> GpuDevice {
         uuid: Some(format!("GPU-0000000{index}-aaaa-bbbb-cccc-dddddddddddd")),
         name: Some("NVIDIA H100 80GB HBM3".into()),
         memory_total_bytes: Some(80 << 30),
+        mig_mode: None,
     }
 }
 
@@ -26,6 +28,7 @@ fn full_reading() -> DeviceReading {
         sm_clock_mhz: Some(1980),
         memory_clock_mhz: Some(2619),
         throttle_reasons: Some(0x4 | 0x40),
+        lost: false,
     }
 }
 
@@ -425,6 +428,7 @@ fn auto_without_a_gpu_goes_on_and_says_why() {
             "devices": [],
             "tree_peak_memory_bytes": null,
             "tree_peak_memory_time": null,
+            "attribution_unavailable": null,
             "energy_joules": null,
         })
     );
@@ -634,4 +638,77 @@ fn real_nvml_samples_a_gpu() {
     // This test holds no GPU context, so it is on no GPU.
     assert!(processes.is_empty(), "{processes:?}");
     eprintln!("{}", gpus.summary().format_lines().join("\n"));
+}
+
+/// GPU_IS_LOST: the GPU gets no row from then on (the other GPUs go on), the summary says when,
+/// and the tree's memory is what the GPUs still answering hold.
+#[test]
+fn a_lost_gpu_is_sampled_no_more() {
+    let mut gpu1 = device(1);
+    gpu1.processes = Some(vec![holder(7, 1 << 30)]);
+    let fake = FakeBackend::new(vec![device(0), gpu1]);
+    let mut gpus = monitor(&fake);
+    let tracked = [(7, T0 - SEC)];
+    assert_eq!(gpus.sample(T0, tree(&tracked)).0.len(), 2);
+    fake.devices.borrow_mut()[1].reading = DeviceReading {
+        lost: true,
+        ..Default::default()
+    };
+    let (rows, processes) = gpus.sample(T0 + SEC, tree(&tracked));
+    assert_eq!(rows.iter().map(|r| r.gpu_index).collect::<Vec<_>>(), [0]);
+    assert!(processes.is_empty());
+    assert_eq!(gpus.last_tree_memory_bytes(), Some(0));
+    // Even if it answered again, it stays lost.
+    fake.devices.borrow_mut()[1].reading = full_reading();
+    let (rows, _) = gpus.sample(T0 + 2 * SEC, tree(&tracked));
+    assert_eq!(rows.len(), 1);
+    let summary = gpus.summary();
+    assert_eq!(summary.devices[0].lost_time, None);
+    assert_eq!(
+        summary.devices[1].lost_time.as_deref(),
+        Some("2023-11-14T22:13:21.000000Z")
+    );
+    assert_eq!(summary.devices[1].samples, 1);
+    assert_eq!(summary.tree_peak_memory_bytes, Some(1 << 30));
+    assert!(summary.format_lines()[1].contains("lost at 2023-11-14T22:13:21.000000Z"));
+}
+
+#[test]
+fn mig_mode_is_reported_as_such() {
+    let mut mig = device(0);
+    mig.info.mig_mode = Some(true);
+    let fake = FakeBackend::new(vec![mig, device(1)]);
+    let summary = monitor(&fake).summary();
+    assert_eq!(summary.devices[0].mig_mode, Some(true));
+    assert_eq!(summary.devices[1].mig_mode, None);
+    assert!(summary.format_lines()[0].ends_with("MIG mode"));
+}
+
+/// In a PID namespace of its own, montrace attributes nothing: the driver's pid 7 is not the
+/// tree's pid 7.
+#[test]
+fn pids_from_another_namespace_are_never_attributed() {
+    assert_eq!(pid_attribution(Some("pid:[4026531836]")), Ok(()));
+    assert!(pid_attribution(Some("pid:[4026532201]"))
+        .unwrap_err()
+        .contains("PID namespace of its own"));
+    assert!(pid_attribution(None).is_err());
+
+    let mut gpu = device(0);
+    gpu.processes = Some(vec![holder(7, 1 << 30), holder(8, 1 << 30)]);
+    let fake = FakeBackend::new(vec![gpu]);
+    let mut gpus = monitor(&fake);
+    gpus.set_attribution(pid_attribution(Some("pid:[4026532201]")));
+    let (rows, processes) = gpus.sample(T0, tree(&[(7, T0 - SEC)]));
+    assert_eq!(rows.len(), 1, "the GPU itself is still read");
+    assert!(processes.is_empty());
+    assert_eq!(gpus.last_tree_memory_bytes(), None);
+    let summary = gpus.summary();
+    assert_eq!(summary.tree_peak_memory_bytes, None);
+    let why = summary.attribution_unavailable.unwrap();
+    assert!(why.contains("2 GPU process(es)"), "{why}");
+    let status = GpuStatus::Monitoring(gpus);
+    assert!(status.tree_memory_unavailable_reason().is_some());
+    assert_eq!(status.unavailable_reason(), None);
+    assert!(status.notice().unwrap().contains("not attributed"));
 }

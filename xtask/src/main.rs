@@ -3,12 +3,14 @@
 //! - `cargo xtask setup`: install what a fresh machine lacks (idempotent, quiet when done).
 //! - `cargo xtask run [-- CMD ARGS...]`: set-up, release build, then montrace on CMD (or a demo workload).
 //! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
+//! - `cargo xtask test --kernels [--kernel NAME]`: the exactness subset in a VM of each kernel of a list.
 //! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside a CPU hog.
 //! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
 //! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
 //! - `cargo xtask wheel [--release]`: the Python wheel (the binary and the `montrace` package).
 
 mod bench;
+mod kernels;
 mod python;
 mod run;
 mod setup;
@@ -55,6 +57,13 @@ enum Command {
         /// Only the end-to-end tests (crate `tests`, run as root against target/debug/montrace).
         #[arg(long)]
         e2e: bool,
+        /// Only the kernel tier: each kernel of its list booted in a VM, `montrace doctor` and
+        /// the exactness subset run inside; rewrites docs/kernels.md from what they report.
+        #[arg(long)]
+        kernels: bool,
+        /// The kernel tier on one kernel of its list (e.g. debian-12-6.1).
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["unit", "python", "e2e"])]
+        kernel: Option<String>,
         /// Run the end-to-end suite N times instead, the second half beside a CPU hog on one
         /// core: what to run before calling a timing-sensitive test fixed.
         #[arg(long, value_name = "N", conflicts_with_all = ["unit", "python", "e2e"])]
@@ -90,8 +99,18 @@ fn main() {
             stress: Some(n), ..
         } => suite::stress(cli.verbose, n),
         Command::Test {
-            unit, python, e2e, ..
-        } => suite::test(cli.verbose, suite::Tiers::from_flags(unit, python, e2e)),
+            kernel: Some(name), ..
+        } => suite::kernel(cli.verbose, &name),
+        Command::Test {
+            unit,
+            python,
+            e2e,
+            kernels,
+            ..
+        } => suite::test(
+            cli.verbose,
+            suite::Tiers::from_flags(unit, python, e2e, kernels),
+        ),
         Command::Bench(args) => bench::bench(cli.verbose, args),
         Command::Setcap { to } => run::setcap(cli.verbose, &to),
         Command::Wheel { release } => python::wheel(cli.verbose, release),
@@ -185,5 +204,8 @@ mod tests {
         assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--python"]).is_err());
         assert!(Cli::try_parse_from(["xtask", "test", "--python"]).is_ok());
         assert!(Cli::try_parse_from(["xtask", "test", "--e2e"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "test", "--kernels"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "test", "--kernel", "debian-12-6.1"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--kernel", "x"]).is_err());
     }
 }

@@ -12,21 +12,35 @@ pub struct Tiers {
     pub unit: bool,
     pub python: bool,
     pub e2e: bool,
+    pub kernels: bool,
 }
 
 impl Tiers {
-    /// `--unit` / `--python` / `--e2e` pick one tier; none means all.
-    pub fn from_flags(unit: bool, python: bool, e2e: bool) -> Self {
-        if unit || python || e2e {
-            Tiers { unit, python, e2e }
+    /// `--unit` / `--python` / `--e2e` / `--kernels` pick tiers; none means all.
+    pub fn from_flags(unit: bool, python: bool, e2e: bool, kernels: bool) -> Self {
+        if unit || python || e2e || kernels {
+            Tiers {
+                unit,
+                python,
+                e2e,
+                kernels,
+            }
         } else {
             Tiers {
                 unit: true,
                 python: true,
                 e2e: true,
+                kernels: true,
             }
         }
     }
+}
+
+/// `cargo xtask test --kernel NAME`: set-up, then the kernel tier on that kernel only.
+pub fn kernel(verbose: bool, name: &str) -> Result<()> {
+    crate::setup::setup(verbose)?;
+    header(&format!("kernel tier: {name} in a VM"));
+    crate::kernels::test(Some(name))
 }
 
 pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
@@ -62,6 +76,11 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         check(util::cargo().args(["build", "-p", "monitor"]))
             .context("building montrace (debug) failed")?;
         check(&mut e2e_command()).context("end-to-end tests failed")?;
+    }
+
+    if tiers.kernels {
+        header("kernel tier: each kernel of xtask/src/kernels.rs in a VM (as root)");
+        crate::kernels::test(None)?;
     }
 
     match gpu_skipped {

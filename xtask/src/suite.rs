@@ -277,20 +277,30 @@ mod tests {
             unit: true,
             python: true,
             e2e: true,
+            kernels: true,
         };
-        assert_eq!(Tiers::from_flags(false, false, false), all);
-        let only = |unit, python, e2e| Tiers { unit, python, e2e };
+        assert_eq!(Tiers::from_flags(false, false, false, false), all);
+        let only = |unit, python, e2e, kernels| Tiers {
+            unit,
+            python,
+            e2e,
+            kernels,
+        };
         assert_eq!(
-            Tiers::from_flags(true, false, false),
-            only(true, false, false)
+            Tiers::from_flags(true, false, false, false),
+            only(true, false, false, false)
         );
         assert_eq!(
-            Tiers::from_flags(false, true, false),
-            only(false, true, false)
+            Tiers::from_flags(false, true, false, false),
+            only(false, true, false, false)
         );
         assert_eq!(
-            Tiers::from_flags(false, false, true),
-            only(false, false, true)
+            Tiers::from_flags(false, false, true, false),
+            only(false, false, true, false)
+        );
+        assert_eq!(
+            Tiers::from_flags(false, false, false, true),
+            only(false, false, false, true)
         );
     }
 

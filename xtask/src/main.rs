@@ -3,7 +3,8 @@
 //! - `cargo xtask setup`: install what a fresh machine lacks (idempotent, quiet when done).
 //! - `cargo xtask run [-- CMD ARGS...]`: set-up, release build, then montrace on CMD (or a demo workload).
 //! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
-//! - `cargo xtask test --kernels [--kernel NAME]`: the exactness subset in a VM of each kernel of a list.
+//! - `cargo xtask test --kernels [--kernel NAME]`: the exactness subset in a VM of each kernel of a list
+//!   (`--kernels --no-boot`: docs/kernels.md again from the last boots).
 //! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside a CPU hog.
 //! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
 //! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
@@ -61,6 +62,10 @@ enum Command {
         /// the exactness subset run inside; rewrites docs/kernels.md from what they report.
         #[arg(long)]
         kernels: bool,
+        /// With --kernels: only write docs/kernels.md again from the last boots' outputs
+        /// (target/kernels), booting nothing.
+        #[arg(long, requires = "kernels")]
+        no_boot: bool,
         /// The kernel tier on one kernel of its list (e.g. debian-12-6.1).
         #[arg(long, value_name = "NAME", conflicts_with_all = ["unit", "python", "e2e"])]
         kernel: Option<String>,
@@ -98,6 +103,11 @@ fn main() {
         Command::Test {
             stress: Some(n), ..
         } => suite::stress(cli.verbose, n),
+        Command::Test {
+            kernels: true,
+            no_boot: true,
+            ..
+        } => kernels::doc_from_last(),
         Command::Test {
             kernel: Some(name), ..
         } => suite::kernel(cli.verbose, &name),
@@ -207,5 +217,7 @@ mod tests {
         assert!(Cli::try_parse_from(["xtask", "test", "--kernels"]).is_ok());
         assert!(Cli::try_parse_from(["xtask", "test", "--kernel", "debian-12-6.1"]).is_ok());
         assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--kernel", "x"]).is_err());
+        assert!(Cli::try_parse_from(["xtask", "test", "--kernels", "--no-boot"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "test", "--no-boot"]).is_err());
     }
 }

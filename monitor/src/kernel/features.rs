@@ -107,14 +107,13 @@ pub fn brief(why: &str) -> String {
     let cause = log
         .lines()
         .map(str::trim)
-        .filter(|l| {
+        .rfind(|l| {
             !l.is_empty()
                 && !l.starts_with(':')
                 && !l.starts_with("verification time")
                 && !l.starts_with("stack depth")
                 && !l.starts_with("processed ")
         })
-        .next_back()
         .unwrap_or("");
     format!("{} the verifier says: {cause}", head.trim_end())
 }

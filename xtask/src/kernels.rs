@@ -338,8 +338,6 @@ fn vng_command(k: &Kernel, kvm: bool) -> Command {
     }
     // Without --verbose, with its output redirected, vng exited 255 with nothing said.
     cmd.args(["--verbose", "--force-9p", "--cpus", "2", "--memory", "2G"]);
-    // The capability tests add users: /etc writable inside, the host's left as it is.
-    cmd.args(["--overlay-rwdir", "/etc"]);
     cmd.current_dir(util::workspace_root());
     cmd
 }

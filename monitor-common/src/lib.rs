@@ -274,8 +274,10 @@ pub struct Offsets {
     pub ioac_read_bytes: u32,
     pub ioac_write_bytes: u32,
     pub mm_hiwater_rss: u32,
+    /// Where the value of `mm->rss_stat`'s first counter is (with `percpu_counter_count`, 0 where
+    /// this already points at it), and the stride between counters: a `struct percpu_counter`
+    /// (Linux 6.2 and later) or an `atomic_long_t` of `struct mm_rss_stat` (before).
     pub mm_rss_stat: u32,
-    /// Size of one `struct percpu_counter` (stride of `mm->rss_stat[]`).
     pub percpu_counter_size: u32,
     pub percpu_counter_count: u32,
     pub mm_arg_start: u32,
@@ -315,6 +317,21 @@ pub struct Offsets {
     pub fdt_open_fds: u32,
     /// `task_struct::flags` (`PF_*`): the task iterator skips kernel threads by it.
     pub task_flags: u32,
+    /// 1 when the kernel's `btf_trace_sched_process_exit` has the `group_dead` argument (it has
+    /// since Linux 6.16; before, its only argument is the task, and `tp_btf` programs must not
+    /// read past it): read from the kernel's BTF at load, like the offsets.
+    pub exit_group_dead_arg: u32,
+    /// 1 when `btf_trace_sched_switch` has the `prev_state` argument (Linux 5.18 and later);
+    /// before, prev's state is read from its `task_struct`.
+    pub switch_prev_state_arg: u32,
+    /// `signal_struct::maxrss` (pages): the process's peak resident set as getrusage reports it.
+    /// Before Linux 6.16 the exit tracepoint fires after the address space is gone, and this is
+    /// the only peak left at exit (it also counts the images the process ran before its last
+    /// exec).
+    pub signal_maxrss: u32,
+    /// 1 when the RSS counters are structs (`percpu_counter`, Linux 6.2 and later) that the
+    /// task iterator may load directly; 0 for `atomic_long_t`s, read with the helper.
+    pub rss_counters_typed: u32,
     /// Not an offset, but set by the agent at load like them: the task iterator skips the tasks
     /// that started before this (`CLOCK_BOOTTIME` ns) without looking them up in `TRACKED`, as
     /// no process of a `run`'s tree is older than the run; 0 (`attach`) skips none.

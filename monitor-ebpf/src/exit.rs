@@ -4,7 +4,8 @@
 //! whose figures are folded in only at reaping, and `wait_task_zombie()` adds reaped children's
 //! I/O into the parent's `signal->ioac`. When the last thread exits (`group_dead`) the process
 //! leaves `TRACKED`. Since Linux 6.16 this tracepoint fires before `exit_mm()`, so the address space,
-//! and with it the process's own peak RSS, is still readable.
+//! and with it the process's own peak RSS, is still readable; before, the peak is the kernel's
+//! `signal->maxrss` (see `handle`), and the tracepoint has no `group_dead` argument.
 use aya_ebpf::{
     helpers::bpf_get_current_task,
     macros::{btf_tracepoint, tracepoint},
@@ -16,11 +17,29 @@ use crate::{count, off, ready, switch, task, NET, PENDING, SCRATCH, TRACKED};
 
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn exit_btf(ctx: BtfTracePointContext) -> i32 {
+    if !ready() {
+        return 0;
+    }
     let current: usize = ctx.arg(0);
-    let group_dead: u64 = ctx.arg(1);
-    // The bool argument occupies a whole register slot; only its low byte is defined.
-    handle(current, group_dead & 0xff != 0);
+    // `group_dead` is an argument since Linux 6.16; before, the prototype has the task only and
+    // the verifier refuses a read of a second argument. The flag is a constant of the read-only
+    // OFFSETS, so the verifier drops the branch the kernel does not have.
+    let group_dead = if off!(exit_group_dead_arg) != 0 {
+        let group_dead: u64 = ctx.arg(1);
+        // The bool argument occupies a whole register slot; only its low byte is defined.
+        group_dead & 0xff != 0
+    } else {
+        last_thread(current)
+    };
+    handle(current, group_dead);
     0
+}
+
+/// do_exit() decrements signal->live before the exit tracepoint: 0 means the last thread.
+fn last_thread(task: usize) -> bool {
+    let signal: usize = task::read(task, off!(task_signal));
+    let live: i32 = task::read(signal, off!(signal_live));
+    live == 0
 }
 
 #[tracepoint]
@@ -30,10 +49,7 @@ pub fn exit_tp(_ctx: TracePointContext) -> u32 {
     }
     // SAFETY: the helper returns the running task, the one exiting.
     let current = unsafe { bpf_get_current_task() } as usize;
-    // do_exit() decrements signal->live before this tracepoint: 0 means the last thread.
-    let signal: usize = task::read(current, off!(task_signal));
-    let live: i32 = task::read(signal, off!(signal_live));
-    handle(current, live == 0);
+    handle(current, last_thread(current));
     0
 }
 
@@ -47,14 +63,24 @@ fn handle(task: usize, group_dead: bool) {
         Some(start) => *start,
         None => return,
     };
-    if group_dead {
-        let _ = TRACKED.remove(&tgid);
+    // Where `group_dead` is read from signal->live, two threads exiting at once can both read 0:
+    // the one that removes the process sends its exit, the other is a thread already counted.
+    if group_dead && TRACKED.remove(&tgid).is_err() {
+        return;
     }
     let Some(e) = SCRATCH.get_ptr_mut(0) else {
         return;
     };
     let ioac = off!(task_ioac);
-    let (peak, current) = task::rss_pages::<task::Probe>(task);
+    let (mut peak, current) = task::rss_pages::<task::Probe>(task);
+    // Before Linux 6.16 this tracepoint fires after exit_mm(): no address space is left, and the
+    // last thread's do_exit() has folded its peak into signal->maxrss (setmax_mm_hiwater_rss),
+    // the figure getrusage reports, which counts the images before the last exec too.
+    if peak == 0 && group_dead {
+        let signal: usize = task::read(task, off!(task_signal));
+        // In pages (getrusage converts it to KiB).
+        peak = task::read(signal, off!(signal_maxrss));
+    }
     let tid = task::pid(task);
     // SAFETY: this CPU's scratch slot; nothing else runs on this CPU while the program does.
     unsafe {

@@ -18,10 +18,16 @@ pub fn switch_btf(ctx: BtfTracePointContext) -> i32 {
     let preempt: u64 = ctx.arg(0);
     let prev: usize = ctx.arg(1);
     let next: usize = ctx.arg(2);
-    let prev_state: u64 = ctx.arg(3);
     if !ready() {
         return 0;
     }
+    // `prev_state` is an argument since Linux 5.18; before, it is prev's own state (a constant
+    // flag of the read-only OFFSETS: the verifier drops the branch the kernel does not have).
+    let prev_state: u64 = if off!(switch_prev_state_arg) != 0 {
+        ctx.arg(3)
+    } else {
+        task::read::<u32>(prev, off!(task_state)) as u64
+    };
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_boot_ns() };
     if prev_state as u32 & TASK_DEAD != 0 {

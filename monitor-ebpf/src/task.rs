@@ -94,7 +94,14 @@ pub fn mm_rss_pages<R: Reader>(mm: usize) -> (u64, u64) {
     // Each per-CPU counter's central value can lag below zero while deltas sit on other CPUs;
     // like the kernel's get_mm_counter (what /proc shows), each is read as at least zero.
     let counter = |member: usize| -> u64 {
-        let v = R::get::<i64>(mm, base + member * stride);
+        // Before Linux 6.2 the counters are `atomic_long_t`s, through which the verifier of
+        // those kernels allows no typed load ("Type 'atomic_long_t' is not a struct"): read
+        // with the helper there (a constant of OFFSETS: the verifier drops the other branch).
+        let v = if off!(rss_counters_typed) != 0 {
+            R::get::<i64>(mm, base + member * stride)
+        } else {
+            read::<i64>(mm, base + member * stride)
+        };
         if v < 0 {
             0
         } else {

@@ -9,6 +9,7 @@ use crate::{
     cli::{GpuMode, SetcapArgs, EXIT_MONTRACE_FAILED, EXIT_USAGE},
     kernel::btf,
     kernel::ebpf::{Probes, TracepointChoice},
+    kernel::features,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
     sampling::gpu::GpuMonitor,
@@ -41,6 +42,8 @@ pub struct Facts {
     pub cgroup: Result<String, String>,
     /// NVIDIA GPUs: what a run would say.
     pub gpu: Result<String, String>,
+    /// What this kernel gives a run, feature by feature (the table run.json records).
+    pub features: Vec<crate::kernel::features::Feature>,
 }
 
 /// The checks and the verdict, from the facts (pure).
@@ -158,7 +161,9 @@ pub fn gather() -> Facts {
                 tree_born_after_ns: 0,
             },
         )
-        .map(|(probes, _ring)| {
+        .map(|(mut probes, _ring)| {
+            // Loaded now (not later): what the features table says of it.
+            drop(probes.take_task_iter());
             let mode = serde_json::to_value(probes.mode)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
@@ -167,14 +172,26 @@ pub fn gather() -> Facts {
         })
         .map_err(|e| format!("{e:#}")),
     };
+    let mut cgroup_v2 = false;
     let cgroup = match RunCgroup::create(&format!("doctor-{}", std::process::id())) {
         Ok(cg) => {
+            cgroup_v2 = cg.version() == crate::sampling::cgroup::CgroupVersion::V2;
             let what = format!("cgroup {:?} at {}", cg.version(), cg.path());
             let _ = cg.remove();
             Ok(what)
         }
         Err(err) => Err(err.to_string()),
     };
+    let features = features::table(&features::Setting {
+        load: match (&ebpf, features::loaded()) {
+            (Ok(_), Some(loaded)) => Ok(loaded),
+            (Err(why), _) => Err(why.clone()),
+            (Ok(_), None) => Err("the load noted nothing".into()),
+        },
+        cgroup: cgroup.clone(),
+        psi: features::psi_readable(),
+        cgroup_v2,
+    });
     let gpu = match GpuMonitor::open(GpuMode::Auto) {
         Ok(status) => match status.unavailable_reason() {
             Some(why) => Err(why),
@@ -192,11 +209,13 @@ pub fn gather() -> Facts {
         ebpf,
         cgroup,
         gpu,
+        features,
     }
 }
 
 pub fn doctor_main() -> anyhow::Result<i32> {
-    let (checks, verdict) = judge(&gather());
+    let facts = gather();
+    let (checks, verdict) = judge(&facts);
     for c in &checks {
         crate::say_out!(
             "{:<14} {:<3} {}",
@@ -205,6 +224,8 @@ pub fn doctor_main() -> anyhow::Result<i32> {
             c.detail
         );
     }
+    crate::say_out!("\nWhat a run gets on this kernel ({}):", facts.kernel);
+    crate::say_out!("{}", features::render(&facts.features).trim_end());
     crate::say_out!("\n{verdict}");
     Ok(0)
 }
@@ -255,6 +276,7 @@ mod tests {
             ebpf: Err("cannot be loaded: no privilege (see above)".into()),
             cgroup: Err("Permission denied".into()),
             gpu: Err("no NVIDIA driver library".into()),
+            features: Vec::new(),
         }
     }
 

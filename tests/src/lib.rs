@@ -26,6 +26,18 @@ pub mod users;
 /// How long any one montrace run may take before the harness kills it and fails the test.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// [`TIMEOUT`] for the runs the harness starts itself, times `$MONTRACE_TEST_TIMEOUT_SCALE`
+/// (default 1): the kernel tier's VMs without KVM run everything several times slower. A bound
+/// for a hung run, not a timing assertion.
+pub fn run_timeout() -> Duration {
+    let scale = std::env::var("MONTRACE_TEST_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    TIMEOUT * scale
+}
+
 pub const MIB: u64 = 1 << 20;
 pub const MS: u64 = 1_000_000;
 
@@ -315,9 +327,9 @@ impl MontraceLaunch {
             // SAFETY: the hook makes only async-signal-safe calls (setsid, open, write, close,
             // setpriority) on data prepared before the fork.
             unsafe { self.command.pre_exec(go_ahead) };
-            wait_with_timeout(&mut self.command, TIMEOUT, during)
+            wait_with_timeout(&mut self.command, run_timeout(), during)
         } else {
-            run_with_timeout_and(&mut self.command, TIMEOUT, during)
+            run_with_timeout_and(&mut self.command, run_timeout(), during)
         };
         Run {
             status: finished.status,
@@ -349,7 +361,7 @@ pub fn attach_montrace(pid: u32, args: &[&str]) -> Run {
         dir.display(),
         args.join(" ")
     );
-    let finished = run_with_timeout(&mut command, TIMEOUT);
+    let finished = run_with_timeout(&mut command, run_timeout());
     Run {
         status: finished.status,
         stdout: finished.stdout,
@@ -872,7 +884,7 @@ pub fn python(what: &str, script: &str, args: &[&str], env: &[(&str, &str)]) -> 
         .arg(script)
         .args(args)
         .envs(env.iter().copied());
-    let finished = run_with_timeout(&mut command, TIMEOUT);
+    let finished = run_with_timeout(&mut command, run_timeout());
     assert!(
         finished.status.success(),
         "{what}: python3 failed (the Python packages come with `cargo xtask setup`): {finished:?}"

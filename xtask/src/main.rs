@@ -3,6 +3,8 @@
 //! - `cargo xtask setup`: install what a fresh machine lacks (idempotent, quiet when done).
 //! - `cargo xtask run [-- CMD ARGS...]`: set-up, release build, then montrace on CMD (or a demo workload).
 //! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
+//! - `cargo xtask test --kernels [--kernel NAME]`: the exactness subset in a VM of each kernel of a list
+//!   (`--kernels --no-boot`: docs/kernels.md again from the last boots).
 //! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside a CPU hog.
 //! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
 //! - `cargo xtask gpu-check`: release build, then montrace's GPU figures against nvidia-smi's.
@@ -11,6 +13,7 @@
 
 mod bench;
 mod gpu_check;
+mod kernels;
 mod python;
 mod run;
 mod setup;
@@ -57,6 +60,17 @@ enum Command {
         /// Only the end-to-end tests (crate `tests`, run as root against target/debug/montrace).
         #[arg(long)]
         e2e: bool,
+        /// Only the kernel tier: each kernel of its list booted in a VM, `montrace doctor` and
+        /// the exactness subset run inside; rewrites docs/kernels.md from what they report.
+        #[arg(long)]
+        kernels: bool,
+        /// With --kernels: only write docs/kernels.md again from the last boots' outputs
+        /// (target/kernels), booting nothing.
+        #[arg(long, requires = "kernels")]
+        no_boot: bool,
+        /// The kernel tier on one kernel of its list (e.g. debian-12-6.1).
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["unit", "python", "e2e"])]
+        kernel: Option<String>,
         /// Run the end-to-end suite N times instead, the second half beside a CPU hog on one
         /// core: what to run before calling a timing-sensitive test fixed.
         #[arg(long, value_name = "N", conflicts_with_all = ["unit", "python", "e2e"])]
@@ -95,8 +109,23 @@ fn main() {
             stress: Some(n), ..
         } => suite::stress(cli.verbose, n),
         Command::Test {
-            unit, python, e2e, ..
-        } => suite::test(cli.verbose, suite::Tiers::from_flags(unit, python, e2e)),
+            kernels: true,
+            no_boot: true,
+            ..
+        } => kernels::doc_from_last(),
+        Command::Test {
+            kernel: Some(name), ..
+        } => suite::kernel(cli.verbose, &name),
+        Command::Test {
+            unit,
+            python,
+            e2e,
+            kernels,
+            ..
+        } => suite::test(
+            cli.verbose,
+            suite::Tiers::from_flags(unit, python, e2e, kernels),
+        ),
         Command::Bench(args) => bench::bench(cli.verbose, args),
         Command::GpuCheck(args) => gpu_check::gpu_check(args),
         Command::Setcap { to } => run::setcap(cli.verbose, &to),
@@ -191,5 +220,10 @@ mod tests {
         assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--python"]).is_err());
         assert!(Cli::try_parse_from(["xtask", "test", "--python"]).is_ok());
         assert!(Cli::try_parse_from(["xtask", "test", "--e2e"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "test", "--kernels"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "test", "--kernel", "debian-12-6.1"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "test", "--unit", "--kernel", "x"]).is_err());
+        assert!(Cli::try_parse_from(["xtask", "test", "--kernels", "--no-boot"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "test", "--no-boot"]).is_err());
     }
 }

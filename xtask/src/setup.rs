@@ -84,7 +84,30 @@ const STEPS: &[Step] = &[
         is_done: make_and_git_installed,
         install: install_make_and_git,
     },
+    Step {
+        name: "qemu, kmod and busybox-static",
+        how: "apt-get; the kernel tier boots its kernels in VMs",
+        is_done: crate::kernels::tools_installed,
+        install: install_vm_tools,
+    },
+    Step {
+        name: "virtme-ng",
+        how: "pip, in a venv under /opt/montrace-tests/kernels; the kernel tier's VMs",
+        is_done: crate::kernels::virtme_installed,
+        install: |i| crate::kernels::install_virtme(i.verbose),
+    },
+    Step {
+        name: "the kernel tier's kernels",
+        how: "apt-get download, unpacked under /opt/montrace-tests/kernels",
+        is_done: crate::kernels::kernels_installed,
+        install: |i| crate::kernels::install_kernels(i.verbose),
+    },
 ];
+
+fn install_vm_tools(i: &mut Installer) -> Result<()> {
+    i.apt_install(&crate::kernels::APT_PACKAGES)
+        .context("could not apt-get install qemu-system-x86, kmod and busybox-static")
+}
 
 /// A Python package the tests use: its name on PyPI and the module it is imported as.
 struct PipPackage {

@@ -13,21 +13,35 @@ pub struct Tiers {
     pub unit: bool,
     pub python: bool,
     pub e2e: bool,
+    pub kernels: bool,
 }
 
 impl Tiers {
-    /// `--unit` / `--python` / `--e2e` pick one tier; none means all.
-    pub fn from_flags(unit: bool, python: bool, e2e: bool) -> Self {
-        if unit || python || e2e {
-            Tiers { unit, python, e2e }
+    /// `--unit` / `--python` / `--e2e` / `--kernels` pick tiers; none means all.
+    pub fn from_flags(unit: bool, python: bool, e2e: bool, kernels: bool) -> Self {
+        if unit || python || e2e || kernels {
+            Tiers {
+                unit,
+                python,
+                e2e,
+                kernels,
+            }
         } else {
             Tiers {
                 unit: true,
                 python: true,
                 e2e: true,
+                kernels: true,
             }
         }
     }
+}
+
+/// `cargo xtask test --kernel NAME`: set-up, then the kernel tier on that kernel only.
+pub fn kernel(verbose: bool, name: &str) -> Result<()> {
+    crate::setup::setup(verbose)?;
+    header(&format!("kernel tier: {name} in a VM"));
+    crate::kernels::test(Some(name))
 }
 
 pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
@@ -63,6 +77,11 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         check(util::cargo().args(["build", "-p", "monitor"]))
             .context("building montrace (debug) failed")?;
         check(&mut e2e_command()).context("end-to-end tests failed")?;
+    }
+
+    if tiers.kernels {
+        header("kernel tier: each kernel of xtask/src/kernels.rs in a VM (as root)");
+        crate::kernels::test(None)?;
     }
 
     eprintln!(
@@ -284,20 +303,30 @@ mod tests {
             unit: true,
             python: true,
             e2e: true,
+            kernels: true,
         };
-        assert_eq!(Tiers::from_flags(false, false, false), all);
-        let only = |unit, python, e2e| Tiers { unit, python, e2e };
+        assert_eq!(Tiers::from_flags(false, false, false, false), all);
+        let only = |unit, python, e2e, kernels| Tiers {
+            unit,
+            python,
+            e2e,
+            kernels,
+        };
         assert_eq!(
-            Tiers::from_flags(true, false, false),
-            only(true, false, false)
+            Tiers::from_flags(true, false, false, false),
+            only(true, false, false, false)
         );
         assert_eq!(
-            Tiers::from_flags(false, true, false),
-            only(false, true, false)
+            Tiers::from_flags(false, true, false, false),
+            only(false, true, false, false)
         );
         assert_eq!(
-            Tiers::from_flags(false, false, true),
-            only(false, false, true)
+            Tiers::from_flags(false, false, true, false),
+            only(false, false, true, false)
+        );
+        assert_eq!(
+            Tiers::from_flags(false, false, false, true),
+            only(false, false, false, true)
         );
     }
 

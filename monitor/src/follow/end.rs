@@ -217,6 +217,7 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
         host: host_name,
         kernel,
         tracking_mode: e.tracking_mode,
+        features: crate::kernel::features::of_run(e.tracking_mode, &e.cgroup),
         samples_from: Some(finished.samples_from.to_owned()),
         exit_code: e.exit_code,
         exit_signal: e.exit_signal,

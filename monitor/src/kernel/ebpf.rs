@@ -223,7 +223,7 @@ impl Drop for Probes {
     /// A load still under way ends before the programs go: they are detached when the last
     /// holder of `Ebpf` drops it, and that is this one.
     fn drop(&mut self) {
-        drop(self.take_task_iter());
+        drop(self.join_task_iter());
     }
 }
 
@@ -412,6 +412,22 @@ impl Probes {
                 )
             }
         };
+        crate::kernel::features::note_load(crate::kernel::features::Loaded {
+            mode,
+            net: net_note.clone(),
+            task_iter: match &task_iter {
+                Ok(TaskIterJob::Loaded(_)) => Some(Ok(())),
+                Ok(TaskIterJob::Later(_)) => None,
+                Err(why) => Some(Err(why.clone())),
+            },
+            // The kernels whose exit tracepoint has `group_dead` (6.16 and later) fire it before
+            // exit_mm(); the programs themselves test for the address space.
+            exit_peak: if kernel.offsets.exit_group_dead_arg != 0 {
+                crate::kernel::features::ExitPeak::AddressSpace
+            } else {
+                crate::kernel::features::ExitPeak::MaxRss
+            },
+        });
         let events = Events::Loaded(ebpf.take_map("EVENTS").context("no EVENTS map")?);
         let tracked = HashMap::try_from(ebpf.take_map("TRACKED").context("no TRACKED map")?)?;
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("no STATS map")?)?;
@@ -458,6 +474,13 @@ impl Probes {
     /// The task iterator for the recorder's sweeps (once; it waits for a load under way), or why
     /// there is none.
     pub fn take_task_iter(&mut self) -> Result<TaskIter, String> {
+        let iter = self.join_task_iter();
+        crate::kernel::features::note_task_iter(iter.as_ref().map(drop).map_err(Clone::clone));
+        iter
+    }
+
+    /// [`Probes::take_task_iter`] without noting what it got (the drop's).
+    fn join_task_iter(&mut self) -> Result<TaskIter, String> {
         match std::mem::replace(
             &mut self.task_iter,
             IterLoad::Done(Err("already taken".into())),

@@ -153,6 +153,11 @@ pub struct RunInfo {
     pub host: String,
     pub kernel: String,
     pub tracking_mode: TrackingMode,
+    /// What this kernel gave the run, feature by feature (tree, exit figures, waits, socket
+    /// bytes, task iterator, PSI, run cgroup), and why not where not (`kernel::features`).
+    /// Empty in runs of earlier versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<crate::kernel::features::Feature>,
     /// Where the sweeps read each process's CPU, memory, faults and I/O: `"task_iter"`
     /// (montrace's task iterator, in binary) or `"procfs"` (/proc's text files). None in runs
     /// of earlier versions (/proc).
@@ -645,6 +650,7 @@ mod tests {
             host: "h".into(),
             kernel: "6.18".into(),
             tracking_mode: TrackingMode::TpBtf,
+            features: Vec::new(),
             samples_from: Some("task_iter".into()),
             exit_code: None,
             exit_signal: Some(9),

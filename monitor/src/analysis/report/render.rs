@@ -473,6 +473,9 @@ pub fn header(report: &Report) -> Vec<Item> {
         put("Duration", duration);
         put("Exit status", exit_status(info));
         put("Tracking", tracking(info.tracking_mode));
+        if let Some(missing) = missing_features(info) {
+            put("Not on this kernel", missing);
+        }
         put("Lost events", lost_events(info));
         put("Coverage", coverage(&info.cgroup));
         put(
@@ -646,6 +649,18 @@ fn tracking(mode: TrackingMode) -> String {
         TrackingMode::Tracepoint => "tracepoint (classic tracepoints)".into(),
         TrackingMode::Polling => "polling".into(),
     }
+}
+
+/// What the kernel (or the mode) did not give the run, from run.json's `features`; None when
+/// nothing was missing or the run predates them.
+fn missing_features(info: &RunInfo) -> Option<String> {
+    let missing: Vec<String> = info
+        .features
+        .iter()
+        .filter(|f| !f.available)
+        .map(|f| format!("{}: {}", f.name.replace('_', " "), f.detail))
+        .collect();
+    (!missing.is_empty()).then(|| missing.join("; "))
 }
 
 fn lost_events(info: &RunInfo) -> String {

@@ -351,6 +351,7 @@ pub fn synthetic_run(
         host: "synthetic".into(),
         kernel: "6.1.0".into(),
         tracking_mode: crate::kernel::ebpf::TrackingMode::TpBtf,
+        features: Vec::new(),
         samples_from: None,
         run_id: String::new(),
         labels: Default::default(),

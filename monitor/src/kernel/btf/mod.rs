@@ -443,10 +443,21 @@ impl Btf {
     /// [`Btf::member_offset`] in the struct `struct_name` whose id is known.
     fn member_offset_in(
         &self,
-        mut type_id: u32,
+        type_id: u32,
         struct_name: &str,
         path: &str,
     ) -> Result<u32, BtfError> {
+        self.member_at(type_id, struct_name, path)
+            .map(|(offset, _)| offset)
+    }
+
+    /// [`Btf::member_offset_in`] and the member's type id.
+    fn member_at(
+        &self,
+        mut type_id: u32,
+        struct_name: &str,
+        path: &str,
+    ) -> Result<(u32, u32), BtfError> {
         let mut bits: u64 = 0;
         let mut walked = String::from(struct_name);
         for component in path.split('.') {
@@ -473,11 +484,12 @@ impl Btf {
             bits += member.bit_offset;
             type_id = member.type_id;
         }
-        u32::try_from(bits / 8).map_err(|_| {
+        let offset = u32::try_from(bits / 8).map_err(|_| {
             malformed(format!(
                 "offset of {struct_name}.{path} does not fit 32 bits"
             ))
-        })
+        })?;
+        Ok((offset, type_id))
     }
 
     /// A BTF blob in which the named typedefs (`btf_trace_<tracepoint>`) and functions
@@ -539,6 +551,99 @@ impl Btf {
         blob.extend_from_slice(&types);
         blob.extend_from_slice(&strings);
         Ok(blob)
+    }
+
+    /// Size in bytes of type `id` (typedefs and qualifiers resolved).
+    fn type_size(&self, id: u32) -> Result<u32, BtfError> {
+        let (_, rec) = self.resolve(id)?;
+        match rec.kind {
+            KIND_INT | KIND_STRUCT | KIND_UNION | KIND_ENUM | KIND_ENUM64 | KIND_FLOAT => {
+                Ok(rec.size_or_type)
+            }
+            KIND_PTR => Ok(8),
+            KIND_ARRAY => {
+                let (elem, count) = (self.u32_at(rec.extra)?, self.u32_at(rec.extra + 8)?);
+                self.type_size(elem)?
+                    .checked_mul(count)
+                    .ok_or_else(|| malformed("an array's size does not fit 32 bits"))
+            }
+            kind => Err(malformed(format!(
+                "type {id} (BTF kind {kind}) has no size"
+            ))),
+        }
+    }
+
+    /// Where `mm_struct`'s resident-page counters are: (offset of counter 0's value, stride).
+    /// Since Linux 6.2 `rss_stat` is an array of `struct percpu_counter` (the value is its
+    /// `count`); before, it is `struct mm_rss_stat { atomic_long_t count[NR_MM_COUNTERS]; }`
+    /// (the value is the atomic's `counter`).
+    /// The third value: whether each counter is a struct named as such (a `percpu_counter`),
+    /// which the verifier lets a program load from directly; an `atomic_long_t` is a typedef.
+    fn rss_counters(&self, mm_id: u32) -> Result<(u32, u32, bool), BtfError> {
+        let (mut base, mut array) = self.member_at(mm_id, "mm_struct", "rss_stat")?;
+        let (resolved, rec) = self.resolve(array)?;
+        if matches!(rec.kind, KIND_STRUCT | KIND_UNION) {
+            let (count, count_type) = self.member_at(resolved, "mm_rss_stat", "count")?;
+            base += count;
+            array = count_type;
+        }
+        let (_, rec) = self.resolve(array)?;
+        if rec.kind != KIND_ARRAY {
+            return Err(malformed(format!(
+                "mm_struct.rss_stat is neither an array nor a struct holding one (BTF kind {})",
+                rec.kind
+            )));
+        }
+        let elem = self.u32_at(rec.extra)?;
+        let stride = self.type_size(elem)?;
+        let (elem_id, elem_rec) = self.resolve(elem)?;
+        let value = if matches!(elem_rec.kind, KIND_STRUCT | KIND_UNION) {
+            match self.member_at(elem_id, "rss counter", "count") {
+                Ok((offset, _)) => offset,
+                Err(BtfError::Missing(_)) => self.member_at(elem_id, "rss counter", "counter")?.0,
+                Err(e) => return Err(e),
+            }
+        } else {
+            0
+        };
+        let typed = self.record(elem)?.kind == KIND_STRUCT;
+        Ok((base + value, stride, typed))
+    }
+
+    /// The number of arguments a `tp_btf` program of each named tracepoint gets: the parameters
+    /// of its `btf_trace_<name>` prototype (a typedef of a pointer to a function) but the first,
+    /// the tracepoint's own `void *` data. In one pass over the types; absent names are absent.
+    pub fn tracepoint_args<'n>(
+        &self,
+        tracepoints: &[&'n str],
+    ) -> Result<HashMap<&'n str, u32>, BtfError> {
+        let typedefs: Vec<String> = tracepoints
+            .iter()
+            .map(|tp| format!("btf_trace_{tp}"))
+            .collect();
+        let mut args = HashMap::new();
+        for &off in self.types.iter() {
+            let rec = self.decode(off, self.data.len())?;
+            if rec.kind != KIND_TYPEDEF || rec.name_off == 0 {
+                continue;
+            }
+            let Some(index) = typedefs
+                .iter()
+                .position(|n| self.name_is(rec.name_off, n.as_bytes()))
+            else {
+                continue;
+            };
+            let (_, ptr) = self.resolve(rec.size_or_type)?;
+            let (_, proto) = match ptr.kind {
+                KIND_PTR => self.resolve(ptr.size_or_type)?,
+                _ => continue,
+            };
+            if proto.kind == KIND_FUNC_PROTO {
+                args.entry(tracepoints[index])
+                    .or_insert(proto.vlen.saturating_sub(1));
+            }
+        }
+        Ok(args)
     }
 
     /// Size in bytes of a named struct (e.g. "percpu_counter").
@@ -603,14 +708,13 @@ fn str_at(data: &[u8], start: usize, end: usize, name_off: u32) -> Result<&[u8],
 
 /// Fill every field of [`monitor_common::Offsets`] from the kernel's BTF, and set `ready = 1`.
 pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
-    const STRUCTS: [&str; 11] = [
+    const STRUCTS: [&str; 10] = [
         "task_struct",
         "files_struct",
         "fdtable",
         "signal_struct",
         "task_io_accounting",
         "mm_struct",
-        "percpu_counter",
         "linux_binprm",
         "sock",
         "trace_event_raw_sched_process_fork",
@@ -634,8 +738,19 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         u32::try_from(value)
             .map_err(|_| malformed(format!("enumerator {name} = {value} is not a valid index")))
     };
+    let mm_id = *ids
+        .get("mm_struct")
+        .ok_or_else(|| BtfError::Missing("struct mm_struct".into()))?;
+    let (rss_counter, rss_stride, rss_typed) = btf.rss_counters(mm_id)?;
+    // Arguments a kernel's tracepoints lack are not read (see `Offsets`); a tracepoint absent
+    // from the BTF leaves its `tp_btf` program to fail at load, and the classic one is used.
+    let args = btf.tracepoint_args(&["sched_process_exit", "sched_switch"])?;
     Ok(Offsets {
         ready: 1,
+        exit_group_dead_arg: u32::from(args.get("sched_process_exit").is_some_and(|&n| n >= 2)),
+        switch_prev_state_arg: u32::from(args.get("sched_switch").is_some_and(|&n| n >= 4)),
+        signal_maxrss: signal("maxrss")?,
+        rss_counters_typed: u32::from(rss_typed),
         task_pid: task("pid")?,
         task_tgid: task("tgid")?,
         task_start_boottime: task("start_boottime")?,
@@ -665,14 +780,10 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         ioac_read_bytes: ioac("read_bytes")?,
         ioac_write_bytes: ioac("write_bytes")?,
         mm_hiwater_rss: mm("hiwater_rss")?,
-        mm_rss_stat: mm("rss_stat")?,
-        percpu_counter_size: btf
-            .record(
-                *ids.get("percpu_counter")
-                    .ok_or_else(|| BtfError::Missing("struct percpu_counter".into()))?,
-            )?
-            .size_or_type,
-        percpu_counter_count: member("percpu_counter", "count")?,
+        // The programs read counter i at mm_rss_stat + percpu_counter_count + i * size.
+        mm_rss_stat: rss_counter,
+        percpu_counter_size: rss_stride,
+        percpu_counter_count: 0,
         mm_arg_start: mm("arg_start")?,
         mm_arg_end: mm("arg_end")?,
         bprm_filename: member("linux_binprm", "filename")?,

@@ -622,3 +622,122 @@ fn a_file_is_mapped_or_read_to_the_same_btf() {
     std::fs::write(&path, b"").unwrap();
     assert!(is_malformed(Btf::from_file(&path)));
 }
+
+/// `mm_struct`'s RSS counters as Linux 6.2 and later lay them out: `struct percpu_counter
+/// rss_stat[NR_MM_COUNTERS]`, the value in each counter's `count`.
+#[test]
+fn rss_counters_in_an_array_of_percpu_counters() {
+    let mut b = Builder::new();
+    let int = b.int("int", 4);
+    let long = b.int("long", 8);
+    let counter = b.strukt(
+        "percpu_counter",
+        40,
+        &[("lock", int, 0), ("count", long, 64)],
+    );
+    let array = b.raw("", KIND_ARRAY, 0, false, 0, &[counter, int, 4]);
+    let mm = b.strukt(
+        "mm_struct",
+        1000,
+        &[("pad", long, 0), ("rss_stat", array, 800)],
+    );
+    let btf = Btf::parse(&b.build()).unwrap();
+    assert_eq!(btf.rss_counters(mm).unwrap(), (100 + 8, 40, true));
+}
+
+/// ... and as Linux 6.1 and before do: `struct mm_rss_stat { atomic_long_t count[NR_MM_COUNTERS]; }`,
+/// the value in each atomic's `counter`.
+#[test]
+fn rss_counters_in_a_struct_of_atomics() {
+    let mut b = Builder::new();
+    let int = b.int("int", 4);
+    let long = b.int("long", 8);
+    let atomic = b.strukt("", 8, &[("counter", long, 0)]);
+    let atomic64 = b.raw("atomic64_t", KIND_TYPEDEF, 0, false, atomic, &[]);
+    let atomic_long = b.raw("atomic_long_t", KIND_TYPEDEF, 0, false, atomic64, &[]);
+    let array = b.raw("", KIND_ARRAY, 0, false, 0, &[atomic_long, int, 4]);
+    let stat = b.strukt("mm_rss_stat", 32, &[("count", array, 0)]);
+    let mm = b.strukt(
+        "mm_struct",
+        1000,
+        &[("pad", long, 0), ("rss_stat", stat, 800)],
+    );
+    let btf = Btf::parse(&b.build()).unwrap();
+    assert_eq!(btf.rss_counters(mm).unwrap(), (100, 8, false));
+}
+
+/// A tracepoint's `btf_trace_<name>` is a typedef of a pointer to a prototype whose first
+/// parameter is the tracepoint's data: `sched_process_exit` has one argument on Linux 6.1 and two
+/// since 6.16, and a program must not read the second where it does not exist.
+#[test]
+fn tracepoint_arguments_come_from_the_prototype() {
+    let mut b = Builder::new();
+    let int = b.int("int", 4);
+    let void_ptr = b.raw("", KIND_PTR, 0, false, 0, &[]);
+    let (data, task, group_dead) = (b.str("__data"), b.str("p"), b.str("group_dead"));
+    let one = b.raw(
+        "",
+        KIND_FUNC_PROTO,
+        2,
+        false,
+        0,
+        &[data, void_ptr, task, void_ptr],
+    );
+    let two = b.raw(
+        "",
+        KIND_FUNC_PROTO,
+        3,
+        false,
+        0,
+        &[data, void_ptr, task, void_ptr, group_dead, int],
+    );
+    let (ptr_one, ptr_two) = (
+        b.raw("", KIND_PTR, 0, false, one, &[]),
+        b.raw("", KIND_PTR, 0, false, two, &[]),
+    );
+    b.raw(
+        "btf_trace_sched_process_exit",
+        KIND_TYPEDEF,
+        0,
+        false,
+        ptr_one,
+        &[],
+    );
+    b.raw(
+        "btf_trace_sched_switch",
+        KIND_TYPEDEF,
+        0,
+        false,
+        ptr_two,
+        &[],
+    );
+    // Not a typedef: not a tracepoint's prototype.
+    b.raw("btf_trace_sched_wakeup", KIND_FUNC, 0, false, one, &[]);
+    let btf = Btf::parse(&b.build()).unwrap();
+    let args = btf
+        .tracepoint_args(&["sched_process_exit", "sched_switch", "sched_wakeup", "gone"])
+        .unwrap();
+    assert_eq!(args.get("sched_process_exit"), Some(&1));
+    assert_eq!(args.get("sched_switch"), Some(&2));
+    assert_eq!(args.get("sched_wakeup"), None);
+    assert_eq!(args.get("gone"), None);
+}
+
+/// This machine's kernel: the prototypes montrace adapts to are found.
+#[test]
+fn live_tracepoint_arguments() {
+    let Ok(btf) = Btf::from_file(Path::new(VMLINUX_BTF)) else {
+        panic!(
+            "{VMLINUX_BTF} is missing: this test needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+        );
+    };
+    let args = btf
+        .tracepoint_args(&["sched_process_exit", "sched_switch", "sched_process_fork"])
+        .unwrap();
+    assert_eq!(args.get("sched_process_fork"), Some(&2), "{args:?}");
+    assert!(
+        matches!(args.get("sched_process_exit"), Some(1 | 2)),
+        "{args:?}"
+    );
+    assert!(matches!(args.get("sched_switch"), Some(3 | 4)), "{args:?}");
+}

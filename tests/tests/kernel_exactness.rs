@@ -1,0 +1,174 @@
+//! The exactness subset that the kernel tier (`cargo xtask test --kernels`) runs inside a VM on
+//! every kernel of its list, and the end-to-end tier on this machine's kernel: exact process
+//! counts in both tracepoint modes, a row per process however many execs it makes, and exit
+//! figures (CPU and peak memory) against the kernel's own (`wait4`'s rusage). No timing
+//! assertion: a VM without KVM runs everything several times slower.
+use tests::{assert_cpu_close, compile_c, run_montrace, stdout_number, Proc, Run};
+
+const TEN_TRUES: &str = "for i in 1 2 3 4 5 6 7 8 9 10; do /bin/true; done; sleep 0.2";
+
+/// The shell, ten `/bin/true` and a `sleep`: exactly twelve rows, each with its exit figures.
+fn assert_twelve_rows(run: &Run, mode: &str) {
+    run.assert_code(0);
+    run.assert_nothing_lost();
+    let json = run.run_json();
+    assert_eq!(json["tracking_mode"], mode, "{json}");
+    let rows = run.processes();
+    assert_eq!(rows.len(), 12, "sh, 10 /bin/true, sleep: {rows:#?}");
+    assert_eq!(json["processes_started"], 12, "{json}");
+    let sh = run.root(&rows);
+    let trues: Vec<&Proc> = rows
+        .iter()
+        .filter(|p| p.has_filename("/bin/true"))
+        .collect();
+    assert_eq!(trues.len(), 10, "{rows:#?}");
+    for p in &rows {
+        assert!(p.pid == sh.pid || p.is_child_of(sh), "{p:?}");
+        assert_eq!(p.exit_code, Some(0), "{p:?}");
+        assert!(p.cpu_user_ns.is_some() && p.cpu_ns() > 0, "exit CPU: {p:?}");
+        assert!(p.peak_rss_bytes.is_some_and(|b| b > 0), "exit peak: {p:?}");
+    }
+    for p in &trues {
+        assert_eq!(p.exec_count, 1, "{p:?}");
+    }
+}
+
+#[test]
+fn a_loop_of_ten_trues_is_twelve_rows() {
+    let run = run_montrace(&[], &["sh", "-c", TEN_TRUES]);
+    assert_twelve_rows(&run, "tp_btf");
+    // The BTF tracepoints follow the waits: the sleep's row slept.
+    let rows = run.processes();
+    let sleep = rows
+        .iter()
+        .find(|p| p.argv.as_ref().is_some_and(|a| a[0] == "sleep"))
+        .expect("a sleep row");
+    assert!(
+        sleep.sleep_ns.is_some_and(|ns| ns >= 150_000_000),
+        "sleep 0.2 slept: {sleep:?}"
+    );
+}
+
+#[test]
+fn classic_tracepoints_give_the_same_twelve_rows() {
+    let run = run_montrace(&["--tracepoints", "classic"], &["sh", "-c", TEN_TRUES]);
+    assert_twelve_rows(&run, "tracepoint");
+    // What the classic tracepoints cannot measure is null, and run.json names it.
+    assert!(run.processes().iter().all(|p| p.run_queue_ns.is_none()));
+    let json = run.run_json();
+    let waits = json["features"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "waits"))
+        .unwrap_or_else(|| panic!("run.json names the waits feature: {json}"));
+    assert_eq!(waits["available"], false, "{json}");
+}
+
+const FORK_STORM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Forks N children at once (each exits at once), then reaps them all. */
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0) return 1;
+        if (pid == 0) _exit(0);
+    }
+    int reaped = 0;
+    while (wait(NULL) > 0) reaped++;
+    printf("%d\n", reaped);
+    return reaped == n ? 0 : 2;
+}
+"#;
+
+#[test]
+fn a_fork_storm_of_n_processes_is_n_rows() {
+    const N: usize = 300;
+    let program = compile_c("fork_storm", FORK_STORM);
+    let run = run_montrace(&[], &[program.as_str(), &N.to_string()]);
+    run.assert_code(0);
+    run.assert_nothing_lost();
+    assert_eq!(stdout_number(&run, 0), N as u64);
+    let rows = run.processes();
+    let root = run.root(&rows);
+    let children = rows.iter().filter(|p| p.is_child_of(root)).count();
+    assert_eq!(children, N, "{N} children");
+    assert_eq!(rows.len(), N + 1);
+    assert_eq!(run.run_json()["processes_started"], N + 1);
+}
+
+#[test]
+fn an_exec_chain_is_one_row() {
+    let run = run_montrace(&[], &["sh", "-c", "exec sh -c 'exec env /bin/true'"]);
+    run.assert_code(0);
+    let rows = run.processes();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let p = &rows[0];
+    assert_eq!(p.exec_count, 4, "sh, sh, env, then /bin/true: {p:?}");
+    assert!(p.has_filename("/bin/true"), "{p:?}");
+    assert!(
+        p.cpu_user_ns.is_some() && p.peak_rss_bytes.is_some(),
+        "{p:?}"
+    );
+}
+
+const TOUCHER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* A child touches 64 MiB and burns some CPU; the parent prints the child's CPU time (ns) and
+   peak resident set (KiB) as wait4 reports them. */
+int main(void) {
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        size_t len = 64 << 20;
+        char *p = malloc(len);
+        if (!p) _exit(3);
+        memset(p, 1, len);
+        volatile unsigned long x = 0;
+        for (unsigned long i = 0; i < 30000000UL; i++) x += i;
+        _exit(p[len / 2] == 1 ? 0 : 4);
+    }
+    int status;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return 2;
+    printf("%lld\n", (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL
+                     + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL);
+    printf("%ld\n", ru.ru_maxrss);
+    return 0;
+}
+"#;
+
+#[test]
+fn exit_cpu_and_peak_match_the_kernels_rusage() {
+    let program = compile_c("toucher", TOUCHER);
+    let run = run_montrace(&[], &[program.as_str()]);
+    run.assert_code(0);
+    run.assert_nothing_lost();
+    let (cpu_ns, maxrss_kib) = (stdout_number(&run, 0), stdout_number(&run, 1));
+    let rows = run.processes();
+    let root = run.root(&rows);
+    let child = rows
+        .iter()
+        .find(|p| p.is_child_of(root))
+        .expect("the child's row");
+    assert_cpu_close("the child's CPU", child.cpu_ns(), cpu_ns);
+    let peak = child.peak_rss_bytes.expect("the child's peak");
+    let kernel = maxrss_kib * 1024;
+    // The child never exec'd: its own peak is the kernel's maxrss, to the page; the few pages
+    // of slack cover a counter the kernel syncs lazily.
+    assert!(
+        peak.abs_diff(kernel) <= 64 * 4096,
+        "peak {peak} B, the kernel's maxrss {kernel} B"
+    );
+    assert!(peak >= 64 << 20, "64 MiB were touched: {peak}");
+}

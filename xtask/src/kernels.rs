@@ -1,0 +1,676 @@
+//! The kernel tier (`cargo xtask test --kernels`, `--kernel NAME`): boots each kernel of
+//! [`KERNELS`] in a VM (virtme-ng and qemu: KVM where it works, TCG otherwise) on this machine's
+//! root filesystem, and runs inside it `montrace doctor` and an exactness subset of the
+//! end-to-end tests ([`SUBSET`]) against the debug build. docs/kernels.md is written from what
+//! the VMs report ([`render_doc`]), never by hand.
+//!
+//! Set-up installs the kernels (Debian packages, unpacked into [`CACHE`]), qemu, kmod (virtme-ng
+//! runs depmod), a static busybox (its initramfs) and virtme-ng (pip, in a venv of its own).
+
+use crate::util::{self, check};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A kernel the tier boots: a name for people and `--kernel`, and the Debian package that
+/// holds it. Adding a kernel is one line here (then `cargo xtask setup`).
+pub struct Kernel {
+    pub name: &'static str,
+    pub package: &'static str,
+}
+
+pub const KERNELS: &[Kernel] = &[
+    // Debian 12's own kernel (Amazon Linux 2023 and Container-Optimized OS run 6.1 too). The
+    // generic flavour: the -cloud one lacks 9p, and the VM could not mount the root filesystem.
+    Kernel {
+        name: "debian-12-6.1",
+        package: "linux-image-6.1.0-51-amd64",
+    },
+];
+
+impl Kernel {
+    /// The kernel's release (`uname -r`), which names its modules' directory.
+    pub fn release(&self) -> &'static str {
+        self.package.trim_start_matches("linux-image-")
+    }
+
+    /// Where its package is unpacked.
+    fn dir(&self) -> PathBuf {
+        Path::new(CACHE).join(self.release())
+    }
+
+    fn vmlinuz(&self) -> PathBuf {
+        self.dir()
+            .join("boot")
+            .join(format!("vmlinuz-{}", self.release()))
+    }
+
+    /// virtme-ng looks for the modules of the kernel it boots under /lib/modules.
+    fn modules_link(&self) -> PathBuf {
+        Path::new("/lib/modules").join(self.release())
+    }
+}
+
+/// Where set-up keeps the kernels and virtme-ng's venv.
+pub const CACHE: &str = "/opt/montrace-tests/kernels";
+/// virtme-ng, pinned: its command line and how it boots are what the tier relies on.
+const VIRTME_NG: &str = "virtme-ng==1.42";
+/// qemu, depmod and busybox, from apt.
+pub const APT_PACKAGES: [&str; 3] = ["qemu-system-x86", "kmod", "busybox-static"];
+
+fn vng() -> PathBuf {
+    Path::new(CACHE).join("venv/bin/vng")
+}
+
+/// The end-to-end tests run inside each VM: (test file, test). None times anything; each names
+/// a behaviour that must hold on every kernel montrace supports.
+pub const SUBSET: &[(&str, &str)] = &[
+    ("kernel_exactness", "a_loop_of_ten_trues_is_twelve_rows"),
+    (
+        "kernel_exactness",
+        "classic_tracepoints_give_the_same_twelve_rows",
+    ),
+    ("kernel_exactness", "a_fork_storm_of_n_processes_is_n_rows"),
+    ("kernel_exactness", "an_exec_chain_is_one_row"),
+    (
+        "kernel_exactness",
+        "exit_cpu_and_peak_match_the_kernels_rusage",
+    ),
+    ("tracking", "waits_for_a_double_forked_daemon"),
+    (
+        "short_lived",
+        "cpu_of_short_processes_matches_the_kernels_rusage",
+    ),
+    // Not waits::sleeping_and_waiting_on_a_pipe_count_as_sleep: it relies on `cat` starting
+    // within 0.5 s, and under TCG loading it from the 9p root took longer (it blocked on I/O
+    // instead of sleeping on the pipe). kernel_exactness checks a sleep's waits.
+    (
+        "attach",
+        "attach_follows_the_tree_alive_before_and_the_children_started_after",
+    ),
+    (
+        "capabilities",
+        "the_granted_binary_tracks_an_ordinary_users_command_exactly",
+    ),
+    (
+        "capabilities",
+        "without_the_grant_run_and_attach_poll_and_say_so",
+    ),
+];
+
+// ---- set-up ----
+
+pub fn tools_installed() -> bool {
+    [
+        "/usr/bin/qemu-system-x86_64",
+        "/usr/sbin/depmod",
+        "/bin/busybox",
+    ]
+    .iter()
+    .all(|p| Path::new(p).exists())
+}
+
+pub fn virtme_installed() -> bool {
+    vng().exists()
+}
+
+/// virtme-ng in a venv of its own under [`CACHE`].
+pub fn install_virtme(verbose: bool) -> Result<()> {
+    let venv = Path::new(CACHE).join("venv");
+    util::check_quietly(util::as_root("mkdir", &[]).arg("-p").arg(CACHE), verbose)?;
+    util::check_quietly(
+        util::as_root("python3", &[])
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv),
+        verbose,
+    )?;
+    util::check_quietly(
+        util::as_root(venv.join("bin/pip"), &[]).args(["install", "-q", VIRTME_NG]),
+        verbose,
+    )
+}
+
+pub fn kernels_installed() -> bool {
+    KERNELS
+        .iter()
+        .all(|k| k.vmlinuz().exists() && k.modules_link().exists())
+}
+
+/// Each kernel of [`KERNELS`]: its package downloaded (`apt-get download`, no install: the
+/// machine's own kernel stays) and unpacked into [`CACHE`], its modules linked where virtme-ng
+/// looks for them.
+pub fn install_kernels(verbose: bool) -> Result<()> {
+    let debs = Path::new(CACHE).join("debs");
+    util::check_quietly(util::as_root("mkdir", &[]).arg("-p").arg(&debs), verbose)?;
+    for k in KERNELS {
+        if !k.vmlinuz().exists() {
+            util::check_quietly(
+                util::as_root("apt-get", &[])
+                    .args(["download", "-q", k.package])
+                    .current_dir(&debs),
+                verbose,
+            )
+            .with_context(|| format!("apt-get download {}", k.package))?;
+            let deb = std::fs::read_dir(&debs)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .find(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&format!("{}_", k.package)))
+                })
+                .with_context(|| format!("no .deb of {} in {}", k.package, debs.display()))?;
+            util::check_quietly(
+                util::as_root("dpkg-deb", &[])
+                    .arg("-x")
+                    .arg(&deb)
+                    .arg(k.dir()),
+                verbose,
+            )?;
+        }
+        let link = k.modules_link();
+        if !link.exists() {
+            let modules = k.dir().join("lib/modules").join(k.release());
+            util::check_quietly(
+                util::as_root("mkdir", &[]).args(["-p", "/lib/modules"]),
+                verbose,
+            )?;
+            util::check_quietly(
+                util::as_root("ln", &[])
+                    .arg("-sfn")
+                    .arg(&modules)
+                    .arg(&link),
+                verbose,
+            )
+            .with_context(|| format!("linking {} to {}", link.display(), modules.display()))?;
+        }
+    }
+    Ok(())
+}
+
+// ---- the tier ----
+
+/// What one kernel's VM reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub kernel: String,
+    /// `uname -r` inside.
+    pub release: String,
+    /// The feature rows of `montrace doctor`: (name, available, detail).
+    pub features: Vec<(String, bool, String)>,
+    /// Each test of the subset and how it went.
+    pub tests: Vec<(String, Status)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Pass,
+    Fail,
+    /// The VM stopped (or ran past its limit) before the test ran.
+    NotRun,
+}
+
+/// `cargo xtask test --kernels` (all of [`KERNELS`]) or `--kernel NAME`.
+pub fn test(only: Option<&str>) -> Result<()> {
+    let kernels: Vec<&Kernel> = match only {
+        None => KERNELS.iter().collect(),
+        Some(name) => {
+            let k = KERNELS.iter().find(|k| k.name == name).with_context(|| {
+                format!(
+                    "no kernel {name} in the tier's list ({})",
+                    KERNELS
+                        .iter()
+                        .map(|k| k.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+            vec![k]
+        }
+    };
+    if !util::is_root() {
+        bail!(
+            "the kernel tier boots VMs on this machine's root filesystem as root: run it as root"
+        );
+    }
+    check(util::cargo().args(["build", "-p", "monitor"]))
+        .context("building montrace (debug) failed")?;
+    let binaries = test_binaries()?;
+    let kvm = kvm_works(kernels[0]);
+    let mut outcomes = Vec::new();
+    let mut failed = Vec::new();
+    for k in &kernels {
+        let started = Instant::now();
+        eprintln!(
+            "\nkernel tier: booting {} ({}, {})",
+            k.name,
+            k.release(),
+            if kvm { "KVM" } else { "TCG, no KVM" }
+        );
+        let booted = boot(k, &binaries, kvm);
+        let outcome = match (booted, last_outcome(k)) {
+            (Ok(outcome), _) => outcome,
+            // The VM stopped early: what it reached goes into the page, the rest as not run.
+            (Err(err), Ok(outcome)) => {
+                failed.push(format!("{}: {err:#}", k.name));
+                outcome
+            }
+            (Err(err), Err(_)) => return Err(err),
+        };
+        for (test, status) in &outcome.tests {
+            eprintln!("  {status:?} {test}");
+            if *status != Status::Pass {
+                failed.push(format!("{}: {test} ({status:?})", k.name));
+            }
+        }
+        eprintln!(
+            "kernel tier: {} done in {:.0} s (log: {})",
+            k.name,
+            started.elapsed().as_secs_f64(),
+            out_dir(k).join("log").display()
+        );
+        outcomes.push(outcome);
+    }
+    if only.is_none() {
+        write_doc(&outcomes)?;
+    }
+    if !failed.is_empty() {
+        bail!(
+            "kernel tier: {} failed:\n  {}",
+            failed.len(),
+            failed.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+/// The test executables of the `tests` crate, by test file, built now.
+fn test_binaries() -> Result<std::collections::HashMap<String, PathBuf>> {
+    let output = util::cargo()
+        .args(["test", "-p", "tests", "--no-run", "--message-format=json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("building the end-to-end tests")?;
+    if !output.status.success() {
+        bail!("building the end-to-end tests failed");
+    }
+    let mut binaries = std::collections::HashMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let is_test = msg["target"]["kind"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "test"));
+        if let (true, Some(name), Some(exe)) = (
+            is_test,
+            msg["target"]["name"].as_str(),
+            msg["executable"].as_str(),
+        ) {
+            binaries.insert(name.to_owned(), PathBuf::from(exe));
+        }
+    }
+    Ok(binaries)
+}
+
+fn out_dir(k: &Kernel) -> PathBuf {
+    util::target_dir().join("kernels").join(k.name)
+}
+
+/// A vng command line for `k`.
+fn vng_command(k: &Kernel, kvm: bool) -> Command {
+    let mut cmd = Command::new(vng());
+    // vng runs virtme-run from its own venv.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let venv_bin = Path::new(CACHE).join("venv/bin");
+    cmd.env(
+        "PATH",
+        std::env::join_paths(std::iter::once(venv_bin).chain(std::env::split_paths(&path)))
+            .unwrap_or(path),
+    );
+    cmd.arg("-r").arg(k.vmlinuz());
+    if !kvm {
+        cmd.arg("--disable-kvm");
+    }
+    // Without --verbose, with its output redirected, vng exited 255 with nothing said.
+    cmd.args(["--verbose", "--force-9p", "--cpus", "2", "--memory", "2G"]);
+    cmd.current_dir(util::workspace_root());
+    cmd
+}
+
+/// Whether qemu boots with KVM here (on some machines /dev/kvm exists and qemu aborts setting
+/// up the CPU: `failed to set MSR 0x10a`).
+fn kvm_works(k: &Kernel) -> bool {
+    if !Path::new("/dev/kvm").exists() {
+        return false;
+    }
+    let mut cmd = vng_command(k, true);
+    cmd.args(["--exec", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    run_with_limit(&mut cmd, Duration::from_secs(120)).is_ok_and(|ok| ok)
+}
+
+/// Runs `cmd`; false when it failed, an error past `limit` (it is killed).
+fn run_with_limit(cmd: &mut Command, limit: Duration) -> Result<bool> {
+    let mut child = cmd.spawn().with_context(|| util::describe(cmd))?;
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status.success());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{} ran past {} s", util::describe(cmd), limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The script the VM runs: doctor, then each test of the subset, their output and results under
+/// `out` (a directory the VM may write, `--rwdir`).
+fn script(
+    montrace: &Path,
+    binaries: &std::collections::HashMap<String, PathBuf>,
+    out: &Path,
+) -> Result<String> {
+    let q = |p: &Path| format!("'{}'", p.display());
+    let mut s = String::from("#!/bin/sh\n");
+    s += "# Written by cargo xtask test --kernels; run inside the VM.\n";
+    s += "mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null\n";
+    s += &format!("cd {}\n", q(util::workspace_root()));
+    s += &format!("export MONTRACE_BIN={}\n", q(montrace));
+    // Without KVM everything runs several times slower: the harness's bound on a hung run grows.
+    s += "export MONTRACE_TEST_TIMEOUT_SCALE=5\n";
+    s += &format!("OUT={}\n", q(out));
+    s += "uname -r > \"$OUT/release\"\n";
+    s += "\"$MONTRACE_BIN\" doctor > \"$OUT/doctor\" 2>&1\n";
+    s += ": > \"$OUT/results\"\n";
+    for (file, test) in SUBSET {
+        let exe = binaries
+            .get(*file)
+            .with_context(|| format!("no test binary for tests/tests/{file}.rs"))?;
+        s += &format!(
+            "{exe} --exact {test} --test-threads=1 > \"$OUT/{file}.{test}.log\" 2>&1; \
+             echo \"{file}::{test} $?\" >> \"$OUT/results\"\n",
+            exe = q(exe)
+        );
+    }
+    s += "echo done > \"$OUT/finished\"\n";
+    Ok(s)
+}
+
+/// Boots `k`, runs the script, reads what it left.
+fn boot(
+    k: &Kernel,
+    binaries: &std::collections::HashMap<String, PathBuf>,
+    kvm: bool,
+) -> Result<Outcome> {
+    if !k.vmlinuz().exists() {
+        bail!(
+            "{} is not installed ({} missing): run `cargo xtask setup`",
+            k.name,
+            k.vmlinuz().display()
+        );
+    }
+    let out = out_dir(k);
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out)?;
+    let montrace = util::target_dir().join("debug/montrace");
+    let script_path = out.join("run.sh");
+    std::fs::write(&script_path, script(&montrace, binaries, &out)?)?;
+    std::fs::set_permissions(
+        &script_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+    let log = std::fs::File::create(out.join("log"))?;
+    let mut cmd = vng_command(k, kvm);
+    cmd.arg("--rwdir")
+        .arg(&out)
+        .arg("--exec")
+        .arg(&script_path)
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // TCG runs everything several times slower: a generous bound, for a hung VM only.
+    run_with_limit(&mut cmd, Duration::from_secs(1200))?;
+    if !out.join("finished").exists() {
+        bail!(
+            "the VM of {} stopped before its script finished: see {}",
+            k.name,
+            out.join("log").display()
+        );
+    }
+    last_outcome(k)
+}
+
+/// What `k`'s last boot left under target/kernels: its release, doctor's table and the results
+/// of the tests of [`SUBSET`] (a test no longer in it is left out).
+fn last_outcome(k: &Kernel) -> Result<Outcome> {
+    let out = out_dir(k);
+    if !out.join("doctor").exists() {
+        bail!(
+            "no boot of {} under {}: run `cargo xtask test --kernel {}`",
+            k.name,
+            out.display(),
+            k.name
+        );
+    }
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    let results = parse_results(&read("results"));
+    // Each test of the subset, in its order; one the VM did not reach is not run (never a pass).
+    let tests = SUBSET
+        .iter()
+        .map(|(f, t)| {
+            let name = format!("{f}::{t}");
+            let status = match results.iter().find(|(test, _)| *test == name) {
+                Some((_, true)) => Status::Pass,
+                Some((_, false)) => Status::Fail,
+                None => Status::NotRun,
+            };
+            (name, status)
+        })
+        .collect();
+    Ok(Outcome {
+        kernel: k.name.to_owned(),
+        release: read("release").trim().to_owned(),
+        features: parse_features(&read("doctor")),
+        tests,
+    })
+}
+
+/// `cargo xtask test --kernels --no-boot`: docs/kernels.md again from the last boots' outputs
+/// (after a change to the subset or to the page's text), without booting anything.
+pub fn doc_from_last() -> Result<()> {
+    let outcomes = KERNELS
+        .iter()
+        .map(last_outcome)
+        .collect::<Result<Vec<_>>>()?;
+    write_doc(&outcomes)
+}
+
+fn write_doc(outcomes: &[Outcome]) -> Result<()> {
+    let doc = util::workspace_root().join("docs/kernels.md");
+    let text = render_doc(outcomes);
+    if std::fs::read_to_string(&doc).ok().as_deref() != Some(text.as_str()) {
+        std::fs::write(&doc, &text).with_context(|| format!("writing {}", doc.display()))?;
+        eprintln!("kernel tier: docs/kernels.md rewritten from what the VMs reported");
+    }
+    Ok(())
+}
+
+/// The feature rows of `montrace doctor`'s output (after its "What a run gets" line):
+/// `name yes|no detail`.
+pub fn parse_features(doctor: &str) -> Vec<(String, bool, String)> {
+    doctor
+        .lines()
+        .skip_while(|l| !l.starts_with("What a run gets"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let mut parts = l.splitn(2, char::is_whitespace);
+            let name = parts.next()?.to_owned();
+            let rest = parts.next()?.trim_start();
+            let (yes, detail) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            Some((name, yes == "yes", detail.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// `file::test rc` lines.
+pub fn parse_results(results: &str) -> Vec<(String, bool)> {
+    results
+        .lines()
+        .filter_map(|l| {
+            let (test, rc) = l.rsplit_once(' ')?;
+            Some((test.to_owned(), rc.trim() == "0"))
+        })
+        .collect()
+}
+
+/// What varies from boot to boot in a feature's detail (a cgroup named after doctor's pid).
+fn stable(detail: &str) -> String {
+    let mut out = String::new();
+    let mut rest = detail;
+    while let Some(at) = rest.find("doctor-") {
+        out += &rest[..at + "doctor-".len()];
+        rest = rest[at + "doctor-".len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+        out += "PID";
+    }
+    out + rest
+}
+
+pub const DOC_HEADER: &str = "# Kernels montrace is tested on\n\n\
+<!-- Written by `cargo xtask test --kernels` from what each VM reported: do not edit by hand. -->\n";
+
+/// docs/kernels.md from the tier's outcomes (pure).
+pub fn render_doc(outcomes: &[Outcome]) -> String {
+    let mut s = String::from(DOC_HEADER);
+    s += "\nThe kernel tier boots each kernel below in a VM (virtme-ng, qemu) on the test machine's root \
+          filesystem and runs `montrace doctor` and an exactness subset of the end-to-end tests \
+          inside (`xtask/src/kernels.rs`). The machine's own kernel is covered by the end-to-end \
+          tier. Add a kernel with one line in `KERNELS`.\n\n\
+          Each kernel gets what it can give, feature by feature: montrace reads the tracepoints' \
+          prototypes and the structs' layouts from the kernel's BTF, and leaves out one by one \
+          the programs a kernel lacks, saying why (`montrace doctor` prints the same table, run.json \
+          records it as `features`). The floor is a kernel with BTF and the BPF ring buffer \
+          (Linux 5.8); the oldest kernel tested is the one below.\n";
+    for o in outcomes {
+        let passed = o.tests.iter().filter(|(_, s)| *s == Status::Pass).count();
+        s += &format!("\n## {} (`{}`)\n\n", o.kernel, o.release);
+        s += "| feature | available | detail |\n|---|---|---|\n";
+        for (name, available, detail) in &o.features {
+            s += &format!(
+                "| {name} | {} | {} |\n",
+                if *available { "yes" } else { "no" },
+                stable(detail).replace('|', "\\|")
+            );
+        }
+        s += &format!(
+            "\nExactness subset: {passed} of {} tests passed.\n\n",
+            o.tests.len()
+        );
+        for (test, status) in &o.tests {
+            let status = match status {
+                Status::Pass => "pass",
+                Status::Fail => "FAIL",
+                Status::NotRun => "not run (the VM stopped first)",
+            };
+            s += &format!("- {status} `{test}`\n");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOCTOR: &str = "kernel         ok  6.1.0-51-amd64\n\
+        eBPF programs  ok  loaded and attached (tp_btf) in 900 ms\n\n\
+        What a run gets on this kernel (6.1.0-51-amd64):\n\
+        tree           yes eBPF (BTF tracepoints): every fork, exec and exit\n\
+        socket_bytes   no  not available on this kernel: unknown\n\
+        run_cgroup     yes cgroup V2 at /sys/fs/cgroup/montrace/doctor-4242\n\n\
+        montrace run here: exact\n";
+
+    #[test]
+    fn doctors_feature_table_is_read_back() {
+        let f = parse_features(DOCTOR);
+        assert_eq!(f.len(), 3, "{f:?}");
+        assert_eq!(f[0].0, "tree");
+        assert!(f[0].1);
+        assert_eq!(
+            f[1],
+            (
+                "socket_bytes".into(),
+                false,
+                "not available on this kernel: unknown".into()
+            )
+        );
+        assert_eq!(
+            stable(&f[2].2),
+            "cgroup V2 at /sys/fs/cgroup/montrace/doctor-PID"
+        );
+    }
+
+    #[test]
+    fn results_are_read_back() {
+        let r = parse_results("a::b 0\nc::d 101\n");
+        assert_eq!(r, vec![("a::b".into(), true), ("c::d".into(), false)]);
+    }
+
+    /// The committed docs/kernels.md is the tier's: written by `render_doc`, one section for each
+    /// kernel of the list with every feature montrace reports, and each test of the subset.
+    #[test]
+    fn docs_kernels_md_is_in_step_with_the_tier() {
+        let doc = std::fs::read_to_string(util::workspace_root().join("docs/kernels.md"))
+            .expect("docs/kernels.md");
+        assert!(
+            doc.starts_with(DOC_HEADER),
+            "docs/kernels.md is written by the tier"
+        );
+        for k in KERNELS {
+            let heading = format!("\n## {} (`{}`)\n", k.name, k.release());
+            let at = doc.find(&heading).unwrap_or_else(|| {
+                panic!(
+                    "docs/kernels.md has no section {heading:?}: run `cargo xtask test --kernels`"
+                )
+            });
+            let section = &doc[at + heading.len()..];
+            let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+            for feature in [
+                "tree",
+                "exit_figures",
+                "waits",
+                "socket_bytes",
+                "task_iterator",
+                "psi",
+                "run_cgroup",
+            ] {
+                assert!(
+                    section.contains(&format!("\n| {feature} | ")),
+                    "{} lacks the {feature} row: run `cargo xtask test --kernels`",
+                    k.name
+                );
+            }
+            for (file, test) in SUBSET {
+                assert!(
+                    section.contains(&format!("`{file}::{test}`")),
+                    "{} lacks {file}::{test}: run `cargo xtask test --kernels`",
+                    k.name
+                );
+            }
+        }
+        let sections = doc.matches("\n## ").count();
+        assert_eq!(
+            sections,
+            KERNELS.len(),
+            "one section per kernel of the list"
+        );
+    }
+}

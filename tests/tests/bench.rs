@@ -716,3 +716,82 @@ fn a_no_op_series_is_an_error_unless_allowed() {
         "{json}"
     );
 }
+
+#[test]
+fn pairs_are_added_until_the_verdict_is_confident_or_the_budget_ends() {
+    require_root();
+    let burn = tests::compile_c("burn", BURN_C);
+    let b = burn.as_str();
+    let tmp = tempfile::tempdir().unwrap();
+    // +10 % CPU (two burners, the candidate's second one 15 ms longer than nothing): decided
+    // as regressed within the budget, on the pairs.
+    let pair = |extra: u32| format!("{b} {extra} & {b} 150; wait");
+    let out = tmp.path().join("cpu");
+    let run = bench(
+        tmp.path(),
+        &[
+            "--max-runs",
+            "12",
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap(),
+            "-a",
+            &pair(0),
+            "-b",
+            &pair(15),
+        ],
+    );
+    assert_eq!(run.code(), 1, "{run:?}");
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(json["outcome"], "regressed", "{json}");
+    assert_eq!(json["series"]["stopped_by"], "decided", "{json}");
+    let pairs = json["series"]["pairs"].as_array().unwrap().len();
+    assert!((2..=12).contains(&pairs), "{json}");
+    let cpu = json["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "cpu_s")
+        .unwrap();
+    assert_eq!(cpu["verdict"], "regressed", "{cpu}");
+    assert!(cpu["change_low"].as_f64().unwrap() > 0.025, "{cpu}");
+
+    // Wall time gated at +5 % on sleeps of 10 to 90 ms at random: 3 pairs cannot decide, and
+    // the verdict says so, with what would, never "no regression".
+    let random = "sleep 0.0$(( $(od -An -N1 -tu1 /dev/urandom) % 9 + 1 ))";
+    let out = tmp.path().join("undecided");
+    let run = montrace(
+        tmp.path(),
+        &[
+            "bench",
+            "--warmup",
+            "0",
+            "--repeat",
+            "3",
+            "--max",
+            "wall=+5%",
+            "-o",
+            out.to_str().unwrap(),
+            "-a",
+            random,
+            "-b",
+            random,
+        ],
+    );
+    assert_eq!(run.code(), 3, "{run:?}");
+    assert!(!run.stdout.contains("no regression"), "{run:?}");
+    assert!(
+        run.stdout
+            .contains("inconclusive after 3 pairs (--repeat ended it): 1 metric not decided"),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("wall_s"), "{run:?}");
+    let json = read_json(&out.join("verdict.json")).unwrap();
+    assert!(json["pairs_needed"].as_u64().unwrap() > 3, "{json}");
+    let md = std::fs::read_to_string(out.join("verdict.md")).unwrap();
+    assert!(
+        md.starts_with("### montrace bench: ⚠️ inconclusive"),
+        "{md}"
+    );
+}

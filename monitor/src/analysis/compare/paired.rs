@@ -138,8 +138,8 @@ pub fn paired_stats(pairs: &[(f64, f64)], alpha: f64) -> Option<Paired> {
 
 /// The paired verdict of one metric (lower is better), `max_increase` its limit L:
 /// regressed when the change is above L/2 with confidence and larger than `floor` (the metric's
-/// unit, see [`absolute_floor`]); pass when it is below L with confidence, or no pair grew by
-/// more than the floor; improved is the mirror of regressed; inconclusive otherwise. A baseline
+/// unit, see [`absolute_floor`]); pass when it is below L with confidence, or the runs of
+/// every pair are within the floor of each other; improved is the mirror of regressed; inconclusive otherwise. A baseline
 /// of 0 everywhere: pass when the candidate is 0 too, else an increase from nothing beyond
 /// every relative limit (regressed past the floor).
 pub fn decide_paired(
@@ -187,9 +187,10 @@ pub fn decide_paired(
     let limit = max_increase + LIMIT_TOLERANCE;
     let half = max_increase / 2.0;
     let beyond_floor = |relative: f64| relative.abs() * s.base_mean > floor;
-    // No pair grew by more than the floor: nothing that counts happened, however wide the
-    // interval of a near-zero figure's ratio (5 ms of CPU time over 2 pairs) may be.
-    let within_floor = pairs.iter().all(|(b, c)| c - b <= floor);
+    // The two runs of every pair within the floor of each other: nothing that counts happened,
+    // however wide the interval of a near-zero figure's ratio (5 ms of CPU time over 2 pairs)
+    // may be. (Both ways: a candidate lower in every pair of a noisy metric proves nothing.)
+    let within_floor = pairs.iter().all(|(b, c)| (c - b).abs() <= floor);
     decision.verdict = if !gated {
         Verdict::NotGated
     } else if s.low > half && beyond_floor(s.change) {

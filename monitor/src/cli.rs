@@ -17,6 +17,17 @@ pub const EXIT_REGRESSED: i32 = 1;
 /// Exit status for a usage error: bad arguments, a missing or unusable input, an `--out` that
 /// already holds files.
 pub const EXIT_USAGE: i32 = 2;
+/// `montrace compare`/`bench`: the data cannot tell yet whether a gated metric regressed (more
+/// pairs would): neither a pass nor a failure.
+pub const EXIT_INCONCLUSIVE: i32 = 3;
+/// `montrace bench`: a measured command (either side) failed: no verdict. Its own status is in
+/// the log and on stderr, never montrace's exit status (it could read as a verdict).
+pub const EXIT_BENCH_COMMAND_FAILED: i32 = 4;
+/// `montrace bench`: a `--prepare` or `--cleanup` hook failed: no verdict.
+pub const EXIT_BENCH_HOOK_FAILED: i32 = 5;
+/// `montrace bench`: the repetitions measured a no-op (the warm-up did the work: nothing was
+/// rebuilt), unless `--allow-no-op`.
+pub const EXIT_BENCH_NO_OP: i32 = 6;
 /// Exit status of montrace when a `--limit` stopped the run (as `timeout(1)` does).
 pub const EXIT_LIMIT_BREACHED: i32 = 124;
 /// Exit status of montrace when it fails itself (before or instead of the command's own).
@@ -48,8 +59,8 @@ pub enum Command {
     Attach(AttachArgs),
     /// Decide whether a candidate run used more than a baseline (exit 1 when it regressed)
     Compare(CompareArgs),
-    /// Measure two commands alternately (A B B A ...), each repetition recorded as `run` does,
-    /// then decide as `compare` (exit 1 when the candidate regressed)
+    /// Measure two commands in pairs (A B, B A, ...), each repetition recorded as `run` does,
+    /// until a paired test decides (exit 0 pass, 1 regressed, 3 inconclusive)
     Bench(BenchArgs),
     /// Copy run directories into one Hive-partitioned dataset (one folder per table, by date,
     /// host and run id, plus a `runs` table) that DuckDB, Spark and Trino query as it is
@@ -312,7 +323,8 @@ pub struct GateOptions {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Exit status: 0 when nothing regressed, 1 when a metric regressed, 2 for usage \
-                        errors (missing or unreadable files, different commands)."
+                        errors (missing or unreadable files, different commands), 3 when a \
+                        paired series could not decide (inconclusive)."
 )]
 pub struct CompareArgs {
     /// BASELINE CANDIDATE, or CANDIDATE alone with --baseline. Each is a run directory, its
@@ -367,10 +379,12 @@ impl CompareArgs {
 #[command(
     after_help = "Each repetition is a `montrace run` of `/bin/sh -c CMD` in OUT/baseline/rep-NNN \
                   or OUT/candidate/rep-NNN (warm-ups in OUT/warmup/); the commands and the hooks \
-                  see MONTRACE_BENCH_SIDE=baseline|candidate. OUT/verdict.md is the comparison \
-                  in Markdown for a pull-request comment. Exit status: 0 when nothing regressed, \
-                  1 when a metric regressed, 2 for usage errors; a repetition or hook that fails \
-                  ends the series with its status."
+                  see MONTRACE_BENCH_SIDE=baseline|candidate, and their output goes to \
+                  OUT/bench.log. OUT/verdict.md, verdict.json and bmf.json are the verdict; \
+                  stdout has it in --format. Exit status: 0 pass, 1 a metric regressed, 2 usage \
+                  error, 3 inconclusive (the budget ended first), 4 a measured command failed, 5 \
+                  a hook failed, 6 the repetitions measured a no-op (see --allow-no-op), 125 \
+                  montrace failed."
 )]
 pub struct BenchArgs {
     /// The baseline's command line, run by /bin/sh (e.g. 'make -C base -j2')
@@ -396,6 +410,34 @@ pub struct BenchArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub gate: GateOptions,
+    // -- The gate's (issue 31) flags, together. --
+    /// Keep adding pairs past --repeat, up to this many runs of each side, until every gated
+    /// metric is decided (pass or regressed); default: --repeat (no more)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub max_runs: Option<u32>,
+    /// Stop adding pairs once this much time has passed since the first warm-up (e.g. 20m);
+    /// without --max-runs, up to 1000 runs a side
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    pub max_time: Option<Duration>,
+    /// The baseline's directory (its checkout): its command and the hooks run there, and its
+    /// git commit and dirty state are recorded
+    #[arg(long, value_name = "DIR")]
+    pub baseline_dir: Option<PathBuf>,
+    /// The candidate's directory (see --baseline-dir)
+    #[arg(long, value_name = "DIR")]
+    pub candidate_dir: Option<PathBuf>,
+    /// The benchmark's name in the verdict and in Bencher (default: the commands, where they
+    /// differ `*`)
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Show the commands' and hooks' output on stderr as they run (it goes to OUT/bench.log
+    /// otherwise, shown when one fails)
+    #[arg(long)]
+    pub show_output: bool,
+    /// Give a verdict even when the repetitions seem to measure a no-op (much faster than the
+    /// warm-up, with less work: a build that is up to date); an error (exit 6) otherwise
+    #[arg(long)]
+    pub allow_no_op: bool,
 }
 
 fn parse_confidence(text: &str) -> Result<f64, String> {

@@ -50,7 +50,16 @@ fn compare_once(ctx: &Ctx, e: &Experiment, i: usize) -> Result<(i32, Vec<String>
     let out = ctx.tools.fresh(&format!("gate-{}-{i}", e.key));
     let mut cmd = Command::new(&ctx.tools.montrace);
     cmd.args([
-        "bench", "--repeat", "5", "--warmup", "1", "--format", "json", "--out",
+        "bench",
+        "--repeat",
+        "5",
+        "--max-runs",
+        "20",
+        "--warmup",
+        "1",
+        "--format",
+        "json",
+        "--out",
     ])
     .arg(&out)
     .args(["-a", &e.baseline, "-b", &e.candidate])
@@ -61,8 +70,9 @@ fn compare_once(ctx: &Ctx, e: &Experiment, i: usize) -> Result<(i32, Vec<String>
     }
     let output = cmd.output().context("running montrace bench")?;
     let code = output.status.code().unwrap_or(-1);
+    // Pass, regressed, or inconclusive (the budget ended first).
     anyhow::ensure!(
-        code == 0 || code == 1,
+        matches!(code, 0 | 1 | 3),
         "montrace bench for {} failed with {code}",
         e.label
     );
@@ -136,6 +146,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             n
         };
         let mut hits = 0;
+        let mut inconclusive = 0;
         let mut seen = Vec::new();
         for i in 0..count {
             ctx.progress(&format!("9. gate: {} ({}/{count})", e.label, i + 1));
@@ -150,6 +161,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
                 Some(metric) => regressed.iter().any(|m| m == metric),
             };
             hits += usize::from(hit);
+            inconclusive += usize::from(code == 3);
             if code == 1 {
                 seen.extend(regressed);
             }
@@ -159,8 +171,10 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         rows.push(vec![
             e.label.to_string(),
             match e.expect_regression {
-                None => format!("{hits} of {count} failed"),
-                Some(metric) => format!("{hits} of {count} caught (`{metric}`)"),
+                None => format!("{hits} of {count} failed, {inconclusive} inconclusive"),
+                Some(metric) => {
+                    format!("{hits} of {count} caught (`{metric}`), {inconclusive} inconclusive")
+                }
             },
             if seen.is_empty() {
                 "-".into()
@@ -208,7 +222,8 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         id: "gate",
         title: "9. CI gate error rates".into(),
         method: format!(
-            "`montrace bench --repeat 5 --warmup 1` (A B B A ..., default limits and confidence) \
+            "`montrace bench --repeat 5 --max-runs 20 --warmup 1` (pairs A B, B A ..., added until \
+             decided, default limits and confidence) \
              {n} times per A/B experiment and {n} times A/A (half a small C build of {} files \
              with `--prepare 'make clean'`, half a pair of CPU burners), with a CPU hog pinned \
              to CPU 0 during every other comparison. A/A counts comparisons that exited 1; A/B \

@@ -1,26 +1,77 @@
-//! `montrace bench`: two commands measured alternately, A B B A ..., each repetition a full
-//! `montrace run` of its own, then decided as `compare` decides. Interleaving makes whatever
-//! drifts on the machine over the series (a neighbour, thermal state, caches) fall equally on
-//! both sides, which back-to-back series do not.
+//! `montrace bench`: two commands measured in pairs, A B then B A ..., each run a full
+//! `montrace run` of its own, until a paired test decides ([`build_paired_report`]) or the budget
+//! ends. Interleaving makes whatever drifts on the machine over the series (a neighbour, thermal
+//! state, caches) fall equally on both sides; pairing lets the test cancel it instead of counting
+//! it as noise.
 //!
-//! Pure: [`plan`]. The edge here runs the repetitions (this very binary, `run`), reads their
-//! summaries and writes the verdict.
+//! Pure: [`plan`], [`common_name`], and the decision in `compare`. The edge here runs the
+//! repetitions (this very binary, `run`), their output into OUT/bench.log, reads their
+//! summaries and writes the verdict: stdout carries only the verdict.
 use std::{
+    io::Write as _,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
+    time::Instant,
 };
 
 use anyhow::Context as _;
 
 use crate::{
-    analysis::compare::{build_report, load_side, parse_max, render, CompareError},
-    cli::{BenchArgs, CompareFormat, EXIT_MONTRACE_FAILED, EXIT_USAGE},
-    store::{summary_json, userfs},
+    analysis::compare::{
+        build_paired_report, parse_max, render, Interference, PairInfo, Report, Series, Side,
+    },
+    cli::{
+        BenchArgs, CompareFormat, EXIT_BENCH_COMMAND_FAILED, EXIT_BENCH_HOOK_FAILED,
+        EXIT_BENCH_NO_OP, EXIT_MONTRACE_FAILED, EXIT_USAGE,
+    },
+    store::{run_json::RunInfo, summary_json, userfs},
 };
 
 pub mod plan;
 
 use plan::Arm;
+
+/// The log of the commands' and hooks' output, beside the runs.
+pub const LOG_FILE: &str = "bench.log";
+/// Lines of the log shown on stderr when a run fails.
+const LOG_TAIL_LINES: usize = 40;
+/// Runs a side at most when only `--max-time` bounds the series.
+const MAX_RUNS_BY_TIME: usize = 1000;
+
+/// The benchmark's name when none is given: the two commands, where they are the same; else the
+/// baseline's words with those that differ replaced by `*` (`make -C ../baseline` and `make -C
+/// ../candidate` give `make -C *`), so that a name does not depend on where the checkouts are.
+pub fn common_name(baseline: &str, candidate: &str) -> String {
+    if baseline == candidate {
+        return baseline.to_string();
+    }
+    let (a, b): (Vec<&str>, Vec<&str>) = (
+        baseline.split_whitespace().collect(),
+        candidate.split_whitespace().collect(),
+    );
+    if a.len() != b.len() {
+        return format!("{baseline} vs {candidate}");
+    }
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| if x == y { *x } else { "*" })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Where a series is, as the edge runs it.
+struct Bench<'a> {
+    args: &'a BenchArgs,
+    out: PathBuf,
+    dirs: [Option<PathBuf>; 2],
+    log: std::fs::File,
+}
+
+/// One measured run: its summary (one repetition) and what disturbed it.
+struct Run {
+    summary: summary_json::Summary,
+    interference: Interference,
+}
 
 /// `montrace bench`.
 pub fn bench_main(args: BenchArgs) -> anyhow::Result<i32> {
@@ -31,6 +82,22 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_USAGE);
         }
     };
+    let mut dirs = [None, None];
+    for (slot, (flag, dir)) in dirs.iter_mut().zip([
+        ("--baseline-dir", &args.baseline_dir),
+        ("--candidate-dir", &args.candidate_dir),
+    ]) {
+        if let Some(dir) = dir {
+            if !dir.is_dir() {
+                crate::say!(
+                    "montrace: error: {flag} {}: not a directory: give the side's checkout",
+                    dir.display()
+                );
+                return Ok(EXIT_USAGE);
+            }
+            *slot = Some(std::path::absolute(dir).context("resolving the side's directory")?);
+        }
+    }
     let out = args.out.clone().unwrap_or_else(|| {
         let now = crate::sampling::host::realtime_ns();
         PathBuf::from("montrace-bench").join(crate::units::compact_utc(now))
@@ -46,143 +113,365 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<i32> {
         );
         return Ok(EXIT_USAGE);
     }
+    // The sides may run elsewhere (--baseline-dir): their `--out` must not depend on the cwd.
+    let out = std::path::absolute(&out).context("resolving --out")?;
     let warmup_dir = out.join("warmup");
     for dir in [&warmup_dir, &out.join("baseline"), &out.join("candidate")] {
         userfs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let mut warmups = [Vec::new(), Vec::new()];
-    for k in 0..args.warmup as usize {
-        for arm in plan::interleaved(k + 1).split_off(2 * k) {
-            let dir = warmup_dir.join(format!("{}-{:02}", arm.name(), k + 1));
-            match one_run(&args, arm, &dir)? {
-                Ok(summary) => warmups[arm as usize].extend(
-                    (summary.repetitions.first())
-                        .map(|r| plan::Measured::of(&format!("{} warm-up", arm.name()), r)),
-                ),
-                Err(code) => return Ok(code),
-            }
-        }
-    }
-    let mut measured = [Vec::new(), Vec::new()];
-    let mut count = [0usize, 0usize];
-    for arm in plan::interleaved(args.repeat as usize) {
-        count[arm as usize] += 1;
-        let name = format!("rep-{:03}", count[arm as usize]);
-        let dir = out.join(arm.name()).join(&name);
-        match one_run(&args, arm, &dir)? {
-            Ok(summary) => measured[arm as usize].extend(
-                (summary.repetitions.first())
-                    .map(|r| plan::Measured::of(&format!("{} {name}", arm.name()), r)),
-            ),
-            Err(code) => return Ok(code),
-        }
-    }
-    decide(&args, &out, &limits, &warmups, &measured)
+    let log_path = out.join(LOG_FILE);
+    let log = userfs::create_new(&log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let bench = Bench {
+        args: &args,
+        out,
+        dirs,
+        log,
+    };
+    bench.series(&limits)
 }
 
-/// Loads both sides, decides, writes OUT/verdict.md and OUT/verdict.json, prints the chosen
-/// format; the exit status is compare's.
-fn decide(
-    args: &BenchArgs,
-    out: &Path,
-    limits: &std::collections::BTreeMap<&'static str, f64>,
-    warmups: &[Vec<plan::Measured>; 2],
-    measured: &[Vec<plan::Measured>; 2],
-) -> anyhow::Result<i32> {
-    let mut result = None;
-    userfs::as_user(|| {
-        result = Some((|| -> anyhow::Result<i32> {
-            let load = |arm: Arm| {
-                load_side(&out.join(arm.name())).map(|mut side| {
-                    side.different_commands_expected = true;
-                    side
-                })
-            };
-            let (baseline, candidate) = match (load(Arm::Baseline), load(Arm::Candidate)) {
-                (Ok(b), Ok(c)) => (b, c),
-                (Err(CompareError::Usage(m)), _) | (_, Err(CompareError::Usage(m))) => {
-                    crate::say!("montrace: error: {m}");
-                    return Ok(EXIT_USAGE);
-                }
-                (Err(e), _) | (_, Err(e)) => return Err(e.into()),
-            };
-            let mut report = build_report(&baseline, &candidate, limits, args.gate.confidence);
-            for arm in [Arm::Baseline, Arm::Candidate] {
-                for w in plan::warnings(&warmups[arm as usize], &measured[arm as usize]) {
-                    report.warnings.push(format!("{}: {w}", arm.name()));
+impl Bench<'_> {
+    fn series(
+        mut self,
+        limits: &std::collections::BTreeMap<&'static str, f64>,
+    ) -> anyhow::Result<i32> {
+        let args = self.args;
+        let started = Instant::now();
+        let mut warmups = [Vec::new(), Vec::new()];
+        for k in 0..args.warmup as usize {
+            for arm in plan::pair_order(k) {
+                let dir = self
+                    .out
+                    .join("warmup")
+                    .join(format!("{}-{:02}", arm.name(), k + 1));
+                match self.one_run(arm, &dir)? {
+                    Ok(run) => warmups[arm as usize].extend(
+                        (run.summary.repetitions.first())
+                            .map(|r| plan::Measured::of(&format!("{} warm-up", arm.name()), r)),
+                    ),
+                    Err(code) => return Ok(code),
                 }
             }
+        }
+        let min_pairs = args.repeat as usize;
+        let max_pairs = match (args.max_runs, args.max_time) {
+            (Some(n), _) => n as usize,
+            (None, Some(_)) => MAX_RUNS_BY_TIME,
+            (None, None) => min_pairs,
+        }
+        .max(min_pairs);
+        let adaptive = max_pairs > min_pairs;
+        let mut runs: [Vec<(PathBuf, summary_json::Summary)>; 2] = [Vec::new(), Vec::new()];
+        let mut measured = [Vec::new(), Vec::new()];
+        let mut pairs = Vec::new();
+        let mut report = None;
+        for k in 0..max_pairs {
+            let pair_started = Instant::now();
+            let mut interference = [Interference::default(); 2];
+            let order = plan::pair_order(k);
+            for arm in order {
+                let name = format!("rep-{:03}", k + 1);
+                let dir = self.out.join(arm.name()).join(&name);
+                let run = match self.one_run(arm, &dir)? {
+                    Ok(run) => run,
+                    Err(code) => return Ok(code),
+                };
+                if let Some(r) = run.summary.repetitions.first() {
+                    measured[arm as usize]
+                        .push(plan::Measured::of(&format!("{} {name}", arm.name()), r));
+                }
+                interference[arm as usize] = run.interference;
+                runs[arm as usize].push((dir.join(summary_json::SUMMARY_FILE), run.summary));
+            }
+            let [base, cand] = interference;
+            pairs.push(PairInfo {
+                index: k + 1,
+                order: if order[0] == Arm::Baseline {
+                    "AB"
+                } else {
+                    "BA"
+                },
+                baseline: base,
+                candidate: cand,
+                left_out: crate::analysis::compare::pair_disturbed(&base, &cand),
+            });
+            if k + 1 < min_pairs {
+                continue;
+            }
+            if k + 1 == min_pairs && !args.allow_no_op {
+                for arm in [Arm::Baseline, Arm::Candidate] {
+                    if let Some(why) = plan::no_op(&warmups[arm as usize], &measured[arm as usize])
+                    {
+                        crate::say!(
+                            "montrace bench: error: {}: {why}; or pass --allow-no-op to \
+                             compare what was measured",
+                            arm.name()
+                        );
+                        return Ok(EXIT_BENCH_NO_OP);
+                    }
+                }
+            }
+            let elapsed = started.elapsed().as_secs_f64();
+            let out_of_time = args.max_time.is_some_and(|max| {
+                elapsed + pair_started.elapsed().as_secs_f64() > max.as_secs_f64()
+            });
+            let series = Series {
+                pairs: pairs.clone(),
+                kept: 0,
+                stopped_by: "decided",
+                max_runs: max_pairs,
+                max_time_s: args.max_time.map(|t| t.as_secs_f64()),
+                elapsed_s: elapsed,
+            };
+            let mut r = self.report(&runs, limits, series);
+            let decided = r.outcome() != "inconclusive";
+            if adaptive && !decided && k + 1 < max_pairs && !out_of_time {
+                crate::say!(
+                    "montrace bench: {} pairs: undecided ({}){}",
+                    k + 1,
+                    r.inconclusive()
+                        .map(|row| row.metric)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    r.pairs_needed()
+                        .map_or(String::new(), |n| format!(", about {n} pairs would decide"))
+                );
+                continue;
+            }
+            if let Some(series) = &mut r.series {
+                series.stopped_by = if decided {
+                    "decided"
+                } else if out_of_time {
+                    "max_time"
+                } else if adaptive {
+                    "max_runs"
+                } else {
+                    "fixed"
+                };
+            }
+            report = Some(r);
+            break;
+        }
+        let mut report = report.expect("the series ends with a report");
+        for arm in [Arm::Baseline, Arm::Candidate] {
+            for w in plan::warnings(&warmups[arm as usize], &measured[arm as usize]) {
+                report.warnings.push(format!("{}: {w}", arm.name()));
+            }
+        }
+        self.finish(&report)
+    }
+
+    /// The paired report of the runs so far.
+    fn report(
+        &self,
+        runs: &[Vec<(PathBuf, summary_json::Summary)>; 2],
+        limits: &std::collections::BTreeMap<&'static str, f64>,
+        series: Series,
+    ) -> Report {
+        let side = |arm: Arm| Side {
+            source: self.out.join(arm.name()),
+            runs: runs[arm as usize].clone(),
+            different_commands_expected: true,
+        };
+        let mut report = build_paired_report(
+            &side(Arm::Baseline),
+            &side(Arm::Candidate),
+            limits,
+            self.args.gate.confidence,
+            series,
+        );
+        report.name = Some(
+            self.args
+                .name
+                .clone()
+                .unwrap_or_else(|| common_name(&self.args.baseline, &self.args.candidate)),
+        );
+        for (info, dir) in [&mut report.baseline, &mut report.candidate]
+            .into_iter()
+            .zip(&self.dirs)
+        {
+            info.directory = dir.as_ref().map(|d| d.display().to_string());
+        }
+        report
+    }
+
+    /// Writes OUT/verdict.md, verdict.json and bmf.json, prints the chosen format on stdout.
+    fn finish(&mut self, report: &Report) -> anyhow::Result<i32> {
+        userfs::as_user(|| {
             for (name, format) in [
                 ("verdict.md", CompareFormat::Md),
                 ("verdict.json", CompareFormat::Json),
+                ("bmf.json", CompareFormat::Bmf),
             ] {
-                let path = out.join(name);
-                userfs::write_atomic(&path, render(&report, format).as_bytes())
-                    .with_context(|| format!("cannot write {}", path.display()))?;
+                userfs::write_atomic(&self.out.join(name), render(report, format).as_bytes())?;
             }
-            crate::say_out!("{}", render(&report, args.gate.format).trim_end());
-            Ok(report.exit_code())
-        })());
-        Ok(())
-    })?;
-    result.expect("as_user ran the decision")
-}
+            Ok(())
+        })
+        .with_context(|| format!("cannot write the verdict into {}", self.out.display()))?;
+        let text = render(report, self.args.gate.format);
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+            .context("cannot write the verdict to stdout")?;
+        Ok(report.exit_code())
+    }
 
-/// One recorded run of `arm` into `dir`: this binary's `run`, hooks included. Its summary, or
-/// the status that ends the series (said on stderr).
-fn one_run(
-    args: &BenchArgs,
-    arm: Arm,
-    dir: &Path,
-) -> anyhow::Result<Result<summary_json::Summary, i32>> {
-    let exe = std::env::current_exe().context("finding montrace's own binary")?;
-    let command = match arm {
-        Arm::Baseline => &args.baseline,
-        Arm::Candidate => &args.candidate,
-    };
-    let mut cmd = Command::new(exe);
-    cmd.arg("run")
-        .arg("--out")
-        .arg(dir)
-        .args(["--no-report", "-q"])
-        .env("MONTRACE_BENCH_SIDE", arm.name());
-    if let Some(prepare) = &args.prepare {
-        cmd.arg("--prepare").arg(prepare);
-    }
-    if let Some(cleanup) = &args.cleanup {
-        cmd.arg("--cleanup").arg(cleanup);
-    }
-    cmd.args(["--", "/bin/sh", "-c", command]);
-    let status = cmd.status().context("starting montrace run")?;
-    let code = status.code().unwrap_or(EXIT_MONTRACE_FAILED);
-    let where_ = dir
-        .strip_prefix(dir.ancestors().nth(2).unwrap_or(dir))
-        .unwrap_or(dir);
-    let summary = userfs::as_user(|| {
-        Ok(summary_json::read(&dir.join(summary_json::SUMMARY_FILE)).map_err(|e| e.to_string()))
-    })
-    .unwrap_or_else(|e| Err(e.to_string()));
-    let summary = match (code, summary) {
-        (0, Ok(summary)) => summary,
-        (0, Err(err)) => {
-            crate::say!("montrace bench: {}: no summary: {err}", where_.display());
-            return Ok(Err(EXIT_MONTRACE_FAILED));
+    /// One recorded run of `arm` into `dir`: this binary's `run`, hooks included, in the side's
+    /// directory, its output into the log. Its summary, or the status that ends the series
+    /// (said on stderr, with the log's last lines).
+    fn one_run(&mut self, arm: Arm, dir: &Path) -> anyhow::Result<Result<Run, i32>> {
+        let args = self.args;
+        let exe = std::env::current_exe().context("finding montrace's own binary")?;
+        let command = match arm {
+            Arm::Baseline => &args.baseline,
+            Arm::Candidate => &args.candidate,
+        };
+        let where_ = dir.strip_prefix(&self.out).unwrap_or(dir).to_path_buf();
+        let _ = writeln!(
+            self.log,
+            "==> {} ({}): {command}",
+            where_.display(),
+            self.dirs[arm as usize]
+                .as_ref()
+                .map_or_else(|| ".".to_string(), |d| d.display().to_string())
+        );
+        let mut cmd = Command::new(exe);
+        cmd.arg("run")
+            .arg("--out")
+            .arg(dir)
+            .args(["--no-report", "-q"])
+            .env("MONTRACE_BENCH_SIDE", arm.name())
+            .stdin(Stdio::null());
+        if let Some(dir) = &self.dirs[arm as usize] {
+            cmd.current_dir(dir);
         }
-        (code, _) => {
+        if args.show_output {
+            // stdout is the verdict's: the commands' output goes to stderr.
+            let stderr = std::io::stderr();
+            let fd = std::os::fd::AsFd::as_fd(&stderr)
+                .try_clone_to_owned()
+                .context("duplicating stderr")?;
+            cmd.stdout(fd);
+        } else {
+            cmd.stdout(self.log.try_clone().context("duplicating the log")?)
+                .stderr(self.log.try_clone().context("duplicating the log")?);
+        }
+        if let Some(prepare) = &args.prepare {
+            cmd.arg("--prepare").arg(prepare);
+        }
+        if let Some(cleanup) = &args.cleanup {
+            cmd.arg("--cleanup").arg(cleanup);
+        }
+        cmd.args(["--", "/bin/sh", "-c", command]);
+        let status = cmd.status().context("starting montrace run")?;
+        let code = status.code().unwrap_or(EXIT_MONTRACE_FAILED);
+        let summary =
+            userfs::as_user(|| {
+                Ok(summary_json::read(&dir.join(summary_json::SUMMARY_FILE))
+                    .map_err(|e| e.to_string()))
+            })
+            .unwrap_or_else(|e| Err(e.to_string()));
+        let rep_status = summary
+            .as_ref()
+            .ok()
+            .map(|s| s.repetitions.first().map(|r| r.exit_status));
+        let failure = match (code, rep_status) {
+            (0, Some(Some(0))) => None,
+            // No repetition: the --prepare hook failed before the command.
+            (_, Some(None)) => Some((
+                EXIT_BENCH_HOOK_FAILED,
+                format!("its --prepare hook failed (exit {code})"),
+            )),
+            (_, Some(Some(status))) if status != 0 => Some((
+                EXIT_BENCH_COMMAND_FAILED,
+                format!("the {} command failed (exit {status})", arm.name()),
+            )),
+            // The command succeeded, montrace run did not: the --cleanup hook failed.
+            (_, Some(Some(_))) => Some((
+                EXIT_BENCH_HOOK_FAILED,
+                format!("its --cleanup hook failed (exit {code})"),
+            )),
+            (_, None) => Some((
+                EXIT_MONTRACE_FAILED,
+                format!(
+                    "montrace run failed (exit {code}), no summary: {}",
+                    summary.as_ref().err().map_or("", String::as_str)
+                ),
+            )),
+        };
+        if let Some((exit, why)) = failure {
             crate::say!(
-                "montrace bench: {} failed (exit {code}): no further repetitions, no verdict",
+                "montrace bench: {}: {why}: no further runs, no verdict",
                 where_.display()
             );
-            return Ok(Err(code));
+            if !args.show_output {
+                self.show_log_tail();
+            }
+            return Ok(Err(exit));
         }
-    };
-    let metric = |name: &str| summary.values(name).first().copied();
-    crate::say!(
-        "montrace bench: {}: wall {:.3}s, CPU {:.3}s, peak RSS {}",
-        where_.display(),
-        metric("wall_s").unwrap_or(f64::NAN),
-        metric("cpu_s").unwrap_or(f64::NAN),
-        metric("peak_rss_bytes").map_or("n/a".into(), |b| crate::units::format_bytes(b as u64)),
-    );
-    Ok(Ok(summary))
+        let summary = summary.expect("checked above");
+        let run_queue_share = userfs::as_user(|| userfs::read(&dir.join("run.json")))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<RunInfo>(&bytes).ok())
+            .and_then(|info| info.time)
+            .and_then(|t| Interference::run_queue_share_of(t.avg_parallelism, t.avg_cores_used));
+        let interference = Interference {
+            other_cpu_share: summary.repetitions.first().and_then(|r| r.other_cpu_share),
+            run_queue_share,
+        };
+        let metric = |name: &str| summary.values(name).first().copied();
+        let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
+        crate::say!(
+            "montrace bench: {}: wall {:.3}s, CPU {:.3}s, peak RSS {}; other work {}, run-queue \
+             wait {}",
+            where_.display(),
+            metric("wall_s").unwrap_or(f64::NAN),
+            metric("cpu_s").unwrap_or(f64::NAN),
+            metric("peak_rss_bytes").map_or("n/a".into(), |b| crate::units::format_bytes(b as u64)),
+            share(interference.other_cpu_share),
+            share(interference.run_queue_share),
+        );
+        Ok(Ok(Run {
+            summary,
+            interference,
+        }))
+    }
+
+    /// The log's last lines on stderr: what the failing command or hook said.
+    fn show_log_tail(&self) {
+        let path = self.out.join(LOG_FILE);
+        let Ok(bytes) = userfs::as_user(|| userfs::read(&path)) else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+        crate::say!(
+            "montrace bench: the last {} lines of {}:\n{}",
+            tail.len(),
+            path.display(),
+            tail.join("\n")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_benchmark_name_leaves_out_what_differs_between_the_sides() {
+        assert_eq!(common_name("make -j2", "make -j2"), "make -j2");
+        assert_eq!(
+            common_name("make -C ../baseline -j2", "make -C ../candidate -j2"),
+            "make -C * -j2"
+        );
+        assert_eq!(
+            common_name("make -C /tmp/x/a", "make -C /tmp/y/b"),
+            "make -C *"
+        );
+        assert_eq!(common_name("a b", "a b c"), "a b vs a b c");
+    }
 }

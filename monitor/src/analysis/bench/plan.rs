@@ -51,6 +51,16 @@ pub fn series_length(warmup: u32, repeat: u32) -> Result<u32, String> {
     }
 }
 
+/// The order of pair `k` (from 0) of an interleaved series: A B, then B A, alternately, as
+/// [`interleaved`] lays them out; a series of pairs may end at any count.
+pub fn pair_order(k: usize) -> [Arm; 2] {
+    if k.is_multiple_of(2) {
+        [Arm::Baseline, Arm::Candidate]
+    } else {
+        [Arm::Candidate, Arm::Baseline]
+    }
+}
+
 /// The share of the machine's CPU (0..1 of all online CPUs) that neither the tree nor montrace
 /// used during a window: `busy_s` is the machine's busy CPU time over it (from /proc/stat),
 /// `tree_s` the tree's and `own_s` montrace's own. None for an empty window.
@@ -112,38 +122,42 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
     v.get(v.len() / 2).copied()
 }
 
+/// The warning that a series measured a no-op, if it did: its repetitions much faster than the
+/// first warm-up and with less work (see [`FASTER_THAN_WARMUP`]). `bench` refuses the verdict of
+/// such a series unless allowed.
+pub fn no_op(warmups: &[Measured], reps: &[Measured]) -> Option<String> {
+    let wall = median(reps.iter().map(|r| r.wall_s))?;
+    let warmup = warmups.first()?;
+    let processes = median(reps.iter().filter_map(|r| r.processes));
+    let cpu = median(reps.iter().filter_map(|r| r.cpu_s));
+    let fewer_processes = matches!((processes, warmup.processes), (Some(r), Some(w)) if r < w);
+    let less_cpu =
+        matches!((cpu, warmup.cpu_s), (Some(r), Some(w)) if r < w * LESS_CPU_THAN_WARMUP);
+    if !(wall < warmup.wall_s * FASTER_THAN_WARMUP && (fewer_processes || less_cpu)) {
+        return None;
+    }
+    let what = match (processes, warmup.processes) {
+        (Some(r), Some(w)) if fewer_processes => {
+            format!(" and started {r:.0} processes (median) against its {w:.0}")
+        }
+        _ => format!(
+            " and used {:.3}s of CPU (median) against its {:.3}s",
+            cpu.unwrap_or(0.0),
+            warmup.cpu_s.unwrap_or(0.0)
+        ),
+    };
+    Some(format!(
+        "the repetitions took {wall:.3}s (median), the warm-up {:.3}s{what}: the warm-up \
+         probably did the work and the repetitions measured what was left (a build that \
+         is up to date); reset the state before each one with --prepare CMD, e.g. \
+         --prepare 'make clean'",
+        warmup.wall_s
+    ))
+}
+
 /// What makes a series' figures doubtful, each with what to do.
 pub fn warnings(warmups: &[Measured], reps: &[Measured]) -> Vec<String> {
-    let mut out = Vec::new();
-    let Some(wall) = median(reps.iter().map(|r| r.wall_s)) else {
-        return out;
-    };
-    if let Some(warmup) = warmups.first() {
-        let processes = median(reps.iter().filter_map(|r| r.processes));
-        let cpu = median(reps.iter().filter_map(|r| r.cpu_s));
-        let fewer_processes = matches!((processes, warmup.processes), (Some(r), Some(w)) if r < w);
-        let less_cpu =
-            matches!((cpu, warmup.cpu_s), (Some(r), Some(w)) if r < w * LESS_CPU_THAN_WARMUP);
-        if wall < warmup.wall_s * FASTER_THAN_WARMUP && (fewer_processes || less_cpu) {
-            let what = match (processes, warmup.processes) {
-                (Some(r), Some(w)) if fewer_processes => {
-                    format!(" and started {r:.0} processes (median) against its {w:.0}")
-                }
-                _ => format!(
-                    " and used {:.3}s of CPU (median) against its {:.3}s",
-                    cpu.unwrap_or(0.0),
-                    warmup.cpu_s.unwrap_or(0.0)
-                ),
-            };
-            out.push(format!(
-                "the repetitions took {wall:.3}s (median), the warm-up {:.3}s{what}: the warm-up \
-                 probably did the work and the repetitions measured what was left (a build that \
-                 is up to date); reset the state before each one with --prepare CMD, e.g. \
-                 --prepare 'make clean'",
-                warmup.wall_s
-            ));
-        }
-    }
+    let mut out: Vec<String> = no_op(warmups, reps).into_iter().collect();
     let short = reps.iter().filter(|r| r.wall_s < TOO_SHORT_S).count();
     if short > 0 {
         out.push(format!(
@@ -213,6 +227,8 @@ mod tests {
         assert_eq!(interleaved(4), [A, B, B, A, A, B, B, A]);
         assert_eq!(interleaved(1), [A, B]);
         assert!(interleaved(0).is_empty());
+        let pairs: Vec<Arm> = (0..4).flat_map(pair_order).collect();
+        assert_eq!(pairs, interleaved(4));
         // Under a linear drift, each side's mean position in time is the same for even n.
         let order = interleaved(6);
         let mean = |arm| {

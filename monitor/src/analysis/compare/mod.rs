@@ -25,10 +25,11 @@ use crate::{
     store::summary_json::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION},
 };
 
-use crate::cli::{EXIT_REGRESSED, EXIT_USAGE};
+use crate::cli::{EXIT_INCONCLUSIVE, EXIT_REGRESSED, EXIT_USAGE};
 
 mod gate;
 mod load;
+mod paired;
 mod render;
 mod stats;
 #[cfg(test)]
@@ -36,6 +37,7 @@ mod tests;
 
 pub use gate::*;
 pub use load::*;
+pub use paired::*;
 pub use render::*;
 pub use stats::*;
 

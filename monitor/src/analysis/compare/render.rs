@@ -85,8 +85,66 @@ pub(super) fn format_p(p: f64) -> String {
 pub(super) fn p_value(row: &Row) -> Option<f64> {
     match row.decision.method {
         Some(Method::Welch { p, .. }) => Some(p),
+        Some(Method::Paired(s)) => Some(s.p),
         _ => None,
     }
+}
+
+/// `+1.2%`: a relative change with its sign.
+pub(super) fn percent(x: f64) -> String {
+    format!("{:+.1}%", x * 100.0)
+}
+
+/// The paired interval `[-0.4%, +2.1%]`, `-` when the row is not paired.
+pub(super) fn format_interval(row: &Row) -> String {
+    match row.decision.method {
+        Some(Method::Paired(s)) => format!("[{}, {}]", percent(s.low), percent(s.high)),
+        _ => "-".into(),
+    }
+}
+
+/// The paired detectable change `±3.4%`, `-` when the row is not paired.
+pub(super) fn format_detectable(row: &Row) -> String {
+    match row.decision.method {
+        Some(Method::Paired(s)) if s.detectable.is_finite() => {
+            format!("±{:.1}%", s.detectable * 100.0)
+        }
+        _ => "-".into(),
+    }
+}
+
+/// `cpu_s +3.1% (interval [-0.5%, +6.8%] at 99%; limit +5%: pass under +5%, regressed over
+/// +2.5%; detectable ±7.2% with 5 pairs; about 14 pairs would decide it)`.
+pub(super) fn explain_paired(row: &Row, s: &Paired) -> String {
+    let mut text = format!(
+        "{} {} ({} → {}; interval [{}, {}] at {}%; limit {}: pass under it, regressed over +{}%; \
+         detectable ±{:.1}% with {})",
+        row.metric,
+        percent(s.change),
+        format_value(row.unit, row.baseline.map_or(0.0, |b| b.median)),
+        format_value(row.unit, row.candidate.map_or(0.0, |c| c.median)),
+        percent(s.low),
+        percent(s.high),
+        trim_float((1.0 - row.decision.alpha) * 100.0, 2),
+        format_limit(row.max_increase),
+        trim_float(row.max_increase * 50.0, 2),
+        s.detectable * 100.0,
+        plural(s.n, "pair"),
+    );
+    if row.decision.verdict == Verdict::Inconclusive {
+        text.pop();
+        match more_pairs_needed(s, row.max_increase, row.decision.alpha) {
+            Some(n) => {
+                let _ = write!(
+                    text,
+                    "; about {} more would decide it ({n} in all))",
+                    plural(n.saturating_sub(s.n), "pair")
+                );
+            }
+            None => text.push_str("; many more pairs, or a quieter machine, would decide it)"),
+        }
+    }
+    text
 }
 
 pub(super) fn alpha(confidence: f64) -> String {
@@ -106,6 +164,9 @@ pub(super) fn format_noise(row: &Row) -> String {
 /// `cpu_s +6.0% (...; limit +5%; fewer than 2 samples a side)`,
 /// `read_bytes from 0 to 4.00 KiB (p=0.0210 < 0.05)`.
 pub(super) fn explain(row: &Row) -> String {
+    if let Some(Method::Paired(s)) = &row.decision.method {
+        return explain_paired(row, s);
+    }
     let median = |s: Option<Stats>| format_value(row.unit, s.map_or(0.0, |s| s.median));
     let change = match row.decision.ratio {
         None => format!("from 0 to {}", median(row.candidate)),
@@ -151,7 +212,28 @@ pub(super) fn conclusion(report: &Report) -> Vec<(String, Vec<String>)> {
         ));
     }
     let regressed = list(Verdict::Regressed);
-    if regressed.is_empty() {
+    let inconclusive = list(Verdict::Inconclusive);
+    if regressed.is_empty() && !inconclusive.is_empty() {
+        let budget = match &report.series {
+            Some(series) if series.stopped_by != "decided" => format!(
+                " after {} ({} ended it)",
+                plural(series.pairs.len(), "pair"),
+                match series.stopped_by {
+                    "max_time" => "--max-time",
+                    "max_runs" => "--max-runs",
+                    _ => "--repeat",
+                }
+            ),
+            _ => String::new(),
+        };
+        lines.push((
+            format!(
+                "inconclusive{budget}: {} not decided",
+                plural(inconclusive.len(), "metric")
+            ),
+            inconclusive,
+        ));
+    } else if regressed.is_empty() {
         lines.push(("no regression".into(), regressed));
     } else {
         lines.push((
@@ -164,6 +246,19 @@ pub(super) fn conclusion(report: &Report) -> Vec<(String, Vec<String>)> {
 
 /// How the verdicts were reached, in two lines.
 pub(super) fn rule(report: &Report) -> [String; 2] {
+    if report.series.is_some() {
+        return [
+            "paired: each pair is one run of each side back to back (A B, B A, ...); per pair \
+             the ratio candidate / baseline;"
+                .into(),
+            format!(
+                "pass when the change is under its limit, REGRESSED when over half of it, each \
+                 with {}% confidence over all gated metrics together (Bonferroni); \
+                 INCONCLUSIVE until one holds",
+                trim_float(report.confidence * 100.0, 2)
+            ),
+        ];
+    }
     [
         "lower is better; REGRESSED when the median grows past both its limit and its noise \
          (the baseline's relative sd)"
@@ -184,11 +279,64 @@ pub(super) fn plural(n: usize, word: &str) -> String {
 
 pub(super) fn side_line(side: &SideInfo) -> String {
     format!(
-        "{}: {} from {}",
+        "{}: {} from {}{}",
         side.source,
         plural(side.samples, "sample"),
-        plural(side.runs, "run")
+        plural(side.runs, "run"),
+        checkout(side)
     )
+}
+
+/// `, in ../baseline at 1a2b3c4d5e6f (dirty)`: where a side ran and its commit, when known.
+pub(super) fn checkout(side: &SideInfo) -> String {
+    let mut out = String::new();
+    if let Some(dir) = &side.directory {
+        let _ = write!(out, ", in {dir}");
+    }
+    if let Some(commit) = &side.commit {
+        let short: String = commit.chars().take(12).collect();
+        let _ = write!(out, " at {short}");
+        if side.dirty == Some(true) {
+            out.push_str(" (dirty)");
+        }
+    }
+    out
+}
+
+/// The series in a few lines: pairs, those left out and why, the budget.
+pub(super) fn series_lines(series: &Series) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{} ({} used), {:.0}s; stopped: {}{}",
+        plural(series.pairs.len(), "pair"),
+        series.kept,
+        series.elapsed_s,
+        match series.stopped_by {
+            "decided" => "decided",
+            "max_runs" => "--max-runs reached",
+            "max_time" => "--max-time reached",
+            _ => "--repeat pairs done",
+        },
+        match (series.max_runs, series.max_time_s) {
+            (runs, Some(t)) => format!(" (budget {runs} runs a side, {t:.0}s)"),
+            (runs, None) => format!(" (budget {runs} runs a side)"),
+        }
+    )];
+    let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
+    for p in &series.pairs {
+        lines.push(format!(
+            "pair {} {}: other work {} / {}, run-queue wait {} / {}{}",
+            p.index,
+            p.order,
+            share(p.baseline.other_cpu_share),
+            share(p.candidate.other_cpu_share),
+            share(p.baseline.run_queue_share),
+            share(p.candidate.run_queue_share),
+            p.left_out
+                .as_ref()
+                .map_or(String::new(), |why| format!(": left out ({why})"))
+        ));
+    }
+    lines
 }
 
 pub(super) const HEADERS: [&str; 9] = [
@@ -203,20 +351,54 @@ pub(super) const HEADERS: [&str; 9] = [
     "verdict",
 ];
 
+/// A paired report's columns: the interval and the detectable change instead of noise and p.
+pub(super) const PAIRED_HEADERS: [&str; 9] = [
+    "metric",
+    "baseline (median ± sd, n)",
+    "candidate (median ± sd, n)",
+    "ratio",
+    "change",
+    "interval",
+    "detectable",
+    "limit",
+    "verdict",
+];
+
+pub(super) fn headers(report: &Report) -> [&'static str; 9] {
+    if report.series.is_some() {
+        PAIRED_HEADERS
+    } else {
+        HEADERS
+    }
+}
+
 pub(super) fn table_cells(report: &Report) -> Vec<[String; 9]> {
     report
         .rows
         .iter()
         .map(|row| {
+            let [sixth, seventh, eighth] = if report.series.is_some() {
+                [
+                    format_interval(row),
+                    format_detectable(row),
+                    format_limit(row.max_increase),
+                ]
+            } else {
+                [
+                    format_noise(row),
+                    format_limit(row.max_increase),
+                    p_value(row).map_or_else(|| "-".into(), format_p),
+                ]
+            };
             [
                 row.metric.to_string(),
                 format_stats(row.unit, row.baseline.as_ref()),
                 format_stats(row.unit, row.candidate.as_ref()),
                 format_ratio(row),
                 format_change(row),
-                format_noise(row),
-                format_limit(row.max_increase),
-                p_value(row).map_or_else(|| "-".into(), format_p),
+                sixth,
+                seventh,
+                eighth,
                 row.decision.verdict.label().to_string(),
             ]
         })
@@ -225,7 +407,13 @@ pub(super) fn table_cells(report: &Report) -> Vec<[String; 9]> {
 
 /// A table for people, readable in a CI log.
 pub fn render_text(report: &Report) -> String {
-    let mut out = String::from("montrace compare\n");
+    let mut out = match &report.series {
+        Some(_) => String::from("montrace bench\n"),
+        None => String::from("montrace compare\n"),
+    };
+    if let Some(name) = &report.name {
+        let _ = writeln!(out, "  benchmark  {name}");
+    }
     let (base, cand) = (&report.baseline, &report.candidate);
     if base.command == cand.command {
         let _ = writeln!(out, "  command    {}", base.command);
@@ -237,9 +425,19 @@ pub fn render_text(report: &Report) -> String {
     }
     let [rule1, rule2] = rule(report);
     let _ = writeln!(out, "  rule       {rule1}\n             {rule2}");
+    if let Some(series) = &report.series {
+        for (i, line) in series_lines(series).iter().enumerate() {
+            let label = if i == 0 {
+                "  series     "
+            } else {
+                "             "
+            };
+            let _ = writeln!(out, "{label}{line}");
+        }
+    }
     out.push('\n');
     let cells = table_cells(report);
-    let mut widths = HEADERS.map(|h| h.chars().count());
+    let mut widths = headers(report).map(|h| h.chars().count());
     for row in &cells {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
@@ -247,7 +445,7 @@ pub fn render_text(report: &Report) -> String {
     }
     // Figures are right-aligned so that their digits line up; names and words left-aligned.
     let right = [false, true, true, true, true, true, true, true, false];
-    let headers = HEADERS.map(String::from);
+    let headers = headers(report).map(String::from);
     for row in std::iter::once(&headers).chain(&cells) {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
@@ -293,19 +491,34 @@ pub fn render_text(report: &Report) -> String {
 pub fn render_md(report: &Report) -> String {
     let mut out = String::new();
     let regressed = report.regressions().count();
-    let headline = if regressed == 0 {
-        "✅ no regression".to_string()
-    } else {
+    let inconclusive = report.inconclusive().count();
+    let headline = if regressed > 0 {
         format!("❌ {} regressed", plural(regressed, "metric"))
+    } else if inconclusive > 0 {
+        format!(
+            "⚠️ inconclusive ({} not decided)",
+            plural(inconclusive, "metric")
+        )
+    } else {
+        "✅ no regression".to_string()
     };
-    let _ = writeln!(out, "### montrace compare: {headline}\n");
+    let tool = if report.series.is_some() {
+        "bench"
+    } else {
+        "compare"
+    };
+    let _ = writeln!(out, "### montrace {tool}: {headline}\n");
+    if let Some(name) = &report.name {
+        let _ = writeln!(out, "- benchmark: {}", md_code(name));
+    }
     let (base, cand) = (&report.baseline, &report.candidate);
     let side = |side: &SideInfo| {
         format!(
-            "{}: {} from {}",
+            "{}: {} from {}{}",
             md_code(&side.source),
             plural(side.samples, "sample"),
-            plural(side.runs, "run")
+            plural(side.runs, "run"),
+            checkout(side)
         )
     };
     if base.command == cand.command {
@@ -326,13 +539,24 @@ pub fn render_md(report: &Report) -> String {
             md_code(&cand.command)
         );
     }
-    let _ = writeln!(out, "- rule: {}\n", rule(report).join(" "));
-    let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
+    let _ = writeln!(out, "- rule: {}", rule(report).join(" "));
+    if let Some(series) = &report.series {
+        let lines = series_lines(series);
+        let _ = writeln!(out, "- series: {}", lines[0]);
+        let _ = writeln!(out, "\n<details><summary>pairs</summary>\n");
+        for line in &lines[1..] {
+            let _ = writeln!(out, "- {line}");
+        }
+        let _ = writeln!(out, "\n</details>");
+    }
+    out.push('\n');
+    let _ = writeln!(out, "| {} |", headers(report).join(" | "));
     let _ = writeln!(out, "|:---|---:|---:|---:|---:|---:|---:|---:|:---|");
     for (row, cells) in report.rows.iter().zip(table_cells(report)) {
         let [metric, baseline, candidate, ratio, change, noise, limit, p, verdict] = cells;
         let verdict = match row.decision.verdict {
             Verdict::Regressed => format!("❌ **{verdict}**"),
+            Verdict::Inconclusive => format!("⚠️ **{verdict}**"),
             _ => verdict,
         };
         let _ = writeln!(
@@ -374,11 +598,21 @@ pub fn render_md(report: &Report) -> String {
 #[derive(Serialize)]
 pub(super) struct JsonReport<'a> {
     schema_version: u32,
+    /// `pass`, `regressed` or `inconclusive` (what the exit status says).
+    outcome: &'static str,
     regressed: bool,
     confidence: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
     baseline: &'a SideInfo,
     candidate: &'a SideInfo,
     metrics: Vec<JsonRow<'a>>,
+    /// Bench: the pairs, their interference and the budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    series: Option<&'a Series>,
+    /// Inconclusive: pairs in all that would likely decide every undecided metric.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pairs_needed: Option<usize>,
     warnings: &'a [String],
 }
 
@@ -401,12 +635,27 @@ pub(super) struct JsonRow<'a> {
     /// metrics).
     alpha: f64,
     verdict: &'static str,
-    /// `welch`, `threshold`, or null (no data).
+    /// `welch`, `paired`, `threshold`, or null (no data).
     method: Option<&'static str>,
-    /// Welch's test; null otherwise (and t when infinite).
+    /// Welch's or the paired t-test; null otherwise (and t when infinite).
     t: Option<f64>,
     df: Option<f64>,
     p_value: Option<f64>,
+    /// Paired: the mean change and its one-sided bounds at the metric's level (relative), the
+    /// smallest change the series would reveal (80 % power), and the pairs it used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    change: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    change_low: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    change_high: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detectable: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pairs: Option<usize>,
+    /// Inconclusive: pairs in all that would likely decide it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pairs_needed: Option<usize>,
 }
 
 /// JSON, for machines: stable field names, versioned by `schema_version`.
@@ -420,8 +669,13 @@ pub fn render_json(report: &Report) -> String {
                 Some(Method::Welch { t, df, p }) => {
                     (Some("welch"), finite(t), finite(df), finite(p))
                 }
+                Some(Method::Paired(s)) => (Some("paired"), finite(s.t), finite(s.df), finite(s.p)),
                 Some(Method::Threshold) => (Some("threshold"), None, None, None),
                 None => (None, None, None, None),
+            };
+            let paired = match row.decision.method {
+                Some(Method::Paired(s)) => Some(s),
+                _ => None,
             };
             JsonRow {
                 metric: row.metric,
@@ -439,16 +693,28 @@ pub fn render_json(report: &Report) -> String {
                 t,
                 df,
                 p_value,
+                change: paired.map(|s| s.change).and_then(finite),
+                change_low: paired.map(|s| s.low).and_then(finite),
+                change_high: paired.map(|s| s.high).and_then(finite),
+                detectable: paired.map(|s| s.detectable).and_then(finite),
+                pairs: paired.map(|s| s.n),
+                pairs_needed: paired
+                    .filter(|_| row.decision.verdict == Verdict::Inconclusive)
+                    .and_then(|s| more_pairs_needed(&s, row.max_increase, row.decision.alpha)),
             }
         })
         .collect();
     let json = JsonReport {
         schema_version: COMPARE_JSON_VERSION,
+        outcome: report.outcome(),
         regressed: report.regressed(),
         confidence: report.confidence,
+        name: report.name.as_deref(),
         baseline: &report.baseline,
         candidate: &report.candidate,
         metrics,
+        series: report.series.as_ref(),
+        pairs_needed: report.pairs_needed(),
         warnings: &report.warnings,
     };
     let mut out = serde_json::to_string_pretty(&json).expect("the report serializes");
@@ -464,12 +730,13 @@ pub(super) struct BmfMetric {
 }
 
 /// Bencher Metric Format (<https://bencher.dev/docs/reference/bencher-metric-format/>): the
-/// candidate's figures as `{ command: { metric: { value: median, lower_value: min, upper_value:
-/// max } } }`, for `bencher run --adapter json`; Bencher keeps the history and its own
-/// thresholds, so the baseline is not part of it.
+/// candidate's figures as `{ benchmark: { measure: { value: median, lower_value: min,
+/// upper_value: max } } }`, for `bencher run --adapter json`; Bencher keeps the history and its
+/// own thresholds, so the baseline is not part of it. The benchmark is the report's name (bench)
+/// or the candidate's command; each measure is named by its slug ([`bmf_slug`]).
 pub fn render_bmf(report: &Report) -> String {
     bmf(
-        &report.candidate.command,
+        report.name.as_deref().unwrap_or(&report.candidate.command),
         report
             .rows
             .iter()
@@ -488,10 +755,10 @@ pub fn render_bmf_of(summary: &Summary) -> String {
 }
 
 fn bmf<'a>(command: &str, stats: impl Iterator<Item = (&'a str, &'a Stats)>) -> String {
-    let measures: BTreeMap<&str, BmfMetric> = stats
+    let measures: BTreeMap<String, BmfMetric> = stats
         .map(|(metric, s)| {
             (
-                metric,
+                bmf_slug(metric),
                 BmfMetric {
                     value: s.median,
                     lower_value: s.min,
@@ -504,4 +771,11 @@ fn bmf<'a>(command: &str, stats: impl Iterator<Item = (&'a str, &'a Stats)>) -> 
     let mut out = serde_json::to_string_pretty(&bmf).expect("the report serializes");
     out.push('\n');
     out
+}
+
+/// A metric's Bencher measure slug: Bencher identifies a measure by its slug (kebab-case, at most
+/// 64 characters) before its name, so `cpu_s` is sent as `cpu-s` and creates, or finds, the same
+/// measure every time.
+pub fn bmf_slug(metric: &str) -> String {
+    metric.replace('_', "-")
 }

@@ -299,14 +299,7 @@ fn an_off_metric_is_not_gated() {
         .collect();
     assert_eq!(
         gated,
-        [
-            "cpu_s",
-            "cpu_user_s",
-            "cpu_system_s",
-            "peak_rss_bytes",
-            "processes",
-            "write_bytes"
-        ]
+        ["cpu_s", "peak_rss_bytes", "processes", "write_bytes"]
     );
 }
 
@@ -378,6 +371,9 @@ fn sample_report() -> Report {
         command: "cargo build --release".into(),
         runs: 1,
         samples: 5,
+        directory: None,
+        commit: None,
+        dirty: None,
     };
     let row = |metric: &'static str, baseline, candidate, max_increase, decision| Row {
         metric,
@@ -467,6 +463,8 @@ fn sample_report() -> Report {
                     .into(),
                 "candidate runs/pr-42/summary.json: the rss limit stopped the run".into(),
             ],
+            name: None,
+            series: None,
         }
 }
 
@@ -843,4 +841,188 @@ fn the_significance_level_is_shared_among_the_gated_metrics() {
     for row in &report.rows {
         assert!((row.decision.alpha - 0.025).abs() < 1e-12, "{row:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paired (bench)
+// ---------------------------------------------------------------------------------------------
+
+/// A side of a bench series: one run per pair, one repetition each, `cpu_s` and `processes` as
+/// given, in `dir/rep-NNN`, with the side's checkout in its context.
+fn bench_side(dir: &str, cpu: &[f64], processes: f64, commit: &str) -> Side {
+    let runs = cpu
+        .iter()
+        .enumerate()
+        .map(|(i, &cpu)| {
+            let mut rep = repetition(cpu * 1.2, cpu);
+            rep.metrics.insert("processes".into(), processes);
+            let mut summary = Summary::new(
+                "/bin/sh -c 'make -j2'".into(),
+                vec!["/bin/sh".into(), "-c".into(), "make -j2".into()],
+                "host".into(),
+                0,
+                vec![rep],
+                None,
+            );
+            summary.context = Some(crate::fleet::context::Context {
+                git: Some(crate::fleet::context::Git {
+                    commit: Some(commit.into()),
+                    branch: None,
+                    dirty: Some(commit.starts_with('f')),
+                }),
+                ..Default::default()
+            });
+            (
+                PathBuf::from(format!("{dir}/rep-{:03}/summary.json", i + 1)),
+                summary,
+            )
+        })
+        .collect();
+    Side {
+        source: dir.into(),
+        runs,
+        different_commands_expected: true,
+    }
+}
+
+fn series(n: usize, disturbed: &[usize]) -> Series {
+    Series {
+        pairs: (0..n)
+            .map(|i| PairInfo {
+                index: i + 1,
+                order: if i % 2 == 0 { "AB" } else { "BA" },
+                baseline: Interference {
+                    other_cpu_share: Some(0.05),
+                    run_queue_share: Some(0.02),
+                },
+                candidate: Interference {
+                    other_cpu_share: Some(if disturbed.contains(&i) { 0.5 } else { 0.06 }),
+                    run_queue_share: Some(0.03),
+                },
+                left_out: disturbed
+                    .contains(&i)
+                    .then(|| "other work took 5% ..., 50% ...".to_string()),
+            })
+            .collect(),
+        kept: 0,
+        stopped_by: "max_runs",
+        max_runs: n,
+        max_time_s: None,
+        elapsed_s: 61.0,
+    }
+}
+
+/// A neighbour that moves CPU time by up to 30 % between pairs, both runs of a pair alike.
+const MACHINE: [f64; 6] = [5.5, 7.2, 6.1, 5.8, 7.0, 6.4];
+
+fn paired_report(change: f64, noise: &[f64], disturbed: &[usize]) -> Report {
+    let base: Vec<f64> = MACHINE.to_vec();
+    let cand: Vec<f64> = MACHINE
+        .iter()
+        .zip(noise.iter().cycle())
+        .map(|(m, e)| m * (1.0 + change + e))
+        .collect();
+    build_paired_report(
+        &bench_side("runs/baseline", &base, 31.0, "1a2b3c4d5e6f7a8b9c0d"),
+        &bench_side("runs/candidate", &cand, 31.0, "f0e1d2c3b4a5"),
+        &parse_max(&[]).unwrap(),
+        0.95,
+        series(MACHINE.len(), disturbed),
+    )
+}
+
+#[test]
+fn a_bench_series_is_decided_on_its_pairs() {
+    // +10 % CPU under a drifting neighbour: regressed, exit 1.
+    let report = paired_report(0.10, &[0.004, -0.003], &[]);
+    let cpu = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert_eq!(cpu.decision.verdict, Verdict::Regressed, "{cpu:?}");
+    assert!(matches!(cpu.decision.method, Some(Method::Paired(s)) if s.n == 6));
+    assert_eq!((report.outcome(), report.exit_code()), ("regressed", 1));
+    // The same code: pass, exit 0; the exact process count passes too.
+    let report = paired_report(0.0, &[0.004, -0.003], &[]);
+    assert_eq!(
+        (report.outcome(), report.exit_code()),
+        ("pass", 0),
+        "{}",
+        render_text(&report)
+    );
+    // Too noisy for 6 pairs: inconclusive, exit 3, and never "no regression".
+    let report = paired_report(0.03, &[0.06, -0.05, 0.02], &[]);
+    assert_eq!((report.outcome(), report.exit_code()), ("inconclusive", 3));
+    let text = render_text(&report);
+    assert!(!text.contains("no regression"), "{text}");
+    assert!(
+        text.contains("inconclusive after 6 pairs (--max-runs ended it)"),
+        "{text}"
+    );
+    assert!(text.contains("more would decide it"), "{text}");
+    let md = render_md(&report);
+    assert!(
+        md.starts_with("### montrace bench: ⚠️ inconclusive"),
+        "{md}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
+    assert_eq!(json["outcome"], "inconclusive");
+    assert!(json["pairs_needed"].as_u64().unwrap() > 6, "{json}");
+    let cpu = json["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "cpu_s")
+        .unwrap();
+    assert_eq!(
+        (cpu["method"].as_str(), cpu["pairs"].as_u64()),
+        (Some("paired"), Some(6))
+    );
+    assert!(cpu["change_low"].as_f64().unwrap() < 0.025, "{cpu}");
+    assert!(cpu["change_high"].as_f64().unwrap() > 0.05, "{cpu}");
+}
+
+#[test]
+fn a_disturbed_pair_is_left_out_and_shown() {
+    // Pair 3's candidate ran beside a neighbour its baseline did not see: +40 % there alone.
+    let mut noise = vec![0.0; 6];
+    noise[2] = 0.40;
+    let report = paired_report(0.0, &noise, &[2]);
+    assert_eq!(report.outcome(), "pass", "{}", render_text(&report));
+    assert_eq!(report.series.as_ref().unwrap().kept, 5);
+    let cpu = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert_eq!(cpu.baseline.unwrap().n, 5);
+    let text = render_text(&report);
+    assert!(text.contains("pair 3 AB: other work 5% / 50%"), "{text}");
+    assert!(text.contains("left out"), "{text}");
+    // Used, the same pair makes the series undecided.
+    let report = paired_report(0.0, &noise, &[]);
+    assert_ne!(report.outcome(), "pass");
+}
+
+#[test]
+fn paired_snapshots() {
+    let mut report = paired_report(0.10, &[0.004, -0.003], &[]);
+    report.name = Some("make -j2".into());
+    report.baseline.directory = Some("/ci/baseline".into());
+    report.candidate.directory = Some("/ci/candidate".into());
+    assert_snapshot(
+        "paired.txt",
+        include_str!("snapshots/paired.txt"),
+        &render_text(&report),
+    );
+    assert_snapshot(
+        "paired.md",
+        include_str!("snapshots/paired.md"),
+        &render_md(&report),
+    );
+    let json = render_json(&report);
+    assert_snapshot("paired.json", include_str!("snapshots/paired.json"), &json);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["candidate"]["commit"], "f0e1d2c3b4a5");
+    assert_eq!(json["candidate"]["dirty"], true);
+    // Bencher: the benchmark's name, measures by slug.
+    let bmf: serde_json::Value = serde_json::from_str(&render_bmf(&report)).unwrap();
+    assert!(
+        bmf["make -j2"]["cpu-s"]["value"].as_f64().unwrap() > 6.0,
+        "{bmf}"
+    );
+    assert!(bmf["make -j2"].get("cpu_s").is_none(), "{bmf}");
 }

@@ -131,6 +131,7 @@ impl Inputs {
                 recorder.guarded(|r| r.on_record(&item));
                 self.taken += 1;
             }
+            recorder.guarded(Recorder::store_finished);
             return None;
         }
         let poller = self.poller.as_mut()?;
@@ -283,6 +284,7 @@ pub async fn follow(
                     recorder.guarded(|r| r.on_record(&item));
                     inputs.taken += 1;
                 }
+                recorder.guarded(Recorder::store_finished);
                 guard.clear_ready();
             }
             guard = inputs.signals.readable() => {

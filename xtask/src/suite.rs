@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn the_gpu_path_is_never_reported_skipped() {
-        let all = Tiers::from_flags(false, false, false);
+        let all = Tiers::from_flags(false, false, false, false);
         let line = gpu_outcome(all, Some("no nvidia-smi"));
         assert_eq!(
             line,
@@ -358,12 +358,12 @@ mod tests {
             gpu_outcome(all, None),
             "; GPU path: through the NVML driver double, on this machine's NVIDIA GPU"
         );
-        let e2e = Tiers::from_flags(false, false, true);
+        let e2e = Tiers::from_flags(false, false, true, false);
         assert_eq!(
             gpu_outcome(e2e, None),
             "; GPU path: through the NVML driver double"
         );
-        assert_eq!(gpu_outcome(Tiers::from_flags(false, true, false), None), "");
+        assert_eq!(gpu_outcome(Tiers::from_flags(false, true, false, false), None), "");
     }
 
     #[test]

@@ -363,7 +363,10 @@ mod tests {
             gpu_outcome(e2e, None),
             "; GPU path: through the NVML driver double"
         );
-        assert_eq!(gpu_outcome(Tiers::from_flags(false, true, false, false), None), "");
+        assert_eq!(
+            gpu_outcome(Tiers::from_flags(false, true, false, false), None),
+            ""
+        );
     }
 
     #[test]

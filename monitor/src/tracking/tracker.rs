@@ -461,13 +461,10 @@ impl Tracker {
 
     /// Live pids, oldest process first (so parents come before their children).
     pub fn live_pids(&self) -> Vec<u32> {
-        let mut live: Vec<(i64, u32)> = self
-            .live
-            .values()
-            .map(|e| (e.record.start_time_ns, e.record.pid))
-            .collect();
-        live.sort_unstable();
-        live.into_iter().map(|(_, pid)| pid).collect()
+        self.live_identities()
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .collect()
     }
 
     /// (pid, start time in ns since boot) of every live process, oldest first (parents before

@@ -239,7 +239,7 @@ fn the_fleet_docs_queries_run_as_written() {
 
 /// `montrace compare --baseline DATASET --where branch=main --last N CANDIDATE` (or the dataset
 /// as the first path): the baseline is the dataset's newest successful runs of the candidate's
-/// command on its kind of host with that label; the same work passes, 50 % more CPU for the same command line fails, a selection that
+/// command on its kind of host with that label; the same work passes, twice the CPU for the same command line fails, a selection that
 /// matches nothing is a usage error that says why.
 #[test]
 fn compare_takes_its_baseline_from_the_fleet() {
@@ -307,9 +307,11 @@ fn compare_takes_its_baseline_from_the_fleet() {
         twice.stderr.contains("--baseline DEST CANDIDATE"),
         "{twice:?}"
     );
-    let heavier = candidate(225_000);
+    // Twice the work: on a busy machine the baseline's spread reached ±22 % and 1.5 times the
+    // work measured +7.7 % once, below what an unpaired comparison can tell from noise.
+    let heavier = candidate(300_000);
     let verdict = compare(&heavier, &["--where", "branch=main"]);
-    assert_eq!(verdict.code(), 1, "50 % more CPU: {verdict:?}");
+    assert_eq!(verdict.code(), 1, "twice the CPU: {verdict:?}");
     assert!(verdict.stdout.contains("cpu_s"), "{verdict:?}");
     let none = compare(&same, &["--where", "branch=nope"]);
     assert_eq!(none.code(), 2, "{none:?}");

@@ -83,8 +83,18 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page, roff (e.g. `montrace man > /usr/local/share/man/man1/montrace.1`)
-    Man,
+    /// Print a man page, roff (e.g. `montrace man > /usr/local/share/man/man1/montrace.1`,
+    /// `montrace man run`), or write every page with --dir
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (its page is montrace-COMMAND(1)); default: montrace(1)
+    pub command: Option<String>,
+    /// Write montrace.1 and one page per subcommand (montrace-run.1, ...) into DIR instead
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -393,18 +403,24 @@ pub struct BenchArgs {
     /// The candidate's command line
     #[arg(long, short = 'b', value_name = "CMD")]
     pub candidate: String,
-    /// Measured repetitions of each side
-    #[arg(long, short = 'n', value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
+    /// Measured repetitions of each side (hyperfine's -r/--runs)
+    #[arg(long, short = 'n', visible_alias = "runs", visible_short_alias = 'r', value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
     pub repeat: u32,
     /// Unmeasured runs of each side first
-    #[arg(long, value_name = "K", default_value_t = 1)]
+    #[arg(long, short = 'w', value_name = "K", default_value_t = 1)]
     pub warmup: u32,
     /// Before every run of either side, this shell command, unrecorded (e.g. 'make clean')
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, short = 'p', value_name = "CMD")]
     pub prepare: Option<String>,
     /// After every run of either side, this shell command, unrecorded
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, short = 'c', value_name = "CMD")]
     pub cleanup: Option<String>,
+    /// Also write the verdict as JSON to FILE (as OUT/verdict.json; hyperfine's flag)
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+    /// Also write the verdict as Markdown to FILE (as OUT/verdict.md; hyperfine's flag)
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
     /// Directory to write (default: ./montrace-bench/<UTC time>)
     #[arg(long, short = 'o', value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -608,6 +624,36 @@ mod tests {
             panic!("not bench")
         };
         assert_eq!((bench.baseline.as_str(), bench.repeat), ("x", 5));
+        // hyperfine's habits: -w, -r/--runs, -p, -c.
+        let cli = Cli::try_parse_from([
+            "montrace",
+            "bench",
+            "-a",
+            "x",
+            "-b",
+            "y",
+            "-w",
+            "2",
+            "-r",
+            "7",
+            "-p",
+            "make clean",
+            "-c",
+            "true",
+        ])
+        .unwrap();
+        let Command::Bench(bench) = cli.command else {
+            panic!("not bench")
+        };
+        assert_eq!((bench.warmup, bench.repeat), (2, 7));
+        assert_eq!(bench.prepare.as_deref(), Some("make clean"));
+        assert_eq!(bench.cleanup.as_deref(), Some("true"));
+        let cli = Cli::try_parse_from(["montrace", "bench", "-a", "x", "-b", "y", "--runs", "9"])
+            .unwrap();
+        let Command::Bench(bench) = cli.command else {
+            panic!("not bench")
+        };
+        assert_eq!(bench.repeat, 9);
     }
 
     #[test]

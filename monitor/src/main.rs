@@ -92,13 +92,45 @@ fn dispatch(command: Command) -> anyhow::Result<i32> {
             clap_complete::generate(shell, &mut Cli::command(), "montrace", &mut text);
             print_bytes(&text)
         }
-        Command::Man => {
-            use clap::CommandFactory as _;
-            let mut text = Vec::new();
-            clap_mangen::Man::new(Cli::command()).render(&mut text)?;
-            print_bytes(&text)
-        }
+        Command::Man(args) => man(args),
     }
+}
+
+/// `montrace man`: the page of montrace or of one subcommand on stdout, or every page into a
+/// directory. The top page's SEE ALSO names montrace-run(1) and the others: they exist.
+fn man(args: monitor::cli::ManArgs) -> anyhow::Result<i32> {
+    use clap::CommandFactory as _;
+    let mut top = Cli::command().disable_help_subcommand(true);
+    top.build();
+    if let Some(dir) = args.dir {
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| clap_mangen::generate_to(top, &dir))
+            .map_err(|e| {
+                anyhow::anyhow!("cannot write the man pages into {}: {e}", dir.display())
+            })?;
+        println!("wrote the man pages into {}", dir.display());
+        return Ok(0);
+    }
+    let page = match args.command {
+        None => top,
+        Some(name) => match top.find_subcommand(&name) {
+            Some(sub) => sub.clone(),
+            None => {
+                let names: Vec<String> = top
+                    .get_subcommands()
+                    .map(|s| s.get_name().to_string())
+                    .collect();
+                eprintln!(
+                    "montrace man: error: no subcommand `{name}`; one of: {}",
+                    names.join(", ")
+                );
+                return Ok(EXIT_USAGE);
+            }
+        },
+    };
+    let mut text = Vec::new();
+    clap_mangen::Man::new(page).render(&mut text)?;
+    print_bytes(&text)
 }
 
 /// Writes generated text to stdout; a reader that stops early (`| head`) is no error.

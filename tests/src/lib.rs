@@ -1262,3 +1262,48 @@ pub fn now_ns() -> i64 {
         .expect("a clock after 1970")
         .as_nanos() as i64
 }
+
+/// A C project with `files` source files and a Makefile, in `dir`.
+pub fn write_c_project(dir: &Path, files: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut objs = Vec::new();
+    for i in 0..files {
+        std::fs::write(
+            dir.join(format!("u{i}.c")),
+            format!("int f{i}(int x) {{ int s = 0; for (int i = 0; i < x; i++) s += i * {i}; return s; }}\n"),
+        )
+        .unwrap();
+        objs.push(format!("u{i}.o"));
+    }
+    std::fs::write(
+        dir.join("Makefile"),
+        format!(
+            "OBJS = {objs}\nall: $(OBJS)\n%.o: %.c\n\tcc -O2 -c $< -o $@\nclean:\n\trm -f *.o\n",
+            objs = objs.join(" ")
+        ),
+    )
+    .unwrap();
+}
+
+/// `git ARGS` in `dir` (a fixed identity, `main` as the first branch); its stdout, trimmed.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -12,29 +12,10 @@ use std::{
     process::Command,
 };
 
-use tests::{montrace_bin, read_json, require_root, run_with_timeout, Finished, TIMEOUT};
-
-/// A C project with `files` source files and a Makefile, in `dir`.
-fn write_project(dir: &Path, files: usize) {
-    std::fs::create_dir_all(dir).unwrap();
-    let mut objs = Vec::new();
-    for i in 0..files {
-        std::fs::write(
-            dir.join(format!("u{i}.c")),
-            format!("int f{i}(int x) {{ int s = 0; for (int i = 0; i < x; i++) s += i * {i}; return s; }}\n"),
-        )
-        .unwrap();
-        objs.push(format!("u{i}.o"));
-    }
-    std::fs::write(
-        dir.join("Makefile"),
-        format!(
-            "OBJS = {objs}\nall: $(OBJS)\n%.o: %.c\n\tcc -O2 -c $< -o $@\nclean:\n\trm -f *.o\n",
-            objs = objs.join(" ")
-        ),
-    )
-    .unwrap();
-}
+use tests::{
+    git, montrace_bin, read_json, require_root, run_with_timeout, write_c_project as write_project,
+    Finished, TIMEOUT,
+};
 
 fn montrace(cwd: &Path, args: &[&str]) -> Finished {
     let mut cmd = Command::new(montrace_bin());
@@ -231,28 +212,6 @@ fn ci_recipe() -> String {
         .expect("a ```sh block after the marker")
         .1;
     block.split_once("```").unwrap().0.to_string()
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]

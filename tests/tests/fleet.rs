@@ -294,6 +294,25 @@ fn compare_takes_its_baseline_from_the_fleet() {
     let positional = run_with_timeout(&mut cmd, TIMEOUT);
     assert_eq!(positional.code(), 0, "{positional:?}");
     assert!(positional.stdout.contains("4 runs"), "{positional:?}");
+    // The verdict names the baseline's runs: the 4 newest of main, nothing else.
+    let json = compare(
+        &same,
+        &["--where", "branch=main", "--last", "4", "--format", "json"],
+    );
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let mut used: Vec<String> = json["baseline"]["dataset_runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{json}"))
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .collect();
+    let mut newest_main: Vec<String> = runs[1..5]
+        .iter()
+        .map(|r| r.run_json()["run_id"].as_str().unwrap().to_string())
+        .collect();
+    used.sort();
+    newest_main.sort();
+    assert_eq!(used, newest_main, "{json}");
     // A baseline given twice is a usage error that says how to write it.
     let mut cmd = Command::new(montrace_bin());
     cmd.arg("compare")

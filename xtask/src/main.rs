@@ -10,8 +10,11 @@
 //! - `cargo xtask gpu-check`: release build, then montrace's GPU figures against nvidia-smi's.
 //! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
 //! - `cargo xtask wheel [--release]`: the Python wheel (the binary and the `montrace` package).
+//! - `cargo xtask dist [--wheel]`: the release tarball (a static montrace, completions, man pages)
+//!   and the release wheel.
 
 mod bench;
+mod dist;
 mod gpu_check;
 mod kernels;
 mod python;
@@ -97,6 +100,14 @@ enum Command {
         #[arg(long)]
         release: bool,
     },
+    /// Build what users install with no Rust, LLVM or bpf-linker: a static (musl) montrace with
+    /// its completions and man pages in target/dist/montrace-x86_64-linux-musl.tar.gz (unpack
+    /// with `tar -xz -C /usr/local --strip-components=1`).
+    Dist {
+        /// The release wheel too (target/wheels/release/).
+        #[arg(long)]
+        wheel: bool,
+    },
 }
 
 fn main() {
@@ -130,6 +141,7 @@ fn main() {
         Command::GpuCheck(args) => gpu_check::gpu_check(args),
         Command::Setcap { to } => run::setcap(cli.verbose, &to),
         Command::Wheel { release } => python::wheel(cli.verbose, release),
+        Command::Dist { wheel } => dist::dist(cli.verbose, wheel),
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");

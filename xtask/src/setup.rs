@@ -85,6 +85,12 @@ const STEPS: &[Step] = &[
         install: install_make_and_git,
     },
     Step {
+        name: "the static (musl) target and musl-tools",
+        how: "rustup target add and apt-get; `cargo xtask dist` builds the static montrace",
+        is_done: musl_installed,
+        install: install_musl,
+    },
+    Step {
         name: "qemu, kmod and busybox-static",
         how: "apt-get; the kernel tier boots its kernels in VMs",
         is_done: crate::kernels::tools_installed,
@@ -103,6 +109,31 @@ const STEPS: &[Step] = &[
         install: |i| crate::kernels::install_kernels(i.verbose),
     },
 ];
+
+/// The musl target of the pinned toolchain, and musl-gcc for the C code of the dependencies
+/// (zstd).
+fn musl_installed() -> bool {
+    let targets = stdout_of(Command::new("rustup").args([
+        "target",
+        "list",
+        "--installed",
+        "--toolchain",
+        EBPF_TOOLCHAIN,
+    ]));
+    targets.is_some_and(|t| t.lines().any(|l| l.trim() == crate::dist::TARGET))
+        && stdout_of(Command::new("musl-gcc").arg("--version")).is_some()
+}
+
+fn install_musl(i: &mut Installer) -> Result<()> {
+    i.run(Command::new("rustup").args([
+        "target",
+        "add",
+        crate::dist::TARGET,
+        "--toolchain",
+        EBPF_TOOLCHAIN,
+    ]))?;
+    i.apt_install(&["musl-tools"])
+}
 
 fn install_vm_tools(i: &mut Installer) -> Result<()> {
     i.apt_install(&crate::kernels::APT_PACKAGES)
@@ -185,6 +216,16 @@ const PIP_PACKAGES: &[PipPackage] = &[
     PipPackage {
         pip: "maturin>=1.5,<2",
         module: "maturin",
+    },
+    // The python tier checks the wheel's platform tag with PyPA's own auditwheel.
+    PipPackage {
+        pip: "auditwheel",
+        module: "auditwheel",
+    },
+    // The dist test parses docs/ci.md's GitHub workflow as a runner does (YAML).
+    PipPackage {
+        pip: "pyyaml",
+        module: "yaml",
     },
 ];
 

@@ -76,6 +76,7 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         header("end-to-end tests: cargo build -p monitor, then cargo test -p tests (as root)");
         check(util::cargo().args(["build", "-p", "monitor"]))
             .context("building montrace (debug) failed")?;
+        build_dist(verbose)?;
         check(&mut e2e_command()).context("end-to-end tests failed")?;
     }
 
@@ -112,13 +113,25 @@ fn gpu_outcome(tiers: Tiers, no_real_gpu: Option<&str>) -> String {
     }
 }
 
+/// The release tarball that tests/tests/dist.rs installs (`$MONTRACE_DIST`).
+fn build_dist(verbose: bool) -> Result<()> {
+    header("release tarball: cargo xtask dist (a static montrace, for tests/tests/dist.rs)");
+    let tarball = crate::dist::build_tarball(verbose)?;
+    eprintln!("xtask: built {}", tarball.display());
+    Ok(())
+}
+
 /// `cargo test -p tests` (the root end-to-end suite) against target/debug/montrace, through
 /// `sudo -E` when not root.
 fn e2e_command() -> Command {
     let montrace = util::target_dir().join("debug/montrace");
     let mut cmd = util::cargo();
     cmd.args(["test", "-p", "tests", "--", "--test-threads=1"])
-        .env("MONTRACE_BIN", &montrace);
+        .env("MONTRACE_BIN", &montrace)
+        .env(
+            "MONTRACE_DIST",
+            util::target_dir().join("dist").join(crate::dist::TARBALL),
+        );
     if !util::is_root() {
         eprintln!("xtask: not root: the end-to-end test binaries run through `sudo -E`");
         cmd.env(runner_var(), "sudo -E");
@@ -140,6 +153,7 @@ pub fn stress(verbose: bool, n: u32) -> Result<()> {
     crate::setup::setup(verbose)?;
     check(util::cargo().args(["build", "-p", "monitor"]))
         .context("building montrace (debug) failed")?;
+    build_dist(verbose)?;
     check(util::cargo().args(["test", "-p", "tests", "--no-run"]))
         .context("building the end-to-end tests failed")?;
     let mut results = Vec::new();

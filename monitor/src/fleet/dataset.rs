@@ -113,6 +113,20 @@ pub fn as_summary(run: &PublishedRun) -> Summary {
         None,
     );
     summary.labels = run.labels.clone();
+    // What the row says of where it ran, so that a verdict can name the baseline's commits.
+    summary.context = Some(crate::fleet::context::Context {
+        host: run.host.clone(),
+        cpu_model: run.cpu_model.clone(),
+        cpus: run.cpus.unwrap_or(0) as usize,
+        git: (run.git_commit.is_some() || run.git_branch.is_some()).then(|| {
+            crate::fleet::context::Git {
+                commit: run.git_commit.clone(),
+                branch: run.git_branch.clone(),
+                dirty: None,
+            }
+        }),
+        ..Default::default()
+    });
     summary
 }
 

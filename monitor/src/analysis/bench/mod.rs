@@ -306,6 +306,14 @@ impl Bench<'_> {
             ] {
                 userfs::write_atomic(&self.out.join(name), render(report, format).as_bytes())?;
             }
+            for (path, format) in [
+                (&self.args.export_json, CompareFormat::Json),
+                (&self.args.export_markdown, CompareFormat::Md),
+            ] {
+                if let Some(path) = path {
+                    userfs::write_atomic(path, render(report, format).as_bytes())?;
+                }
+            }
             Ok(())
         })
         .with_context(|| format!("cannot write the verdict into {}", self.out.display()))?;

@@ -389,6 +389,32 @@ pub struct SideInfo {
     pub commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dirty: Option<bool>,
+    /// A baseline taken from a published dataset: which runs it used, each with its commit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dataset_runs: Vec<DatasetRun>,
+}
+
+/// One run of a dataset that a baseline used.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DatasetRun {
+    pub run_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+impl SideInfo {
+    /// The distinct commits of a dataset baseline's runs, in the runs' order.
+    pub fn dataset_commits(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for commit in self.dataset_runs.iter().filter_map(|r| r.commit.as_deref()) {
+            if !out.contains(&commit) {
+                out.push(commit);
+            }
+        }
+        out
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -568,6 +594,21 @@ pub fn build_report(
             directory: None,
             commit: git.and_then(|g| g.commit.clone()),
             dirty: git.and_then(|g| g.dirty),
+            dataset_runs: if crate::fleet::dataset::is_dataset(&side.source) {
+                side.runs
+                    .iter()
+                    .flat_map(|(_, s)| {
+                        let git = s.context.as_ref().and_then(|c| c.git.as_ref());
+                        s.repetitions.iter().map(move |r| DatasetRun {
+                            run_id: r.run_id.clone(),
+                            commit: git.and_then(|g| g.commit.clone()),
+                            branch: git.and_then(|g| g.branch.clone()),
+                        })
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }
     };
     let mut commands: Vec<&str> = Vec::new();

@@ -293,6 +293,28 @@ pub(super) fn checkout(side: &SideInfo) -> String {
     if let Some(dir) = &side.directory {
         let _ = write!(out, ", in {dir}");
     }
+    let commits = side.dataset_commits();
+    if !side.dataset_runs.is_empty() {
+        // A dataset baseline: its runs' commits (the runs themselves are in the JSON).
+        let shown: Vec<String> = commits
+            .iter()
+            .take(5)
+            .map(|c| c.chars().take(12).collect())
+            .collect();
+        match commits.len() {
+            0 => out.push_str(", commits not recorded"),
+            1 => {
+                let _ = write!(out, " at {}", shown[0]);
+            }
+            n => {
+                let _ = write!(out, ", {n} commits: {}", shown.join(", "));
+                if n > shown.len() {
+                    let _ = write!(out, " and {} more", n - shown.len());
+                }
+            }
+        }
+        return out;
+    }
     if let Some(commit) = &side.commit {
         let short: String = commit.chars().take(12).collect();
         let _ = write!(out, " at {short}");

@@ -374,6 +374,7 @@ fn sample_report() -> Report {
         directory: None,
         commit: None,
         dirty: None,
+        dataset_runs: Vec::new(),
     };
     let row = |metric: &'static str, baseline, candidate, max_increase, decision| Row {
         metric,

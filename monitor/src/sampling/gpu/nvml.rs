@@ -18,6 +18,11 @@ impl NvmlBackend {
 
     /// `lib`: the driver library to load instead of the default.
     pub(super) fn init_from(lib: Option<&OsStr>) -> Result<NvmlBackend, GpuError> {
+        if STATIC_BUILD {
+            return Err(GpuError::Unavailable {
+                reason: static_build_reason(std::path::Path::new("/proc/driver/nvidia").exists()),
+            });
+        }
         let mut builder = Nvml::builder();
         if let Some(lib) = lib {
             builder.lib_path(lib);
@@ -32,6 +37,23 @@ impl NvmlBackend {
 
     fn device(&self, index: u32) -> Option<nvml_wrapper::Device<'_>> {
         self.nvml.device_by_index(index).ok()
+    }
+}
+
+/// The static (musl) build of `cargo xtask dist`: a static program cannot `dlopen`, so NVML's
+/// library cannot be loaded.
+const STATIC_BUILD: bool = cfg!(target_feature = "crt-static");
+
+/// Why the static build has no GPU figures: loud where an NVIDIA driver is loaded, the usual
+/// silence of a machine without one otherwise.
+fn static_build_reason(driver_loaded: bool) -> String {
+    if driver_loaded {
+        "this montrace is the static build, which cannot load the NVIDIA driver library \
+         (libnvidia-ml.so.1: a static program has no dlopen); for GPU figures use the wheel's \
+         montrace or a build from source"
+            .to_string()
+    } else {
+        format!("{NO_DRIVER_LIBRARY} (and this static build of montrace could not load one)")
     }
 }
 
@@ -256,4 +278,21 @@ pub fn throttle_reason_names(bits: u64) -> Vec<String> {
         names.push(format!("{:#x}", bits & !known));
     }
     names
+}
+
+#[cfg(test)]
+mod static_tests {
+    use super::*;
+
+    #[test]
+    fn the_static_build_is_silent_without_a_driver_and_says_why_with_one() {
+        // `--gpu auto` stays silent on reasons that start so (a machine without NVIDIA GPUs).
+        assert!(static_build_reason(false).starts_with(NO_DRIVER_LIBRARY));
+        let loud = static_build_reason(true);
+        assert!(!loud.starts_with(NO_DRIVER_LIBRARY));
+        assert!(
+            loud.contains("static build") && loud.contains("wheel"),
+            "{loud}"
+        );
+    }
 }

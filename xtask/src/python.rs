@@ -55,6 +55,44 @@ pub fn build_wheel(release: bool, verbose: bool) -> Result<PathBuf> {
     }
 }
 
+/// PyPA's `auditwheel show` on the wheel: it must find the binary and name a manylinux tag
+/// (the oldest glibc the binary's symbols allow) that the wheel's file name carries, which is
+/// what PyPI and pip check. Returns the tag.
+pub fn check_platform_tag(wheel: &Path) -> Result<String> {
+    let out = Command::new("python3")
+        .args(["-m", "auditwheel", "show"])
+        .arg(wheel)
+        .output()
+        .context("running auditwheel (installed by `cargo xtask setup`)")?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("auditwheel show {} failed: {text}", wheel.display());
+    }
+    let Some(tag) = auditwheel_tag(&text) else {
+        bail!(
+            "auditwheel show named no platform tag for {}: {text}",
+            wheel.display()
+        );
+    };
+    let name = wheel.file_name().unwrap_or_default().to_string_lossy();
+    if !tag.starts_with("manylinux") || !name.contains(&tag) {
+        bail!("auditwheel says the wheel is {tag}, but it is named {name}: {text}");
+    }
+    Ok(tag)
+}
+
+/// The tag in auditwheel's "constrains the platform tag to "manylinux_2_35_x86_64"" (or "is
+/// consistent with the following platform tag: "..."").
+fn auditwheel_tag(text: &str) -> Option<String> {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    ["platform tag to \"", "following platform tag: \""]
+        .iter()
+        .find_map(|lead| text.split_once(lead))
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(tag, _)| tag.to_string())
+}
+
 /// `cargo xtask wheel [--release]`.
 pub fn wheel(verbose: bool, release: bool) -> Result<()> {
     crate::setup::setup(verbose)?;
@@ -89,6 +127,8 @@ pub fn docs_venv_dir() -> PathBuf {
 /// with the wheel alone ([`docs_venv_dir`]), then `pytest python/tests` (as root: some tests create an ordinary user).
 pub fn test(verbose: bool) -> Result<()> {
     let wheel = build_wheel(false, verbose)?;
+    let tag = check_platform_tag(&wheel)?;
+    eprintln!("xtask: auditwheel accepts the wheel as {tag}");
     let venv = venv_dir();
     check_quietly(
         Command::new("python3")
@@ -136,4 +176,23 @@ fn pip(python: &Path) -> Command {
         .env("PIP_ROOT_USER_ACTION", "ignore")
         .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
     cmd
+}
+
+#[cfg(test)]
+mod tag_tests {
+    #[test]
+    fn auditwheel_tags_are_read_from_either_wording() {
+        let constrained = "This constrains the platform tag to \"manylinux_2_35_x86_64\". In order";
+        assert_eq!(
+            super::auditwheel_tag(constrained).as_deref(),
+            Some("manylinux_2_35_x86_64")
+        );
+        let consistent =
+            "x.whl is consistent with the following platform tag:\n\"manylinux_2_17_x86_64\".";
+        assert_eq!(
+            super::auditwheel_tag(consistent).as_deref(),
+            Some("manylinux_2_17_x86_64")
+        );
+        assert_eq!(super::auditwheel_tag("no ELF found"), None);
+    }
 }

@@ -51,6 +51,8 @@ pub enum Group {
     Report,
     /// 9. the CI gate's false-alarm and detection rates (`montrace bench`, A/A and A/B)
     Gate,
+    /// 9b. the CI gate on a shared runner: a real C build beside a one-core hog
+    SharedRunner,
     /// 10. a fleet's dataset: 1,000 published runs, DuckDB's CPU per host per day
     Fleet,
 }
@@ -178,6 +180,7 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
             Group::Agent,
             Group::Report,
             Group::Gate,
+            Group::SharedRunner,
             Group::Fleet,
         ]
     } else {
@@ -280,6 +283,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::Agent => agent::measure(ctx)?,
         Group::Report => vec![report_section(ctx)?],
         Group::Gate => gate::measure(ctx)?,
+        Group::SharedRunner => vec![gate::shared_runner(ctx)?],
         Group::Fleet => fleet::measure(ctx)?,
     };
     let load = Load {
@@ -293,6 +297,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::Agent => "agent",
         Group::Report => "report",
         Group::Gate => "gate",
+        Group::SharedRunner => "shared-runner",
         Group::Fleet => "fleet",
     };
     for s in &mut sections {

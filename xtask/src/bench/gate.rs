@@ -5,6 +5,7 @@
 use super::{report::Figure, report::Section, tools, Ctx};
 use anyhow::{Context, Result};
 use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// One experiment: what both sides run, and what a correct gate says.
@@ -218,10 +219,12 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         )
         .target(&format!("≤ {allowed} of {aa_total}"), aa_fails <= allowed),
     );
-    Ok(vec![Section {
-        id: "gate",
-        title: "9. CI gate error rates".into(),
-        method: format!(
+    let shared = shared_runner(ctx)?;
+    Ok(vec![
+        Section {
+            id: "gate",
+            title: "9. CI gate error rates".into(),
+            method: format!(
             "`montrace bench --repeat 5 --max-runs 20 --warmup 1` (pairs A B, B A ..., added until \
              decided, default limits and confidence) \
              {n} times per A/B experiment and {n} times A/A (half a small C build of {} files \
@@ -230,20 +233,223 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
              counts those that flagged the metric that changed.",
             tools::MAKE_FILES
         ),
-        columns: vec![
-            "experiment".into(),
-            "outcome".into(),
-            "metrics flagged".into(),
-        ],
-        rows,
-        figures,
-        notes: vec![
-            "CPU time on this 2-vCPU VM moves by several percent between identical runs (no \
+            columns: vec![
+                "experiment".into(),
+                "outcome".into(),
+                "metrics flagged".into(),
+            ],
+            rows,
+            figures,
+            notes: vec![
+                "CPU time on this 2-vCPU VM moves by several percent between identical runs (no \
              hardware counters; SMT siblings and frequency belong to the host), so the burners \
              spin until they have used a given CPU time: the A/B CPU experiment tests the gate, \
              not the VM's clock."
-                .into(),
+                    .into(),
+            ],
+            ..Section::default()
+        },
+        shared,
+    ])
+}
+
+/// One shared-runner experiment: the candidate's project has `candidate_files` files against
+/// the baseline's [`SHARED_BASE_FILES`].
+struct SharedExperiment {
+    key: &'static str,
+    label: &'static str,
+    candidate_files: usize,
+    /// The least number caught (A/B) or the most failed (A/A) out of 20, from the issue.
+    target_of_20: usize,
+}
+
+/// The baseline project's size in the shared-runner section; +10 % and +5 % of its compiler
+/// work are 66 and 63 files (main.c and the link stay, so the measured CPU change is a little
+/// under that: the table shows it).
+const SHARED_BASE_FILES: usize = 60;
+
+/// What one gate of the shared-runner section gave.
+struct Gate {
+    code: i32,
+    regressed: Vec<String>,
+    pairs: usize,
+    wall_s: f64,
+    cpu_change: Option<f64>,
+}
+
+fn gate_beside_hog(ctx: &Ctx, key: &str, i: usize, base: &Path, cand: &Path) -> Result<Gate> {
+    let out = ctx.tools.fresh(&format!("shared-{key}-{i}"));
+    let started = std::time::Instant::now();
+    let output = Command::new(&ctx.tools.montrace)
+        .args([
+            "bench",
+            "--repeat",
+            "5",
+            "--max-runs",
+            "20",
+            "--max-time",
+            "5m",
+            "--warmup",
+            "1",
+            "--format",
+            "json",
+            "--prepare",
+            "make -s clean",
+            "-a",
+            "make -s -j2",
+            "-b",
+            "make -s -j2",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--baseline-dir")
+        .arg(base)
+        .arg("--candidate-dir")
+        .arg(cand)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .context("running montrace bench")?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let code = output.status.code().unwrap_or(-1);
+    anyhow::ensure!(
+        matches!(code, 0 | 1 | 3),
+        "montrace bench ({key}) failed with {code}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("montrace bench printed no JSON")?;
+    let metrics = json["metrics"].as_array().cloned().unwrap_or_default();
+    Ok(Gate {
+        code,
+        regressed: metrics
+            .iter()
+            .filter(|m| m["verdict"] == "regressed")
+            .filter_map(|m| m["metric"].as_str().map(String::from))
+            .collect(),
+        pairs: json["series"]["pairs"].as_array().map_or(0, Vec::len),
+        wall_s,
+        cpu_change: metrics
+            .iter()
+            .find(|m| m["metric"] == "cpu_s")
+            .and_then(|m| m["change"].as_f64()),
+    })
+}
+
+/// Section 9b: the gate on a shared runner. Every comparison runs beside a one-core CPU hog, on
+/// a real C build (`make -j2` of a generated project, `make clean` before each run, each side
+/// in its own checkout): identical code (A/A), +10 % and +5 % compiler work (A/B). The issue's
+/// targets: 0 false REGRESSED in 20, +10 % caught ≥ 19 of 20 and never passed, +5 % caught ≥ 15
+/// of 20.
+pub fn shared_runner(ctx: &Ctx) -> Result<Section> {
+    let n = if ctx.plan.quick { 6 } else { 20 };
+    let root = ctx.tools.work.join("shared-runner");
+    let base = root.join("baseline");
+    tools::make_project_of(&base, SHARED_BASE_FILES)?;
+    let experiments = [
+        SharedExperiment {
+            key: "aa",
+            label: "A/A: identical builds",
+            candidate_files: SHARED_BASE_FILES,
+            target_of_20: 0,
+        },
+        SharedExperiment {
+            key: "cpu10",
+            label: "A/B: +10% compiler work",
+            candidate_files: SHARED_BASE_FILES * 11 / 10,
+            target_of_20: 19,
+        },
+        SharedExperiment {
+            key: "cpu5",
+            label: "A/B: +5% compiler work",
+            candidate_files: SHARED_BASE_FILES * 21 / 20,
+            target_of_20: 15,
+        },
+    ];
+    let mut rows = Vec::new();
+    let mut figures = Vec::new();
+    for e in &experiments {
+        let cand = root.join(e.key);
+        tools::make_project_of(&cand, e.candidate_files)?;
+        let _neighbour = Neighbour::start(ctx)?;
+        let mut gates = Vec::new();
+        for i in 0..n {
+            ctx.progress(&format!("9b. shared runner: {} ({}/{n})", e.label, i + 1));
+            gates.push(gate_beside_hog(ctx, e.key, i, &base, &cand)?);
+        }
+        let count = |f: &dyn Fn(&Gate) -> bool| gates.iter().filter(|g| f(g)).count();
+        let regressed = count(&|g| g.code == 1);
+        let caught = count(&|g| g.regressed.iter().any(|m| m == "cpu_s"));
+        let inconclusive = count(&|g| g.code == 3);
+        let passed = count(&|g| g.code == 0);
+        let mut pairs: Vec<f64> = gates.iter().map(|g| g.pairs as f64).collect();
+        let mut walls: Vec<f64> = gates.iter().map(|g| g.wall_s).collect();
+        let mut changes: Vec<f64> = gates.iter().filter_map(|g| g.cpu_change).collect();
+        let max_pairs = pairs.iter().copied().fold(0.0, f64::max);
+        rows.push(vec![
+            e.label.to_string(),
+            format!("{regressed} regressed ({caught} on `cpu_s`), {inconclusive} inconclusive, {passed} passed"),
+            format!("{:.0} (max {max_pairs:.0})", median(&mut pairs)),
+            format!("{:.0} s", median(&mut walls)),
+            format!("{:+.1}%", 100.0 * median(&mut changes)),
+        ]);
+        // Scaled to this run's count (the issue's targets are out of 20).
+        let (hits, met, target) = if e.key == "aa" {
+            (regressed, regressed == 0, format!("0 of {n}"))
+        } else {
+            let want = (e.target_of_20 * n).div_ceil(20);
+            let never_pass = e.key != "cpu10" || passed == 0;
+            (
+                caught,
+                caught >= want && never_pass,
+                if e.key == "cpu10" {
+                    format!("≥ {want} of {n}, none passed")
+                } else {
+                    format!("≥ {want} of {n}")
+                },
+            )
+        };
+        figures.push(
+            Figure::new(
+                &format!("gate.shared_{}", e.key),
+                e.label,
+                "",
+                Some(hits as f64 / n as f64),
+                format!("{hits} of {n}"),
+            )
+            .target(&target, met),
+        );
+    }
+    Ok(Section {
+        id: "gate_shared",
+        title: "9b. CI gate on a shared runner".into(),
+        method: format!(
+            "Every comparison beside a CPU hog pinned to CPU 0 (one of the two cores): `montrace \
+             bench --repeat 5 --max-runs 20 --max-time 5m --warmup 1 --prepare 'make -s clean' \
+             -a 'make -s -j2' -b 'make -s -j2' --baseline-dir B --candidate-dir C`, {n} times per \
+             experiment, on a generated C project of {SHARED_BASE_FILES} files (baseline) and \
+             one of {} (+10 %) or {} (+5 %) files (candidate); A/A compares two copies of the \
+             baseline. Pairs: A B, B A ..., added until every gated metric is decided or the \
+             budget ends. The change column is the gate's own paired estimate of `cpu_s`.",
+            SHARED_BASE_FILES * 11 / 10,
+            SHARED_BASE_FILES * 21 / 20
+        ),
+        columns: vec![
+            "experiment".into(),
+            "outcome".into(),
+            "pairs used (median)".into(),
+            "wall per gate (median)".into(),
+            "cpu_s change (median)".into(),
         ],
+        rows,
+        figures,
         ..Section::default()
-    }])
+    })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }

@@ -523,8 +523,19 @@ fn main_c(files: usize) -> String {
 /// A C project of `MAKE_FILES` small files and a `main.c`, with a Makefile whose `clean`
 /// target the benchmark runs before every build.
 fn generate_make_project(dir: &Path) -> Result<()> {
+    generate_make_project_of(dir, MAKE_FILES)
+}
+
+/// The make project with `files` source files instead of [`MAKE_FILES`] (the gate's A/B builds:
+/// more files, more compiler CPU time); returns its build and clean commands.
+pub fn make_project_of(dir: &Path, files: usize) -> Result<(Vec<String>, Vec<String>)> {
+    generate_make_project_of(dir, files)?;
+    Ok((make_build_in(dir), make_clean_in(dir)))
+}
+
+fn generate_make_project_of(dir: &Path, files: usize) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    for i in 0..MAKE_FILES {
+    for i in 0..files {
         let source = format!(
             "#include <stdio.h>\n#include <string.h>\n\
              static int table_{i}[64];\n\
@@ -536,7 +547,7 @@ fn generate_make_project(dir: &Path) -> Result<()> {
         );
         std::fs::write(dir.join(format!("f{i}.c")), source)?;
     }
-    std::fs::write(dir.join("main.c"), main_c(MAKE_FILES))?;
+    std::fs::write(dir.join("main.c"), main_c(files))?;
     std::fs::write(dir.join("Makefile"), MAKEFILE)?;
     Ok(())
 }

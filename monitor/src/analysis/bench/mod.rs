@@ -65,6 +65,9 @@ struct Bench<'a> {
     out: PathBuf,
     dirs: [Option<PathBuf>; 2],
     log: std::fs::File,
+    /// Runs done, and when the first started: the progress line's ETA on a terminal.
+    runs_done: usize,
+    started: Instant,
 }
 
 /// One measured run: its summary (one repetition) and what disturbed it.
@@ -127,6 +130,8 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<i32> {
         out,
         dirs,
         log,
+        runs_done: 0,
+        started: Instant::now(),
     };
     bench.series(&limits)
 }
@@ -431,9 +436,16 @@ impl Bench<'_> {
         };
         let metric = |name: &str| summary.values(name).first().copied();
         let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
+        self.runs_done += 1;
+        let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            let planned = 2 * (args.warmup + args.repeat) as usize;
+            plan::progress_bar(self.runs_done, planned, self.started.elapsed())
+        } else {
+            String::new()
+        };
         crate::say!(
             "montrace bench: {}: wall {:.3}s, CPU {:.3}s, peak RSS {}; other work {}, run-queue \
-             wait {}",
+             wait {}{progress}",
             where_.display(),
             metric("wall_s").unwrap_or(f64::NAN),
             metric("cpu_s").unwrap_or(f64::NAN),

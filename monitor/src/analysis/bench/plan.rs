@@ -157,6 +157,31 @@ pub fn no_op(warmups: &[Measured], reps: &[Measured]) -> Option<String> {
     ))
 }
 
+/// The progress bar a terminal gets after each run: ` [######----] 6/10 runs, about 0:42
+/// left` from the runs done, the runs planned (warm-ups and `--repeat` pairs: an adaptive
+/// series may add pairs, which then show as `6/4+`) and the time so far.
+pub fn progress_bar(done: usize, planned: usize, elapsed: std::time::Duration) -> String {
+    const WIDTH: usize = 10;
+    let filled = (done * WIDTH)
+        .checked_div(planned)
+        .unwrap_or(WIDTH)
+        .min(WIDTH);
+    let bar = format!("{}{}", "#".repeat(filled), "-".repeat(WIDTH - filled));
+    if done >= planned || done == 0 {
+        return format!(
+            " [{bar}] {done}/{planned}{} runs",
+            if done > planned { "+" } else { "" }
+        );
+    }
+    let left = elapsed.as_secs_f64() / done as f64 * (planned - done) as f64;
+    let left = left.round() as u64;
+    format!(
+        " [{bar}] {done}/{planned} runs, about {}:{:02} left",
+        left / 60,
+        left % 60
+    )
+}
+
 /// What makes a series' figures doubtful, each with what to do.
 pub fn warnings(warmups: &[Measured], reps: &[Measured]) -> Vec<String> {
     let mut out: Vec<String> = no_op(warmups, reps).into_iter().collect();
@@ -274,6 +299,18 @@ mod tests {
         // Two no-ops, one slowed down by a neighbour (CI's failure): still a no-op.
         let slowed = [run(0.057, 0.005, 2.0), run(0.012, 0.005, 2.0)];
         assert_eq!(warnings(&[run(0.081, 0.077, 2.0)], &slowed).len(), 1);
+    }
+
+    #[test]
+    fn the_progress_bar_counts_runs_and_estimates_what_is_left() {
+        let s = std::time::Duration::from_secs;
+        assert_eq!(
+            progress_bar(3, 12, s(30)),
+            " [##--------] 3/12 runs, about 1:30 left"
+        );
+        assert_eq!(progress_bar(12, 12, s(120)), " [##########] 12/12 runs");
+        // An adaptive series past its first plan.
+        assert_eq!(progress_bar(14, 12, s(140)), " [##########] 14/12+ runs");
     }
 
     #[test]

@@ -551,8 +551,8 @@ fn publishing_to_an_s3_compatible_server() {
 const DUCKDB_HTTPFS_VENV: &str = "/opt/montrace-tests/duckdb-httpfs";
 
 /// Reads a published dataset with Spark in local mode (argv 1: the dataset), as docs/fleet.md
-/// shows: processes per branch label, joined on runs, as JSON. Spark reads Parquet's
-/// nanosecond timestamps only as longs (`nanosAsLong`).
+/// shows: processes per branch label, joined on runs, as JSON, with Spark's default settings
+/// (the timestamps are microseconds in UTC, which Spark reads as `TimestampType`).
 const SPARK_READ: &str = r#"
 import json, sys
 from pyspark.sql import SparkSession
@@ -560,7 +560,6 @@ spark = (SparkSession.builder.master("local[1]").appName("montrace-fleet-test")
          .config("spark.ui.enabled", "false")
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.sql.legacy.parquet.nanosAsLong", "true")
          .getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 runs = spark.read.parquet(sys.argv[1] + "/runs")

@@ -491,9 +491,10 @@ fn every_cookbook_query_answers_correctly() {
                 .map(|end| (end.div_euclid(1_000_000) - p.start_time.div_euclid(1_000_000)) as f64)
         })
         .sum();
-    assert_eq!(
-        wall_ms, expected_ms,
-        "epoch_ms of the ends less those of the starts, as processes.parquet's: {per_second:?}"
+    // DuckDB's epoch_ms rounds to the nearest millisecond: within 1 ms per process.
+    assert!(
+        (wall_ms - expected_ms).abs() <= processes.len() as f64,
+        "{wall_ms} ms against {expected_ms} ms from processes.parquet: {per_second:?}"
     );
     // The exact twins: the wall times to the nanosecond.
     let wall_ns: i64 = (0..per_second.rows.len())

@@ -366,6 +366,11 @@ pub struct SystemRow {
     pub mem_used_bytes: Option<u64>,
     /// All CPUs: 100 − idle − iowait (100 = every CPU busy).
     pub cpu_busy_percent: Option<f64>,
+    /// The tree's memory at this sweep, each memory image once (`tree_rss_bytes`,
+    /// `tree_uss_bytes`, `tree_pss_bytes`); None in runs of earlier versions.
+    pub tree_rss_bytes: Option<u64>,
+    pub tree_uss_bytes: Option<u64>,
+    pub tree_pss_bytes: Option<u64>,
 }
 
 /// One row of marks.parquet.
@@ -863,6 +868,8 @@ pub fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
         let used = c.prim::<UInt64Type>("mem_used_bytes");
         let idle = c.prim::<Float64Type>("cpu_idle_percent");
         let iowait = c.prim::<Float64Type>("cpu_iowait_percent");
+        let [tree_rss, tree_uss, tree_pss] = ["tree_rss_bytes", "tree_uss_bytes", "tree_pss_bytes"]
+            .map(|name| c.prim::<UInt64Type>(name));
         for i in 0..batch.num_rows() {
             rows.push(SystemRow {
                 time_ns: time[i],
@@ -870,6 +877,9 @@ pub fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
                 mem_used_bytes: opt(used, i),
                 cpu_busy_percent: opt(idle, i)
                     .map(|idle| (100.0 - idle - opt(iowait, i).unwrap_or(0.0)).max(0.0)),
+                tree_rss_bytes: opt(tree_rss, i),
+                tree_uss_bytes: opt(tree_uss, i),
+                tree_pss_bytes: opt(tree_pss, i),
             });
         }
     }

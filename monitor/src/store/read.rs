@@ -634,14 +634,14 @@ pub fn process_rows(c: &Cols<'_>) -> anyhow::Result<Vec<Process>> {
     ]
     .map(|name| c.prim::<UInt64Type>(name));
     let alive = c.bool("alive_at_end");
-    for i in 0..batch.num_rows() {
+    for (i, &start_ns) in start.iter().enumerate() {
         let parent = match (opt(parent_pid, i), time_at(parent_start.as_ref(), i)) {
             (Some(p), Some(s)) => Some((p, s)),
             _ => None,
         };
         rows.push(Process {
             pid: pid.value(i),
-            start_ns: start[i],
+            start_ns,
             parent,
             end_ns: time_at(end.as_ref(), i),
             filename: filename
@@ -712,7 +712,6 @@ pub fn name_unflushed_processes_except(
 ) -> anyhow::Result<()> {
     let mut stand_ins = std::collections::HashSet::new();
     for_each_batch(dir, "events", |c| {
-        let batch = c.batch;
         let (Some(kind), pid, start) = (
             c.str("kind"),
             c.req::<UInt32Type>("pid")?,
@@ -724,8 +723,8 @@ pub fn name_unflushed_processes_except(
         let parent_start = c.times_ns("parent_start_time");
         let filename = c.str("filename");
         let argv = c.list("argv");
-        for i in 0..batch.num_rows() {
-            let key = (pid.value(i), start[i]);
+        for (i, &start) in start.iter().enumerate() {
+            let key = (pid.value(i), start);
             if !index.contains_key(&key) {
                 if recorded(key) {
                     continue;
@@ -870,9 +869,9 @@ pub fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
         let iowait = c.prim::<Float64Type>("cpu_iowait_percent");
         let [tree_rss, tree_uss, tree_pss] = ["tree_rss_bytes", "tree_uss_bytes", "tree_pss_bytes"]
             .map(|name| c.prim::<UInt64Type>(name));
-        for i in 0..batch.num_rows() {
+        for (i, &time_ns) in time.iter().enumerate() {
             rows.push(SystemRow {
-                time_ns: time[i],
+                time_ns,
                 mem_total_bytes: opt(total, i),
                 mem_used_bytes: opt(used, i),
                 cpu_busy_percent: opt(idle, i)

@@ -301,8 +301,8 @@ fn unflushed_from_events(dir: &Path, tree: &Tree) -> anyhow::Result<Vec<Process>
         let start = c.req_times_ns("start_time")?;
         let parent_pid = c.prim::<UInt32Type>("parent_pid");
         let parent_start = c.times_ns("parent_start_time");
-        for i in 0..c.batch.num_rows() {
-            if tree.row((pid.value(i), start[i])).is_some() {
+        for (i, &start) in start.iter().enumerate() {
+            if tree.row((pid.value(i), start)).is_some() {
                 continue;
             }
             missing = true;

@@ -470,7 +470,13 @@ mod tests {
         // A killed run: the samples are parts, marks has a header and no rows.
         let run = tempfile::tempdir().unwrap();
         let mut samples = crate::store::writer::PartedTable::samples(run.path()).unwrap();
-        samples.push(Default::default()).unwrap();
+        samples
+            .push(crate::store::records::SampleRecord {
+                time_ns: 1_700_000_000_123_456_789,
+                start_time_ns: 1_700_000_000_000_000_001,
+                ..Default::default()
+            })
+            .unwrap();
         samples.flush().unwrap();
         samples.push(Default::default()).unwrap();
         samples.flush().unwrap();
@@ -484,7 +490,29 @@ mod tests {
         let rows: Vec<(&str, u64)> = written.iter().map(|f| (f.table.as_str(), f.rows)).collect();
         assert_eq!(rows, [("marks", 0), ("samples", 2)]);
         let marks = std::fs::read_to_string(out.path().join("marks.csv")).unwrap();
+        // The timestamps' exact twins are not columns of their own: the times show their
+        // nanoseconds.
         assert_eq!(marks, "time,pid,start_time,label,kind\n");
+        let samples = std::fs::read_to_string(out.path().join("samples.csv")).unwrap();
+        let mut lines = samples.lines();
+        let header = lines.next().unwrap();
+        assert!(
+            header.starts_with("time,pid,start_time,source,"),
+            "{header}"
+        );
+        assert!(
+            !header
+                .split(',')
+                .any(|h| h == "time_ns" || h == "start_time_ns"),
+            "{header}"
+        );
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .starts_with("2023-11-14T22:13:20.123456789Z,0,2023-11-14T22:13:20.000000001Z,"),
+            "{samples}"
+        );
     }
 
     #[test]

@@ -591,12 +591,16 @@ fn spark_reads_the_dataset_as_it_is() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("dataset");
     assert_eq!(publish(&[&a.dir, &b.dir, &dest]).code(), 0);
-    let out = tests::python(
-        "Spark in local mode",
-        SPARK_READ,
-        &[dest.to_str().unwrap()],
-        &[("PYSPARK_PYTHON", "python3")],
+    // Spark's JVM alone takes 20 s to start on a busy 2-core machine (this read took over 60 s
+    // with a load of 11): a bound for a hung Spark, three times the harness's, not a timing.
+    let spark = run_with_timeout(
+        Command::new("python3")
+            .args(["-c", SPARK_READ, dest.to_str().unwrap()])
+            .env("PYSPARK_PYTHON", "python3"),
+        3 * tests::run_timeout(),
     );
+    assert_eq!(spark.code(), 0, "Spark in local mode: {spark:?}");
+    let out = spark.stdout;
     let line = out
         .lines()
         .find_map(|l| l.strip_prefix("RESULT "))

@@ -21,8 +21,7 @@ from ._api import (
 )
 from ._binary import MontraceError, binary
 from ._doctor import Diagnosis, doctor
-from ._load import TABLES
-from ._run import Run, load
+from ._load import TABLES, Run, load
 from ._stream import read_stream
 
 __all__ = [

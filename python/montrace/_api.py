@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from ._binary import MontraceError, binary, spawn
-from ._run import Run, load
+from ._load import Run, load
 from ._stream import Callback, Line, StreamFollower
 from ._units import format_limit_value, interval_arg, limit_args
 

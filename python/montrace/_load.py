@@ -1,24 +1,41 @@
 """Reading a run directory: its Parquet tables as DataFrames, run.json and summary.json as dicts.
 
 A finished run has ``<table>.parquet``; a running or killed one has ``<table>.parts/`` (closed
-Parquet parts, in order), read the same way."""
+Parquet parts, in order), read the same way. Runs of every schema version read alike: each time
+column is a UTC timestamp in microseconds with its exact nanoseconds beside it as
+``<name>_ns`` (schema version 3 writes them so; ``_with_exact_times`` makes the tables of
+versions 1 and 2 look the same)."""
 from __future__ import annotations
 
 import errno
 import html
 import json
 import os
+import re
 import stat
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ._binary import MontraceError
 
 TABLES = ("processes", "samples", "system", "events", "marks", "gpu", "gpu_processes")
 MIB = 1024 * 1024
+
+#: The type of every time column (schema version 3): what DuckDB, pandas, polars and Spark all
+#: read as a UTC time. The exact nanoseconds are in ``<name>_ns`` (int64).
+TIME_TYPE = pa.timestamp("us", tz="UTC")
+
+#: Figures that need every process's start and end within the run: where the time went over the
+#: tree (run.json ``time``). A polled run misses the processes shorter than its interval and sees
+#: the others' ends one interval late; an attached tree's root (``montrace.monitor()``'s own
+#: process, ``monitored``'s child waiting for montrace) started before the run, and its life
+#: before the run would count on the path: such runs have none.
+EXACT_ONLY = ("critical_path_s", "avg_parallelism")
 
 
 # A part or a JSON file of a run is opened without following a symbolic link: a run directory
@@ -112,6 +129,36 @@ def _read_table(directory: Path, name: str) -> Optional[pa.Table]:
     return None
 
 
+def _with_exact_times(table: pa.Table) -> pa.Table:
+    """``table`` with the time columns of schema version 3 whatever version wrote it: each
+    timestamp column as ``TIME_TYPE``, and its exact nanoseconds as int64 ``<name>_ns``
+    (appended, in the order of the time columns, as montrace writes them). Versions 1
+    (``timestamp[ns, tz=UTC]``) and 2 (``timestamp[ns]``, UTC) hold nanoseconds in the
+    timestamp itself."""
+    for name in [f.name for f in table.schema if pa.types.is_timestamp(f.type)]:
+        column = table.column(name)
+        exact = f"{name}_ns"
+        if exact not in table.column_names:
+            nanos = pc.cast(column, pa.timestamp("ns", tz=column.type.tz))
+            table = table.append_column(pa.field(exact, pa.int64()), pc.cast(nanos, pa.int64()))
+        if column.type != TIME_TYPE:
+            # Nanoseconds to microseconds: the exact value is in the twin.
+            as_utc = pc.cast(column, pa.timestamp(column.type.unit, tz="UTC"))
+            index = table.column_names.index(name)
+            table = table.set_column(index, pa.field(name, TIME_TYPE),
+                                     pc.cast(as_utc, TIME_TYPE, safe=False))
+    return table
+
+
+def _epoch_ns(text: str) -> Optional[int]:
+    """Nanoseconds since the epoch of an RFC 3339 UTC time (``...T20:06:11.511746Z``)."""
+    found = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(?:Z|\+00:00)$", text or "")
+    if not found:
+        return None
+    seconds = datetime.strptime(found[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    return int(seconds) * 10**9 + int((found[2] or "0").ljust(9, "0"))
+
+
 def _read_json(path: Path) -> Dict[str, Any]:
     """run.json or summary.json as a dict ({} when there is none); anything else montrace did not
     write (a link, bad JSON, nesting deep enough to exhaust Python's recursion, another type at
@@ -173,7 +220,9 @@ class Run:
     """One run directory written by ``montrace run`` or ``montrace attach``.
 
     Tables are pandas DataFrames (``frames="polars"`` for polars); ``info`` is run.json and
-    ``summary`` summary.json (empty dicts when a killed run has none)."""
+    ``summary`` summary.json (empty dicts when a killed run has none). Time columns are UTC
+    timestamps (microseconds), with the exact nanoseconds in ``<name>_ns``, for runs of every
+    schema version."""
 
     def __init__(self, path: "str | os.PathLike[str]", frames: str = "pandas") -> None:
         self.path = Path(path)
@@ -199,7 +248,7 @@ class Run:
         if name not in TABLES:
             raise KeyError(f"no table {name!r}: the tables are {', '.join(TABLES)}")
         table = _read_table(self.path, name)
-        return table if table is not None else pa.table({})
+        return _with_exact_times(table) if table is not None else pa.table({})
 
     def frame(self, name: str, frames: Optional[str] = None) -> Any:
         kind = frames or self.frames
@@ -262,10 +311,29 @@ class Run:
         return self.summary.get("limit_breach") or self.info.get("limit_breach")
 
     @property
+    def exact(self) -> bool:
+        """True when the tree was followed exactly (eBPF), False when montrace polled /proc
+        (``tracking_mode: "polling"``: processes shorter than the interval may be missing)."""
+        return self.info.get("tracking_mode") not in ("polling", None)
+
+    @property
+    def root_predates_run(self) -> bool:
+        """True when the tree's root was running before montrace started following it (an
+        attach): the run saw only the end of its life."""
+        began = _epoch_ns(str(self.info.get("start_time", "")))
+        processes = self.table("processes")
+        if began is None or processes.num_rows == 0 or "start_time_ns" not in processes.column_names:
+            return False
+        first = pc.min(processes.column("start_time_ns")).as_py()
+        return first is not None and first < began
+
+    @property
     def resources(self) -> Dict[str, Any]:
         """The run's figures as one flat dict (like cctools' resource_monitor summary): wall
         and CPU seconds, peaks of the tree and of its largest process, processes and how many at
-        once, bytes read and written, the GPU memory peak (None without GPU data)."""
+        once, bytes read and written, the GPU memory peak (None without GPU data), and whether
+        the tree was followed ``exact``ly. Where the time went over the tree (``EXACT_ONLY``)
+        is None for a polled run and for one whose root started before it."""
         metrics: Dict[str, Any] = {}
         reps = self.summary.get("repetitions") or []
         if reps:
@@ -293,6 +361,10 @@ class Run:
             "run_dir": str(self.path),
         }
         out.update(_capacity_shares(self.info.get("capacity"), out))
+        out["exact"] = self.exact
+        if not self.exact or self.root_predates_run:
+            for key in EXACT_ONLY:
+                out[key] = None
         return out
 
     def _gpu_memory_peak(self) -> Optional[int]:
@@ -309,7 +381,20 @@ class Run:
         return max(list(per_time.values()) + largest)
 
     def tree_memory(self) -> List["tuple[Any, int]"]:
-        """(time, RSS of the whole tree) for each sampling sweep."""
+        """(time, RSS of the whole tree) for each sampling sweep: system.parquet's
+        ``tree_rss_bytes``, in which each address space counts once (a vfork child before its
+        exec is not charged its parent's memory again; run.json ``tree_memory_peaks.source``
+        says how it was counted). Runs of earlier versions have no such column: then the sum
+        of the sweep's samples.parquet ``rss_bytes``."""
+        system = self.table("system")
+        if system.num_rows and "tree_rss_bytes" in system.column_names:
+            tree = [
+                (t, int(rss))
+                for t, rss in zip(system.column("time").to_pylist(), system.column("tree_rss_bytes").to_pylist())
+                if rss is not None
+            ]
+            if tree:
+                return sorted(tree)
         samples = self.table("samples")
         if samples.num_rows == 0:
             return []
@@ -334,10 +419,11 @@ class Run:
 
     def __repr__(self) -> str:
         r = self.resources
+        polled = "" if self.exact else ", polled /proc: processes shorter than the interval may be missing"
         return (
             f"<montrace.Run {str(self.path)!r}: {r['processes']} processes, "
             f"cpu {_fmt_s(r['cpu_s'])}, wall {_fmt_s(r['wall_s'])}, "
-            f"peak RSS {_fmt_bytes(r['peak_rss_bytes'])}, exit {r['exit_status']}>"
+            f"peak RSS {_fmt_bytes(r['peak_rss_bytes'])}, exit {r['exit_status']}{polled}>"
         )
 
     def _repr_html_(self) -> str:

@@ -112,7 +112,7 @@ def _tree_memory(run: Run) -> Dict[Any, Dict[str, Optional[int]]]:
 
 def _ms(t: Any) -> int:
     if hasattr(t, "timestamp"):
-        # A naive datetime holds UTC (schema version 2).
+        # UTC: an aware datetime (schema version 3, and earlier runs as load() reads them).
         import calendar
 
         return calendar.timegm(t.utctimetuple()) * 1000 + t.microsecond // 1000

@@ -47,7 +47,7 @@ def test_log_puts_the_series_the_summary_and_the_report_into_the_active_run(trac
         assert [m.step for m in history] == list(range(len(sweeps))), metric
         expected = list(sweeps[column] * scale)
         assert [m.value for m in history] == pytest.approx(expected), metric
-        first_ms = sweeps.index[0].value // 1_000_000  # naive timestamps hold UTC
+        first_ms = sweeps.index[0].value // 1_000_000  # ns since the epoch (UTC)
         assert history[0].timestamp == first_ms
     assert max(m.value for m in tracking.get_metric_history(run_id, "rss_mb")) > 30
 

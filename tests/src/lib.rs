@@ -15,8 +15,8 @@ use std::{
 };
 
 use arrow_array::{
-    Array, BooleanArray, Float64Array, Int32Array, ListArray, RecordBatch, StringArray,
-    TimestampNanosecondArray, UInt32Array, UInt64Array,
+    Array, BooleanArray, Float64Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
+    TimestampMicrosecondArray, UInt32Array, UInt64Array,
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tempfile::TempDir;
@@ -756,17 +756,25 @@ impl<'a> Columns<'a> {
         })
     }
 
-    /// A timestamp column, which the schema says is in ns, UTC, with no time zone in the type
-    /// (schema version 2).
-    fn time(&self, name: &str) -> &'a TimestampNanosecondArray {
-        let column = self.get::<TimestampNanosecondArray>(name);
+    /// A time column as exact nanoseconds since the epoch: its `<name>_ns` twin (Int64), beside
+    /// the timestamp itself, which the schema says is in microseconds with the UTC zone in the
+    /// type (schema version 3: what DuckDB, pandas, polars and Spark read natively).
+    fn time(&self, name: &str) -> &'a Int64Array {
+        let column = self.get::<TimestampMicrosecondArray>(name);
         assert_eq!(
             column.timezone(),
-            None,
-            "column `{name}` of {} should be a timestamp without a time zone",
+            Some("UTC"),
+            "column `{name}` of {} should be a timestamp in UTC",
             self.path.display()
         );
-        column
+        let exact = self.get::<Int64Array>(&format!("{name}_ns"));
+        assert!(
+            (0..column.len()).all(|i| column.is_valid(i) == exact.is_valid(i)
+                && (column.is_null(i) || column.value(i) == exact.value(i).div_euclid(1_000))),
+            "column `{name}` of {} should be its `{name}_ns` twin in microseconds",
+            self.path.display()
+        );
+        exact
     }
 }
 

@@ -229,7 +229,8 @@ fn every_cookbook_query_answers_correctly() {
     // Per sweep: [processes, RSS, USS, PSS].
     let mut sweeps: BTreeMap<i64, [u64; 4]> = BTreeMap::new();
     for s in samples.iter().filter(|s| s.source == "procfs") {
-        let sweep = sweeps.entry(s.time).or_default();
+        // DuckDB reads the timestamp, in microseconds; the harness the exact `time_ns`.
+        let sweep = sweeps.entry(s.time.div_euclid(1_000) * 1_000).or_default();
         sweep[0] += 1;
         sweep[1] += s.rss_bytes.unwrap();
         sweep[2] += s.uss_bytes.unwrap_or(0);
@@ -490,14 +491,24 @@ fn every_cookbook_query_answers_correctly() {
                 .map(|end| (end.div_euclid(1_000_000) - p.start_time.div_euclid(1_000_000)) as f64)
         })
         .sum();
+    // DuckDB's epoch_ms rounds to the nearest millisecond: within 1 ms per process.
     assert!(
         (wall_ms - expected_ms).abs() <= processes.len() as f64,
         "{wall_ms} ms against {expected_ms} ms from processes.parquet: {per_second:?}"
     );
+    // The exact twins: the wall times to the nanosecond.
+    let wall_ns: i64 = (0..per_second.rows.len())
+        .filter_map(|i| per_second.get(i, "wall_ns").as_i64())
+        .sum();
+    let expected_ns: i64 = processes
+        .iter()
+        .filter_map(|p| p.end_time.map(|end| end - p.start_time))
+        .sum();
+    assert_eq!(wall_ns, expected_ns, "{per_second:?}");
 
     // Schema version.
     let version = under(&answers, "Schema version")[0];
-    assert_eq!(version.str(0, "schema_version"), Some("2"));
+    assert_eq!(version.str(0, "schema_version"), Some("3"));
 }
 
 /// The ```sql blocks of `doc` (a path under docs/).

@@ -1,6 +1,7 @@
 //! docs/schema.md's Python lines work as written: pandas (one line, with a glob) and polars read
 //! a run while it is running (tables in parts) and once it has finished, and the timestamp
-//! columns are plain UTC datetimes both take as they are (schema version 2).
+//! columns are UTC datetimes both take as they are (schema version 3); Spark, with its default
+//! settings, reads them as `TimestampType`.
 use std::process::Command;
 
 use tests::{launch_montrace, run_with_timeout, Finished, TIMEOUT};
@@ -15,8 +16,8 @@ run = "{run}"
 samples = pd.read_parquet(glob.glob(f"{{run}}/**/samples*.parquet", recursive=True))
 samples_pl = pl.read_parquet(f"{{run}}/**/samples*.parquet")
 wall_s = (samples.time.max() - samples.time.min()).total_seconds()
-print("pandas", len(samples), samples.time.dtype, wall_s)
-print("polars", samples_pl.height, samples_pl.schema["time"])
+print("pandas", len(samples), str(samples.time.dtype).replace(" ", ""), wall_s)
+print("polars", samples_pl.height, str(samples_pl.schema["time"]).replace(" ", ""))
 "#,
         run = run.display()
     );
@@ -76,10 +77,12 @@ fn pandas_and_polars_read_a_running_and_a_finished_run() {
     for (out, still_running) in [(&running, true), (&finished, false)] {
         let pandas = figures(out, "pandas");
         let polars = figures(out, "polars");
-        assert_eq!(pandas[2], "datetime64[ns]", "UTC without a zone: {out:?}");
         assert_eq!(
-            polars[2..4],
-            ["Datetime(time_unit='ns',", "time_zone=None)"],
+            pandas[2], "datetime64[us,UTC]",
+            "UTC, with the zone: {out:?}"
+        );
+        assert_eq!(
+            polars[2], "Datetime(time_unit='us',time_zone='UTC')",
             "{out:?}"
         );
         let (pandas_rows, polars_rows): (u64, u64) =
@@ -103,5 +106,85 @@ fn pandas_and_polars_read_a_running_and_a_finished_run() {
     assert!(
         span > 1.4 && (span - wall_s).abs() < 0.3,
         "samples span {span} s, the command ran {wall_s} s: {finished:?}"
+    );
+}
+
+/// Reads processes.parquet and samples.parquet of a run (argv 1) with Spark in local mode and
+/// its default settings (no `spark.sql.legacy.parquet.nanosAsLong`), as JSON: the types of the
+/// time columns and their twins, the samples that join their process on (pid, start_time), and
+/// the earliest start in microseconds since the epoch.
+const SPARK_READ: &str = r#"
+import json, sys
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master("local[1]").appName("montrace-timestamps-test")
+         .config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+processes = spark.read.parquet(sys.argv[1] + "/processes.parquet")
+samples = spark.read.parquet(sys.argv[1] + "/samples.parquet")
+types = {f"{table}.{f.name}": f.dataType.simpleString()
+         for table, df in (("processes", processes), ("samples", samples))
+         for f in df.schema.fields if "time" in f.name and "cpu" not in f.name}
+joined = samples.join(processes, ["pid", "start_time"]).count()
+first = processes.agg(F.min(F.unix_micros("start_time")).alias("us")).collect()[0]["us"]
+print("RESULT " + json.dumps({"types": types, "samples": samples.count(), "joined": joined,
+                              "first_start_us": first}))
+spark.stop()
+"#;
+
+/// Spark 3/4 with its default settings reads montrace's time columns as `timestamp` (UTC) and
+/// their exact twins as `bigint`; samples join their process on the timestamp identity, and
+/// the earliest start is the exact one cut to the microsecond.
+#[test]
+fn spark_reads_the_times_as_timestamps_with_default_settings() {
+    let run = launch_montrace(
+        &["--interval", "50ms"],
+        &["sh", "-c", "/bin/true; sleep 0.3; /bin/true"],
+    )
+    .run();
+    run.assert_code(0);
+    // Spark's JVM alone takes 20 s to start on a busy 2-core machine: a bound for a hung Spark,
+    // three times the harness's, not a timing assertion.
+    let spark = run_with_timeout(
+        Command::new("python3")
+            .args(["-c", SPARK_READ, run.dir.to_str().unwrap()])
+            .env("PYSPARK_PYTHON", "python3"),
+        3 * tests::run_timeout(),
+    );
+    assert_eq!(spark.code(), 0, "Spark in local mode: {spark:?}");
+    let out = spark.stdout;
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no result from Spark: {out}"));
+    let spark: serde_json::Value = serde_json::from_str(line).unwrap();
+    let expected = serde_json::json!({
+        "processes.start_time": "timestamp",
+        "processes.parent_start_time": "timestamp",
+        "processes.end_time": "timestamp",
+        "processes.start_time_ns": "bigint",
+        "processes.parent_start_time_ns": "bigint",
+        "processes.end_time_ns": "bigint",
+        "samples.time": "timestamp",
+        "samples.start_time": "timestamp",
+        "samples.time_ns": "bigint",
+        "samples.start_time_ns": "bigint",
+    });
+    assert_eq!(spark["types"], expected, "{spark}");
+    let samples = run.samples();
+    assert!(samples.len() >= 4, "{samples:?}");
+    assert_eq!(spark["samples"].as_u64(), Some(samples.len() as u64));
+    assert_eq!(
+        spark["joined"].as_u64(),
+        Some(samples.len() as u64),
+        "{spark}"
+    );
+    let first = run.processes().iter().map(|p| p.start_time).min().unwrap();
+    assert_eq!(
+        spark["first_start_us"].as_i64(),
+        Some(first.div_euclid(1_000)),
+        "{spark}"
     );
 }

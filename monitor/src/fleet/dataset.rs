@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray as _;
-use arrow_array::types::{Float64Type, Int32Type, TimestampNanosecondType, UInt32Type, UInt64Type};
+use arrow_array::types::{Float64Type, Int32Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, RecordBatch};
 
 use crate::store::schema::RUNS_TABLE;
@@ -240,9 +240,12 @@ fn row_of(batch: &RecordBatch, i: usize, run_id: &str, host: &str) -> anyhow::Re
     Ok(PublishedRun {
         run_id: run_id.to_string(),
         host: host.to_string(),
-        start_time_ns: column("start_time")?
-            .as_primitive::<TimestampNanosecondType>()
-            .value(i),
+        // The exact twin in datasets of schema version 3, the timestamp itself before.
+        start_time_ns: crate::store::read::Cols {
+            batch: &batch.slice(i, 1),
+            path: std::path::Path::new("runs"),
+        }
+        .req_times_ns("start_time")?[0],
         argv,
         command: string("command")?.unwrap_or_default(),
         labels,

@@ -17,6 +17,8 @@ use arrow_array::{Array, PrimitiveArray, RecordBatch};
 use arrow_schema::{DataType, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+use crate::store::schema::exact_time_column;
+
 /// Why a directory cannot be reported on: the caller turns this into exit status 2.
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
@@ -176,10 +178,6 @@ impl<'a> Cols<'a> {
         })
     }
 
-    pub fn time(&self, name: &str) -> Option<&'a PrimitiveArray<TimestampNanosecondType>> {
-        self.prim::<TimestampNanosecondType>(name)
-    }
-
     pub fn str(&self, name: &str) -> Option<&'a arrow_array::StringArray> {
         self.batch.column_by_name(name)?.as_string_opt::<i32>()
     }
@@ -197,10 +195,33 @@ impl<'a> Cols<'a> {
         numbers(self.batch.column_by_name(name)?.as_ref())
     }
 
-    /// Any timestamp column as nanoseconds since the epoch.
+    /// Time column `name` as nanoseconds since the epoch, whatever the run's schema version:
+    /// its exact twin (`<name>_ns`, Int64, version 3) where the batch has it, else the
+    /// timestamp itself in its own unit (versions 1 and 2: nanoseconds; a table rewritten by
+    /// another tool without the twins: microseconds).
     pub fn times_ns(&self, name: &str) -> Option<Vec<Option<i64>>> {
+        if let Some(exact) = self.prim::<Int64Type>(&exact_time_column(name)) {
+            return Some(exact.iter().collect());
+        }
         times_ns(self.batch.column_by_name(name)?.as_ref())
     }
+
+    /// As [`Cols::times_ns`], for a column the table cannot do without (a null reads as 0,
+    /// as the column's type forbids it).
+    pub fn req_times_ns(&self, name: &str) -> anyhow::Result<Vec<i64>> {
+        let values = self.times_ns(name).with_context(|| {
+            format!(
+                "{}: no timestamp column `{name}`: is it a montrace run directory?",
+                self.path.display()
+            )
+        })?;
+        Ok(values.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
+/// The time at `i` of a [`Cols::times_ns`] column, None when null or when the column is absent.
+pub fn time_at(times: Option<&Vec<Option<i64>>>, i: usize) -> Option<i64> {
+    times.and_then(|t| t.get(i).copied().flatten())
 }
 
 /// The value at `i`, None when null or when the column is absent.
@@ -345,6 +366,11 @@ pub struct SystemRow {
     pub mem_used_bytes: Option<u64>,
     /// All CPUs: 100 − idle − iowait (100 = every CPU busy).
     pub cpu_busy_percent: Option<f64>,
+    /// The tree's memory at this sweep, each memory image once (`tree_rss_bytes`,
+    /// `tree_uss_bytes`, `tree_pss_bytes`); None in runs of earlier versions.
+    pub tree_rss_bytes: Option<u64>,
+    pub tree_uss_bytes: Option<u64>,
+    pub tree_pss_bytes: Option<u64>,
 }
 
 /// One row of marks.parquet.
@@ -588,10 +614,10 @@ pub fn process_rows(c: &Cols<'_>) -> anyhow::Result<Vec<Process>> {
     let batch = c.batch;
     let mut rows = Vec::with_capacity(batch.num_rows());
     let pid = c.req::<UInt32Type>("pid")?;
-    let start = c.req::<TimestampNanosecondType>("start_time")?;
+    let start = c.req_times_ns("start_time")?;
     let parent_pid = c.prim::<UInt32Type>("parent_pid");
-    let parent_start = c.time("parent_start_time");
-    let end = c.time("end_time");
+    let parent_start = c.times_ns("parent_start_time");
+    let end = c.times_ns("end_time");
     let filename = c.str("filename");
     let argv = c.list("argv");
     let comm = c.str("comm");
@@ -608,16 +634,16 @@ pub fn process_rows(c: &Cols<'_>) -> anyhow::Result<Vec<Process>> {
     ]
     .map(|name| c.prim::<UInt64Type>(name));
     let alive = c.bool("alive_at_end");
-    for i in 0..batch.num_rows() {
-        let parent = match (opt(parent_pid, i), opt(parent_start, i)) {
+    for (i, &start_ns) in start.iter().enumerate() {
+        let parent = match (opt(parent_pid, i), time_at(parent_start.as_ref(), i)) {
             (Some(p), Some(s)) => Some((p, s)),
             _ => None,
         };
         rows.push(Process {
             pid: pid.value(i),
-            start_ns: start.value(i),
+            start_ns,
             parent,
-            end_ns: opt(end, i),
+            end_ns: time_at(end.as_ref(), i),
             filename: filename
                 .filter(|a| a.is_valid(i))
                 .map(|a| a.value(i).to_string()),
@@ -686,20 +712,19 @@ pub fn name_unflushed_processes_except(
 ) -> anyhow::Result<()> {
     let mut stand_ins = std::collections::HashSet::new();
     for_each_batch(dir, "events", |c| {
-        let batch = c.batch;
         let (Some(kind), pid, start) = (
             c.str("kind"),
             c.req::<UInt32Type>("pid")?,
-            c.req::<TimestampNanosecondType>("start_time")?,
+            c.req_times_ns("start_time")?,
         ) else {
             return Ok(());
         };
         let parent_pid = c.prim::<UInt32Type>("parent_pid");
-        let parent_start = c.time("parent_start_time");
+        let parent_start = c.times_ns("parent_start_time");
         let filename = c.str("filename");
         let argv = c.list("argv");
-        for i in 0..batch.num_rows() {
-            let key = (pid.value(i), start.value(i));
+        for (i, &start) in start.iter().enumerate() {
+            let key = (pid.value(i), start);
             if !index.contains_key(&key) {
                 if recorded(key) {
                     continue;
@@ -712,7 +737,7 @@ pub fn name_unflushed_processes_except(
             }
             match kind.value(i) {
                 "fork" => {
-                    let parent = opt(parent_pid, i).zip(opt(parent_start, i));
+                    let parent = opt(parent_pid, i).zip(time_at(parent_start.as_ref(), i));
                     processes[at].parent = parent;
                     // Until it execs, a child runs its parent's program.
                     if let Some(&p) = parent.as_ref().and_then(|p| index.get(p)) {
@@ -796,13 +821,13 @@ fn read_process_rows<T>(
             batch: &batch,
             path: &path,
         };
-        let time = c.req::<TimestampNanosecondType>("time")?;
+        let time = c.req_times_ns("time")?;
         let pid = c.req::<UInt32Type>("pid")?;
-        let start = c.req::<TimestampNanosecondType>("start_time")?;
+        let start = c.req_times_ns("start_time")?;
         let keys: Vec<(i64, usize)> = (0..batch.num_rows())
             .map(|i| {
-                let key = (pid.value(i), start.value(i));
-                (time.value(i), process_index(key, processes, index))
+                let key = (pid.value(i), start[i]);
+                (time[i], process_index(key, processes, index))
             })
             .collect();
         rows.extend(rows_of(&c, &keys));
@@ -837,18 +862,23 @@ pub fn read_system(dir: &Path) -> anyhow::Result<Vec<SystemRow>> {
             batch: &batch,
             path: &path,
         };
-        let time = c.req::<TimestampNanosecondType>("time")?;
+        let time = c.req_times_ns("time")?;
         let total = c.prim::<UInt64Type>("mem_total_bytes");
         let used = c.prim::<UInt64Type>("mem_used_bytes");
         let idle = c.prim::<Float64Type>("cpu_idle_percent");
         let iowait = c.prim::<Float64Type>("cpu_iowait_percent");
-        for i in 0..batch.num_rows() {
+        let [tree_rss, tree_uss, tree_pss] = ["tree_rss_bytes", "tree_uss_bytes", "tree_pss_bytes"]
+            .map(|name| c.prim::<UInt64Type>(name));
+        for (i, &time_ns) in time.iter().enumerate() {
             rows.push(SystemRow {
-                time_ns: time.value(i),
+                time_ns,
                 mem_total_bytes: opt(total, i),
                 mem_used_bytes: opt(used, i),
                 cpu_busy_percent: opt(idle, i)
                     .map(|idle| (100.0 - idle - opt(iowait, i).unwrap_or(0.0)).max(0.0)),
+                tree_rss_bytes: opt(tree_rss, i),
+                tree_uss_bytes: opt(tree_uss, i),
+                tree_pss_bytes: opt(tree_pss, i),
             });
         }
     }
@@ -1108,5 +1138,145 @@ mod tests {
         assert_eq!(data.processes.len(), 2);
         assert_eq!(data.processes[0].pid, 10);
         assert!(data.processes.iter().all(|p| p.end_ns.is_none()));
+    }
+
+    /// The times of a run read as the same nanoseconds whatever schema version wrote it: 1
+    /// (`Timestamp(ns, "UTC")`), 2 (`Timestamp(ns)`), 3 (microseconds with exact `_ns` twins,
+    /// from the writer itself); a table another tool rewrote without the twins reads to the
+    /// microsecond. Samples find their process by the exact start time in every version.
+    #[test]
+    fn times_read_the_same_in_every_schema_version() {
+        use crate::store::records::{ProcessRecord, SampleRecord};
+        use crate::store::schema::{processes_batch, samples_batch};
+        use arrow_array::TimestampMicrosecondArray;
+        // Two processes with one pid, 1 µs apart less 1 ns: only the exact times tell them apart.
+        let (a, b) = (1_764_000_000_000_000_001, 1_764_000_000_000_001_000);
+        let end = 1_764_000_001_999_999_999;
+        let processes = [
+            ProcessRecord {
+                pid: 7,
+                start_time_ns: a,
+                end_time_ns: Some(end),
+                ..Default::default()
+            },
+            ProcessRecord {
+                pid: 7,
+                start_time_ns: b,
+                parent_pid: Some(7),
+                parent_start_time_ns: Some(a),
+                ..Default::default()
+            },
+        ];
+        let samples = [(a + 5, a), (b + 5, b)].map(|(time, start)| SampleRecord {
+            time_ns: time,
+            pid: 7,
+            start_time_ns: start,
+            rss_bytes: Some(u64::try_from(start % 1_000_000).unwrap()),
+            ..Default::default()
+        });
+        let current = [
+            ("processes", processes_batch(&processes).unwrap()),
+            ("samples", samples_batch(&samples).unwrap()),
+        ];
+        // An earlier version's (or a rewritten) table: the current columns, less the exact
+        // twins, with each time column cast to `time_type`.
+        let older = |time_type: &DataType| -> Vec<(&str, RecordBatch)> {
+            current
+                .iter()
+                .map(|(name, batch)| {
+                    let mut fields = Vec::new();
+                    let mut columns = Vec::new();
+                    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+                        if field.name().ends_with("_time_ns") || field.name() == "time_ns" {
+                            continue;
+                        }
+                        let exact = batch.column_by_name(&exact_time_column(field.name()));
+                        let (field, column): (Field, ArrayRef) = match exact {
+                            Some(ns) if matches!(field.data_type(), DataType::Timestamp(..)) => {
+                                let ns = ns.as_primitive::<Int64Type>();
+                                let column: ArrayRef = match time_type {
+                                    DataType::Timestamp(TimeUnit::Nanosecond, tz) => Arc::new(
+                                        TimestampNanosecondArray::from(
+                                            ns.iter().collect::<Vec<_>>(),
+                                        )
+                                        .with_timezone_opt(tz.clone()),
+                                    ),
+                                    _ => Arc::new(
+                                        TimestampMicrosecondArray::from(
+                                            ns.iter()
+                                                .map(|v| v.map(|v| v.div_euclid(1_000)))
+                                                .collect::<Vec<_>>(),
+                                        )
+                                        .with_timezone("UTC"),
+                                    ),
+                                };
+                                let f = field.as_ref().clone().with_data_type(time_type.clone());
+                                (f, column)
+                            }
+                            _ => (field.as_ref().clone(), Arc::clone(column)),
+                        };
+                        fields.push(field);
+                        columns.push(column);
+                    }
+                    let schema = Arc::new(Schema::new(fields));
+                    (*name, RecordBatch::try_new(schema, columns).unwrap())
+                })
+                .collect()
+        };
+        let versions = [
+            (
+                "1",
+                older(&DataType::Timestamp(
+                    TimeUnit::Nanosecond,
+                    Some("UTC".into()),
+                )),
+                1,
+            ),
+            (
+                "2",
+                older(&DataType::Timestamp(TimeUnit::Nanosecond, None)),
+                1,
+            ),
+            ("3", current.to_vec(), 1),
+            (
+                "rewritten",
+                older(&DataType::Timestamp(
+                    TimeUnit::Microsecond,
+                    Some("UTC".into()),
+                )),
+                1_000,
+            ),
+        ];
+        for (version, tables, precision) in versions {
+            let tmp = tempfile::tempdir().unwrap();
+            for (name, batch) in &tables {
+                let path = tmp.path().join(format!("{name}.parquet"));
+                crate::store::writer::write_table(&path, batch.schema(), batch).unwrap();
+            }
+            let data = load(tmp.path()).unwrap();
+            let floor = |ns: i64| ns.div_euclid(precision) * precision;
+            let starts: Vec<i64> = data.processes.iter().map(|p| p.start_ns).collect();
+            assert_eq!(starts, [floor(a), floor(b)], "version {version}");
+            assert_eq!(
+                data.processes[0].end_ns,
+                Some(floor(end)),
+                "version {version}"
+            );
+            assert_eq!(
+                data.processes[1].parent,
+                Some((7, floor(a))),
+                "version {version}"
+            );
+            let seen: Vec<(i64, usize)> = data
+                .samples
+                .iter()
+                .map(|s| (s.time_ns, s.process))
+                .collect();
+            assert_eq!(
+                seen,
+                [(floor(a + 5), 0), (floor(b + 5), 1)],
+                "version {version}"
+            );
+        }
     }
 }

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::analysis::report::load;
 use crate::cli::{ExportArgs, ExportFormat};
+use crate::store::schema::exact_time_column;
 use anyhow::Context as _;
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
@@ -179,6 +180,7 @@ fn write_csv_table(
             .with_context(|| format!("cannot create {}", temp.display()))?;
         let mut w = BufWriter::new(file);
         let mut header_done = false;
+        let mut header = Vec::new();
         let mut rows = 0;
         let mut skipped = Vec::new();
         // The header comes from the schema, so an empty table still has one.
@@ -188,12 +190,8 @@ fn write_csv_table(
             let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
                 .with_context(|| format!("cannot read {}", source.display()))?;
             if !header_done {
-                let names: Vec<String> = builder
-                    .schema()
-                    .fields()
-                    .iter()
-                    .map(|f| csv_field(f.name()))
-                    .collect();
+                header = csv_columns(builder.schema());
+                let names: Vec<String> = header.iter().map(|name| csv_field(name)).collect();
                 writeln!(w, "{}", names.join(","))?;
                 header_done = true;
             }
@@ -202,11 +200,11 @@ fn write_csv_table(
                 .with_context(|| format!("cannot read {}", source.display()))?;
             for batch in reader {
                 let batch = batch.with_context(|| format!("cannot read {}", source.display()))?;
-                rows += write_batch(&mut w, &batch, &mut skipped)?;
+                rows += write_batch(&mut w, &header, &batch, &mut skipped)?;
             }
         }
         if let Some(batch) = extra {
-            rows += write_batch(&mut w, batch, &mut skipped)?;
+            rows += write_batch(&mut w, &header, batch, &mut skipped)?;
         }
         w.flush()
             .with_context(|| format!("cannot write {}", temp.display()))?;
@@ -238,28 +236,66 @@ pub fn rfc3339_ns(ns: i64) -> String {
     }
 }
 
+/// The CSV columns of a table: its columns in order, less the exact twins of its timestamp
+/// columns (schema version 3's `<name>_ns`), whose nanoseconds the timestamp's own CSV column
+/// shows (`2024-05-01T12:00:00.123456789Z`), as for runs of earlier versions.
+fn csv_columns(schema: &arrow_schema::Schema) -> Vec<String> {
+    let is_time = |name: &str| {
+        schema
+            .field_with_name(name)
+            .is_ok_and(|f| matches!(f.data_type(), DataType::Timestamp(_, _)))
+    };
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|name| {
+            !name
+                .strip_suffix("_ns")
+                .is_some_and(|time| is_time(time) && *name == exact_time_column(time))
+        })
+        .collect()
+}
+
+/// The rows of `batch` under `header` (by name, so that the rows of another schema version
+/// line up; a column the batch lacks is left empty). A timestamp column is written from its
+/// exact twin where the batch has one.
 fn write_batch(
     w: &mut impl std::io::Write,
+    header: &[String],
     batch: &RecordBatch,
     skipped: &mut Vec<String>,
 ) -> anyhow::Result<u64> {
-    let schema = batch.schema();
-    let columns: Vec<Vec<String>> = batch
-        .columns()
+    let c = load::Cols {
+        batch,
+        path: Path::new(""),
+    };
+    let columns: Vec<Vec<String>> = header
         .iter()
-        .zip(schema.fields())
-        .map(|(array, field)| match column_text(array.as_ref()) {
-            Some(values) => values,
-            None => {
-                let why = format!(
-                    "column `{}` ({}) left empty: no CSV form for its type",
-                    field.name(),
-                    array.data_type()
-                );
-                if !skipped.contains(&why) {
-                    skipped.push(why);
+        .map(|name| {
+            let Some(array) = batch.column_by_name(name) else {
+                return vec![String::new(); batch.num_rows()];
+            };
+            if matches!(array.data_type(), DataType::Timestamp(_, _)) {
+                if let Some(times) = c.times_ns(name) {
+                    return times
+                        .into_iter()
+                        .map(|v| v.map_or(String::new(), rfc3339_ns))
+                        .collect();
                 }
-                vec![String::new(); array.len()]
+            }
+            match column_text(array.as_ref()) {
+                Some(values) => values,
+                None => {
+                    let why = format!(
+                        "column `{name}` ({}) left empty: no CSV form for its type",
+                        array.data_type()
+                    );
+                    if !skipped.contains(&why) {
+                        skipped.push(why);
+                    }
+                    vec![String::new(); array.len()]
+                }
             }
         })
         .collect();
@@ -434,7 +470,13 @@ mod tests {
         // A killed run: the samples are parts, marks has a header and no rows.
         let run = tempfile::tempdir().unwrap();
         let mut samples = crate::store::writer::PartedTable::samples(run.path()).unwrap();
-        samples.push(Default::default()).unwrap();
+        samples
+            .push(crate::store::records::SampleRecord {
+                time_ns: 1_700_000_000_123_456_789,
+                start_time_ns: 1_700_000_000_000_000_001,
+                ..Default::default()
+            })
+            .unwrap();
         samples.flush().unwrap();
         samples.push(Default::default()).unwrap();
         samples.flush().unwrap();
@@ -448,7 +490,29 @@ mod tests {
         let rows: Vec<(&str, u64)> = written.iter().map(|f| (f.table.as_str(), f.rows)).collect();
         assert_eq!(rows, [("marks", 0), ("samples", 2)]);
         let marks = std::fs::read_to_string(out.path().join("marks.csv")).unwrap();
+        // The timestamps' exact twins are not columns of their own: the times show their
+        // nanoseconds.
         assert_eq!(marks, "time,pid,start_time,label,kind\n");
+        let samples = std::fs::read_to_string(out.path().join("samples.csv")).unwrap();
+        let mut lines = samples.lines();
+        let header = lines.next().unwrap();
+        assert!(
+            header.starts_with("time,pid,start_time,source,"),
+            "{header}"
+        );
+        assert!(
+            !header
+                .split(',')
+                .any(|h| h == "time_ns" || h == "start_time_ns"),
+            "{header}"
+        );
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .starts_with("2023-11-14T22:13:20.123456789Z,0,2023-11-14T22:13:20.000000001Z,"),
+            "{samples}"
+        );
     }
 
     #[test]

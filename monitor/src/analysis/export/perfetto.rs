@@ -18,7 +18,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context as _;
-use arrow_array::types::{TimestampNanosecondType, UInt32Type};
+use arrow_array::types::UInt32Type;
 use serde_json::{json, Value};
 
 use crate::analysis::report::load::{self, Process, GPU_COLUMNS};
@@ -149,14 +149,14 @@ impl Tree {
         // Rows of processes that have neither a processes row nor events: named by their pid.
         for table in ["samples", "gpu_processes"] {
             load::for_each_batch(dir, table, |c| {
-                let time = c.req::<TimestampNanosecondType>("time")?;
+                let time = c.req_times_ns("time")?;
                 let pid = c.req::<UInt32Type>("pid")?;
-                let start = c.req::<TimestampNanosecondType>("start_time")?;
+                let start = c.req_times_ns("start_time")?;
                 for i in 0..c.batch.num_rows() {
                     if table == "samples" {
-                        see(time.value(i));
+                        see(time[i]);
                     }
-                    let key = (pid.value(i), start.value(i));
+                    let key = (pid.value(i), start[i]);
                     if tree.row(key).is_none() {
                         load::process_index(key, &mut tree.stand_ins, &mut tree.stand_in_index);
                     }
@@ -298,15 +298,17 @@ fn unflushed_from_events(dir: &Path, tree: &Tree) -> anyhow::Result<Vec<Process>
     let mut parents: HashSet<(u32, i64)> = HashSet::new();
     load::for_each_batch(dir, "events", |c| {
         let pid = c.req::<UInt32Type>("pid")?;
-        let start = c.req::<TimestampNanosecondType>("start_time")?;
+        let start = c.req_times_ns("start_time")?;
         let parent_pid = c.prim::<UInt32Type>("parent_pid");
-        let parent_start = c.time("parent_start_time");
-        for i in 0..c.batch.num_rows() {
-            if tree.row((pid.value(i), start.value(i))).is_some() {
+        let parent_start = c.times_ns("parent_start_time");
+        for (i, &start) in start.iter().enumerate() {
+            if tree.row((pid.value(i), start)).is_some() {
                 continue;
             }
             missing = true;
-            if let Some(parent) = load::opt(parent_pid, i).zip(load::opt(parent_start, i)) {
+            if let Some(parent) =
+                load::opt(parent_pid, i).zip(load::time_at(parent_start.as_ref(), i))
+            {
                 if tree.row(parent).is_some() {
                     parents.insert(parent);
                 }
@@ -457,14 +459,14 @@ pub fn write_trace(dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     // Counters: per process (memory, CPU%), the tree's memory per sweep.
     let mut sums: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
     load::for_each_batch(dir, "samples", |c| {
-        let time = c.req::<TimestampNanosecondType>("time")?;
+        let time = c.req_times_ns("time")?;
         let pid = c.req::<UInt32Type>("pid")?;
-        let start = c.req::<TimestampNanosecondType>("start_time")?;
+        let start = c.req_times_ns("start_time")?;
         // Rows of a process that appeared after the tree was read (a running run) are left out.
         let keys: Vec<(i64, usize)> = (0..c.batch.num_rows())
             .map(|i| {
-                let node = tree.node((pid.value(i), start.value(i)));
-                (time.value(i), node.unwrap_or(usize::MAX))
+                let node = tree.node((pid.value(i), start[i]));
+                (time[i], node.unwrap_or(usize::MAX))
             })
             .collect();
         for mut s in load::sample_rows(c, &keys) {

@@ -286,6 +286,92 @@ mod tests {
         assert_eq!(color_hex(None), "#8c8c8c");
     }
 
+    /// The fixture (a run of schema version 1, `Timestamp(ns, "UTC")`) rewritten as version 2
+    /// (`Timestamp(ns)`) and as version 3 (`Timestamp(us, "UTC")` with exact Int64 `_ns` twins
+    /// appended) reports the same, to the byte: montrace reads every version alike.
+    #[test]
+    fn runs_of_every_schema_version_report_the_same() {
+        use arrow_array::cast::AsArray as _;
+        use arrow_array::types::TimestampNanosecondType;
+        use arrow_array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
+        use arrow_schema::{DataType, Field, Schema, TimeUnit};
+        use std::sync::Arc;
+        let rewritten = |version: u32| -> tempfile::TempDir {
+            let dir = tempfile::tempdir().unwrap();
+            for entry in std::fs::read_dir(fixture()).unwrap() {
+                let path = entry.unwrap().path();
+                let to = dir.path().join(path.file_name().unwrap());
+                if path.extension().is_none_or(|e| e != "parquet") {
+                    std::fs::copy(&path, &to).unwrap();
+                    continue;
+                }
+                let batches = load::read_file(&path).unwrap();
+                assert_eq!(batches.len(), 1, "{}", path.display());
+                let batch = &batches[0];
+                let (mut fields, mut columns, mut twins) = (Vec::new(), Vec::new(), Vec::new());
+                for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+                    let DataType::Timestamp(TimeUnit::Nanosecond, Some(_)) = field.data_type()
+                    else {
+                        fields.push(field.as_ref().clone());
+                        columns.push(Arc::clone(column));
+                        continue;
+                    };
+                    let ns: Vec<Option<i64>> = column
+                        .as_primitive::<TimestampNanosecondType>()
+                        .iter()
+                        .collect();
+                    let (data_type, array): (DataType, ArrayRef) = match version {
+                        2 => (
+                            DataType::Timestamp(TimeUnit::Nanosecond, None),
+                            Arc::new(
+                                column
+                                    .as_primitive::<TimestampNanosecondType>()
+                                    .clone()
+                                    .with_timezone_opt(None::<String>),
+                            ),
+                        ),
+                        _ => {
+                            let us: Vec<Option<i64>> =
+                                ns.iter().map(|v| v.map(|v| v.div_euclid(1_000))).collect();
+                            twins.push((
+                                Field::new(
+                                    format!("{}_ns", field.name()),
+                                    DataType::Int64,
+                                    field.is_nullable(),
+                                ),
+                                Arc::new(Int64Array::from(ns)) as ArrayRef,
+                            ));
+                            (
+                                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                                Arc::new(TimestampMicrosecondArray::from(us).with_timezone("UTC")),
+                            )
+                        }
+                    };
+                    fields.push(field.as_ref().clone().with_data_type(data_type));
+                    columns.push(array);
+                }
+                for (field, column) in twins {
+                    fields.push(field);
+                    columns.push(column);
+                }
+                let schema = Arc::new(Schema::new(fields));
+                let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
+                crate::store::writer::write_table(&to, schema, &batch).unwrap();
+            }
+            dir
+        };
+        let report = |dir: &Path| {
+            let (text, _) = render::markdown(&prepare(dir, "exe").unwrap()).unwrap();
+            text.replace(&dir.display().to_string(), "RUN")
+        };
+        let v1 = report(&fixture());
+        assert!(v1.contains("22"), "{v1}");
+        for version in [2, 3] {
+            let dir = rewritten(version);
+            assert_eq!(report(dir.path()), v1, "version {version}");
+        }
+    }
+
     #[test]
     fn writes_both_formats_into_the_run_directory() {
         let dir = tempfile::tempdir().unwrap();

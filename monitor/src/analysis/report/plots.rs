@@ -855,7 +855,16 @@ fn stacked_private(
         }
         cum.push(running.clone());
     }
-    let total = cum.last().cloned().unwrap_or_default();
+    let tree = tree_uss_at_sweeps(data, model);
+    let deduplicated = tree.iter().any(Option::is_some);
+    scale_to_tree(&mut cum, &tree);
+    let total: Vec<f64> = match deduplicated {
+        // The tree's own figure where the sweep has it, else the stack's top.
+        true => (0..n)
+            .map(|i| tree[i].unwrap_or_else(|| cum.last().map_or(0.0, |c| c[i])))
+            .collect(),
+        false => cum.last().cloned().unwrap_or_default(),
+    };
     let keep = min_max_indices(&xs, &total, BUCKETS);
     let (peak_i, peak) =
         total.iter().copied().enumerate().fold(
@@ -934,12 +943,53 @@ fn stacked_private(
         title: "Total private memory".into(),
         caption: format!(
             "The tree's USS at every sweep, stacked by group; the dot marks its peak ({} at \
-             {:.1} s).{machine_note}",
+             {:.1} s).{}{machine_note}",
             format_bytes(peak as u64),
-            xs.get(peak_i).copied().unwrap_or(0.0)
+            xs.get(peak_i).copied().unwrap_or(0.0),
+            match deduplicated {
+                true => {
+                    " The top edge is the tree's USS with each memory image counted once \
+                     (system.parquet tree_uss_bytes): where the groups' sums count one twice (a \
+                     vfork child before its exec shows its parent's memory), the layers are \
+                     scaled down to it."
+                }
+                false => "",
+            }
         ),
         svg,
     }))
+}
+
+/// system.parquet's `tree_uss_bytes` at each of the model's sweeps (None where the sweep has no
+/// system row with it: runs of earlier versions, or without USS).
+fn tree_uss_at_sweeps(data: &RunData, model: &Model) -> Vec<Option<f64>> {
+    let by_time: std::collections::HashMap<i64, u64> = data
+        .system
+        .iter()
+        .filter_map(|s| Some((s.time_ns, s.tree_uss_bytes?)))
+        .collect();
+    model
+        .sweeps
+        .iter()
+        .map(|t| by_time.get(t).map(|&v| v as f64))
+        .collect()
+}
+
+/// Scales the stacked layers (`cum`, cumulative, bottom first) of each sweep down to the tree's
+/// own figure where their sum is above it: a memory image the samples count twice is then
+/// counted once, in proportion to the layers. A sum at or below the tree's figure stays.
+fn scale_to_tree(cum: &mut [Vec<f64>], tree: &[Option<f64>]) {
+    let Some(top) = cum.last().cloned() else {
+        return;
+    };
+    for (i, (&sum, once)) in top.iter().zip(tree).enumerate() {
+        if let Some(once) = *once {
+            if sum > once && sum > 0.0 {
+                let k = once / sum;
+                cum.iter_mut().for_each(|layer| layer[i] *= k);
+            }
+        }
+    }
 }
 
 /// GPU utilization, memory and power (gpu.parquet), one line per GPU.
@@ -1074,6 +1124,66 @@ mod tests {
             "{}",
             plot.caption
         );
+    }
+
+    /// A 100 MiB Python and its vfork child before the exec (same group, the parent's memory
+    /// in its samples too), then a 10 MiB /bin/true after the exec: the stacked plot's peak is
+    /// system.parquet's tree figure, each memory image once, not the 200 MiB the samples sum
+    /// to; a run without that column keeps the samples' sum.
+    #[test]
+    fn the_stacked_memory_is_the_trees_figure_counted_once() {
+        use crate::analysis::report::load::{Process, Sample, SystemRow};
+        use crate::analysis::report::model::{build, GroupBy};
+        const S: i64 = 1_000_000_000;
+        const MIB: u64 = 1 << 20;
+        let process = |pid: u32, comm: &str| Process {
+            pid,
+            start_ns: i64::from(pid),
+            end_ns: Some(4 * S),
+            comm: comm.into(),
+            ..Default::default()
+        };
+        let sample = |t: i64, process: usize, uss: u64| Sample {
+            time_ns: t * S,
+            process,
+            rss_bytes: Some(uss),
+            uss_bytes: Some(uss),
+            ..Default::default()
+        };
+        let mut data = RunData {
+            processes: vec![
+                process(1, "python"),
+                process(2, "python"),
+                process(3, "true"),
+            ],
+            samples: vec![
+                sample(1, 0, 100 * MIB),
+                sample(2, 0, 100 * MIB),
+                sample(2, 1, 100 * MIB),
+                sample(3, 0, 100 * MIB),
+                sample(3, 2, 10 * MIB),
+            ],
+            ..Default::default()
+        };
+        let caption = |data: &RunData| {
+            let model = build(data, &GroupBy::Comm);
+            let plots = all(data, &model).unwrap();
+            let plot = plots.iter().find(|p| p.id == "memory-stacked").unwrap();
+            plot.caption.clone()
+        };
+        let summed = caption(&data);
+        assert!(summed.contains("peak (200.0 MiB at "), "{summed}");
+        assert!(!summed.contains("counted once"), "{summed}");
+        data.system = [(1, 100), (2, 100), (3, 110)]
+            .map(|(t, mib)| SystemRow {
+                time_ns: t * S,
+                tree_uss_bytes: Some(mib * MIB),
+                ..Default::default()
+            })
+            .to_vec();
+        let once = caption(&data);
+        assert!(once.contains("peak (110.0 MiB at "), "{once}");
+        assert!(once.contains("each memory image counted once"), "{once}");
     }
 
     #[test]

@@ -11,7 +11,8 @@ use arrow_array::builder::{
     BooleanBuilder, Float64Builder, ListBuilder, MapBuilder, PrimitiveBuilder, StringBuilder,
 };
 use arrow_array::types::{
-    ArrowPrimitiveType, Float64Type, Int32Type, TimestampNanosecondType, UInt32Type, UInt64Type,
+    ArrowPrimitiveType, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType, UInt32Type,
+    UInt64Type,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -23,10 +24,25 @@ use crate::store::records::{
 use Values::{Bool, NumMap, Str, StrList, StrMap, Time, F64, I32, U32, U64};
 
 /// Version of the run directory's format (tables and `run.json`); bump on incompatible change.
-/// 2: the timestamp columns carry no time zone (`Timestamp(Nanosecond, None)`, still UTC), so
-/// that DuckDB's time functions, pandas and polars take them as they are. Version 1 runs
-/// (`Timestamp(Nanosecond, "UTC")`) read the same.
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: the timestamp columns are `Timestamp(Microsecond, "UTC")`, the one timestamp type that
+/// DuckDB 1.x and 2.x (`TIMESTAMPTZ`: `epoch_ms`, `time_bucket`, `< now()`), pandas, polars
+/// and Spark (`TimestampType`, no legacy flag) all take as a UTC time; each has an exact twin,
+/// `<name>_ns` (Int64 nanoseconds, [`exact_time_column`]), that montrace's readers use.
+/// 2: `Timestamp(Nanosecond, None)`; 1: `Timestamp(Nanosecond, "UTC")`. Runs of every version
+/// read the same (`store::read::Cols::times_ns`).
+pub const SCHEMA_VERSION: u32 = 3;
+/// The time zone of every timestamp column: the values are UTC, and saying so in the type is
+/// what makes Spark read them as `TimestampType` (without it, `TIMESTAMP_NTZ`) and DuckDB as
+/// `TIMESTAMPTZ`, comparable with `now()`.
+pub const TIME_ZONE: &str = "UTC";
+
+/// The name of timestamp column `name`'s exact twin: the same instant in nanoseconds since the
+/// Unix epoch (Int64), kept because the timestamp itself holds microseconds. Identity
+/// (`pid`, `start_time_ns`) and exact durations read the twin.
+pub fn exact_time_column(name: &str) -> String {
+    format!("{name}_ns")
+}
+
 /// Schema metadata key holding [`SCHEMA_VERSION`]; it also lands in each Parquet file's
 /// key-value metadata.
 pub const SCHEMA_VERSION_KEY: &str = "montrace.schema_version";
@@ -403,9 +419,11 @@ enum Values<R> {
     U64(fn(&R) -> Option<u64>),
     F64(fn(&R) -> Option<f64>),
     Bool(fn(&R) -> Option<bool>),
-    /// Nanoseconds since the Unix epoch (UTC), stored as a timestamp without a time zone: DuckDB
-    /// reads it as `TIMESTAMP_NS`, on which every time function works (`TIMESTAMPTZ_NS` lacks
-    /// `-`, `epoch_ms` and `time_bucket`), and Python gets it without pytz.
+    /// Nanoseconds since the Unix epoch (UTC), stored twice: as `Timestamp(Microsecond, "UTC")`
+    /// under the column's name, which every engine reads natively (DuckDB `TIMESTAMPTZ`:
+    /// `TIMESTAMP_NS` fails `epoch_ms` on DuckDB 2 and `now()` comparisons on all; Spark reads
+    /// no nanosecond type without a legacy flag), and exactly as Int64 under
+    /// [`exact_time_column`], appended after the table's other columns.
     Time(fn(&R) -> Option<i64>),
     Str(fn(&R) -> Option<&str>),
     StrList(fn(&R) -> Option<&[String]>),
@@ -431,7 +449,7 @@ impl<R> Values<R> {
             Values::U64(_) => DataType::UInt64,
             Values::F64(_) => DataType::Float64,
             Values::Bool(_) => DataType::Boolean,
-            Values::Time(_) => DataType::Timestamp(TimeUnit::Nanosecond, None),
+            Values::Time(_) => DataType::Timestamp(TimeUnit::Microsecond, Some(TIME_ZONE.into())),
             Values::Str(_) => DataType::Utf8,
             Values::StrList(_) => DataType::List(Arc::new(list_item())),
             Values::StrMap(_) => arrow_array::Array::data_type(&map_builder().finish()).clone(),
@@ -445,7 +463,14 @@ impl<R> Values<R> {
             Values::I32(get) => self.primitive::<Int32Type>(rows, *get),
             Values::U64(get) => self.primitive::<UInt64Type>(rows, *get),
             Values::F64(get) => self.primitive::<Float64Type>(rows, *get),
-            Values::Time(get) => self.primitive::<TimestampNanosecondType>(rows, *get),
+            Values::Time(get) => {
+                // Floor, not truncation toward zero, so that a time before 1970 still orders
+                // before its exact twin's next microsecond.
+                let mut b = PrimitiveBuilder::<TimestampMicrosecondType>::with_capacity(rows.len())
+                    .with_data_type(self.data_type());
+                b.extend(rows.iter().map(|r| get(r).map(|ns| ns.div_euclid(1_000))));
+                Arc::new(b.finish())
+            }
             Values::Bool(get) => {
                 let mut b = BooleanBuilder::with_capacity(rows.len());
                 b.extend(rows.iter().map(get));
@@ -505,6 +530,16 @@ impl<R> Values<R> {
         }
     }
 
+    /// The exact twin of a `Time` column (see [`exact_time_column`]), None for other columns.
+    fn build_exact(&self, rows: &[R]) -> Option<ArrayRef> {
+        let Values::Time(get) = self else {
+            return None;
+        };
+        let mut b = PrimitiveBuilder::<Int64Type>::with_capacity(rows.len());
+        b.extend(rows.iter().map(get));
+        Some(Arc::new(b.finish()))
+    }
+
     fn primitive<T: ArrowPrimitiveType>(
         &self,
         rows: &[R],
@@ -523,9 +558,14 @@ fn list_item() -> Field {
 }
 
 fn schema_of<R>(columns: &[Column<R>]) -> SchemaRef {
+    let exact = columns
+        .iter()
+        .filter(|c| matches!(c.values, Values::Time(_)))
+        .map(|c| Field::new(exact_time_column(c.name), DataType::Int64, c.nullable));
     let fields: Vec<Field> = columns
         .iter()
         .map(|c| Field::new(c.name, c.values.data_type(), c.nullable))
+        .chain(exact)
         .collect();
     let metadata = HashMap::from([(SCHEMA_VERSION_KEY.to_owned(), SCHEMA_VERSION.to_string())]);
     Arc::new(Schema::new(fields).with_metadata(metadata))
@@ -536,7 +576,11 @@ fn batch_of<R>(
     columns: &[Column<R>],
     rows: &[R],
 ) -> Result<RecordBatch, ArrowError> {
-    let arrays = columns.iter().map(|c| c.values.build(rows)).collect();
+    let arrays = columns
+        .iter()
+        .map(|c| c.values.build(rows))
+        .chain(columns.iter().filter_map(|c| c.values.build_exact(rows)))
+        .collect();
     // try_new checks every array against its field, nullability included.
     RecordBatch::try_new(schema, arrays)
 }

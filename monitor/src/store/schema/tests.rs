@@ -80,6 +80,9 @@ fn processes_columns_in_order() {
             "net_unix_sent_bytes",
             "net_unix_received_bytes",
             "alive_at_end",
+            "start_time_ns",
+            "parent_start_time_ns",
+            "end_time_ns",
         ]
     );
     let required: Vec<&str> = schema
@@ -97,19 +100,23 @@ fn processes_columns_in_order() {
             "comm",
             "exec_count",
             "core_dumped",
-            "alive_at_end"
+            "alive_at_end",
+            "start_time_ns"
         ]
     );
-    let utc = DataType::Timestamp(TimeUnit::Nanosecond, None);
     assert_eq!(
         schema.field_with_name("start_time").unwrap().data_type(),
-        &utc
+        &utc()
+    );
+    assert_eq!(
+        schema.field_with_name("start_time_ns").unwrap().data_type(),
+        &DataType::Int64
     );
     assert_eq!(
         schema.field_with_name("argv").unwrap().data_type(),
         &DataType::List(Arc::new(Field::new("item", DataType::Utf8, false)))
     );
-    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "2");
+    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "3");
 }
 
 #[test]
@@ -133,6 +140,9 @@ fn events_columns_in_order() {
             "cpu_user_ns",
             "cpu_system_ns",
             "peak_rss_bytes",
+            "time_ns",
+            "start_time_ns",
+            "parent_start_time_ns",
         ]
     );
     // Shared columns have the same type and nullability in both tables.
@@ -140,14 +150,14 @@ fn events_columns_in_order() {
     for field in schema
         .fields()
         .iter()
-        .filter(|f| !["time", "kind", "tid"].contains(&f.name().as_str()))
+        .filter(|f| !["time", "time_ns", "kind", "tid"].contains(&f.name().as_str()))
     {
         assert_eq!(
             processes.field_with_name(field.name()).unwrap(),
             field.as_ref()
         );
     }
-    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "2");
+    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "3");
 }
 
 #[test]
@@ -162,9 +172,21 @@ fn processes_batch_values() {
     assert_eq!(batch.num_rows(), 2);
     assert_eq!(batch.schema(), processes_schema());
 
+    // The timestamp holds microseconds (what every engine reads), its twin the exact
+    // nanoseconds (what identity needs).
     let start = batch.column_by_name("start_time").unwrap();
-    let start = start.as_primitive::<TimestampNanosecondType>();
-    assert_eq!(start.values(), &[1_700_000_000_123_456_789, 0]);
+    let start = start.as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(start.values(), &[1_700_000_000_123_456, 0]);
+    let exact = batch.column_by_name("start_time_ns").unwrap();
+    let exact = exact.as_primitive::<Int64Type>();
+    assert_eq!(exact.values(), &[1_700_000_000_123_456_789, 0]);
+    // Null in both, or in neither.
+    for name in ["parent_start_time", "end_time"] {
+        let time = batch.column_by_name(name).unwrap();
+        let exact = batch.column_by_name(&exact_time_column(name)).unwrap();
+        assert_eq!(time.logical_nulls(), exact.logical_nulls(), "{name}");
+        assert!(time.is_null(1) && !time.is_null(0), "{name}");
+    }
     let argv = batch.column_by_name("argv").unwrap().as_list::<i32>();
     assert_eq!(
         argv.value(0)
@@ -232,9 +254,9 @@ fn events_batch_values() {
 #[test]
 fn no_rows_is_an_empty_batch() {
     assert_eq!(processes_batch(&[]).unwrap().num_rows(), 0);
-    assert_eq!(events_batch(&[]).unwrap().num_columns(), 14);
-    assert_eq!(samples_batch(&[]).unwrap().num_columns(), 26);
-    assert_eq!(system_batch(&[]).unwrap().num_columns(), 31);
+    assert_eq!(events_batch(&[]).unwrap().num_columns(), 14 + 3);
+    assert_eq!(samples_batch(&[]).unwrap().num_columns(), 26 + 2);
+    assert_eq!(system_batch(&[]).unwrap().num_columns(), 31 + 1);
 }
 
 /// The field names of a record, in declaration order, read from its `Debug` output (the
@@ -247,23 +269,27 @@ fn record_fields(debug: &str) -> Vec<String> {
         .collect()
 }
 
-/// Column names are the record's field names, `_ns` dropped from the times.
+/// Column names are the record's field names, `_ns` dropped from the times, then the times'
+/// exact twins, which have the fields' own names.
 fn assert_columns_are_fields(schema: &SchemaRef, debug: &str) {
-    let expected: Vec<String> = record_fields(debug)
-        .into_iter()
-        .map(|f| match f.as_str() {
-            "time_ns" | "start_time_ns" => f.trim_end_matches("_ns").to_owned(),
-            _ => f,
+    let fields = record_fields(debug);
+    let is_time = |f: &String| ["time_ns", "start_time_ns"].contains(&f.as_str());
+    let expected: Vec<String> = fields
+        .iter()
+        .map(|f| match is_time(f) {
+            true => f.trim_end_matches("_ns").to_owned(),
+            false => f.clone(),
         })
+        .chain(fields.iter().filter(|f| is_time(f)).cloned())
         .collect();
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names, expected);
-    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "2");
+    assert_eq!(schema.metadata()[SCHEMA_VERSION_KEY], "3");
 }
 
-/// Times are UTC, without a time zone in the type (schema version 2).
+/// Times are microseconds in UTC, the zone in the type (schema version 3).
 fn utc() -> DataType {
-    DataType::Timestamp(TimeUnit::Nanosecond, None)
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
 }
 
 /// A sample with every field set (also used by the writer's tests).
@@ -353,7 +379,9 @@ fn samples_columns_are_the_record_fields() {
             "start_time",
             "source",
             "cpu_user_ns",
-            "cpu_system_ns"
+            "cpu_system_ns",
+            "time_ns",
+            "start_time_ns"
         ]
     );
     assert_eq!(schema.field_with_name("time").unwrap().data_type(), &utc());
@@ -397,7 +425,8 @@ fn system_columns_are_the_record_fields() {
             "swap_used_bytes",
             "load_1",
             "load_5",
-            "load_15"
+            "load_15",
+            "time_ns"
         ]
     );
     assert_eq!(schema.field_with_name("time").unwrap().data_type(), &utc());
@@ -525,7 +554,7 @@ fn required_columns(schema: &SchemaRef) -> Vec<&str> {
 fn gpu_columns_are_the_record_fields() {
     let schema = gpu_schema();
     assert_columns_are_fields(&schema, &format!("{:?}", GpuRecord::default()));
-    assert_eq!(required_columns(&schema), ["time", "gpu_index"]);
+    assert_eq!(required_columns(&schema), ["time", "gpu_index", "time_ns"]);
     assert_eq!(schema.field_with_name("time").unwrap().data_type(), &utc());
     for (name, data_type) in [
         ("utilization_gpu_percent", DataType::Float64),
@@ -556,7 +585,15 @@ fn gpu_processes_columns_are_the_record_fields() {
     assert_columns_are_fields(&schema, &format!("{:?}", GpuProcessRecord::default()));
     assert_eq!(
         required_columns(&schema),
-        ["time", "gpu_index", "pid", "start_time", "source"]
+        [
+            "time",
+            "gpu_index",
+            "pid",
+            "start_time",
+            "source",
+            "time_ns",
+            "start_time_ns"
+        ]
     );
     // The join keys have the same types as in processes.parquet and gpu.parquet.
     let processes = processes_schema();
@@ -638,6 +675,6 @@ fn gpu_processes_batch_values() {
     }
     assert_eq!(
         batch.num_columns(),
-        5 + sample_only.len() + accounting_only.len()
+        5 + sample_only.len() + accounting_only.len() + 2
     );
 }

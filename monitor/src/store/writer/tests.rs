@@ -6,7 +6,7 @@ use crate::store::schema::{
     SCHEMA_VERSION_KEY,
 };
 use arrow_array::cast::AsArray;
-use arrow_array::types::{TimestampNanosecondType, UInt32Type, UInt64Type};
+use arrow_array::types::{Int64Type, TimestampMicrosecondType, UInt32Type, UInt64Type};
 use arrow_array::Array;
 use parquet::file::metadata::ParquetMetaData;
 
@@ -35,7 +35,7 @@ fn assert_same_rows(back: &RecordBatch, expected: &RecordBatch) {
 fn assert_file_format(metadata: &ParquetMetaData) {
     let kv = metadata.file_metadata().key_value_metadata().unwrap();
     let version = kv.iter().find(|kv| kv.key == SCHEMA_VERSION_KEY).unwrap();
-    assert_eq!(version.value.as_deref(), Some("2"));
+    assert_eq!(version.value.as_deref(), Some("3"));
     for row_group in metadata.row_groups() {
         for column in row_group.columns() {
             assert!(
@@ -182,19 +182,28 @@ fn processes_round_trip() {
     let start = back
         .column_by_name("start_time")
         .unwrap()
-        .as_primitive::<TimestampNanosecondType>();
+        .as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(start.timezone(), Some("UTC"), "UTC, the zone in the type");
+    // Microseconds, floored: -5 ns is in the microsecond before the epoch.
+    assert_eq!(start.values(), &[1_700_000_000_123_456, -1]);
+    let exact = |name: &str| {
+        back.column_by_name(&schema::exact_time_column(name))
+            .unwrap()
+            .as_primitive::<Int64Type>()
+            .clone()
+    };
     assert_eq!(
-        start.timezone(),
-        None,
-        "UTC, without a time zone in the type"
+        exact("start_time").values(),
+        &[1_700_000_000_123_456_789, -5]
     );
-    assert_eq!(start.values(), &[1_700_000_000_123_456_789, -5]);
     let end = back
         .column_by_name("end_time")
         .unwrap()
-        .as_primitive::<TimestampNanosecondType>();
-    assert_eq!(end.value(0), 1_700_000_002_987_654_321);
+        .as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(end.value(0), 1_700_000_002_987_654);
     assert!(end.is_null(1));
+    assert_eq!(exact("end_time").value(0), 1_700_000_002_987_654_321);
+    assert!(exact("end_time").is_null(1));
     let argv = back.column_by_name("argv").unwrap().as_list::<i32>();
     let args: Vec<_> = argv
         .value(0)

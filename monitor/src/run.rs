@@ -227,7 +227,7 @@ fn repeat(
     if !args.record.quiet && !single && !stopped {
         crate::say_raw!(
             "{}",
-            run_json::format_repeat_stats(&summary, &out_dir.display().to_string())
+            crate::follow::summary::format_repeat_stats(&summary, &out_dir.display().to_string())
         );
     }
     // The command's (or the failing hook's) status is montrace's last word.
@@ -818,10 +818,10 @@ mod tests {
         assert_eq!(create_out_dir(Some(&empty), &program, 0).unwrap(), empty);
         let used = tmp.path().join("used");
         std::fs::create_dir(&used).unwrap();
-        std::fs::write(used.join("run.json"), b"{}").unwrap();
+        std::fs::write(run_json::path_in(&used), b"{}").unwrap();
         let err = create_out_dir(Some(&used), &program, 0).unwrap_err();
         assert!(matches!(err, OutDirError::NotEmpty(_)), "{err}");
-        assert_eq!(std::fs::read(used.join("run.json")).unwrap(), b"{}");
+        assert_eq!(std::fs::read(run_json::path_in(&used)).unwrap(), b"{}");
         let nested = tmp.path().join("a/b/c");
         assert_eq!(create_out_dir(Some(&nested), &program, 0).unwrap(), nested);
         assert!(dir_is_empty(&nested));

@@ -259,14 +259,11 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
 /// Failures are said, not returned: the command has run, and its status stays montrace's exit
 /// status.
 pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, report: bool) {
-    let run_json = out_dir.join("run.json");
-    let written = serde_json::to_string_pretty(info)
-        .map_err(std::io::Error::other)
-        .and_then(|json| userfs::write_atomic(&run_json, (json + "\n").as_bytes()));
+    let written = run_json::write(out_dir, info);
     if let Err(err) = &written {
         crate::say!(
             "montrace: error: cannot write {}: {err}",
-            run_json.display()
+            run_json::path_in(out_dir).display()
         );
     }
     if report && written.is_ok() && info.recording_error.is_none() {
@@ -282,7 +279,7 @@ pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, repor
         }
     }
     if print_summary {
-        crate::say_raw!("{}", run_json::format_summary(info));
+        crate::say_raw!("{}", crate::follow::summary::format_summary(info));
     }
 }
 

@@ -1,12 +1,66 @@
-//! run.json and the end-of-run summary: pure functions over the run's records.
+//! run.json: its types ([`RunInfo`]), the pure functions that fill them from the run's records,
+//! and the one [`read`] and [`write`] every reader and writer of the file goes through (the
+//! version check of `summary_json::read`). The terminal summary made of it is
+//! `follow::summary`'s.
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 
 use crate::kernel::ebpf::{LostEvents, TrackingMode};
 use crate::store::records::ProcessRecord;
-use crate::units::{format_bytes, format_seconds_ns, rfc3339};
+use crate::units::rfc3339;
 
 /// Version of run.json's layout (shared with the Parquet schema version).
 pub const RUN_JSON_VERSION: u32 = crate::store::schema::SCHEMA_VERSION;
+
+/// run.json's name in a run directory.
+pub const RUN_JSON_FILE: &str = "run.json";
+
+/// The run.json of the run directory `dir`.
+pub fn path_in(dir: &Path) -> PathBuf {
+    dir.join(RUN_JSON_FILE)
+}
+
+/// Whether `dir` holds a run.json (a finished run directory).
+pub fn exists_in(dir: &Path) -> bool {
+    path_in(dir).is_file()
+}
+
+/// Why a run.json cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("schema version {0}, newer than this montrace reads ({RUN_JSON_VERSION})")]
+    Newer(u64),
+    #[error("not a montrace run.json: {0}")]
+    NotARunJson(serde_json::Error),
+}
+
+/// Reads the run.json of the run directory `dir`, typed (with the user's identity and never
+/// through a symlink, see `userfs::read`); fields an older montrace did not write read as their
+/// defaults, a newer layout is refused.
+pub fn read(dir: &Path) -> Result<RunInfo, ReadError> {
+    let bytes = crate::store::userfs::read(&path_in(dir)).map_err(ReadError::Io)?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(ReadError::NotJson)?;
+    if let Some(version) = value.get("schema_version").and_then(|v| v.as_u64()) {
+        if version > u64::from(RUN_JSON_VERSION) {
+            return Err(ReadError::Newer(version));
+        }
+    }
+    serde_json::from_value(value).map_err(ReadError::NotARunJson)
+}
+
+/// Writes `info` as the run.json of `dir`, whole (`userfs::write_atomic`: a reader sees the old
+/// file or the new one). Returns the file's path.
+pub fn write(dir: &Path, info: &RunInfo) -> std::io::Result<PathBuf> {
+    let path = path_in(dir);
+    let json = serde_json::to_string_pretty(info).map_err(std::io::Error::other)?;
+    crate::store::userfs::write_atomic(&path, (json + "\n").as_bytes())?;
+    Ok(path)
+}
 
 /// Totals over the whole tree, from the kernel's exit figures.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -283,171 +337,8 @@ impl RunInfo {
     }
 }
 
-/// The summary printed to stderr at the end, like `/usr/bin/time -v` for the whole tree.
-pub fn format_summary(info: &RunInfo) -> String {
-    let t = &info.totals;
-    let status = match (info.exit_code, info.exit_signal) {
-        (Some(code), _) => format!("exited with {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        (None, None) => "unknown".to_string(),
-    };
-    let peak = match (t.peak_rss_bytes, t.peak_rss_pid, &t.peak_rss_comm) {
-        (Some(bytes), Some(pid), Some(comm)) => {
-            format!("{} (pid {pid}, {comm})", format_bytes(bytes))
-        }
-        _ => "n/a".to_string(),
-    };
-    let lost = info.lost_events.total();
-    let mut lines = vec![
-        format!("montrace: {}", info.command),
-        format!("  exit status          {status}"),
-        format!(
-            "  wall time            {:.3}s{}",
-            info.command_wall_s.unwrap_or(info.duration_s),
-            info.startup_ms.map_or(String::new(), |ms| format!(
-                " (+{ms:.0} ms montrace start-up)"
-            ))
-        ),
-        format!(
-            "  processes started    {} (at most {} at once)",
-            info.processes_started, info.max_concurrent
-        ),
-        format!(
-            "  CPU user / system    {} / {} (whole tree{})",
-            format_seconds_ns(t.cpu_user_ns),
-            format_seconds_ns(t.cpu_system_ns),
-            if t.unfinished_processes > 0 {
-                format!(
-                    ", processes that ended; + {} / {} sampled of {} still running or lost",
-                    format_seconds_ns(t.unfinished_cpu_user_ns),
-                    format_seconds_ns(t.unfinished_cpu_system_ns),
-                    t.unfinished_processes
-                )
-            } else {
-                String::new()
-            }
-        ),
-        format!("  peak RSS, largest    {peak}"),
-        format!(
-            "  peak RSS, whole tree {}",
-            info.tree_memory_peaks
-                .rss_bytes
-                .map_or("n/a (no samples)".to_string(), format_bytes)
-        ),
-        format!(
-            "  I/O read / written   {} / {}",
-            format_bytes(t.read_bytes),
-            format_bytes(t.write_bytes)
-        ),
-        if info.tracking_mode == crate::kernel::ebpf::TrackingMode::Polling {
-            // Polling cannot know what it missed between two scans.
-            "  lost events          unknown (polling /proc: processes shorter than the interval may be missed)".to_string()
-        } else {
-            format!(
-                "  lost events          {lost}{}",
-                if lost > 0 {
-                    format!(
-                    " (ring buffer full: {}, tracked map full: {}) - figures are incomplete; try --ring-buffer-size",
-                    info.lost_events.ringbuf_full, info.lost_events.track_map_full
-                )
-                } else {
-                    String::new()
-                }
-            )
-        },
-    ];
-    if info.marks_dropped > 0 {
-        lines.push(format!(
-            "  marks dropped        {} (over the budget of marks a run keeps)",
-            info.marks_dropped
-        ));
-    }
-    if let Some(why) = &info.recording_error {
-        lines.push(format!(
-            "  RECORDING STOPPED    {why}: the run directory holds what was written before"
-        ));
-    }
-    if t.alive_at_end > 0 {
-        lines.push(format!(
-            "  still running        {} (recorded as alive_at_end)",
-            t.alive_at_end
-        ));
-    }
-    if let Some(b) = &info.limit_breach {
-        lines.push(format!(
-            "  LIMIT BREACHED       {}: {} > {} after {:.3}s; the tree was stopped",
-            b.limit,
-            format_limit_value(&b.limit, b.value),
-            format_limit_value(&b.limit, b.threshold),
-            b.elapsed_s
-        ));
-    }
-    lines.extend(info.gpu.format_lines());
-    // Inside a limited container, say what the run could use (the host's figures go unsaid).
-    if let Some(capacity) = info.capacity.as_ref().filter(|c| c.limited()) {
-        lines.push(format!("  capacity (limited)   {}", capacity.describe()));
-    }
-    match (info.cgroup.cpu_coverage, &info.cgroup.path) {
-        (Some(coverage), _) => lines.push(format!(
-            "  CPU coverage         {:.1}% of the cgroup's total",
-            coverage * 100.0
-        )),
-        // Unknown is not 0 %.
-        (None, None) => lines.push("  CPU coverage         unavailable (no run cgroup)".into()),
-        (None, Some(_)) => {}
-    }
-    lines.push(format!("  run directory        {}", info.out_dir));
-    lines.join("\n") + "\n"
-}
-
-/// The end of `--repeat`: each metric's median and spread over the repetitions.
-pub fn format_repeat_stats(summary: &crate::store::summary_json::Summary, out_dir: &str) -> String {
-    let mut lines = vec![format!(
-        "montrace: {} ({} repetitions{})",
-        summary.command,
-        summary.repetitions.len(),
-        if summary.warmup > 0 {
-            format!(", {} warm-up", summary.warmup)
-        } else {
-            String::new()
-        }
-    )];
-    for def in crate::store::summary_json::METRICS {
-        let Some(s) = summary.stats.get(def.name) else {
-            continue;
-        };
-        let show = |v: f64| match def.unit {
-            "B" => format_bytes(v as u64),
-            "s" => format!("{v:.3}s"),
-            "J" => format!("{v:.1} J"),
-            "share" => format!("{:.1}%", v * 100.0),
-            _ => format!("{v:.0}"),
-        };
-        lines.push(format!(
-            "  {:<22} median {:>12}  mean {:>12}  stddev {:>12}",
-            def.name,
-            show(s.median),
-            show(s.mean),
-            show(s.stddev)
-        ));
-    }
-    lines.push(format!(
-        "  summary              {out_dir}/{}",
-        crate::store::summary_json::SUMMARY_FILE
-    ));
-    lines.join("\n") + "\n"
-}
-
-fn format_limit_value(limit: &str, value: f64) -> String {
-    match limit {
-        "rss" | "gpu-mem" => format_bytes(value as u64),
-        "cpu" | "wall" => format!("{value:.3}s"),
-        _ => format!("{value}"),
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn proc(pid: u32, user: u64, sys: u64, peak: Option<u64>, alive: bool) -> ProcessRecord {
@@ -613,27 +504,45 @@ mod tests {
     }
 
     #[test]
-    fn summary_mentions_every_headline_figure() {
+    fn write_then_read_gives_the_same_run_and_a_newer_layout_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        assert!(!exists_in(dir));
+        assert!(
+            matches!(read(dir), Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound)
+        );
         let info = sample_info();
-        let text = format_summary(&info);
-        for needle in [
-            "make -j8",
-            "killed by signal 9",
-            "2.500s",
-            "12 (at most 4 at once)",
-            "1.500s / 0.250s",
-            "200.0 MiB (pid 1, p1)",
-            "lost events          3 (ring buffer full: 3",
-            "runs/x",
-            "peak RSS, whole tree 300.0 MiB",
-            "CPU coverage         99.5%",
-            "LIMIT BREACHED       rss: 150.0 MiB > 100.0 MiB after 1.250s",
-        ] {
-            assert!(text.contains(needle), "summary lacks {needle:?}:\n{text}");
-        }
+        assert_eq!(write(dir, &info).unwrap(), dir.join("run.json"));
+        assert!(exists_in(dir));
+        let back = read(dir).unwrap();
+        assert_eq!(
+            serde_json::to_value(&back).unwrap(),
+            serde_json::to_value(&info).unwrap()
+        );
+        // One version ahead: refused, with both versions said.
+        let mut newer = serde_json::to_value(&info).unwrap();
+        newer["schema_version"] = (RUN_JSON_VERSION + 1).into();
+        std::fs::write(path_in(dir), newer.to_string()).unwrap();
+        let err = read(dir).unwrap_err();
+        assert!(matches!(err, ReadError::Newer(v) if v == u64::from(RUN_JSON_VERSION) + 1));
+        assert!(
+            err.to_string().contains(&format!("({RUN_JSON_VERSION})")),
+            "{err}"
+        );
+        // This version and older ones are read; fields they lack read as defaults.
+        let mut older = serde_json::to_value(&info).unwrap();
+        older["schema_version"] = 1.into();
+        older.as_object_mut().unwrap().remove("run_id");
+        std::fs::write(path_in(dir), older.to_string()).unwrap();
+        assert_eq!(read(dir).unwrap().run_id, "");
+        std::fs::write(path_in(dir), "{").unwrap();
+        assert!(matches!(read(dir), Err(ReadError::NotJson(_))));
+        std::fs::write(path_in(dir), "{\"schema_version\": 1}").unwrap();
+        assert!(matches!(read(dir), Err(ReadError::NotARunJson(_))));
     }
 
-    fn sample_info() -> RunInfo {
+    /// A run.json of every kind of figure, for the tests that render one.
+    pub(crate) fn sample_info() -> RunInfo {
         RunInfo {
             schema_version: 1,
             montrace_version: "0.1.0".into(),

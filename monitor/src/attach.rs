@@ -27,7 +27,7 @@ use crate::{
     tracking::tracker::{Clock, Tracker},
 };
 
-use crate::cli::EXIT_USAGE;
+use crate::exit_code::EXIT_USAGE;
 
 pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     let started = (host::boottime_ns(), host::realtime_ns());
@@ -410,7 +410,7 @@ fn follow_attached(
     let breach = outcome.breach.clone();
     // Stopped by a limit: 124 like `run`; otherwise attach itself succeeded.
     let exit_status = if breach.is_some() {
-        crate::cli::EXIT_LIMIT_BREACHED
+        crate::exit_code::EXIT_LIMIT_BREACHED
     } else {
         0
     };

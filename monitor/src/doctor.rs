@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use crate::{
-    cli::{GpuMode, SetcapArgs, EXIT_MONTRACE_FAILED, EXIT_USAGE},
+    cli::{GpuMode, SetcapArgs},
+    exit_code::{EXIT_MONTRACE_FAILED, EXIT_USAGE},
     kernel::btf,
     kernel::ebpf::{Probes, TracepointChoice},
     kernel::features,

@@ -18,6 +18,7 @@ pub mod analysis;
 pub mod attach;
 pub mod cli;
 pub mod doctor;
+pub mod exit_code;
 pub mod fleet;
 pub mod follow;
 pub mod kernel;

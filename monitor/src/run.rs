@@ -10,7 +10,8 @@ use anyhow::{bail, Context as _};
 
 use crate::{
     analysis::bench::plan,
-    cli::{RunArgs, EXIT_NOT_FOUND},
+    cli::RunArgs,
+    exit_code::EXIT_NOT_FOUND,
     follow::launch::{self, Identity},
     follow::marks::{self, MarkServer},
     follow::recorder::Recorder,
@@ -34,7 +35,7 @@ use crate::{
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if let Some(refused) = args.as_root.then(launch::as_root_refused).flatten() {
         crate::say!("montrace: error: {refused}");
-        return Ok(crate::cli::EXIT_USAGE);
+        return Ok(crate::exit_code::EXIT_USAGE);
     }
     let started_boot_ns = host::boottime_ns();
     let started_wall_ns = host::realtime_ns();
@@ -71,7 +72,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         Ok(dir) => dir,
         Err(err @ OutDirError::NotEmpty(_)) => {
             crate::say!("montrace: error: {err}");
-            return Ok(crate::cli::EXIT_USAGE);
+            return Ok(crate::exit_code::EXIT_USAGE);
         }
         Err(OutDirError::Other(err)) => return Err(err),
     };
@@ -511,7 +512,7 @@ fn record(
             recorder.stop_recording(&format!("{err:#}"));
             Outcome {
                 wait_status: launch::wait_status(root_pid)
-                    .unwrap_or(crate::cli::EXIT_MONTRACE_FAILED << 8),
+                    .unwrap_or(crate::exit_code::EXIT_MONTRACE_FAILED << 8),
                 ..Outcome::default()
             }
         }

@@ -499,7 +499,7 @@ pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
         unsupported(dest).or_else(|| store_url(dest).err().map(|e| e.to_string()))
     {
         crate::say!("montrace: error: {message}");
-        return Ok(crate::cli::EXIT_USAGE);
+        return Ok(crate::exit_code::EXIT_USAGE);
     }
     let runs: Vec<PathBuf> = runs.iter().map(PathBuf::from).collect();
     Ok(if publish_paths(&runs, dest)? == 0 {

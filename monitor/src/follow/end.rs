@@ -101,7 +101,7 @@ pub fn exit_of(outcome: &Outcome) -> (Option<i32>, Option<i32>, i32) {
         (Some(libc::WEXITSTATUS(status)), None)
     };
     let exit_status = if outcome.breach.is_some() {
-        crate::cli::EXIT_LIMIT_BREACHED
+        crate::exit_code::EXIT_LIMIT_BREACHED
     } else {
         code.unwrap_or_else(|| 128 + signal.unwrap_or(0))
     };

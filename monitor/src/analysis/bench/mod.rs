@@ -20,9 +20,10 @@ use crate::{
     analysis::compare::{
         build_paired_report, parse_max, render, Interference, PairInfo, Report, Series, Side,
     },
-    cli::{
-        BenchArgs, CompareFormat, EXIT_BENCH_COMMAND_FAILED, EXIT_BENCH_HOOK_FAILED,
-        EXIT_BENCH_NO_OP, EXIT_MONTRACE_FAILED, EXIT_USAGE,
+    cli::{BenchArgs, CompareFormat},
+    exit_code::{
+        EXIT_BENCH_COMMAND_FAILED, EXIT_BENCH_HOOK_FAILED, EXIT_BENCH_NO_OP, EXIT_MONTRACE_FAILED,
+        EXIT_USAGE,
     },
     store::{run_json, summary_json, userfs},
 };

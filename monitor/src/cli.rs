@@ -9,6 +9,7 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 
 use crate::kernel::ebpf::TracepointChoice;
+use crate::sampling::gpu::GpuMode;
 use crate::sampling::sampler::MemoryDetail;
 use crate::units;
 
@@ -66,16 +67,6 @@ pub enum Command {
 pub struct SetcapArgs {
     /// The installed binary to grant (default: this montrace)
     pub path: Option<PathBuf>,
-}
-
-/// `--gpu`: NVIDIA GPU monitoring through NVML.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum GpuMode {
-    /// Monitor GPUs when the NVIDIA driver and a device are there; say why not otherwise.
-    Auto,
-    Off,
-    /// Fail before starting the command when no GPU can be monitored.
-    Require,
 }
 
 /// `--otlp URL`: an http:// collector address.

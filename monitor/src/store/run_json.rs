@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::kernel::ebpf::{LostEvents, TrackingMode};
+use crate::store::model::{LostEvents, TrackingMode};
 use crate::store::records::ProcessRecord;
 use crate::units::rfc3339;
 
@@ -133,16 +133,16 @@ pub struct TreeMemoryPeaks {
     /// tree's address spaces. None in runs of earlier versions (a plain sum of RSS over the
     /// processes, which counted a vfork child before its exec as a second copy of its parent).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<crate::sampling::sampler::tree_memory::TreeMemorySource>,
+    pub source: Option<crate::store::model::TreeMemorySource>,
 }
 
 impl TreeMemoryPeaks {
     /// Folds in one sweep: the tree's figure by `source` and the sums over address spaces.
     pub fn add_sweep(
         &mut self,
-        source: crate::sampling::sampler::tree_memory::TreeMemorySource,
+        source: crate::store::model::TreeMemorySource,
         figure: Option<u64>,
-        sums: &crate::sampling::sampler::tree_memory::SweepMemory,
+        sums: &crate::store::model::SweepMemory,
     ) {
         fn fold(best: &mut Option<u64>, value: Option<u64>) {
             if let Some(v) = value {
@@ -164,9 +164,9 @@ impl TreeMemoryPeaks {
 #[serde(default)]
 pub struct CgroupReport {
     /// "v1" or "v2"; None when no cgroup could be made.
-    pub version: Option<crate::sampling::cgroup::CgroupVersion>,
+    pub version: Option<crate::store::model::CgroupVersion>,
     pub path: Option<String>,
-    pub totals: Option<crate::sampling::cgroup::CgroupTotals>,
+    pub totals: Option<crate::store::model::CgroupTotals>,
     /// Per-process CPU (exit figures) summed over the tree / the cgroup's CPU usage.
     pub cpu_coverage: Option<f64>,
     /// Why there is no cgroup, or what went wrong reading or removing it.
@@ -191,7 +191,7 @@ pub struct RunInfo {
     /// Where the run came from: host, kernel, CPU, memory, git checkout, CI job, Slurm job, pod.
     /// None in runs of earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<crate::fleet::context::Context>,
+    pub context: Option<crate::store::model::Context>,
     /// The command as one shell-like string, for people.
     pub command: String,
     pub argv: Vec<String>,
@@ -211,7 +211,7 @@ pub struct RunInfo {
     /// bytes, task iterator, PSI, run cgroup), and why not where not (`kernel::features`).
     /// Empty in runs of earlier versions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub features: Vec<crate::kernel::features::Feature>,
+    pub features: Vec<crate::store::model::Feature>,
     /// Where the sweeps read each process's CPU, memory, faults and I/O: `"task_iter"`
     /// (montrace's task iterator, in binary) or `"procfs"` (/proc's text files). None in runs
     /// of earlier versions (/proc).
@@ -239,8 +239,8 @@ pub struct RunInfo {
     #[serde(default)]
     pub cgroup: CgroupReport,
     /// GPUs: monitored (devices, the tree's peak GPU memory, utilization, energy), or why not.
-    #[serde(default = "crate::sampling::gpu::GpuSummary::not_recorded")]
-    pub gpu: crate::sampling::gpu::GpuSummary,
+    #[serde(default = "crate::store::model::GpuSummary::not_recorded")]
+    pub gpu: crate::store::model::GpuSummary,
     /// Time from montrace's start to the command's exec, ms.
     pub startup_ms: Option<f64>,
     /// Time to load and attach the eBPF programs, ms; None when polling.
@@ -266,11 +266,11 @@ pub struct RunInfo {
     /// What 100 % of CPU and memory means for this run: a limited container's cgroup limits (or
     /// a narrower CPU affinity), else the host's CPUs and memory. None in runs before it.
     #[serde(default)]
-    pub capacity: Option<crate::sampling::capacity::Capacity>,
+    pub capacity: Option<crate::store::model::Capacity>,
     /// Where the command's wall time went: the critical path and the average parallelism.
     /// None in runs before it.
     #[serde(default)]
-    pub time: Option<crate::analysis::critical::TimeAnalysis>,
+    pub time: Option<crate::store::model::TimeAnalysis>,
 }
 
 impl RunInfo {
@@ -394,7 +394,7 @@ pub(crate) mod tests {
         let mut info = sample_info();
         // Every optional part present, so that its fields are serialized.
         info.cgroup = CgroupReport {
-            version: Some(crate::sampling::cgroup::CgroupVersion::V2),
+            version: Some(crate::store::model::CgroupVersion::V2),
             path: Some("/sys/fs/cgroup/montrace/run-1".into()),
             totals: Some(Default::default()),
             cpu_coverage: Some(1.0),
@@ -403,7 +403,7 @@ pub(crate) mod tests {
         };
         info.gpu
             .devices
-            .push(crate::sampling::gpu::GpuDeviceSummary {
+            .push(crate::store::model::GpuDeviceSummary {
                 index: 0,
                 uuid: Some("GPU-1".into()),
                 name: Some("H100".into()),
@@ -420,14 +420,14 @@ pub(crate) mod tests {
             });
         info.gpu.attribution_unavailable = Some("x".into());
         info.context = Some(crate::fleet::context::full_example());
-        info.capacity = Some(crate::sampling::capacity::Capacity {
+        info.capacity = Some(crate::store::model::Capacity {
             cpu_cores: 2.0,
             cpu_basis: "host".into(),
             memory_bytes: 1 << 30,
             memory_basis: "host".into(),
         });
-        info.time = Some(crate::analysis::critical::TimeAnalysis {
-            critical_path: vec![crate::analysis::critical::Step {
+        info.time = Some(crate::store::model::TimeAnalysis {
+            critical_path: vec![crate::store::model::Step {
                 pid: 1,
                 command: "make".into(),
                 start_s: 0.0,
@@ -447,8 +447,8 @@ pub(crate) mod tests {
 
     #[test]
     fn docs_name_every_value_of_run_json_enums() {
-        use crate::sampling::cgroup::CgroupVersion;
-        use crate::sampling::gpu::GpuState;
+        use crate::store::model::CgroupVersion;
+        use crate::store::model::GpuState;
         // The matches fail to compile when a variant is added, so that it is added here too.
         let modes = [
             TrackingMode::TpBtf,
@@ -487,7 +487,7 @@ pub(crate) mod tests {
             "samples_from",
             &["task_iter".into(), "procfs".into()],
         );
-        use crate::sampling::sampler::tree_memory::TreeMemorySource;
+        use crate::store::model::TreeMemorySource;
         let sources = [
             TreeMemorySource::Cgroup,
             TreeMemorySource::Pss,
@@ -578,7 +578,7 @@ pub(crate) mod tests {
                 rss_bytes: Some(300 << 20),
                 uss_bytes: None,
                 pss_bytes: None,
-                source: Some(crate::sampling::sampler::tree_memory::TreeMemorySource::Cgroup),
+                source: Some(crate::store::model::TreeMemorySource::Cgroup),
             },
             samples: 10,
             sample_interval_ms: 200.0,

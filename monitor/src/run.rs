@@ -16,7 +16,7 @@ use crate::{
     follow::marks::{self, MarkServer},
     follow::recorder::Recorder,
     follow::{
-        end::{self, build_run_info, close_cgroup, open_gpu, write_run_info, write_summary, Ended},
+        end::{self, build_run_info, close_cgroup, open_gpu, write_summary, Ended},
         follow, FollowConfig, Outcome, Source,
     },
     kernel::ebpf::KernelBtf,
@@ -465,19 +465,7 @@ fn record(
         stream.as_mut(),
     )?;
     recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
-    if let Some(url) = &args.record.otlp {
-        match crate::fleet::otlp::Exporter::start(url) {
-            Ok(exporter) => recorder.set_otlp(
-                exporter,
-                crate::fleet::otlp::RunAttributes {
-                    host: host::uname().0,
-                    run_id: capture.run_id.clone(),
-                    labels: args.record.labels.clone(),
-                },
-            ),
-            Err(err) => crate::say!("montrace: warning: no OTLP export: {err}"),
-        }
-    }
+    end::start_otlp(&mut recorder, &args.record, &capture.run_id);
     recorder.set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
     recorder.set_resident(resident);
     if let Err(err) = held.release(executable, identity) {
@@ -517,11 +505,14 @@ fn record(
             }
         }
     };
-    let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
-    // git's status beside the closing of the tables, never beside the command.
-    capture.command_ended();
-    let (lost, tracking_mode, ebpf_load_ms) = end::probe_figures(probes);
-    let mut finished = recorder.finish();
+    let end::Closed {
+        ended_boot_ns,
+        ended_wall_ns,
+        lost,
+        tracking_mode,
+        ebpf_load_ms,
+        mut finished,
+    } = end::close(recorder, probes, &mut capture);
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
     let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
     close_cgroup(cgroup, &mut cgroup_report, tree_cpu);
@@ -551,13 +542,13 @@ fn record(
         labels: args.record.labels.iter().cloned().collect(),
         context: Some(context),
     });
-    if let Some(stream) = stream.as_mut() {
-        stream.send(&end::stream_end(&info, last, stream.dropped()));
-        if last {
-            stream.finish();
-        }
-    }
-    write_run_info(&info, out_dir, print_summary, !args.record.no_report);
+    end::publish(
+        &info,
+        stream.as_mut(),
+        last,
+        out_dir,
+        (print_summary, !args.record.no_report),
+    );
     Ok(info)
 }
 

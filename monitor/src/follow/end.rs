@@ -8,6 +8,7 @@ use crate::{
     cli::RecordOptions,
     follow::launch::Identity,
     follow::limits,
+    follow::recorder::{Finished, Recorder},
     kernel::ebpf::TrackingMode,
     sampling::cgroup::RunCgroup,
     sampling::gpu::{GpuMonitor, GpuStatus},
@@ -33,6 +34,74 @@ pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
         crate::say!("{notice}");
     }
     Ok(gpu)
+}
+
+/// Starts the OTLP export `--otlp` asks for, into `recorder`: a collector that cannot be reached
+/// is a warning, never a failed run. One of the steps `run` and `attach` share.
+pub fn start_otlp(recorder: &mut Recorder<'_>, record: &RecordOptions, run_id: &str) {
+    let Some(url) = &record.otlp else {
+        return;
+    };
+    match crate::fleet::otlp::Exporter::start(url) {
+        Ok(exporter) => recorder.set_otlp(
+            exporter,
+            crate::fleet::otlp::RunAttributes {
+                host: host::uname().0,
+                run_id: run_id.to_string(),
+                labels: record.labels.clone(),
+            },
+        ),
+        Err(err) => crate::say!("montrace: warning: no OTLP export: {err}"),
+    }
+}
+
+/// A recording closed once its tree was followed: when it ended, what the kernel lost and how
+/// it tracked, and the recorder's figures.
+pub struct Closed {
+    pub ended_boot_ns: u64,
+    pub ended_wall_ns: i64,
+    pub lost: crate::kernel::ebpf::LostEvents,
+    pub tracking_mode: TrackingMode,
+    pub ebpf_load_ms: Option<f64>,
+    pub finished: Finished,
+}
+
+/// Closes a recording whose tree was followed: the end times first, then git's status (beside
+/// the closing of the tables, never beside the command), the programs' figures, the tables.
+pub fn close(
+    recorder: Recorder<'_>,
+    probes: Option<crate::kernel::ebpf::Probes>,
+    capture: &mut crate::fleet::context::Capture,
+) -> Closed {
+    let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
+    capture.command_ended();
+    let (lost, tracking_mode, ebpf_load_ms) = probe_figures(probes);
+    Closed {
+        ended_boot_ns,
+        ended_wall_ns,
+        lost,
+        tracking_mode,
+        ebpf_load_ms,
+        finished: recorder.finish(),
+    }
+}
+
+/// Says a recording's end: the stream's `end` line (and the stream closed after the `last`
+/// one), run.json, the report and the printed summary.
+pub fn publish(
+    info: &RunInfo,
+    stream: Option<&mut crate::follow::stream::Stream>,
+    last: bool,
+    out_dir: &Path,
+    (print_summary, report): (bool, bool),
+) {
+    if let Some(stream) = stream {
+        stream.send(&stream_end(info, last, stream.dropped()));
+        if last {
+            stream.finish();
+        }
+    }
+    write_run_info(info, out_dir, print_summary, report);
 }
 
 /// Writes summary.json (with the user's identity, see `userfs`). A failure is said, not

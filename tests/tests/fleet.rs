@@ -592,7 +592,10 @@ fn spark_reads_the_dataset_as_it_is() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("dataset");
     assert_eq!(publish(&[&a.dir, &b.dir, &dest]).code(), 0);
-    let out = tests::python(
+    // Four times the usual bound: a JVM's start and Spark's stages are slow on a busy machine
+    // (over 60 s at a load average of 6 on 2 cores). A bound for a hung Spark, not a timing claim.
+    let out = tests::python_within(
+        4 * tests::run_timeout(),
         "Spark in local mode",
         SPARK_READ,
         &[dest.to_str().unwrap()],

@@ -54,7 +54,10 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
         // they miss a few ms of a runnable interval: 0.1 to 9 ms of a ~480 ms burner here, in
         // one sweep interval mid-life, up to 3.3 % once (the kernel's own schedstat run delay
         // is 0.5 to 7 ms above montrace's too, see below; the cause is not found). The issue
-        // asks 1 %; this checks -1 % to +5 %.
+        // asks 1 %; this checks -1 % to +5 %. It relies on little interrupt and steal time on
+        // the burners' CPUs: the kernel's CPU time leaves both out (IRQ_TIME_ACCOUNTING, a
+        // hypervisor's steal), the waits count them as on a CPU. Beside --stress's I/O and
+        // memory neighbours one burner was 45 ms (10 %) over: not yet fixed (issue 30).
         let on_cpu = wall_ns(p) - waited - p.blocked_ns.unwrap_or(0) - p.sleep_ns.unwrap_or(0);
         let cpu = p.cpu_ns() as f64;
         assert!(
@@ -89,10 +92,14 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
 #[test]
 fn sleeping_and_waiting_on_a_pipe_count_as_sleep() {
     require_root();
-    let run = run_montrace(
+    // Ahead of the machine (nice -20, CFS shares by weight): `cat` starts beside its `sleep`,
+    // not 85 ms later behind --stress's neighbours (474 ms asleep was seen without it).
+    let run = launch_montrace(
         &["--tracepoints", "btf"],
         &["sh", "-c", "sleep 0.5; sleep 0.5 | cat"],
-    );
+    )
+    .ahead_of_the_machine()
+    .run();
     run.assert_code(0);
     let rows = run.processes();
     let sleeps = with_argv(&rows, &["sleep", "0.5"]);
@@ -100,7 +107,19 @@ fn sleeping_and_waiting_on_a_pipe_count_as_sleep() {
     assert_eq!((sleeps.len(), cats.len()), (2, 1), "{rows:?}");
     for p in sleeps.iter().chain(&cats) {
         let slept = p.sleep_ns.unwrap_or_else(|| panic!("no sleep_ns: {p:?}"));
-        assert!(slept >= 495_000_000, "{slept} ns asleep: {p:?}");
+        // `sleep`: the kernel's timer sleeps it, interruptibly, at least the 0.5 s asked.
+        // `cat`: asleep on the empty pipe from its first read to the `sleep`'s exit: the 0.5 s
+        // less what its start took (on a CPU, waiting for one, or blocked paging its program
+        // in from a busy disk), which nothing bounds; the pipe wait is sleep, never D.
+        let starting = if p.argv.as_deref().is_some_and(|a| a == ["cat"]) {
+            p.cpu_ns() + p.run_queue_ns.unwrap() + p.blocked_ns.unwrap()
+        } else {
+            0
+        };
+        assert!(
+            slept + starting >= 495_000_000 && slept > p.blocked_ns.unwrap(),
+            "{slept} ns asleep, {starting} ns starting: {p:?}"
+        );
         // On a CPU, waiting for one, blocked and asleep: the whole of its wall time.
         let sum = p.cpu_ns() + p.run_queue_ns.unwrap() + p.blocked_ns.unwrap() + slept;
         let wall = wall_ns(p);

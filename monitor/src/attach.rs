@@ -27,7 +27,7 @@ use crate::{
     tracking::tracker::{Clock, Tracker},
 };
 
-use crate::cli::EXIT_USAGE;
+use crate::exit_code::EXIT_USAGE;
 
 pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     let started = (host::boottime_ns(), host::realtime_ns());
@@ -339,19 +339,7 @@ fn follow_attached(
         stream.as_mut(),
     )?;
     recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
-    if let Some(url) = &args.record.otlp {
-        match crate::fleet::otlp::Exporter::start(url) {
-            Ok(exporter) => recorder.set_otlp(
-                exporter,
-                crate::fleet::otlp::RunAttributes {
-                    host: host::uname().0,
-                    run_id: capture.run_id.clone(),
-                    labels: args.record.labels.clone(),
-                },
-            ),
-            Err(err) => crate::say!("montrace: warning: no OTLP export: {err}"),
-        }
-    }
+    end::start_otlp(&mut recorder, &args.record, &capture.run_id);
     if args.record.samples_from == crate::cli::SamplesFrom::Auto {
         recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
     }
@@ -401,16 +389,19 @@ fn follow_attached(
         &mut recorder,
         &cfg,
     ))?;
-    let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
-    // git's status beside the closing of the tables, never beside the command.
-    capture.command_ended();
-    let (lost, tracking_mode, ebpf_load_ms) = end::probe_figures(probes);
-    let mut finished = recorder.finish();
+    let end::Closed {
+        ended_boot_ns,
+        ended_wall_ns,
+        lost,
+        tracking_mode,
+        ebpf_load_ms,
+        mut finished,
+    } = end::close(recorder, probes, &mut capture);
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
     let breach = outcome.breach.clone();
     // Stopped by a limit: 124 like `run`; otherwise attach itself succeeded.
     let exit_status = if breach.is_some() {
-        crate::cli::EXIT_LIMIT_BREACHED
+        crate::exit_code::EXIT_LIMIT_BREACHED
     } else {
         0
     };
@@ -442,11 +433,13 @@ fn follow_attached(
         labels: args.record.labels.iter().cloned().collect(),
         context: Some(context),
     });
-    if let Some(stream) = stream.as_mut() {
-        stream.send(&end::stream_end(&info, true, stream.dropped()));
-        stream.finish();
-    }
-    end::write_run_info(&info, out_dir, !args.record.quiet, !args.record.no_report);
+    end::publish(
+        &info,
+        stream.as_mut(),
+        true,
+        out_dir,
+        (!args.record.quiet, !args.record.no_report),
+    );
     let repetition: summary_json::Repetition = info.repetition(".");
     end::write_summary(
         out_dir,

@@ -1,5 +1,5 @@
-//! The command line, in one place: every subcommand and flag, and every exit status montrace
-//! gives (the `EXIT_*` constants; a command's own status is passed through).
+//! The command line, in one place: every subcommand and flag (the exit statuses montrace gives
+//! are `exit_code`'s; a command's own status is passed through).
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
@@ -9,33 +9,9 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 
 use crate::kernel::ebpf::TracepointChoice;
+use crate::sampling::gpu::GpuMode;
 use crate::sampling::sampler::MemoryDetail;
 use crate::units;
-
-/// `montrace compare`: a metric regressed.
-pub const EXIT_REGRESSED: i32 = 1;
-/// Exit status for a usage error: bad arguments, a missing or unusable input, an `--out` that
-/// already holds files.
-pub const EXIT_USAGE: i32 = 2;
-/// `montrace compare`/`bench`: the data cannot tell yet whether a gated metric regressed (more
-/// pairs would): neither a pass nor a failure.
-pub const EXIT_INCONCLUSIVE: i32 = 3;
-/// `montrace bench`: a measured command (either side) failed: no verdict. Its own status is in
-/// the log and on stderr, never montrace's exit status (it could read as a verdict).
-pub const EXIT_BENCH_COMMAND_FAILED: i32 = 4;
-/// `montrace bench`: a `--prepare` or `--cleanup` hook failed: no verdict.
-pub const EXIT_BENCH_HOOK_FAILED: i32 = 5;
-/// `montrace bench`: the repetitions measured a no-op (the warm-up did the work: nothing was
-/// rebuilt), unless `--allow-no-op`.
-pub const EXIT_BENCH_NO_OP: i32 = 6;
-/// Exit status of montrace when a `--limit` stopped the run (as `timeout(1)` does).
-pub const EXIT_LIMIT_BREACHED: i32 = 124;
-/// Exit status of montrace when it fails itself (before or instead of the command's own).
-pub const EXIT_MONTRACE_FAILED: i32 = 125;
-/// The command exists but could not be executed (as in POSIX shells).
-pub const EXIT_CANNOT_EXECUTE: i32 = 126;
-/// The command was not found (as in POSIX shells).
-pub const EXIT_NOT_FOUND: i32 = 127;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -101,16 +77,6 @@ pub struct ManArgs {
 pub struct SetcapArgs {
     /// The installed binary to grant (default: this montrace)
     pub path: Option<PathBuf>,
-}
-
-/// `--gpu`: NVIDIA GPU monitoring through NVML.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum GpuMode {
-    /// Monitor GPUs when the NVIDIA driver and a device are there; say why not otherwise.
-    Auto,
-    Off,
-    /// Fail before starting the command when no GPU can be monitored.
-    Require,
 }
 
 /// `--otlp URL`: an http:// collector address.

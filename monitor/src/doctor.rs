@@ -6,12 +6,14 @@
 use std::path::PathBuf;
 
 use crate::{
-    cli::{GpuMode, SetcapArgs, EXIT_MONTRACE_FAILED, EXIT_USAGE},
+    cli::SetcapArgs,
+    exit_code::{EXIT_MONTRACE_FAILED, EXIT_USAGE},
     kernel::btf,
     kernel::ebpf::{Probes, TracepointChoice},
     kernel::features,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
+    sampling::gpu::GpuMode,
     sampling::gpu::GpuMonitor,
     sampling::host,
 };

@@ -14,13 +14,18 @@
 //! ```
 //! `doctor` says which mode a run gets; `term` writes to the terminal without ever failing;
 //! `units` parses and formats durations, sizes and times.
+//! `exit_code` holds every exit status; `store::model` the types run.json embeds. No import runs
+//! upward between these folders (the layers and their test: `layers.rs`).
 pub mod analysis;
 pub mod attach;
 pub mod cli;
 pub mod doctor;
+pub mod exit_code;
 pub mod fleet;
 pub mod follow;
 pub mod kernel;
+#[cfg(test)]
+mod layers;
 pub mod run;
 pub mod sampling;
 pub mod store;

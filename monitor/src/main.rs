@@ -1,5 +1,6 @@
 use clap::Parser as _;
-use monitor::cli::{Cli, Command, EXIT_MONTRACE_FAILED, EXIT_USAGE};
+use monitor::cli::{Cli, Command};
+use monitor::exit_code::{EXIT_MONTRACE_FAILED, EXIT_USAGE};
 use monitor::store::userfs;
 
 fn main() {

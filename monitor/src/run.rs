@@ -10,12 +10,13 @@ use anyhow::{bail, Context as _};
 
 use crate::{
     analysis::bench::plan,
-    cli::{RunArgs, EXIT_NOT_FOUND},
+    cli::RunArgs,
+    exit_code::EXIT_NOT_FOUND,
     follow::launch::{self, Identity},
     follow::marks::{self, MarkServer},
     follow::recorder::Recorder,
     follow::{
-        end::{self, build_run_info, close_cgroup, open_gpu, write_run_info, write_summary, Ended},
+        end::{self, build_run_info, close_cgroup, open_gpu, write_summary, Ended},
         follow, FollowConfig, Outcome, Source,
     },
     kernel::ebpf::KernelBtf,
@@ -34,7 +35,7 @@ use crate::{
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if let Some(refused) = args.as_root.then(launch::as_root_refused).flatten() {
         crate::say!("montrace: error: {refused}");
-        return Ok(crate::cli::EXIT_USAGE);
+        return Ok(crate::exit_code::EXIT_USAGE);
     }
     let started_boot_ns = host::boottime_ns();
     let started_wall_ns = host::realtime_ns();
@@ -71,7 +72,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         Ok(dir) => dir,
         Err(err @ OutDirError::NotEmpty(_)) => {
             crate::say!("montrace: error: {err}");
-            return Ok(crate::cli::EXIT_USAGE);
+            return Ok(crate::exit_code::EXIT_USAGE);
         }
         Err(OutDirError::Other(err)) => return Err(err),
     };
@@ -227,7 +228,7 @@ fn repeat(
     if !args.record.quiet && !single && !stopped {
         crate::say_raw!(
             "{}",
-            run_json::format_repeat_stats(&summary, &out_dir.display().to_string())
+            crate::follow::summary::format_repeat_stats(&summary, &out_dir.display().to_string())
         );
     }
     // The command's (or the failing hook's) status is montrace's last word.
@@ -464,19 +465,7 @@ fn record(
         stream.as_mut(),
     )?;
     recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
-    if let Some(url) = &args.record.otlp {
-        match crate::fleet::otlp::Exporter::start(url) {
-            Ok(exporter) => recorder.set_otlp(
-                exporter,
-                crate::fleet::otlp::RunAttributes {
-                    host: host::uname().0,
-                    run_id: capture.run_id.clone(),
-                    labels: args.record.labels.clone(),
-                },
-            ),
-            Err(err) => crate::say!("montrace: warning: no OTLP export: {err}"),
-        }
-    }
+    end::start_otlp(&mut recorder, &args.record, &capture.run_id);
     recorder.set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
     recorder.set_resident(resident);
     if let Err(err) = held.release(executable, identity) {
@@ -511,16 +500,19 @@ fn record(
             recorder.stop_recording(&format!("{err:#}"));
             Outcome {
                 wait_status: launch::wait_status(root_pid)
-                    .unwrap_or(crate::cli::EXIT_MONTRACE_FAILED << 8),
+                    .unwrap_or(crate::exit_code::EXIT_MONTRACE_FAILED << 8),
                 ..Outcome::default()
             }
         }
     };
-    let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
-    // git's status beside the closing of the tables, never beside the command.
-    capture.command_ended();
-    let (lost, tracking_mode, ebpf_load_ms) = end::probe_figures(probes);
-    let mut finished = recorder.finish();
+    let end::Closed {
+        ended_boot_ns,
+        ended_wall_ns,
+        lost,
+        tracking_mode,
+        ebpf_load_ms,
+        mut finished,
+    } = end::close(recorder, probes, &mut capture);
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
     let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
     close_cgroup(cgroup, &mut cgroup_report, tree_cpu);
@@ -550,13 +542,13 @@ fn record(
         labels: args.record.labels.iter().cloned().collect(),
         context: Some(context),
     });
-    if let Some(stream) = stream.as_mut() {
-        stream.send(&end::stream_end(&info, last, stream.dropped()));
-        if last {
-            stream.finish();
-        }
-    }
-    write_run_info(&info, out_dir, print_summary, !args.record.no_report);
+    end::publish(
+        &info,
+        stream.as_mut(),
+        last,
+        out_dir,
+        (print_summary, !args.record.no_report),
+    );
     Ok(info)
 }
 
@@ -818,10 +810,10 @@ mod tests {
         assert_eq!(create_out_dir(Some(&empty), &program, 0).unwrap(), empty);
         let used = tmp.path().join("used");
         std::fs::create_dir(&used).unwrap();
-        std::fs::write(used.join("run.json"), b"{}").unwrap();
+        std::fs::write(run_json::path_in(&used), b"{}").unwrap();
         let err = create_out_dir(Some(&used), &program, 0).unwrap_err();
         assert!(matches!(err, OutDirError::NotEmpty(_)), "{err}");
-        assert_eq!(std::fs::read(used.join("run.json")).unwrap(), b"{}");
+        assert_eq!(std::fs::read(run_json::path_in(&used)).unwrap(), b"{}");
         let nested = tmp.path().join("a/b/c");
         assert_eq!(create_out_dir(Some(&nested), &program, 0).unwrap(), nested);
         assert!(dir_is_empty(&nested));

@@ -25,7 +25,8 @@ from ._load import Run, load
 from ._stream import Callback, Line, StreamFollower
 from ._units import format_limit_value, interval_arg, limit_args
 
-#: montrace's own exit statuses (monitor/src/cli.rs): a limit stopped the run; montrace failed.
+#: montrace's own exit statuses (monitor/src/exit_code.rs, whose test
+#: holds these to it): a limit stopped the run; montrace failed; a usage error.
 EXIT_LIMIT_BREACHED = 124
 EXIT_MONTRACE_FAILED = 125
 EXIT_USAGE = 2

@@ -6,7 +6,7 @@
 //! 495 ms blocked. Where the kernel keeps `/proc/PID/schedstat` (its run-delay field moves), each
 //! competing burner's run-queue delay there matches montrace's; where it does not, the test says
 //! so on stderr and checks the rest.
-use tests::{compile_c, require_root, run_montrace, Proc};
+use tests::{compile_c, launch_montrace, require_root, run_montrace, Proc};
 
 fn wall_ns(p: &Proc) -> u64 {
     (p.end_time.unwrap() - p.start_time) as u64
@@ -28,7 +28,11 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
         "for i in $(seq {burners}); do timeout 1 sh -c 'while :; do :; done' & done; wait; \
          timeout 0.5 sh -c 'while :; do :; done'; true"
     );
-    let run = run_montrace(&["--tracepoints", "btf"], &["sh", "-c", &script]);
+    // Ahead of the machine: the burners compete with each other, not with other work (the
+    // lone one below relies on it).
+    let run = launch_montrace(&["--tracepoints", "btf"], &["sh", "-c", &script])
+        .ahead_of_the_machine()
+        .run();
     run.assert_code(0);
     let rows = run.processes();
     let burn = with_argv(&rows, &["sh", "-c", "while :; do :; done"]);
@@ -50,7 +54,10 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
         // they miss a few ms of a runnable interval: 0.1 to 9 ms of a ~480 ms burner here, in
         // one sweep interval mid-life, up to 3.3 % once (the kernel's own schedstat run delay
         // is 0.5 to 7 ms above montrace's too, see below; the cause is not found). The issue
-        // asks 1 %; this checks -1 % to +5 %.
+        // asks 1 %; this checks -1 % to +5 %. It relies on little interrupt and steal time on
+        // the burners' CPUs: the kernel's CPU time leaves both out (IRQ_TIME_ACCOUNTING, a
+        // hypervisor's steal), the waits count them as on a CPU. Beside --stress's I/O and
+        // memory neighbours one burner was 45 ms (10 %) over: not yet fixed (issue 30).
         let on_cpu = wall_ns(p) - waited - p.blocked_ns.unwrap_or(0) - p.sleep_ns.unwrap_or(0);
         let cpu = p.cpu_ns() as f64;
         assert!(
@@ -58,8 +65,23 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
             "on a CPU {on_cpu} ns, CPU time {} ns: {p:?}",
             p.cpu_ns()
         );
-        assert_eq!(p.blocked_ns, Some(0), "{p:?}");
+        // Blocked (the D state) only briefly. A burner makes no system call in its loop, but
+        // the kernel may still put it in the D state: a page fault served from disk (its
+        // text evicted by other work; 688 µs once on a fresh CI machine), exec reading the
+        // binary, direct reclaim. Nothing bounds those but the machine's I/O; what the waits
+        // guarantee is that they are counted as blocked, not as waiting for a CPU, and the
+        // check above has them. So: known, and small against the run time (10 % of the wall).
+        let blocked = p
+            .blocked_ns
+            .unwrap_or_else(|| panic!("no blocked_ns: {p:?}"));
+        assert!(
+            (blocked as f64) <= 0.1 * wall_ns(p) as f64,
+            "blocked {blocked} ns: {p:?}"
+        );
     }
+    // A lone burner hardly waits: montrace and its command run ahead of the machine (nice -20
+    // in an autogroup of their own), and CFS shares a CPU by weight, so a busy neighbour at
+    // nice 0 (another build, --stress's hog) gets about 1 % of the CPU the burner wants.
     let lone_wait = lone.run_queue_ns.unwrap();
     assert!(
         (lone_wait as f64) < 0.15 * wall_ns(lone) as f64,
@@ -70,10 +92,14 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
 #[test]
 fn sleeping_and_waiting_on_a_pipe_count_as_sleep() {
     require_root();
-    let run = run_montrace(
+    // Ahead of the machine (nice -20, CFS shares by weight): `cat` starts beside its `sleep`,
+    // not 85 ms later behind --stress's neighbours (474 ms asleep was seen without it).
+    let run = launch_montrace(
         &["--tracepoints", "btf"],
         &["sh", "-c", "sleep 0.5; sleep 0.5 | cat"],
-    );
+    )
+    .ahead_of_the_machine()
+    .run();
     run.assert_code(0);
     let rows = run.processes();
     let sleeps = with_argv(&rows, &["sleep", "0.5"]);
@@ -81,7 +107,19 @@ fn sleeping_and_waiting_on_a_pipe_count_as_sleep() {
     assert_eq!((sleeps.len(), cats.len()), (2, 1), "{rows:?}");
     for p in sleeps.iter().chain(&cats) {
         let slept = p.sleep_ns.unwrap_or_else(|| panic!("no sleep_ns: {p:?}"));
-        assert!(slept >= 495_000_000, "{slept} ns asleep: {p:?}");
+        // `sleep`: the kernel's timer sleeps it, interruptibly, at least the 0.5 s asked.
+        // `cat`: asleep on the empty pipe from its first read to the `sleep`'s exit: the 0.5 s
+        // less what its start took (on a CPU, waiting for one, or blocked paging its program
+        // in from a busy disk), which nothing bounds; the pipe wait is sleep, never D.
+        let starting = if p.argv.as_deref().is_some_and(|a| a == ["cat"]) {
+            p.cpu_ns() + p.run_queue_ns.unwrap() + p.blocked_ns.unwrap()
+        } else {
+            0
+        };
+        assert!(
+            slept + starting >= 495_000_000 && slept > p.blocked_ns.unwrap(),
+            "{slept} ns asleep, {starting} ns starting: {p:?}"
+        );
         // On a CPU, waiting for one, blocked and asleep: the whole of its wall time.
         let sum = p.cpu_ns() + p.run_queue_ns.unwrap() + p.blocked_ns.unwrap() + slept;
         let wall = wall_ns(p);
@@ -120,10 +158,15 @@ fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
         "for i in $(seq {}); do timeout 1.5 sh -c 'while :; do :; done' & done; wait",
         2 * cores
     );
-    let run = run_montrace(
+    // Ahead of the machine (nice -20 in an autogroup of its own; CFS shares by weight): the
+    // burners wait for each other, about half the time, not for other builds (92 % waiting was
+    // seen without it, at a load average of 7).
+    let run = launch_montrace(
         &["--tracepoints", "btf", "--interval", "250ms"],
         &["sh", "-c", &script],
-    );
+    )
+    .ahead_of_the_machine()
+    .run();
     run.assert_code(0);
     let dir = run.dir.display();
     let samples = format!("'{dir}/samples.parquet'");
@@ -233,9 +276,12 @@ fn a_vfork_parent_is_blocked_while_its_child_sleeps() {
     let slept = parent.sleep_ns.unwrap();
     eprintln!("vfork parent: blocked {blocked} ns, asleep {slept} ns");
     assert!(blocked >= 495_000_000, "{blocked} ns blocked: {parent:?}");
-    // It waited for its child in the D state, not asleep (a few ms of its start-up may be).
+    // It waited for its child in the D state, not asleep (a few ms of its start-up may be):
+    // the kernel waits for a vfork child's exec or exit killably (TASK_KILLABLE, reported as
+    // D), and the program sleeps nowhere else; load makes it wait for a CPU, not sleep.
     assert!(slept < 50_000_000, "{slept} ns asleep: {parent:?}");
-    // The child slept (a timer), interruptibly: asleep, not blocked.
+    // The child slept (a timer), interruptibly: asleep, not blocked. Its only D time is a page
+    // fault, of a program just compiled (in the page cache) sharing its parent's memory.
     let child_slept = child.sleep_ns.unwrap();
     assert!(child_slept >= 495_000_000, "{child:?}");
     assert!(child.blocked_ns.unwrap() < 50_000_000, "{child:?}");

@@ -5,7 +5,8 @@
 //! - `cargo xtask test [--unit | --e2e]`: set-up, then the unit tests and the root end-to-end tests.
 //! - `cargo xtask test --kernels [--kernel NAME]`: the exactness subset in a VM of each kernel of a list
 //!   (`--kernels --no-boot`: docs/kernels.md again from the last boots).
-//! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside a CPU hog.
+//! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside noisy
+//!   neighbours (a CPU hog, an fsync writer, a page-cache filler, a memory toucher).
 //! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
 //! - `cargo xtask gpu-check`: release build, then montrace's GPU figures against nvidia-smi's.
 //! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
@@ -20,6 +21,7 @@ mod kernels;
 mod python;
 mod run;
 mod setup;
+mod stress;
 mod suite;
 mod util;
 
@@ -75,7 +77,8 @@ enum Command {
         #[arg(long, value_name = "NAME", conflicts_with_all = ["unit", "python", "e2e"])]
         kernel: Option<String>,
         /// Run the end-to-end suite N times instead, the second half beside a CPU hog on one
-        /// core: what to run before calling a timing-sensitive test fixed.
+        /// core, an fsync writer, a page-cache filler and a memory toucher (bounded shares of
+        /// the free disk and memory): what to run before calling a timing-sensitive test fixed.
         #[arg(long, value_name = "N", conflicts_with_all = ["unit", "python", "e2e"])]
         stress: Option<u32>,
     },
@@ -118,7 +121,7 @@ fn main() {
         Command::Run { cmd } => run::run(cli.verbose, &cmd),
         Command::Test {
             stress: Some(n), ..
-        } => suite::stress(cli.verbose, n),
+        } => stress::stress(cli.verbose, n),
         Command::Test {
             kernels: true,
             no_boot: true,

@@ -114,7 +114,7 @@ fn gpu_outcome(tiers: Tiers, no_real_gpu: Option<&str>) -> String {
 }
 
 /// The release tarball that tests/tests/dist.rs installs (`$MONTRACE_DIST`).
-fn build_dist(verbose: bool) -> Result<()> {
+pub(crate) fn build_dist(verbose: bool) -> Result<()> {
     header("release tarball: cargo xtask dist (a static montrace, for tests/tests/dist.rs)");
     let tarball = crate::dist::build_tarball(verbose)?;
     eprintln!("xtask: built {}", tarball.display());
@@ -123,7 +123,7 @@ fn build_dist(verbose: bool) -> Result<()> {
 
 /// `cargo test -p tests` (the root end-to-end suite) against target/debug/montrace, through
 /// `sudo -E` when not root.
-fn e2e_command() -> Command {
+pub(crate) fn e2e_command() -> Command {
     let montrace = util::target_dir().join("debug/montrace");
     let mut cmd = util::cargo();
     cmd.args(["test", "-p", "tests", "--", "--test-threads=1"])
@@ -137,96 +137,6 @@ fn e2e_command() -> Command {
         cmd.env(runner_var(), "sudo -E");
     }
     cmd
-}
-
-/// For each of `n` iterations of the stress run, whether a CPU hog runs beside it: the second
-/// half (the odd middle one with it).
-pub fn stress_plan(n: u32) -> Vec<bool> {
-    (0..n).map(|i| i >= n / 2).collect()
-}
-
-/// `cargo xtask test --stress N`: builds once, then runs the end-to-end suite N times, the second
-/// half beside a busy loop pinned to CPU 0 (a noisy neighbour on one of the two cores). What to
-/// run before calling a timing-sensitive test fixed. Prints each iteration and a closing
-/// `stress: P passed, F failed`; fails if any iteration did.
-pub fn stress(verbose: bool, n: u32) -> Result<()> {
-    crate::setup::setup(verbose)?;
-    check(util::cargo().args(["build", "-p", "monitor"]))
-        .context("building montrace (debug) failed")?;
-    build_dist(verbose)?;
-    check(util::cargo().args(["test", "-p", "tests", "--no-run"]))
-        .context("building the end-to-end tests failed")?;
-    let mut results = Vec::new();
-    for (i, hog) in stress_plan(n).into_iter().enumerate() {
-        header(&format!(
-            "stress {}/{n}: end-to-end suite{}",
-            i + 1,
-            if hog {
-                " beside a CPU hog on CPU 0"
-            } else {
-                ""
-            }
-        ));
-        let _hog = if hog { Some(Hog::start()?) } else { None };
-        let started = std::time::Instant::now();
-        let passed = e2e_command()
-            .status()
-            .context("running the end-to-end tests")?
-            .success();
-        let wall = started.elapsed().as_secs_f64();
-        eprintln!(
-            "xtask: stress {}/{n}: {} in {wall:.0} s{}",
-            i + 1,
-            if passed { "passed" } else { "FAILED" },
-            if hog { " (with the hog)" } else { "" }
-        );
-        results.push((passed, hog, wall));
-    }
-    let failed = results.iter().filter(|(p, ..)| !p).count();
-    for (i, (passed, hog, wall)) in results.iter().enumerate() {
-        eprintln!(
-            "  {:>2}  {:<6}  {wall:>5.0} s  {}",
-            i + 1,
-            if *passed { "passed" } else { "FAILED" },
-            if *hog { "hog on CPU 0" } else { "" }
-        );
-    }
-    eprintln!("stress: {} passed, {failed} failed", results.len() - failed);
-    if failed > 0 {
-        anyhow::bail!("{failed} of {n} stress iterations failed");
-    }
-    Ok(())
-}
-
-/// A busy loop pinned to CPU 0, killed when dropped.
-struct Hog(std::process::Child);
-
-impl Hog {
-    fn start() -> Result<Hog> {
-        use std::os::unix::process::CommandExt as _;
-        let mut cmd = Command::new("taskset");
-        cmd.args(["-c", "0", "sh", "-c", "while :; do :; done"])
-            .stdin(Stdio::null());
-        // SAFETY: prctl is async-signal-safe. The hog dies with xtask even when xtask is killed
-        // (Drop does not run then).
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .context("starting the CPU hog (taskset, from util-linux)")?;
-        Ok(Hog(child))
-    }
-}
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The tests that use the real NVML (`#[ignore]`d in `cargo test`), where there is an NVIDIA
@@ -295,7 +205,7 @@ fn gpu_presence(smi: &NvidiaSmi, ldconfig: Option<&str>) -> Result<(), String> {
     }
 }
 
-fn header(title: &str) {
+pub(crate) fn header(title: &str) {
     eprintln!("\n==== {title} ====");
 }
 
@@ -342,14 +252,6 @@ mod tests {
             Tiers::from_flags(false, false, false, true),
             only(false, false, false, true)
         );
-    }
-
-    #[test]
-    fn the_second_half_of_a_stress_run_has_the_hog() {
-        assert_eq!(stress_plan(5), [false, false, true, true, true]);
-        assert_eq!(stress_plan(4), [false, false, true, true]);
-        assert_eq!(stress_plan(1), [true]);
-        assert!(stress_plan(0).is_empty());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! (a `make` waiting for its children is alive and asleep).
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
+pub use crate::store::model::{Step, TimeAnalysis};
 
 /// One process as the analysis needs it.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,42 +37,6 @@ pub const COMMAND_CHARS: usize = 120;
 /// Steps kept in run.json at most: the longest ones, in order (a shell loop of 20,000 short
 /// commands has a path of 20,000 steps; `critical_path_steps` counts them all).
 pub const KEPT_STEPS: usize = 1000;
-
-/// One step of the critical path.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Step {
-    pub pid: u32,
-    pub command: String,
-    /// Seconds after the command started.
-    pub start_s: f64,
-    pub duration_s: f64,
-    pub cpu_s: f64,
-    /// Waiting for a CPU and blocked (D state), when known (BTF tracepoints).
-    pub run_queue_s: Option<f64>,
-    pub blocked_s: Option<f64>,
-}
-
-/// run.json `time`: where the command's wall time went.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TimeAnalysis {
-    /// The steps that bounded the wall time, in order.
-    pub critical_path: Vec<Step>,
-    /// Their durations summed: the wall time no amount of parallelism would have saved.
-    pub critical_path_s: f64,
-    /// The steps on the path, kept or not (`critical_path` keeps the [`KEPT_STEPS`] longest).
-    #[serde(default)]
-    pub critical_path_steps: usize,
-    /// Processes running or waiting to run, on average over the wall time: the tree's CPU time
-    /// plus its run-queue delay (when known), over the wall time.
-    pub avg_parallelism: f64,
-    /// CPUs' worth of time used, on average: the tree's CPU time over the wall time.
-    pub avg_cores_used: f64,
-    /// The share of the wall time (0 to 1) during which at most one process of the tree was
-    /// busy, on a CPU or runnable: the time the command ran serially. Estimated from the
-    /// samples ([`Load::serial_share`]); None in runs before it, or when no time passed.
-    #[serde(default)]
-    pub serial_share: Option<f64>,
-}
 
 /// Analyses the spans of a run over the command's wall time `wall_ns`. The command is the
 /// earliest process without a parent in the tree. `serial_share` comes from the samples

@@ -3,77 +3,7 @@
 //! and git's answers come in as arguments; [`gather`] is the thin edge that reads them.
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-/// The machine, the checkout, the CI job, the batch job or the pod a run came from. Every part
-/// is absent where it does not apply.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Context {
-    pub host: String,
-    pub kernel: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_model: Option<String>,
-    /// Online CPUs of the host (run.json `capacity` has what the run may use).
-    pub cpus: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub git: Option<Git>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ci: Option<Ci>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<Slurm>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kubernetes: Option<Kubernetes>,
-}
-
-/// The git checkout of the working directory montrace ran in, as git itself answered (run as
-/// the user, never as root: see [`gather`]).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Git {
-    pub commit: Option<String>,
-    /// None on a detached HEAD.
-    pub branch: Option<String>,
-    /// Tracked files modified, staged or not (untracked files do not count). None when git
-    /// could not say.
-    pub dirty: Option<bool>,
-}
-
-/// A CI job, from the variables its runner sets.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Ci {
-    /// `github`, `gitlab`, `jenkins` or `buildkite`.
-    pub system: String,
-    /// The repository or project, the pipeline (workflow run, pipeline, build), the job.
-    pub repository: Option<String>,
-    pub pipeline: Option<String>,
-    pub job: Option<String>,
-    pub commit: Option<String>,
-    pub branch: Option<String>,
-    pub url: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Slurm {
-    pub job_id: Option<String>,
-    pub step_id: Option<String>,
-    pub array_job_id: Option<String>,
-    pub array_task_id: Option<String>,
-    pub cluster: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Kubernetes {
-    pub namespace: Option<String>,
-    pub pod: Option<String>,
-    /// From the cgroup path (`.../kubepods.../pod<uid>/...`).
-    pub pod_uid: Option<String>,
-}
+pub use crate::store::model::{Ci, Context, Git, Kubernetes, Slurm};
 
 /// What [`Context::build`] reads, gathered by [`gather`] (or made by tests).
 #[derive(Clone, Debug, Default)]

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _};
 
 use crate::store::records::RunRecord;
-use crate::store::run_json::RunInfo;
+use crate::store::run_json::{self, RunInfo};
 use crate::store::schema;
 
 /// The tables of a run directory a dataset holds, by file name.
@@ -408,7 +408,7 @@ pub enum Published {
 /// The run directories a path names: itself (it has run.json), or the repetitions of a
 /// `--repeat` series (`rep-*`, `warmup-*` skipped: they are not measurements).
 pub fn run_dirs(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if path.join("run.json").is_file() {
+    if run_json::exists_in(path) {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut reps: Vec<PathBuf> = std::fs::read_dir(path)
@@ -419,7 +419,7 @@ pub fn run_dirs(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
             p.file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with("rep-"))
-                && p.join("run.json").is_file()
+                && run_json::exists_in(p)
         })
         .collect();
     if reps.is_empty() {
@@ -435,16 +435,12 @@ pub fn run_dirs(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
 
 /// Publishes one run directory into the dataset at `sink`.
 pub fn publish_run(run: &Path, sink: &Sink) -> anyhow::Result<(Layout, Published)> {
-    let text = std::fs::read_to_string(run.join("run.json"))
-        .with_context(|| format!("cannot read {}", run.join("run.json").display()))?;
-    let info: RunInfo = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not a montrace run.json",
-            run.join("run.json").display()
-        )
+    let path = run_json::path_in(run);
+    let info = run_json::read(run).map_err(|e| match e {
+        run_json::ReadError::Io(e) => anyhow::anyhow!("cannot read {}: {e}", path.display()),
+        e => anyhow::anyhow!("{} is not a montrace run.json: {e}", path.display()),
     })?;
-    let layout =
-        layout_of(&info).map_err(|e| anyhow::anyhow!("{}: {e}", run.join("run.json").display()))?;
+    let layout = layout_of(&info).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let row_key = layout.key(schema::RUNS_TABLE, "part-0.parquet");
     if sink.exists(&row_key)? {
         return Ok((layout, Published::Already));
@@ -503,7 +499,7 @@ pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
         unsupported(dest).or_else(|| store_url(dest).err().map(|e| e.to_string()))
     {
         crate::say!("montrace: error: {message}");
-        return Ok(crate::cli::EXIT_USAGE);
+        return Ok(crate::exit_code::EXIT_USAGE);
     }
     let runs: Vec<PathBuf> = runs.iter().map(PathBuf::from).collect();
     Ok(if publish_paths(&runs, dest)? == 0 {

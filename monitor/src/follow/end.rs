@@ -8,6 +8,7 @@ use crate::{
     cli::RecordOptions,
     follow::launch::Identity,
     follow::limits,
+    follow::recorder::{Finished, Recorder},
     kernel::ebpf::TrackingMode,
     sampling::cgroup::RunCgroup,
     sampling::gpu::{GpuMonitor, GpuStatus},
@@ -33,6 +34,74 @@ pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
         crate::say!("{notice}");
     }
     Ok(gpu)
+}
+
+/// Starts the OTLP export `--otlp` asks for, into `recorder`: a collector that cannot be reached
+/// is a warning, never a failed run. One of the steps `run` and `attach` share.
+pub fn start_otlp(recorder: &mut Recorder<'_>, record: &RecordOptions, run_id: &str) {
+    let Some(url) = &record.otlp else {
+        return;
+    };
+    match crate::fleet::otlp::Exporter::start(url) {
+        Ok(exporter) => recorder.set_otlp(
+            exporter,
+            crate::fleet::otlp::RunAttributes {
+                host: host::uname().0,
+                run_id: run_id.to_string(),
+                labels: record.labels.clone(),
+            },
+        ),
+        Err(err) => crate::say!("montrace: warning: no OTLP export: {err}"),
+    }
+}
+
+/// A recording closed once its tree was followed: when it ended, what the kernel lost and how
+/// it tracked, and the recorder's figures.
+pub struct Closed {
+    pub ended_boot_ns: u64,
+    pub ended_wall_ns: i64,
+    pub lost: crate::kernel::ebpf::LostEvents,
+    pub tracking_mode: TrackingMode,
+    pub ebpf_load_ms: Option<f64>,
+    pub finished: Finished,
+}
+
+/// Closes a recording whose tree was followed: the end times first, then git's status (beside
+/// the closing of the tables, never beside the command), the programs' figures, the tables.
+pub fn close(
+    recorder: Recorder<'_>,
+    probes: Option<crate::kernel::ebpf::Probes>,
+    capture: &mut crate::fleet::context::Capture,
+) -> Closed {
+    let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
+    capture.command_ended();
+    let (lost, tracking_mode, ebpf_load_ms) = probe_figures(probes);
+    Closed {
+        ended_boot_ns,
+        ended_wall_ns,
+        lost,
+        tracking_mode,
+        ebpf_load_ms,
+        finished: recorder.finish(),
+    }
+}
+
+/// Says a recording's end: the stream's `end` line (and the stream closed after the `last`
+/// one), run.json, the report and the printed summary.
+pub fn publish(
+    info: &RunInfo,
+    stream: Option<&mut crate::follow::stream::Stream>,
+    last: bool,
+    out_dir: &Path,
+    (print_summary, report): (bool, bool),
+) {
+    if let Some(stream) = stream {
+        stream.send(&stream_end(info, last, stream.dropped()));
+        if last {
+            stream.finish();
+        }
+    }
+    write_run_info(info, out_dir, print_summary, report);
 }
 
 /// Writes summary.json (with the user's identity, see `userfs`). A failure is said, not
@@ -101,7 +170,7 @@ pub fn exit_of(outcome: &Outcome) -> (Option<i32>, Option<i32>, i32) {
         (Some(libc::WEXITSTATUS(status)), None)
     };
     let exit_status = if outcome.breach.is_some() {
-        crate::cli::EXIT_LIMIT_BREACHED
+        crate::exit_code::EXIT_LIMIT_BREACHED
     } else {
         code.unwrap_or_else(|| 128 + signal.unwrap_or(0))
     };
@@ -259,14 +328,11 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
 /// Failures are said, not returned: the command has run, and its status stays montrace's exit
 /// status.
 pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, report: bool) {
-    let run_json = out_dir.join("run.json");
-    let written = serde_json::to_string_pretty(info)
-        .map_err(std::io::Error::other)
-        .and_then(|json| userfs::write_atomic(&run_json, (json + "\n").as_bytes()));
+    let written = run_json::write(out_dir, info);
     if let Err(err) = &written {
         crate::say!(
             "montrace: error: cannot write {}: {err}",
-            run_json.display()
+            run_json::path_in(out_dir).display()
         );
     }
     if report && written.is_ok() && info.recording_error.is_none() {
@@ -282,7 +348,7 @@ pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, repor
         }
     }
     if print_summary {
-        crate::say_raw!("{}", run_json::format_summary(info));
+        crate::say_raw!("{}", crate::follow::summary::format_summary(info));
     }
 }
 

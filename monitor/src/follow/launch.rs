@@ -320,7 +320,7 @@ unsafe fn child_after_fork(
         }
         if n == 0 || *libc::__errno_location() != libc::EINTR {
             // montrace went away before releasing us: do not run untracked.
-            libc::_exit(crate::cli::EXIT_MONTRACE_FAILED);
+            libc::_exit(crate::exit_code::EXIT_MONTRACE_FAILED);
         }
     }
     if let Some((uid, gid, groups)) = ids {
@@ -328,7 +328,7 @@ unsafe fn child_after_fork(
             || libc::setgid(*gid) != 0
             || libc::setuid(*uid) != 0
         {
-            fail(1, crate::cli::EXIT_CANNOT_EXECUTE);
+            fail(1, crate::exit_code::EXIT_CANNOT_EXECUTE);
         }
     }
     if libc::geteuid() != 0 {
@@ -343,9 +343,9 @@ unsafe fn child_after_fork(
     }
     libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
     let code = if *libc::__errno_location() == libc::ENOENT {
-        crate::cli::EXIT_NOT_FOUND
+        crate::exit_code::EXIT_NOT_FOUND
     } else {
-        crate::cli::EXIT_CANNOT_EXECUTE
+        crate::exit_code::EXIT_CANNOT_EXECUTE
     };
     fail(2, code)
 }
@@ -517,5 +517,5 @@ pub fn run_script(script: &str, identity: Option<&Identity>) -> io::Result<i32> 
     Ok(status
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(crate::cli::EXIT_MONTRACE_FAILED))
+        .unwrap_or(crate::exit_code::EXIT_MONTRACE_FAILED))
 }

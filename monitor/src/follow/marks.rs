@@ -40,7 +40,7 @@ const DIR_PREFIX: &str = "montrace-";
 /// Longest label, in bytes of UTF-8.
 pub const MAX_LABEL_BYTES: usize = 256;
 /// Exit status of `montrace mark` for usage errors (no socket, a label that cannot be sent).
-use crate::cli::EXIT_USAGE;
+use crate::exit_code::EXIT_USAGE;
 
 /// Marks kept per run at most: a command that sends more has them counted as dropped
 /// (`marks_dropped` in run.json), so montrace's memory and the tables stay bounded whatever it

@@ -21,6 +21,7 @@ pub mod pidfd;
 pub mod recorder;
 pub mod state;
 pub mod stream;
+pub mod summary;
 
 use std::{
     collections::HashSet,

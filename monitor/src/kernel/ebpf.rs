@@ -14,19 +14,7 @@ use aya::{
 use monitor_common::{stat, Offsets, TaskWaits};
 
 use crate::kernel::decode::WaitTotals;
-use serde::Serialize;
-
-/// How montrace's programs are attached to the scheduler's process tracepoints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum TrackingMode {
-    /// BTF-enabled tracepoints (`tp_btf`): typed arguments, no tracefs needed.
-    TpBtf,
-    /// Classic tracepoints through tracefs (mounted when missing).
-    Tracepoint,
-    /// No eBPF: the tree is found by polling /proc (see `polling`).
-    Polling,
-}
+pub use crate::store::model::{LostEvents, TrackingMode};
 
 /// `--tracepoints`: which attachment to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -35,21 +23,6 @@ pub enum TracepointChoice {
     Auto,
     Btf,
     Classic,
-}
-
-/// Kernel-side counters of what could not be delivered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct LostEvents {
-    /// Events dropped because the ring buffer was full.
-    pub ringbuf_full: u64,
-    /// New processes that could not be tracked because the tracked map was full.
-    pub track_map_full: u64,
-    /// Kernel reads that failed (some field of an event is zero).
-    pub read_errors: u64,
-    /// Exits sent without waiting for their final context switch (a full pending map): their
-    /// CPU time lacks the last slice since the thread's last tick.
-    pub exits_without_final_cpu: u64,
 }
 
 impl LostEvents {

@@ -5,18 +5,9 @@
 //! The facts come from the load (`ebpf::Probes::load` notes them in [`LOADED`]: which
 //! tracepoints, whether the socket programs and the task iterator loaded, where exit peaks come
 //! from) and from the run (its cgroup, pressure files); [`table`] turns them into rows (pure).
-use serde::{Deserialize, Serialize};
 
 use crate::kernel::ebpf::TrackingMode;
-
-/// One row of the table: a feature, whether this run (or a run here) has it, and what it is or
-/// why not.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Feature {
-    pub name: String,
-    pub available: bool,
-    pub detail: String,
-}
+pub use crate::store::model::Feature;
 
 /// The features, in the table's order, with what each one is.
 pub const NAMES: [(&str, &str); 7] = [
@@ -245,7 +236,7 @@ pub fn of_run(mode: TrackingMode, cgroup: &crate::store::run_json::CgroupReport)
         load,
         cgroup: run_cgroup,
         psi: psi_readable(),
-        cgroup_v2: cgroup.version == Some(crate::sampling::cgroup::CgroupVersion::V2),
+        cgroup_v2: cgroup.version == Some(crate::store::model::CgroupVersion::V2),
     })
 }
 

@@ -9,21 +9,8 @@
 //! /proc/self/cgroup, /proc/self/mountinfo, the limit files, the affinity and /proc/meminfo.
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::cgroup::{CgroupMount, CgroupVersion};
-
-/// The CPU and memory the run may use, and where each figure comes from.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Capacity {
-    /// CPUs' worth of time per second (a cgroup quota may be fractional, e.g. 1.5).
-    pub cpu_cores: f64,
-    /// `host`, or the limit that set it, e.g. `cgroup v2 cpu.max (/sys/fs/cgroup/job/cpu.max)`.
-    pub cpu_basis: String,
-    pub memory_bytes: u64,
-    /// `host` (MemTotal), or e.g. `cgroup v1 memory.limit_in_bytes (/sys/fs/cgroup/memory/...)`.
-    pub memory_basis: String,
-}
+pub use crate::store::model::Capacity;
 
 impl Capacity {
     /// True when either figure comes from a limit rather than the whole host.

@@ -156,8 +156,9 @@ fn undocumented(
     if unnamed.is_empty() {
         return None;
     }
-    if file != "run.json" && row.contains("as in `run.json`") {
-        return undocumented(rows, "run.json", path);
+    use crate::store::run_json::RUN_JSON_FILE;
+    if file != RUN_JSON_FILE && row.contains("as in `run.json`") {
+        return undocumented(rows, RUN_JSON_FILE, path);
     }
     Some(format!(
         "its row (or its object's) does not name {unnamed:?}"
@@ -167,10 +168,13 @@ fn undocumented(
 /// The field rows of run.json and summary.json.
 fn all_rows() -> BTreeMap<String, BTreeMap<String, String>> {
     let doc = schema_doc();
-    ["run.json", "summary.json"]
-        .into_iter()
-        .map(|f| (f.to_string(), field_rows(&doc, f)))
-        .collect()
+    [
+        crate::store::run_json::RUN_JSON_FILE,
+        crate::store::summary_json::SUMMARY_FILE,
+    ]
+    .into_iter()
+    .map(|f| (f.to_string(), field_rows(&doc, f)))
+    .collect()
 }
 
 /// Panics with every field of `value` (a serialized `file`) that docs/schema.md's field tables

@@ -5,6 +5,7 @@
 //! identity (`userfs`).
 #[cfg(test)]
 pub(crate) mod doc_check;
+pub mod model;
 pub mod read;
 pub mod records;
 pub mod run_json;

@@ -509,19 +509,16 @@ impl RunData {
 /// Reads a run directory (call [`check_run_dir`] first for a friendly error).
 pub fn load(dir: &Path) -> anyhow::Result<RunData> {
     let mut data = RunData::default();
-    let run_json = dir.join("run.json");
-    match crate::store::userfs::read(&run_json).map(|b| String::from_utf8_lossy(&b).into_owned()) {
-        Ok(text) => match serde_json::from_str(&text) {
-            Ok(value) => data.info = Some(value),
-            Err(err) => data.notes.push(format!(
-                "run.json cannot be read ({err}): the header is incomplete"
-            )),
-        },
-        Err(_) => data.notes.push(
+    match crate::store::run_json::read(dir) {
+        Ok(info) => data.info = Some(info),
+        Err(crate::store::run_json::ReadError::Io(_)) => data.notes.push(
             "run.json is missing: the run did not end cleanly (killed, or still running); the \
              report shows what was flushed"
                 .into(),
         ),
+        Err(err) => data.notes.push(format!(
+            "run.json cannot be read ({err}): the header is incomplete"
+        )),
     }
     for table in ["processes", "samples", "system"] {
         if !dir.join(format!("{table}.parquet")).is_file()

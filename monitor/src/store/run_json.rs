@@ -1,12 +1,66 @@
-//! run.json and the end-of-run summary: pure functions over the run's records.
+//! run.json: its types ([`RunInfo`]), the pure functions that fill them from the run's records,
+//! and the one [`read`] and [`write`] every reader and writer of the file goes through (the
+//! version check of `summary_json::read`). The terminal summary made of it is
+//! `follow::summary`'s.
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 
-use crate::kernel::ebpf::{LostEvents, TrackingMode};
+use crate::store::model::{LostEvents, TrackingMode};
 use crate::store::records::ProcessRecord;
-use crate::units::{format_bytes, format_seconds_ns, rfc3339};
+use crate::units::rfc3339;
 
 /// Version of run.json's layout (shared with the Parquet schema version).
 pub const RUN_JSON_VERSION: u32 = crate::store::schema::SCHEMA_VERSION;
+
+/// run.json's name in a run directory.
+pub const RUN_JSON_FILE: &str = "run.json";
+
+/// The run.json of the run directory `dir`.
+pub fn path_in(dir: &Path) -> PathBuf {
+    dir.join(RUN_JSON_FILE)
+}
+
+/// Whether `dir` holds a run.json (a finished run directory).
+pub fn exists_in(dir: &Path) -> bool {
+    path_in(dir).is_file()
+}
+
+/// Why a run.json cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("schema version {0}, newer than this montrace reads ({RUN_JSON_VERSION})")]
+    Newer(u64),
+    #[error("not a montrace run.json: {0}")]
+    NotARunJson(serde_json::Error),
+}
+
+/// Reads the run.json of the run directory `dir`, typed (with the user's identity and never
+/// through a symlink, see `userfs::read`); fields an older montrace did not write read as their
+/// defaults, a newer layout is refused.
+pub fn read(dir: &Path) -> Result<RunInfo, ReadError> {
+    let bytes = crate::store::userfs::read(&path_in(dir)).map_err(ReadError::Io)?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(ReadError::NotJson)?;
+    if let Some(version) = value.get("schema_version").and_then(|v| v.as_u64()) {
+        if version > u64::from(RUN_JSON_VERSION) {
+            return Err(ReadError::Newer(version));
+        }
+    }
+    serde_json::from_value(value).map_err(ReadError::NotARunJson)
+}
+
+/// Writes `info` as the run.json of `dir`, whole (`userfs::write_atomic`: a reader sees the old
+/// file or the new one). Returns the file's path.
+pub fn write(dir: &Path, info: &RunInfo) -> std::io::Result<PathBuf> {
+    let path = path_in(dir);
+    let json = serde_json::to_string_pretty(info).map_err(std::io::Error::other)?;
+    crate::store::userfs::write_atomic(&path, (json + "\n").as_bytes())?;
+    Ok(path)
+}
 
 /// Totals over the whole tree, from the kernel's exit figures.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -79,16 +133,16 @@ pub struct TreeMemoryPeaks {
     /// tree's address spaces. None in runs of earlier versions (a plain sum of RSS over the
     /// processes, which counted a vfork child before its exec as a second copy of its parent).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<crate::sampling::sampler::tree_memory::TreeMemorySource>,
+    pub source: Option<crate::store::model::TreeMemorySource>,
 }
 
 impl TreeMemoryPeaks {
     /// Folds in one sweep: the tree's figure by `source` and the sums over address spaces.
     pub fn add_sweep(
         &mut self,
-        source: crate::sampling::sampler::tree_memory::TreeMemorySource,
+        source: crate::store::model::TreeMemorySource,
         figure: Option<u64>,
-        sums: &crate::sampling::sampler::tree_memory::SweepMemory,
+        sums: &crate::store::model::SweepMemory,
     ) {
         fn fold(best: &mut Option<u64>, value: Option<u64>) {
             if let Some(v) = value {
@@ -110,9 +164,9 @@ impl TreeMemoryPeaks {
 #[serde(default)]
 pub struct CgroupReport {
     /// "v1" or "v2"; None when no cgroup could be made.
-    pub version: Option<crate::sampling::cgroup::CgroupVersion>,
+    pub version: Option<crate::store::model::CgroupVersion>,
     pub path: Option<String>,
-    pub totals: Option<crate::sampling::cgroup::CgroupTotals>,
+    pub totals: Option<crate::store::model::CgroupTotals>,
     /// Per-process CPU (exit figures) summed over the tree / the cgroup's CPU usage.
     pub cpu_coverage: Option<f64>,
     /// Why there is no cgroup, or what went wrong reading or removing it.
@@ -137,7 +191,7 @@ pub struct RunInfo {
     /// Where the run came from: host, kernel, CPU, memory, git checkout, CI job, Slurm job, pod.
     /// None in runs of earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<crate::fleet::context::Context>,
+    pub context: Option<crate::store::model::Context>,
     /// The command as one shell-like string, for people.
     pub command: String,
     pub argv: Vec<String>,
@@ -157,7 +211,7 @@ pub struct RunInfo {
     /// bytes, task iterator, PSI, run cgroup), and why not where not (`kernel::features`).
     /// Empty in runs of earlier versions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub features: Vec<crate::kernel::features::Feature>,
+    pub features: Vec<crate::store::model::Feature>,
     /// Where the sweeps read each process's CPU, memory, faults and I/O: `"task_iter"`
     /// (montrace's task iterator, in binary) or `"procfs"` (/proc's text files). None in runs
     /// of earlier versions (/proc).
@@ -185,8 +239,8 @@ pub struct RunInfo {
     #[serde(default)]
     pub cgroup: CgroupReport,
     /// GPUs: monitored (devices, the tree's peak GPU memory, utilization, energy), or why not.
-    #[serde(default = "crate::sampling::gpu::GpuSummary::not_recorded")]
-    pub gpu: crate::sampling::gpu::GpuSummary,
+    #[serde(default = "crate::store::model::GpuSummary::not_recorded")]
+    pub gpu: crate::store::model::GpuSummary,
     /// Time from montrace's start to the command's exec, ms.
     pub startup_ms: Option<f64>,
     /// Time to load and attach the eBPF programs, ms; None when polling.
@@ -212,11 +266,11 @@ pub struct RunInfo {
     /// What 100 % of CPU and memory means for this run: a limited container's cgroup limits (or
     /// a narrower CPU affinity), else the host's CPUs and memory. None in runs before it.
     #[serde(default)]
-    pub capacity: Option<crate::sampling::capacity::Capacity>,
+    pub capacity: Option<crate::store::model::Capacity>,
     /// Where the command's wall time went: the critical path and the average parallelism.
     /// None in runs before it.
     #[serde(default)]
-    pub time: Option<crate::analysis::critical::TimeAnalysis>,
+    pub time: Option<crate::store::model::TimeAnalysis>,
 }
 
 impl RunInfo {
@@ -283,171 +337,8 @@ impl RunInfo {
     }
 }
 
-/// The summary printed to stderr at the end, like `/usr/bin/time -v` for the whole tree.
-pub fn format_summary(info: &RunInfo) -> String {
-    let t = &info.totals;
-    let status = match (info.exit_code, info.exit_signal) {
-        (Some(code), _) => format!("exited with {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        (None, None) => "unknown".to_string(),
-    };
-    let peak = match (t.peak_rss_bytes, t.peak_rss_pid, &t.peak_rss_comm) {
-        (Some(bytes), Some(pid), Some(comm)) => {
-            format!("{} (pid {pid}, {comm})", format_bytes(bytes))
-        }
-        _ => "n/a".to_string(),
-    };
-    let lost = info.lost_events.total();
-    let mut lines = vec![
-        format!("montrace: {}", info.command),
-        format!("  exit status          {status}"),
-        format!(
-            "  wall time            {:.3}s{}",
-            info.command_wall_s.unwrap_or(info.duration_s),
-            info.startup_ms.map_or(String::new(), |ms| format!(
-                " (+{ms:.0} ms montrace start-up)"
-            ))
-        ),
-        format!(
-            "  processes started    {} (at most {} at once)",
-            info.processes_started, info.max_concurrent
-        ),
-        format!(
-            "  CPU user / system    {} / {} (whole tree{})",
-            format_seconds_ns(t.cpu_user_ns),
-            format_seconds_ns(t.cpu_system_ns),
-            if t.unfinished_processes > 0 {
-                format!(
-                    ", processes that ended; + {} / {} sampled of {} still running or lost",
-                    format_seconds_ns(t.unfinished_cpu_user_ns),
-                    format_seconds_ns(t.unfinished_cpu_system_ns),
-                    t.unfinished_processes
-                )
-            } else {
-                String::new()
-            }
-        ),
-        format!("  peak RSS, largest    {peak}"),
-        format!(
-            "  peak RSS, whole tree {}",
-            info.tree_memory_peaks
-                .rss_bytes
-                .map_or("n/a (no samples)".to_string(), format_bytes)
-        ),
-        format!(
-            "  I/O read / written   {} / {}",
-            format_bytes(t.read_bytes),
-            format_bytes(t.write_bytes)
-        ),
-        if info.tracking_mode == crate::kernel::ebpf::TrackingMode::Polling {
-            // Polling cannot know what it missed between two scans.
-            "  lost events          unknown (polling /proc: processes shorter than the interval may be missed)".to_string()
-        } else {
-            format!(
-                "  lost events          {lost}{}",
-                if lost > 0 {
-                    format!(
-                    " (ring buffer full: {}, tracked map full: {}) - figures are incomplete; try --ring-buffer-size",
-                    info.lost_events.ringbuf_full, info.lost_events.track_map_full
-                )
-                } else {
-                    String::new()
-                }
-            )
-        },
-    ];
-    if info.marks_dropped > 0 {
-        lines.push(format!(
-            "  marks dropped        {} (over the budget of marks a run keeps)",
-            info.marks_dropped
-        ));
-    }
-    if let Some(why) = &info.recording_error {
-        lines.push(format!(
-            "  RECORDING STOPPED    {why}: the run directory holds what was written before"
-        ));
-    }
-    if t.alive_at_end > 0 {
-        lines.push(format!(
-            "  still running        {} (recorded as alive_at_end)",
-            t.alive_at_end
-        ));
-    }
-    if let Some(b) = &info.limit_breach {
-        lines.push(format!(
-            "  LIMIT BREACHED       {}: {} > {} after {:.3}s; the tree was stopped",
-            b.limit,
-            format_limit_value(&b.limit, b.value),
-            format_limit_value(&b.limit, b.threshold),
-            b.elapsed_s
-        ));
-    }
-    lines.extend(info.gpu.format_lines());
-    // Inside a limited container, say what the run could use (the host's figures go unsaid).
-    if let Some(capacity) = info.capacity.as_ref().filter(|c| c.limited()) {
-        lines.push(format!("  capacity (limited)   {}", capacity.describe()));
-    }
-    match (info.cgroup.cpu_coverage, &info.cgroup.path) {
-        (Some(coverage), _) => lines.push(format!(
-            "  CPU coverage         {:.1}% of the cgroup's total",
-            coverage * 100.0
-        )),
-        // Unknown is not 0 %.
-        (None, None) => lines.push("  CPU coverage         unavailable (no run cgroup)".into()),
-        (None, Some(_)) => {}
-    }
-    lines.push(format!("  run directory        {}", info.out_dir));
-    lines.join("\n") + "\n"
-}
-
-/// The end of `--repeat`: each metric's median and spread over the repetitions.
-pub fn format_repeat_stats(summary: &crate::store::summary_json::Summary, out_dir: &str) -> String {
-    let mut lines = vec![format!(
-        "montrace: {} ({} repetitions{})",
-        summary.command,
-        summary.repetitions.len(),
-        if summary.warmup > 0 {
-            format!(", {} warm-up", summary.warmup)
-        } else {
-            String::new()
-        }
-    )];
-    for def in crate::store::summary_json::METRICS {
-        let Some(s) = summary.stats.get(def.name) else {
-            continue;
-        };
-        let show = |v: f64| match def.unit {
-            "B" => format_bytes(v as u64),
-            "s" => format!("{v:.3}s"),
-            "J" => format!("{v:.1} J"),
-            "share" => format!("{:.1}%", v * 100.0),
-            _ => format!("{v:.0}"),
-        };
-        lines.push(format!(
-            "  {:<22} median {:>12}  mean {:>12}  stddev {:>12}",
-            def.name,
-            show(s.median),
-            show(s.mean),
-            show(s.stddev)
-        ));
-    }
-    lines.push(format!(
-        "  summary              {out_dir}/{}",
-        crate::store::summary_json::SUMMARY_FILE
-    ));
-    lines.join("\n") + "\n"
-}
-
-fn format_limit_value(limit: &str, value: f64) -> String {
-    match limit {
-        "rss" | "gpu-mem" => format_bytes(value as u64),
-        "cpu" | "wall" => format!("{value:.3}s"),
-        _ => format!("{value}"),
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn proc(pid: u32, user: u64, sys: u64, peak: Option<u64>, alive: bool) -> ProcessRecord {
@@ -503,7 +394,7 @@ mod tests {
         let mut info = sample_info();
         // Every optional part present, so that its fields are serialized.
         info.cgroup = CgroupReport {
-            version: Some(crate::sampling::cgroup::CgroupVersion::V2),
+            version: Some(crate::store::model::CgroupVersion::V2),
             path: Some("/sys/fs/cgroup/montrace/run-1".into()),
             totals: Some(Default::default()),
             cpu_coverage: Some(1.0),
@@ -512,7 +403,7 @@ mod tests {
         };
         info.gpu
             .devices
-            .push(crate::sampling::gpu::GpuDeviceSummary {
+            .push(crate::store::model::GpuDeviceSummary {
                 index: 0,
                 uuid: Some("GPU-1".into()),
                 name: Some("H100".into()),
@@ -529,14 +420,14 @@ mod tests {
             });
         info.gpu.attribution_unavailable = Some("x".into());
         info.context = Some(crate::fleet::context::full_example());
-        info.capacity = Some(crate::sampling::capacity::Capacity {
+        info.capacity = Some(crate::store::model::Capacity {
             cpu_cores: 2.0,
             cpu_basis: "host".into(),
             memory_bytes: 1 << 30,
             memory_basis: "host".into(),
         });
-        info.time = Some(crate::analysis::critical::TimeAnalysis {
-            critical_path: vec![crate::analysis::critical::Step {
+        info.time = Some(crate::store::model::TimeAnalysis {
+            critical_path: vec![crate::store::model::Step {
                 pid: 1,
                 command: "make".into(),
                 start_s: 0.0,
@@ -556,8 +447,8 @@ mod tests {
 
     #[test]
     fn docs_name_every_value_of_run_json_enums() {
-        use crate::sampling::cgroup::CgroupVersion;
-        use crate::sampling::gpu::GpuState;
+        use crate::store::model::CgroupVersion;
+        use crate::store::model::GpuState;
         // The matches fail to compile when a variant is added, so that it is added here too.
         let modes = [
             TrackingMode::TpBtf,
@@ -596,7 +487,7 @@ mod tests {
             "samples_from",
             &["task_iter".into(), "procfs".into()],
         );
-        use crate::sampling::sampler::tree_memory::TreeMemorySource;
+        use crate::store::model::TreeMemorySource;
         let sources = [
             TreeMemorySource::Cgroup,
             TreeMemorySource::Pss,
@@ -613,27 +504,45 @@ mod tests {
     }
 
     #[test]
-    fn summary_mentions_every_headline_figure() {
+    fn write_then_read_gives_the_same_run_and_a_newer_layout_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        assert!(!exists_in(dir));
+        assert!(
+            matches!(read(dir), Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound)
+        );
         let info = sample_info();
-        let text = format_summary(&info);
-        for needle in [
-            "make -j8",
-            "killed by signal 9",
-            "2.500s",
-            "12 (at most 4 at once)",
-            "1.500s / 0.250s",
-            "200.0 MiB (pid 1, p1)",
-            "lost events          3 (ring buffer full: 3",
-            "runs/x",
-            "peak RSS, whole tree 300.0 MiB",
-            "CPU coverage         99.5%",
-            "LIMIT BREACHED       rss: 150.0 MiB > 100.0 MiB after 1.250s",
-        ] {
-            assert!(text.contains(needle), "summary lacks {needle:?}:\n{text}");
-        }
+        assert_eq!(write(dir, &info).unwrap(), dir.join("run.json"));
+        assert!(exists_in(dir));
+        let back = read(dir).unwrap();
+        assert_eq!(
+            serde_json::to_value(&back).unwrap(),
+            serde_json::to_value(&info).unwrap()
+        );
+        // One version ahead: refused, with both versions said.
+        let mut newer = serde_json::to_value(&info).unwrap();
+        newer["schema_version"] = (RUN_JSON_VERSION + 1).into();
+        std::fs::write(path_in(dir), newer.to_string()).unwrap();
+        let err = read(dir).unwrap_err();
+        assert!(matches!(err, ReadError::Newer(v) if v == u64::from(RUN_JSON_VERSION) + 1));
+        assert!(
+            err.to_string().contains(&format!("({RUN_JSON_VERSION})")),
+            "{err}"
+        );
+        // This version and older ones are read; fields they lack read as defaults.
+        let mut older = serde_json::to_value(&info).unwrap();
+        older["schema_version"] = 1.into();
+        older.as_object_mut().unwrap().remove("run_id");
+        std::fs::write(path_in(dir), older.to_string()).unwrap();
+        assert_eq!(read(dir).unwrap().run_id, "");
+        std::fs::write(path_in(dir), "{").unwrap();
+        assert!(matches!(read(dir), Err(ReadError::NotJson(_))));
+        std::fs::write(path_in(dir), "{\"schema_version\": 1}").unwrap();
+        assert!(matches!(read(dir), Err(ReadError::NotARunJson(_))));
     }
 
-    fn sample_info() -> RunInfo {
+    /// A run.json of every kind of figure, for the tests that render one.
+    pub(crate) fn sample_info() -> RunInfo {
         RunInfo {
             schema_version: 1,
             montrace_version: "0.1.0".into(),
@@ -669,7 +578,7 @@ mod tests {
                 rss_bytes: Some(300 << 20),
                 uss_bytes: None,
                 pss_bytes: None,
-                source: Some(crate::sampling::sampler::tree_memory::TreeMemorySource::Cgroup),
+                source: Some(crate::store::model::TreeMemorySource::Cgroup),
             },
             samples: 10,
             sample_interval_ms: 200.0,

@@ -206,7 +206,7 @@ pub struct Summary {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<crate::fleet::context::Context>,
+    pub context: Option<crate::store::model::Context>,
 }
 
 impl Summary {

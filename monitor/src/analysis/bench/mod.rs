@@ -20,11 +20,12 @@ use crate::{
     analysis::compare::{
         build_paired_report, parse_max, render, Interference, PairInfo, Report, Series, Side,
     },
-    cli::{
-        BenchArgs, CompareFormat, EXIT_BENCH_COMMAND_FAILED, EXIT_BENCH_HOOK_FAILED,
-        EXIT_BENCH_NO_OP, EXIT_MONTRACE_FAILED, EXIT_USAGE,
+    cli::{BenchArgs, CompareFormat},
+    exit_code::{
+        EXIT_BENCH_COMMAND_FAILED, EXIT_BENCH_HOOK_FAILED, EXIT_BENCH_NO_OP, EXIT_MONTRACE_FAILED,
+        EXIT_USAGE,
     },
-    store::{run_json::RunInfo, summary_json, userfs},
+    store::{run_json, summary_json, userfs},
 };
 
 pub mod plan;
@@ -425,9 +426,8 @@ impl Bench<'_> {
             return Ok(Err(exit));
         }
         let summary = summary.expect("checked above");
-        let run_queue_share = userfs::as_user(|| userfs::read(&dir.join("run.json")))
+        let run_queue_share = run_json::read(dir)
             .ok()
-            .and_then(|bytes| serde_json::from_slice::<RunInfo>(&bytes).ok())
             .and_then(|info| info.time)
             .and_then(|t| Interference::run_queue_share_of(t.avg_parallelism, t.avg_cores_used));
         let interference = Interference {

@@ -25,7 +25,7 @@ use crate::{
     store::summary_json::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION},
 };
 
-use crate::cli::{EXIT_INCONCLUSIVE, EXIT_REGRESSED, EXIT_USAGE};
+use crate::exit_code::{EXIT_INCONCLUSIVE, EXIT_REGRESSED, EXIT_USAGE};
 
 mod gate;
 mod load;

@@ -29,7 +29,7 @@ mod perfetto;
 pub use perfetto::{write_perfetto, write_trace, Tree};
 
 /// Exit status for a missing or invalid run directory.
-use crate::cli::EXIT_USAGE;
+use crate::exit_code::EXIT_USAGE;
 
 /// `montrace export RUN_DIR --format perfetto|csv [--out PATH]`.
 pub fn export_main(args: ExportArgs) -> anyhow::Result<i32> {

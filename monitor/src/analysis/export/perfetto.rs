@@ -195,11 +195,8 @@ impl Tree {
             see(t);
         }
         tree.time_range = if lo > hi { (0, 0) } else { (lo, hi) };
-        tree.command = crate::store::userfs::read(&dir.join("run.json"))
+        tree.command = crate::store::run_json::read(dir)
             .ok()
-            .and_then(|bytes| {
-                serde_json::from_slice::<crate::store::run_json::RunInfo>(&bytes).ok()
-            })
             .map(|info| info.command);
         Ok(tree)
     }

@@ -25,7 +25,7 @@ use crate::cli::{ReportArgs, ReportFormat};
 pub use synthetic::{add_synthetic_gpu, add_synthetic_gpu_processes, synthetic_run};
 
 /// Exit status for a missing or invalid run directory, or a bad `--group-by`.
-use crate::cli::EXIT_USAGE;
+use crate::exit_code::EXIT_USAGE;
 
 /// The file names written into the run directory.
 pub const HTML_FILE: &str = "report.html";

@@ -385,9 +385,12 @@ pub fn synthetic_run(
         capacity: None,
         time: None,
     };
-    let run_json = dir.join("run.json");
-    std::fs::write(&run_json, serde_json::to_string_pretty(&info)? + "\n")
-        .with_context(|| format!("cannot write {}", run_json.display()))?;
+    crate::store::run_json::write(dir, &info).with_context(|| {
+        format!(
+            "cannot write {}",
+            crate::store::run_json::path_in(dir).display()
+        )
+    })?;
     Ok(())
 }
 

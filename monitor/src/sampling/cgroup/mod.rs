@@ -21,6 +21,7 @@
 //!
 //! The shared `montrace/` parent is left in place on removal: other runs may be using it, and
 //! removing it would race their `mkdir montrace/<name>`.
+pub use crate::store::model::{CgroupTotals, CgroupVersion};
 use std::{
     collections::BTreeSet,
     ffi::CString,
@@ -63,28 +64,6 @@ const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
 /// An emptied cgroup can answer `rmdir` with EBUSY for a moment after its last process was
 /// reaped; retry this many times, 10 ms apart, before reporting it busy.
 const BUSY_RETRIES: u32 = 20;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CgroupVersion {
-    V1,
-    V2,
-}
-
-/// The kernel's totals for the run's cgroup. None: the kernel does not provide that figure here
-/// (e.g. `memory.peak` before Linux 5.19, v1 `pids` without `pids.peak`, no io/blkio controller).
-/// Memory figures include the page cache charged to the cgroup.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct CgroupTotals {
-    pub cpu_usage_ns: Option<u64>,
-    pub cpu_user_ns: Option<u64>,
-    pub cpu_system_ns: Option<u64>,
-    pub memory_peak_bytes: Option<u64>,
-    pub io_read_bytes: Option<u64>,
-    pub io_write_bytes: Option<u64>,
-    pub pids_peak: Option<u64>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {

@@ -23,9 +23,18 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::Nvml;
 use serde::Serialize;
 
-use crate::cli::GpuMode;
 use crate::store::records::{GpuProcessRecord, GpuProcessSource, GpuRecord};
 use crate::units::{format_bytes, rfc3339};
+
+/// `--gpu`: NVIDIA GPU monitoring through NVML.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuMode {
+    /// Monitor GPUs when the NVIDIA driver and a device are there; say why not otherwise.
+    Auto,
+    Off,
+    /// Fail before starting the command when no GPU can be monitored.
+    Require,
+}
 
 /// How long after a process's exit the driver may still show its context as running: until then
 /// its accounting figures wait for the driver to close it (the GPU context is torn down when the

@@ -1,58 +1,6 @@
 //! `gpu` in run.json and the printed summary.
 use super::*;
-
-/// `gpu.status` in run.json.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GpuState {
-    Monitored,
-    Unavailable,
-    Off,
-}
-
-/// `gpu` in run.json.
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-pub struct GpuSummary {
-    pub status: GpuState,
-    /// Why no GPU was monitored (`unavailable`).
-    pub reason: Option<String>,
-    /// The GPUs seen, in index order.
-    pub devices: Vec<GpuDeviceSummary>,
-    /// Most GPU memory the tree held at one sweep (sum over its processes and GPUs); 0 when
-    /// none of its processes held any, None when no GPU could list its processes.
-    pub tree_peak_memory_bytes: Option<u64>,
-    /// When that was (the first sweep with it), RFC 3339.
-    pub tree_peak_memory_time: Option<String>,
-    /// Why the GPUs' processes could not be attributed to the tree (montrace ran in a PID
-    /// namespace of its own, where the driver's pids mean nothing); None when they were.
-    pub attribution_unavailable: Option<String>,
-    /// Energy all GPUs used from the first sweep to the last; None when none reports energy.
-    pub energy_joules: Option<f64>,
-}
-
-/// One GPU in run.json, over the run.
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-pub struct GpuDeviceSummary {
-    pub index: u32,
-    pub uuid: Option<String>,
-    pub name: Option<String>,
-    pub memory_total_bytes: Option<u64>,
-    /// MIG mode was on when the run started (None: the GPU has no MIG). NVML then gives no
-    /// utilization for the whole GPU.
-    pub mig_mode: Option<bool>,
-    /// When the driver said the GPU was lost (`GPU_IS_LOST`), RFC 3339: no sample after it.
-    pub lost_time: Option<String>,
-    /// Accounting mode was on when the run started (lifetime figures of exited processes).
-    pub accounting_mode: bool,
-    pub samples: u64,
-    pub utilization_gpu_mean_percent: Option<f64>,
-    pub utilization_gpu_max_percent: Option<f64>,
-    /// Most memory in use on the GPU, by any process.
-    pub memory_used_max_bytes: Option<u64>,
-    pub power_max_watts: Option<f64>,
-    /// Energy it used from the first sweep to the last.
-    pub energy_joules: Option<f64>,
-}
+pub use crate::store::model::{GpuDeviceSummary, GpuState, GpuSummary};
 
 impl GpuSummary {
     /// What run.json of a montrace from before GPU monitoring says: GPUs were not watched.

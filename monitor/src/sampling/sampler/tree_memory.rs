@@ -19,20 +19,7 @@
 //! before the sweep reads anything and only for a process that has not exec'd since its fork
 //! (`Recorder::sharing_parents`): a vfork child execs within microseconds, and asked after the
 //! reading it would be found on its own while its figures were its parent's.
-
-/// Where the tree's memory figure (the `rss` limit, run.json `tree_memory_peaks.rss_bytes`, the
-/// stream's `rss_bytes`) comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TreeMemorySource {
-    /// The run cgroup's resident memory: memory.stat `anon` + `file_mapped` (v2), `total_rss` +
-    /// `total_mapped_file` (v1). Page cache that no process maps is left out.
-    Cgroup,
-    /// The sum of PSS over the tree's address spaces (RSS for a process whose PSS is unknown).
-    Pss,
-    /// The sum of RSS over the tree's address spaces.
-    RssByAddressSpace,
-}
+pub use crate::store::model::{SweepMemory, TreeMemorySource};
 
 /// One live process's memory at a sweep.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,16 +27,6 @@ pub struct Member {
     pub rss: Option<u64>,
     pub uss: Option<u64>,
     pub pss: Option<u64>,
-}
-
-/// A sweep's sums over the tree's address spaces (None: no process had the figure).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SweepMemory {
-    pub rss: Option<u64>,
-    pub uss: Option<u64>,
-    pub pss: Option<u64>,
-    /// PSS, or RSS where a process has no PSS.
-    pub pss_or_rss: Option<u64>,
 }
 
 impl SweepMemory {

@@ -198,7 +198,9 @@ def read_table_pyarrow(run_dir, name):
     for field in table.schema:
         col = table.column(field.name)
         if pa.types.is_timestamp(field.type):
-            cols[field.name] = [None if v is None else v / 1e9
+            # Schema 3 writes microseconds (UTC), older runs nanoseconds: scale by the unit.
+            per_s = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[field.type.unit]
+            cols[field.name] = [None if v is None else v / per_s
                                 for v in col.cast(pa.int64()).to_pylist()]
         else:
             cols[field.name] = col.to_pylist()

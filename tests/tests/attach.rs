@@ -49,7 +49,11 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
     // Children already came and went before the attach.
     std::thread::sleep(Duration::from_millis(300));
 
-    let run = attach_montrace(shell_pid, &["--duration", "2s", "-q"]);
+    // 2 s here; the loop's pace is the machine's, and in a VM without KVM a child takes a few
+    // tenths of a second: the attach lasts as many times longer as the harness's bound on a run
+    // ($MONTRACE_TEST_TIMEOUT_SCALE), so that it sees the children it checks below.
+    let seconds = 2 * (tests::run_timeout().as_secs() / tests::TIMEOUT.as_secs()).max(1);
+    let run = attach_montrace(shell_pid, &["--duration", &format!("{seconds}s"), "-q"]);
     // Running (not a zombie) until the test kills it: alive at the attach.
     let sleeper_alive =
         std::fs::read_to_string(format!("/proc/{sleeper}/stat")).is_ok_and(|stat| {
@@ -159,7 +163,7 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
     );
     let recorded = last - first + 1;
     eprintln!(
-        "attached for 2 s: {recorded} children recorded in a row, {} logged in all, {} vanished",
+        "attached for {seconds} s: {recorded} children recorded in a row, {} logged in all, {} vanished",
         logged.len(),
         vanished.len()
     );
@@ -167,7 +171,7 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
     // montrace's view of it.
     assert!(
         recorded >= 5,
-        "only {recorded} children recorded in 2 s: {rows:#?}"
+        "only {recorded} children recorded in {seconds} s: {rows:#?}"
     );
 }
 

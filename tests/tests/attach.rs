@@ -7,12 +7,25 @@ use std::time::Duration;
 
 use tests::{attach_montrace, require_root, wait_for_file};
 
-/// A shell loop started outside montrace: one long-lived child first (its pid in `sleeper`),
-/// then a short-lived child every ~20 ms, each of which appends its own pid to `log`.
+/// A shell loop started outside montrace: one child that lives until the test kills the loop's
+/// process group (its pid in `sleeper`), then a short-lived child every ~20 ms, each of which
+/// appends its own pid to `log`. The sleeper must outlive montrace's start-up, however long
+/// that takes: a `sleep 30` did not in the kernel tier's VM (qemu without KVM, the host busy),
+/// where the attach took 33 s to follow the tree.
 const LOOP: &str = r#"
-sleep 30 & echo $! > "$1/sleeper.tmp"; mv "$1/sleeper.tmp" "$1/sleeper"
+sleep 86400 & echo $! > "$1/sleeper.tmp"; mv "$1/sleeper.tmp" "$1/sleeper"
 while :; do sh -c 'echo $$ >> "$0/log"' "$1"; sleep 0.02; done
 "#;
+
+/// Kills a process group when dropped: the loop and its sleeper end with the test, pass or fail.
+struct KillGroup(u32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        // SAFETY: plain syscall on the process group made for the loop.
+        unsafe { libc::kill(-(self.0 as libc::pid_t), libc::SIGKILL) };
+    }
+}
 
 #[test]
 fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
@@ -26,6 +39,7 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
         .spawn()
         .unwrap();
     let shell_pid = shell.id();
+    let group = KillGroup(shell_pid);
     wait_for_file(&work.path().join("sleeper"));
     let sleeper: u32 = std::fs::read_to_string(work.path().join("sleeper"))
         .unwrap()
@@ -35,10 +49,23 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
     // Children already came and went before the attach.
     std::thread::sleep(Duration::from_millis(300));
 
-    let run = attach_montrace(shell_pid, &["--duration", "2s", "-q"]);
-    // SAFETY: plain syscall on the process group made for the loop.
-    unsafe { libc::kill(-(shell_pid as libc::pid_t), libc::SIGKILL) };
+    // 2 s here; the loop's pace is the machine's, and in a VM without KVM a child takes a few
+    // tenths of a second: the attach lasts as many times longer as the harness's bound on a run
+    // ($MONTRACE_TEST_TIMEOUT_SCALE), so that it sees the children it checks below.
+    let seconds = 2 * (tests::run_timeout().as_secs() / tests::TIMEOUT.as_secs()).max(1);
+    let run = attach_montrace(shell_pid, &["--duration", &format!("{seconds}s"), "-q"]);
+    // Running (not a zombie) until the test kills it: alive at the attach.
+    let sleeper_alive =
+        std::fs::read_to_string(format!("/proc/{sleeper}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        });
+    drop(group);
     let _ = shell.wait();
+    assert!(
+        sleeper_alive,
+        "the sleeper ({sleeper}) ended before the test killed it"
+    );
     run.assert_code(0);
     let json = run.run_json();
     // The processes count from the attach: the shell's life before it is not the run's.
@@ -136,7 +163,7 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
     );
     let recorded = last - first + 1;
     eprintln!(
-        "attached for 2 s: {recorded} children recorded in a row, {} logged in all, {} vanished",
+        "attached for {seconds} s: {recorded} children recorded in a row, {} logged in all, {} vanished",
         logged.len(),
         vanished.len()
     );
@@ -144,7 +171,7 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
     // montrace's view of it.
     assert!(
         recorded >= 5,
-        "only {recorded} children recorded in 2 s: {rows:#?}"
+        "only {recorded} children recorded in {seconds} s: {rows:#?}"
     );
 }
 

@@ -13,7 +13,7 @@ use std::{
 use arrow_array::{Array, StringArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tests::{
-    montrace_bin, read_json, require_root, run_with_timeout, users::TestUser, Finished, TIMEOUT,
+    montrace_bin, read_json, require_root, run_timeout, run_with_timeout, users::TestUser, Finished,
 };
 
 /// A root-owned copy of montrace (mode 0755) under /tmp, granted with its own `setcap`.
@@ -38,10 +38,7 @@ impl CapableCopy {
         assert!(installed.success());
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        let grant = run_with_timeout(
-            Command::new(&bin).arg("setcap").arg(&bin),
-            Duration::from_secs(20),
-        );
+        let grant = run_with_timeout(Command::new(&bin).arg("setcap").arg(&bin), run_timeout());
         assert_eq!(grant.code(), 0, "montrace setcap: {grant:?}");
         assert!(grant.stdout.contains("CAP_BPF"), "{grant:?}");
         CapableCopy { dir, bin }
@@ -84,7 +81,7 @@ fn run_as(
         .arg(out)
         .args(args)
         .args(["--", "sh", "-c", script]);
-    run_with_timeout(&mut cmd, TIMEOUT)
+    run_with_timeout(&mut cmd, run_timeout())
 }
 
 /// Rows of processes.parquet whose filename is `filename`.
@@ -299,7 +296,7 @@ impl Delegated {
             .args(["--", "sh", "-c", script])
             .env("GO", &go);
         let session = self.dir.join("session/cgroup.procs");
-        tests::run_with_timeout_and(&mut cmd, TIMEOUT, |pid| {
+        tests::run_with_timeout_and(&mut cmd, run_timeout(), |pid| {
             std::fs::write(&session, pid.to_string()).unwrap();
             std::fs::write(&go, "").unwrap();
         })
@@ -341,8 +338,8 @@ fn a_delegated_cgroup_v2_subtree_gives_an_ordinary_users_run_kernel_totals() {
     );
 }
 
-/// A shell loop of the user's: a `sleep` child alive at the attach, and a short child every
-/// ~20 ms. Killed on drop.
+/// A shell loop of the user's: a `sleep` child alive at the attach (it lives until the drop,
+/// however long montrace takes to start), and a short child every ~20 ms. Killed on drop.
 struct Loop(std::process::Child);
 
 impl Loop {
@@ -351,7 +348,7 @@ impl Loop {
             .command("sh")
             .args([
                 "-c",
-                "sleep 30 & while true; do /bin/true; sleep 0.02; done",
+                "sleep 86400 & while true; do /bin/true; sleep 0.02; done",
             ])
             .stdin(Stdio::null())
             .stderr(Stdio::null())
@@ -422,7 +419,7 @@ fn attach_as(user: &TestUser, bin: &Path, out: &Path, pid: u32) -> Finished {
         .args(["attach", "--no-report", "-q", "--duration", "1s", "--out"])
         .arg(out)
         .arg(pid.to_string());
-    run_with_timeout(&mut cmd, TIMEOUT)
+    run_with_timeout(&mut cmd, run_timeout())
 }
 
 #[test]

@@ -172,3 +172,113 @@ fn exit_cpu_and_peak_match_the_kernels_rusage() {
     );
     assert!(peak >= 64 << 20, "64 MiB were touched: {peak}");
 }
+
+/// The pid of the process whose command line is `argv`, if one is running.
+fn pid_of(argv: &[&str]) -> Option<u32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        (std::fs::read(format!("/proc/{pid}/cmdline")).ok()? == wanted).then_some(pid)
+    })
+}
+
+/// The system call `pid` is asleep in, from /proc/PID/syscall: the kernel answers only for a
+/// task that is off its CPU and off the run queue, stopped in that call (`task_current_syscall`
+/// waits for `wait_task_inactive`, twice, and gives up if the task ran between), else "running"
+/// or an error.
+fn asleep_in(pid: u32) -> Option<i64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Polls `f` until it answers, for as long as the harness lets a run last.
+fn poll<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + tests::run_timeout();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: not in time");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A `cat` reading an empty pipe and the shell waiting for it both sleep (interruptibly: not
+/// blocked, not waiting for a CPU) until the pipe's writer closes it, and the BTF tracepoints
+/// count that time as sleep. Correct however slowly the machine runs (a VM without KVM, a busy
+/// host): the test holds the pipe only once the kernel has shown both asleep in those calls
+/// (/proc/PID/syscall answers only for a task off its CPU and off the run queue), and the
+/// kernel wakes neither before the pipe closes (a pipe reader sleeps until data or the last
+/// writer's close; a parent in wait4 until a child changes state), so each sleep spans the
+/// whole hold, whatever came before it (loading `cat` from a slow disk is blocked time, which
+/// this test does not bound).
+#[test]
+fn a_reader_on_an_empty_pipe_and_the_shell_waiting_for_it_sleep() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let work = tempfile::tempdir().unwrap();
+    let fifo = work.path().join("fifo");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let fifo_arg = fifo.to_str().unwrap();
+    let mut held = std::time::Duration::ZERO;
+    let mut pids = (0, 0);
+    let run = tests::launch_montrace(
+        &["--tracepoints", "btf"],
+        &["sh", "-c", "cat \"$0\"; echo done", fifo_arg],
+    )
+    .during(|_| {
+        // The writer's end, once `cat` has opened the reader's (before, O_NONBLOCK says ENXIO).
+        let writer = poll("cat opening the pipe", || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&fifo)
+                .ok()
+        });
+        let cat = poll("cat running", || pid_of(&["cat", fifo_arg]));
+        let stat = std::fs::read_to_string(format!("/proc/{cat}/stat")).unwrap();
+        let shell: u32 = stat[stat.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        poll("cat asleep in read", || {
+            (asleep_in(cat)? == libc::SYS_read).then_some(())
+        });
+        poll("the shell asleep waiting for cat", || {
+            let call = asleep_in(shell)?;
+            (call == libc::SYS_wait4 || call == libc::SYS_waitid).then_some(())
+        });
+        let both_asleep = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        held = both_asleep.elapsed();
+        drop(writer);
+        pids = (cat, shell);
+    });
+    run.assert_code(0);
+    run.assert_nothing_lost();
+    assert_eq!(run.stdout.trim(), "done");
+    let rows = run.processes();
+    let (cat, shell) = pids;
+    let held_ns = held.as_nanos() as u64;
+    for pid in [cat, shell] {
+        let p = rows
+            .iter()
+            .find(|p| p.pid == pid)
+            .unwrap_or_else(|| panic!("no row of {pid}: {rows:#?}"));
+        let slept = p.sleep_ns.unwrap_or_else(|| panic!("no sleep_ns: {p:?}"));
+        assert!(
+            slept >= held_ns,
+            "{slept} ns asleep, but asleep for the whole {held_ns} ns hold: {p:?}"
+        );
+        assert!(
+            p.run_queue_ns.is_some() && p.blocked_ns.is_some(),
+            "the other waits measured: {p:?}"
+        );
+    }
+}

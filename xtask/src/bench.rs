@@ -241,7 +241,7 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
         duration_s: start.elapsed().as_secs_f64(),
         sections,
     };
-    let markdown = results.to_markdown() + &gpu_section(util::workspace_root())?;
+    let markdown = results.to_markdown() + &hand_kept_sections(util::workspace_root())?;
     let json = serde_json::to_string_pretty(&results.to_json())? + "\n";
     if args.only.is_empty() {
         let root = util::workspace_root();
@@ -498,31 +498,48 @@ mod tests {
     }
 }
 
-/// BENCHMARKS.md's GPU section, kept by hand in bench/gpu-check.md (`cargo xtask gpu-check` on
-/// a machine with a GPU fills it): the suite cannot measure it here, and must not drop it.
-pub fn gpu_section(root: &std::path::Path) -> Result<String> {
-    let path = root.join(GPU_SECTION);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(format!("\n{}", text.trim_end()) + "\n")
-}
+/// BENCHMARKS.md's sections that the suite cannot measure on this machine and must not drop, in
+/// their order after the measured ones, each kept by hand in a file of its own: the kernels (the
+/// kernel tier's VM) and the GPU (`cargo xtask gpu-check` on a machine with a GPU fills it).
+pub const HAND_KEPT: [&str; 2] = [KERNELS_SECTION, GPU_SECTION];
 
-/// Where [`gpu_section`] lives, from the workspace root.
+/// Where BENCHMARKS.md's kernels section lives, from the workspace root.
+pub const KERNELS_SECTION: &str = "bench/kernels.md";
+/// Where BENCHMARKS.md's GPU section lives, from the workspace root.
 pub const GPU_SECTION: &str = "bench/gpu-check.md";
 
+/// The text of the [`HAND_KEPT`] sections, each after a blank line, as BENCHMARKS.md ends.
+pub fn hand_kept_sections(root: &std::path::Path) -> Result<String> {
+    let mut out = String::new();
+    for file in HAND_KEPT {
+        let path = root.join(file);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        out += &format!("\n{}\n", text.trim_end());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
-mod gpu_section_tests {
-    /// BENCHMARKS.md ends with the hand-kept GPU section, as the suite writes it.
+mod hand_kept_tests {
+    /// BENCHMARKS.md ends with the hand-kept sections (kernels, then GPU), as the suite writes
+    /// them: a bench run keeps both.
     #[test]
-    fn benchmarks_md_carries_the_gpu_section() {
+    fn benchmarks_md_carries_the_kernels_and_gpu_sections() {
         let root = crate::util::workspace_root();
         let benchmarks = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
-        let section = super::gpu_section(root).unwrap();
-        assert!(section.contains("cargo xtask gpu-check"));
+        let sections = super::hand_kept_sections(root).unwrap();
+        let kernels = sections
+            .find("\n## 11. Kernels")
+            .expect("the kernels section");
+        let gpu = sections
+            .find("cargo xtask gpu-check")
+            .expect("the GPU section");
+        assert!(kernels < gpu, "the kernels section comes before the GPU's");
         assert!(
-            benchmarks.ends_with(&section),
-            "BENCHMARKS.md does not end with {} (its text after a blank line)",
-            super::GPU_SECTION
+            benchmarks.ends_with(&sections),
+            "BENCHMARKS.md does not end with {} (each after a blank line)",
+            super::HAND_KEPT.join(" and ")
         );
     }
 }

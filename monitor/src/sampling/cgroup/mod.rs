@@ -222,8 +222,11 @@ impl RunCgroup {
                 .map_err(|e| io_err(&dir, e))?;
             let offered: Vec<String> = children_get.split_whitespace().map(String::from).collect();
             match create_v2(dir.clone(), wanted_v2(&offered), &[], name) {
+                // montrace/ itself, or a run inside a montrace/ that root made there before (a
+                // root run or `montrace doctor` in the same cgroup: in a VM without systemd,
+                // every process is in the root cgroup): no place of this user's either.
                 Err(CgroupError::Io { path, source })
-                    if path == dir.join(PARENT)
+                    if path.starts_with(dir.join(PARENT))
                         && matches!(
                             source.raw_os_error(),
                             Some(libc::EACCES | libc::EPERM | libc::EROFS)

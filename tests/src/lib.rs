@@ -30,12 +30,17 @@ pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// (default 1): the kernel tier's VMs without KVM run everything several times slower. A bound
 /// for a hung run, not a timing assertion.
 pub fn run_timeout() -> Duration {
-    let scale = std::env::var("MONTRACE_TEST_TIMEOUT_SCALE")
+    TIMEOUT * slowdown()
+}
+
+/// `$MONTRACE_TEST_TIMEOUT_SCALE` (default 1): how many times slower than this machine the
+/// tests run (5 in the kernel tier's VMs without KVM).
+pub fn slowdown() -> u32 {
+    std::env::var("MONTRACE_TEST_TIMEOUT_SCALE")
         .ok()
         .and_then(|s| s.parse::<u32>().ok())
         .unwrap_or(1)
-        .max(1);
-    TIMEOUT * scale
+        .max(1)
 }
 
 pub const MIB: u64 = 1 << 20;

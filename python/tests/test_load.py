@@ -102,3 +102,4 @@ def test_tree_memory_is_the_deduplicated_figure(out: Path) -> None:
     for t, rss in zip(samples.column("time").to_pylist(), samples.column("rss_bytes").to_pylist()):
         sums[t] = sums.get(t, 0) + (rss or 0)
     assert old.tree_memory() == sorted(sums.items())
+

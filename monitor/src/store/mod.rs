@@ -12,4 +12,5 @@ pub mod run_json;
 pub mod schema;
 pub mod summary_json;
 pub mod userfs;
+pub mod versioned;
 pub mod writer;

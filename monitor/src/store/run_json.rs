@@ -26,31 +26,14 @@ pub fn exists_in(dir: &Path) -> bool {
     path_in(dir).is_file()
 }
 
-/// Why a run.json cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("{0}")]
-    Io(std::io::Error),
-    #[error("not JSON: {0}")]
-    NotJson(serde_json::Error),
-    #[error("schema version {0}, newer than this montrace reads ({RUN_JSON_VERSION})")]
-    Newer(u64),
-    #[error("not a montrace run.json: {0}")]
-    NotARunJson(serde_json::Error),
-}
+pub use crate::store::versioned::ReadError;
 
 /// Reads the run.json of the run directory `dir`, typed (with the user's identity and never
 /// through a symlink, see `userfs::read`); fields an older montrace did not write read as their
 /// defaults, a newer layout is refused.
 pub fn read(dir: &Path) -> Result<RunInfo, ReadError> {
-    let bytes = crate::store::userfs::read(&path_in(dir)).map_err(ReadError::Io)?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(ReadError::NotJson)?;
-    if let Some(version) = value.get("schema_version").and_then(|v| v.as_u64()) {
-        if version > u64::from(RUN_JSON_VERSION) {
-            return Err(ReadError::Newer(version));
-        }
-    }
-    serde_json::from_value(value).map_err(ReadError::NotARunJson)
+    let bytes = crate::store::userfs::read(&path_in(dir));
+    crate::store::versioned::parse(bytes, RUN_JSON_FILE, RUN_JSON_VERSION)
 }
 
 /// Writes `info` as the run.json of `dir`, whole (`userfs::write_atomic`: a reader sees the old
@@ -524,7 +507,9 @@ pub(crate) mod tests {
         newer["schema_version"] = (RUN_JSON_VERSION + 1).into();
         std::fs::write(path_in(dir), newer.to_string()).unwrap();
         let err = read(dir).unwrap_err();
-        assert!(matches!(err, ReadError::Newer(v) if v == u64::from(RUN_JSON_VERSION) + 1));
+        assert!(
+            matches!(err, ReadError::Newer { found, .. } if found == u64::from(RUN_JSON_VERSION) + 1)
+        );
         assert!(
             err.to_string().contains(&format!("({RUN_JSON_VERSION})")),
             "{err}"
@@ -538,7 +523,7 @@ pub(crate) mod tests {
         std::fs::write(path_in(dir), "{").unwrap();
         assert!(matches!(read(dir), Err(ReadError::NotJson(_))));
         std::fs::write(path_in(dir), "{\"schema_version\": 1}").unwrap();
-        assert!(matches!(read(dir), Err(ReadError::NotARunJson(_))));
+        assert!(matches!(read(dir), Err(ReadError::Invalid { .. })));
     }
 
     /// A run.json of every kind of figure, for the tests that render one.

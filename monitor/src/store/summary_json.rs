@@ -366,28 +366,11 @@ mod tests {
     }
 }
 
-/// Why a summary.json cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("{0}")]
-    Io(std::io::Error),
-    #[error("not JSON: {0}")]
-    NotJson(serde_json::Error),
-    #[error("schema version {0}, newer than this montrace reads ({SUMMARY_VERSION})")]
-    Newer(u64),
-    #[error("not a montrace summary.json: {0}")]
-    NotASummary(serde_json::Error),
-}
+pub use crate::store::versioned::ReadError;
 
 /// Reads a summary.json, typed (with the user's identity, see `userfs`): written by
 /// [`Summary::new`] and `run`, read back by `compare`.
 pub fn read(path: &std::path::Path) -> Result<Summary, ReadError> {
-    let bytes = crate::store::userfs::as_user(|| std::fs::read(path)).map_err(ReadError::Io)?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(ReadError::NotJson)?;
-    if let Some(version) = value.get("schema_version").and_then(|v| v.as_u64()) {
-        if version > u64::from(SUMMARY_VERSION) {
-            return Err(ReadError::Newer(version));
-        }
-    }
-    serde_json::from_value(value).map_err(ReadError::NotASummary)
+    let bytes = crate::store::userfs::as_user(|| std::fs::read(path));
+    crate::store::versioned::parse(bytes, SUMMARY_FILE, SUMMARY_VERSION)
 }

@@ -193,12 +193,12 @@ pub(super) fn read_summary(path: &Path) -> Result<Summary, CompareError> {
             "{} is not valid JSON ({e}): {WHAT_TO_PASS}",
             path.display()
         )),
-        summary_json::ReadError::Newer(version) => CompareError::Usage(format!(
+        summary_json::ReadError::Newer { found: version, .. } => CompareError::Usage(format!(
             "{} has schema version {version}, newer than this montrace reads \
              ({SUMMARY_VERSION}): compare it with the montrace that wrote it",
             path.display()
         )),
-        summary_json::ReadError::NotASummary(e) => CompareError::Usage(format!(
+        summary_json::ReadError::Invalid { error: e, .. } => CompareError::Usage(format!(
             "{} is not a montrace summary.json ({e}): {WHAT_TO_PASS}",
             path.display()
         )),

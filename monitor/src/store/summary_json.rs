@@ -254,6 +254,15 @@ impl Summary {
     }
 }
 
+pub use crate::store::versioned::ReadError;
+
+/// Reads a summary.json, typed (with the user's identity, see `userfs`): written by
+/// [`Summary::new`] and `run`, read back by `compare`.
+pub fn read(path: &std::path::Path) -> Result<Summary, ReadError> {
+    let bytes = crate::store::userfs::as_user(|| std::fs::read(path));
+    crate::store::versioned::parse(bytes, SUMMARY_FILE, SUMMARY_VERSION)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,13 +373,4 @@ mod tests {
             assert_eq!(metric_def(m.name), Some(m));
         }
     }
-}
-
-pub use crate::store::versioned::ReadError;
-
-/// Reads a summary.json, typed (with the user's identity, see `userfs`): written by
-/// [`Summary::new`] and `run`, read back by `compare`.
-pub fn read(path: &std::path::Path) -> Result<Summary, ReadError> {
-    let bytes = crate::store::userfs::as_user(|| std::fs::read(path));
-    crate::store::versioned::parse(bytes, SUMMARY_FILE, SUMMARY_VERSION)
 }

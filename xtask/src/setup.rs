@@ -79,8 +79,8 @@ const STEPS: &[Step] = &[
         install: install_azurite,
     },
     Step {
-        name: "make and git",
-        how: "apt-get; the CI recipe test builds two git checkouts of a C project with make",
+        name: "make, git and curl",
+        how: "apt-get; the CI recipe test builds two git checkouts of a C project with make, and the CI jobs' test downloads the tarball with curl",
         is_done: make_and_git_installed,
         install: install_make_and_git,
     },
@@ -427,11 +427,14 @@ fn install_java(i: &mut Installer) -> Result<()> {
 fn make_and_git_installed() -> bool {
     stdout_of(Command::new("make").arg("--version")).is_some()
         && stdout_of(Command::new("git").arg("--version")).is_some()
+        && stdout_of(Command::new("curl").arg("--version")).is_some()
 }
 
+/// make and git for the CI recipe's checkouts; curl, with which docs/ci.md's jobs download the
+/// release tarball (tests/tests/dist.rs).
 fn install_make_and_git(i: &mut Installer) -> Result<()> {
-    i.apt_install(&["make", "git"])
-        .context("could not apt-get install make and git")
+    i.apt_install(&["make", "git", "curl"])
+        .context("could not apt-get install make, git and curl")
 }
 
 // ---- DuckDB with httpfs (the S3 test reads the bucket with DuckDB itself) ----

@@ -381,16 +381,17 @@ pub fn shared_runner(ctx: &Ctx) -> Result<Section> {
         let caught = count(&|g| g.regressed.iter().any(|m| m == "cpu_s"));
         let inconclusive = count(&|g| g.code == 3);
         let passed = count(&|g| g.code == 0);
-        let mut pairs: Vec<f64> = gates.iter().map(|g| g.pairs as f64).collect();
-        let mut walls: Vec<f64> = gates.iter().map(|g| g.wall_s).collect();
-        let mut changes: Vec<f64> = gates.iter().filter_map(|g| g.cpu_change).collect();
+        let pairs: Vec<f64> = gates.iter().map(|g| g.pairs as f64).collect();
+        let walls: Vec<f64> = gates.iter().map(|g| g.wall_s).collect();
+        let changes: Vec<f64> = gates.iter().filter_map(|g| g.cpu_change).collect();
+        let median = |v: &[f64]| super::stats::median(v).unwrap_or(f64::NAN);
         let max_pairs = pairs.iter().copied().fold(0.0, f64::max);
         rows.push(vec![
             e.label.to_string(),
             format!("{regressed} regressed ({caught} on `cpu_s`), {inconclusive} inconclusive, {passed} passed"),
-            format!("{:.0} (max {max_pairs:.0})", median(&mut pairs)),
-            format!("{:.0} s", median(&mut walls)),
-            format!("{:+.1}%", 100.0 * median(&mut changes)),
+            format!("{:.0} (max {max_pairs:.0})", median(&pairs)),
+            format!("{:.0} s", median(&walls)),
+            format!("{:+.1}%", 100.0 * median(&changes)),
         ]);
         // Scaled to this run's count (the targets are out of 20).
         let (hits, met, target) = if e.key == "aa" {
@@ -444,12 +445,4 @@ pub fn shared_runner(ctx: &Ctx) -> Result<Section> {
         figures,
         ..Section::default()
     })
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

@@ -279,6 +279,7 @@ impl Bench<'_> {
             source: self.out.join(arm.name()),
             runs: runs[arm as usize].clone(),
             different_commands_expected: true,
+            from_dataset: false,
         };
         let mut report = build_paired_report(
             &side(Arm::Baseline),

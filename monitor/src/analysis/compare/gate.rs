@@ -594,7 +594,7 @@ pub fn build_report(
             directory: None,
             commit: git.and_then(|g| g.commit.clone()),
             dirty: git.and_then(|g| g.dirty),
-            dataset_runs: if crate::fleet::dataset::is_dataset(&side.source) {
+            dataset_runs: if side.from_dataset {
                 side.runs
                     .iter()
                     .flat_map(|(_, s)| {

@@ -43,6 +43,8 @@ pub struct Side {
     pub runs: Vec<(PathBuf, Summary)>,
     /// Set by `bench`, whose two sides run two commands by design: no warning about it.
     pub different_commands_expected: bool,
+    /// Taken from a published dataset (`load_dataset_side`): the verdict names its runs.
+    pub from_dataset: bool,
 }
 
 impl Side {
@@ -106,6 +108,7 @@ pub fn load_side(path: &Path) -> Result<Side, CompareError> {
         source: path.to_path_buf(),
         runs,
         different_commands_expected: false,
+        from_dataset: false,
     };
     if side.samples() == 0 {
         return Err(CompareError::Usage(format!(
@@ -183,6 +186,7 @@ pub fn load_dataset_side(
             })
             .collect(),
         different_commands_expected: false,
+        from_dataset: true,
     })
 }
 

@@ -883,6 +883,7 @@ fn bench_side(dir: &str, cpu: &[f64], processes: f64, commit: &str) -> Side {
         source: dir.into(),
         runs,
         different_commands_expected: true,
+        from_dataset: false,
     }
 }
 

@@ -87,11 +87,15 @@ def _open_dir(path: Path) -> int:
 def _read_parquet(name: str, dir_fd: int, shown: Path) -> pa.Table:
     with _open_nofollow(name, dir_fd, shown) as handle:
         try:
-            # One thread, no pre-buffering: the files are small, and pyarrow's I/O threads
-            # reading a Python file object can outlive the interpreter and abort it at exit
-            # ("terminate called without an active exception", apache/arrow#34314): 9 exits
-            # in 40 here with the defaults.
-            return pq.read_table(handle, use_threads=False, pre_buffer=False)
+            # pyarrow reads the file through its own native handle on the descriptor opened above
+            # (``/proc/self/fd/N`` is that very file, whatever the path now names), never through
+            # the Python file object: an I/O thread of pyarrow's that drops the last reference
+            # to a Python file object must take the GIL, and at interpreter exit that ends the
+            # thread by a forced unwind, which aborts the process ("terminate called without an
+            # active exception", apache/arrow#34314; 9 exits in 40 here, and once in CI after
+            # the read went single-threaded). A native file needs no GIL to close.
+            with pa.OSFile(f"/proc/self/fd/{handle.fileno()}", "r") as native:
+                return pq.read_table(native, use_threads=False, pre_buffer=False)
         except (pa.ArrowException, OSError, ValueError) as err:
             raise MontraceError(f"{shown} is not a Parquet file montrace wrote: {err}") from None
 

@@ -50,6 +50,9 @@ pub enum Command {
     /// Give this binary the two capabilities (CAP_BPF, CAP_PERFMON) that let every user of the
     /// machine track their own commands exactly, without sudo (run once, with sudo)
     Setcap(SetcapArgs),
+    /// Load the eBPF programs once and follow trees for every user's runs, over a unix socket
+    /// (needs root; a service: see dist/montrace-agent.service)
+    Agent(AgentArgs),
     /// Say which tracking mode a run would get here, and why: kernel, BTF, capabilities,
     /// cgroups, NVIDIA GPUs
     Doctor,
@@ -71,6 +74,27 @@ pub struct ManArgs {
     /// Write montrace.1 and one page per subcommand (montrace-run.1, ...) into DIR instead
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Where to listen (default: $MONTRACE_AGENT_SOCKET, else /run/montrace/agent.sock); clients
+    /// find it there, or where MONTRACE_AGENT_SOCKET names
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Size of the kernel-to-agent ring buffer, shared by every run: a power of two (e.g. 64MiB)
+    #[arg(long, value_name = "BYTES", default_value = "32MiB", value_parser = parse_ring_size)]
+    pub ring_buffer_size: u32,
+
+    /// Which kernel tracepoints to attach: BTF ones (falling back to classic), or force one kind
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tracepoints: TracepointChoice,
+
+    /// Records queued for one client that does not read them before it is cut off (its run is
+    /// then followed by /proc only); the others go on
+    #[arg(long, value_name = "RECORDS", default_value_t = 32_768, value_parser = clap::value_parser!(u32).range(16..=4_194_304))]
+    pub client_queue: u32,
 }
 
 #[derive(Debug, Args)]

@@ -41,6 +41,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("analysis", 6),
     ("follow", 7),
     ("cli", 8),
+    ("agent", 8),
     ("run", 8),
     ("attach", 8),
     ("doctor", 8),

@@ -16,6 +16,7 @@
 //! `units` parses and formats durations, sizes and times.
 //! `exit_code` holds every exit status; `store::model` the types run.json embeds. No import runs
 //! upward between these folders (the layers and their test: `layers.rs`).
+pub mod agent;
 pub mod analysis;
 pub mod attach;
 pub mod cli;

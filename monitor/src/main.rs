@@ -86,6 +86,7 @@ fn dispatch(command: Command) -> anyhow::Result<i32> {
         Command::Export(args) => as_user(|| monitor::analysis::export::export_main(args)),
         Command::Mark(args) => monitor::follow::marks::mark_main(args),
         Command::Setcap(args) => monitor::doctor::setcap_main(args),
+        Command::Agent(args) => monitor::agent::agent_main(args),
         Command::Doctor => monitor::doctor::doctor_main(),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;

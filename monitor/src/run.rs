@@ -307,6 +307,8 @@ struct EbpfOffsets {
     reading: Option<std::thread::JoinHandle<Result<KernelBtf, crate::kernel::btf::BtfError>>>,
     /// The offsets once read; None while reading, or when montrace polls /proc.
     kernel: Option<KernelBtf>,
+    /// The resident agent, which follows the tree instead (then nothing is read or loaded here).
+    agent: Option<crate::follow::agent::Connection>,
 }
 
 impl EbpfOffsets {
@@ -316,7 +318,12 @@ impl EbpfOffsets {
         let mut offsets = EbpfOffsets {
             reading: None,
             kernel: None,
+            agent: None,
         };
+        if let Some(agent) = find_agent()? {
+            offsets.agent = Some(agent);
+            return Ok(offsets);
+        }
         if !host::can_load_ebpf() {
             let why_not = format!(
                 "exact tracking needs CAP_BPF and CAP_PERFMON: grant them to the installed binary \
@@ -359,6 +366,29 @@ impl EbpfOffsets {
             self.take(args, read)?;
         }
         Ok(self.kernel.as_ref())
+    }
+}
+
+/// The resident agent to follow the tree with: the one `MONTRACE_AGENT_SOCKET` names (not
+/// reaching it is an error), else one listening at the default socket when montrace may not load
+/// the programs itself (root and the granted binary load their own there).
+fn find_agent() -> anyhow::Result<Option<crate::follow::agent::Connection>> {
+    use crate::follow::agent;
+    let Some((path, named)) = agent::socket_path() else {
+        return Ok(None);
+    };
+    if !named && host::can_load_ebpf() {
+        return Ok(None);
+    }
+    match agent::Connection::connect(&path) {
+        Ok(connection) => Ok(Some(connection)),
+        Err(err) if named => bail!(
+            "cannot reach the montrace agent at {} ({err}): start it (`sudo montrace agent`), or \
+             unset {} to run without it",
+            path.display(),
+            agent::SOCKET_ENV
+        ),
+        Err(_) => Ok(None),
     }
 }
 
@@ -420,9 +450,20 @@ fn record(
                 .spawn_scoped(scope, move || cgroup.add(root_pid))
                 .ok()
         });
-        let loaded = offsets
-            .get(args)
-            .and_then(|offsets| load_probes(args, offsets, last, started_boot_ns));
+        let loaded = if offsets.agent.is_some() {
+            // The agent loads; a granted binary keeps none of its capabilities for the run.
+            if privilege::capable_user() {
+                privilege::drop_all()
+                    .context("dropping capabilities: the agent follows the tree")
+                    .map(|()| (None, None))
+            } else {
+                Ok((None, None))
+            }
+        } else {
+            offsets
+                .get(args)
+                .and_then(|offsets| load_probes(args, offsets, last, started_boot_ns))
+        };
         let added = match adding {
             Some(thread) => thread.join().ok(),
             None => cgroup.as_ref().map(|cgroup| cgroup.add(root_pid)),
@@ -442,6 +483,19 @@ fn record(
     if let Some(probes) = &mut probes {
         probes.track(root_pid)?;
     }
+    // The agent follows the tree from here (before the command runs anything), or montrace
+    // polls /proc, said once.
+    let agent = match offsets.agent.take().map(|agent| agent.follow(root_pid)) {
+        Some(Ok(stream)) => Some(stream),
+        Some(Err(err)) => {
+            no_ebpf(args, &format!("{err:#}"))?;
+            polling::become_subreaper()
+                .context("becoming the subreaper of the command's orphans")?;
+            None
+        }
+        None => None,
+    };
+    let agent_mode = agent.as_ref().map(|stream| stream.mode);
     let mut capture = crate::fleet::context::Capture::start(
         host::realtime_ns(),
         identity.map(|i| (i.uid, i.gid)),
@@ -481,9 +535,10 @@ fn record(
     }
 
     let signals = launch::signal_fd().context("creating the signal fd")?;
-    let source = match ring {
-        Some(events) => Source::Ebpf(events),
-        None => Source::Polling(Poller::new()),
+    let source = match (ring, agent) {
+        (Some(events), _) => Source::Ebpf(events),
+        (None, Some(stream)) => Source::Agent(stream),
+        (None, None) => Source::Polling(Poller::new()),
     };
     let cfg = FollowConfig {
         opts: &args.record,
@@ -513,6 +568,7 @@ fn record(
         ebpf_load_ms,
         mut finished,
     } = end::close(recorder, probes, &mut capture);
+    let tracking_mode = agent_mode.unwrap_or(tracking_mode);
     let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
     let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
     close_cgroup(cgroup, &mut cgroup_report, tree_cpu);

@@ -12,6 +12,7 @@
 //! ```
 //! The loop only waits and routes: each input is one call into the [`Recorder`] (guarded: a
 //! panic there stops recording, never the supervision of the command) or the [`Follower`].
+pub mod agent;
 pub mod end;
 pub mod launch;
 pub mod limits;
@@ -61,6 +62,8 @@ pub struct Outcome {
 /// Where lifecycle events come from.
 pub enum Source {
     Ebpf(crate::kernel::ebpf::Events),
+    /// The resident agent's stream of the tree's ring records (`montrace agent`).
+    Agent(agent::Stream),
     Polling(Poller),
 }
 
@@ -81,6 +84,10 @@ pub struct FollowConfig<'a> {
 /// The inputs the loop waits on, registered with the event loop.
 struct Inputs {
     ring: Option<AsyncFd<RingBuf<MapData>>>,
+    /// The agent's stream, in place of a ring of montrace's own; None again once it closed.
+    agent: Option<AsyncFd<agent::Stream>>,
+    /// Whether the tree is followed by kernel events (a ring, or the agent's), not by polling.
+    events: bool,
     /// Ring buffer records taken in so far (the drain timer's pace follows it).
     taken: u64,
     poller: Option<Poller>,
@@ -94,7 +101,18 @@ impl Inputs {
         signals: OwnedFd,
         marks: Option<MarkServer>,
     ) -> anyhow::Result<Inputs> {
+        let mut agent = None;
         let (ring, poller) = match source {
+            Source::Agent(stream) => {
+                // SAFETY: the stream owns its socket and keeps it open and unchanged until the
+                // AsyncFd drops it.
+                agent = Some(
+                    unsafe { AsyncFd::register_with_interest(stream, Interest::READABLE) }
+                        .map_err(|e| e.into_parts().1)
+                        .context("watching the agent's stream")?,
+                );
+                (None, None)
+            }
             Source::Ebpf(events) => {
                 let ring = events.into_ring()?;
                 // SAFETY: the ring buffer owns its map fd and keeps it open and unchanged until
@@ -115,7 +133,9 @@ impl Inputs {
             .map_err(|e| e.into_parts().1)
             .context("watching signals")?;
         Ok(Inputs {
+            events: ring.is_some() || agent.is_some(),
             ring,
+            agent,
             taken: 0,
             poller,
             marks,
@@ -126,6 +146,7 @@ impl Inputs {
     /// Takes in every lifecycle event available now. Polling may also find the command reaped,
     /// and returns its wait status then.
     fn drain(&mut self, recorder: &mut Recorder<'_>, root_pid: u32) -> Option<i32> {
+        self.take_from_agent(recorder);
         if let Some(ring) = &mut self.ring {
             let ring = ring.get_mut();
             while let Some(item) = ring.next() {
@@ -165,6 +186,31 @@ impl Inputs {
 }
 
 impl Inputs {
+    /// Takes in the records the agent sent so far; its stream closing (the agent stopped) is
+    /// said once, and the tree is then followed by what /proc shows (`gone_from_proc`).
+    fn take_from_agent(&mut self, recorder: &mut Recorder<'_>) {
+        let Some(stream) = &mut self.agent else {
+            return;
+        };
+        let mut taken = 0;
+        let read = stream.get_mut().take_in(|record| {
+            recorder.guarded(|r| r.on_record(record));
+            taken += 1;
+        });
+        self.taken += taken;
+        recorder.guarded(Recorder::store_finished);
+        let why = match read {
+            Ok(true) => return,
+            Ok(false) => "it closed the stream (stopped, or cut this run off)".to_string(),
+            Err(err) => err.to_string(),
+        };
+        crate::say!(
+            "montrace: warning: the montrace agent stopped sending this run's events: {why}; the \
+             processes that end from now on are seen gone from /proc, without their exit figures"
+        );
+        self.agent = None;
+    }
+
     /// Marks the command sent over the budget, said once.
     fn marks_dropped(&self) -> u64 {
         let dropped = self.marks.as_ref().map_or(0, |m| m.tally().dropped);
@@ -265,7 +311,7 @@ pub async fn follow(
     );
     let live = LiveLine::new(opts.quiet);
     let mut ticks = Ticks::new(opts);
-    let ebpf = inputs.ring.is_some();
+    let ebpf = inputs.events;
 
     // Takes in the events available now (polling may reap the command on the way).
     macro_rules! take_in {
@@ -287,6 +333,11 @@ pub async fn follow(
                 }
                 recorder.guarded(Recorder::store_finished);
                 guard.clear_ready();
+            }
+            guard = agent_readable(inputs.agent.as_mut()) => {
+                let mut guard = guard?;
+                guard.clear_ready();
+                inputs.take_from_agent(recorder);
             }
             guard = inputs.signals.readable() => {
                 let mut guard = guard?;
@@ -453,6 +504,16 @@ async fn readable(
 ) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, RingBuf<MapData>>> {
     match ring {
         Some(ring) => ring.readable_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The agent's stream once it has something; never, without one.
+async fn agent_readable(
+    stream: Option<&mut AsyncFd<agent::Stream>>,
+) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, agent::Stream>> {
+    match stream {
+        Some(stream) => stream.readable_mut().await,
         None => std::future::pending().await,
     }
 }

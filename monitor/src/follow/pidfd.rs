@@ -69,7 +69,7 @@ impl Handle {
     }
 }
 
-fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: plain syscall; the result is checked.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {

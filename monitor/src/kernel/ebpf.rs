@@ -472,6 +472,12 @@ impl Probes {
             .with_context(|| format!("cannot add pid {pid} to the tracked map"))
     }
 
+    /// Stops following `pid` (the agent, for a client that is gone): its forks are no longer
+    /// followed. A pid not in the map is no error.
+    pub fn untrack(&mut self, pid: u32) {
+        drop(self.tracked.remove(&pid));
+    }
+
     pub fn lost(&self) -> anyhow::Result<LostEvents> {
         let sum =
             |index: u32| -> anyhow::Result<u64> { Ok(self.stats.get(&index, 0)?.iter().sum()) };

@@ -82,6 +82,48 @@ pub fn current() -> io::Result<CapSets> {
     })
 }
 
+/// Keeps only `caps` (those of them this thread has) in its effective and permitted sets; the
+/// inheritable and ambient sets are emptied. The agent's, once its programs are loaded.
+pub fn keep_only(caps: &[u32]) -> io::Result<()> {
+    let now = current()?;
+    let wanted = caps.iter().fold(0u64, |mask, cap| mask | (1 << cap)) & now.permitted;
+    // SAFETY: plain prctl; the result is checked.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [
+        CapData {
+            effective: wanted as u32,
+            permitted: wanted as u32,
+            inheritable: 0,
+        },
+        CapData {
+            effective: (wanted >> 32) as u32,
+            permitted: (wanted >> 32) as u32,
+            inheritable: 0,
+        },
+    ];
+    // SAFETY: a valid header and two data structs, as capset(2) takes for version 3.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Drops every capability of this thread: effective, permitted, inheritable and ambient. (The
 /// bounding set stays: it only limits what an exec could gain, and the command's exec gains
 /// nothing without file capabilities of its own.) A no-op for root, whose privilege is its uid

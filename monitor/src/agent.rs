@@ -1,0 +1,472 @@
+//! `montrace agent`: loads the eBPF programs once, keeps them, and follows trees for clients that
+//! may not load them themselves (issue 33). The protocol and the routing of the ring's records
+//! are in `follow::agent`; this is the privileged edge: the programs, the socket, the checks.
+//!
+//! One thread, one event loop: the listener, the ring buffer (read when it wakes montrace, and
+//! every [`DRAIN_EVERY`] for the records sent without a wake-up), and one task per client. Each
+//! client has a bounded queue of records: one that does not read is cut (its tree untracked),
+//! and the others go on. A request is one line of at most 4 KiB, read within [`REQUEST_WAIT`].
+//!
+//! Who may follow what: the client's uid comes from `SO_PEERCRED`, never from the request. root
+//! may follow any process; another user only a process of their own whose image is not set-uid
+//! (its /proc directory is the user's: the kernel gives a non-dumpable process's to root) and
+//! that is the client's child, or any such process where Yama allows a user to trace their own
+//! (`ptrace_scope` 0). The pid is checked through a pidfd: it is opened first, the checks read
+//! /proc, and the pidfd is asked afterwards whether that process still lives, so a pid reused
+//! in between is never followed.
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    io,
+    os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+    rc::Rc,
+    time::Duration,
+};
+
+use anyhow::{bail, Context as _};
+use tokio::{
+    io::{unix::AsyncFd, AsyncReadExt as _, AsyncWriteExt as _, Interest},
+    net::{UnixListener, UnixStream},
+    sync::mpsc,
+};
+
+use crate::{
+    cli::AgentArgs,
+    follow::agent::{self as protocol, ClientId, Reply, Routes},
+    kernel::{
+        ebpf::{KernelBtf, Load, Probes},
+        privilege,
+    },
+    sampling::host,
+    store::model::TrackingMode,
+};
+
+/// How often the ring is read for records sent without a wake-up (the programs wake the reader
+/// only once a quarter of the ring is full): the delay a client's run may see at its end.
+const DRAIN_EVERY: Duration = Duration::from_millis(2);
+/// How long a client has to send its request.
+const REQUEST_WAIT: Duration = Duration::from_secs(2);
+/// How long one write to a client may wait for it to read.
+const WRITE_WAIT: Duration = Duration::from_secs(5);
+/// Clients at once; more are refused.
+const MAX_CLIENTS: usize = 1024;
+
+pub fn agent_main(args: AgentArgs) -> anyhow::Result<i32> {
+    let socket = args
+        .socket
+        .clone()
+        .or_else(|| {
+            std::env::var_os(protocol::SOCKET_ENV)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from(protocol::DEFAULT_SOCKET));
+    if !host::can_load_ebpf() {
+        bail!(
+            "the agent loads montrace's eBPF programs for every user: start it as root (`sudo \
+             montrace agent`, or the systemd unit in dist/montrace-agent.service)"
+        );
+    }
+    let kernel = KernelBtf::read().context("reading the kernel's BTF")?;
+    let (mut probes, events) = Probes::load(
+        &kernel,
+        &Load {
+            ring_buffer_bytes: args.ring_buffer_size,
+            tracepoints: args.tracepoints,
+            iter_later: false,
+            // Trees of any age: each client's is its own.
+            tree_born_after_ns: 0,
+        },
+    )?;
+    probes.free_loader();
+    let mode = probes.mode;
+    let ring = events.into_ring()?;
+    let listener = bind(&socket)?;
+    // From here the agent needs only to update the tracked map (bpf(2) asks for CAP_BPF on
+    // kernels before 6.5 where unprivileged BPF is off): everything else goes.
+    privilege::keep_only(&[privilege::CAP_BPF]).context("dropping capabilities after loading")?;
+    crate::say!(
+        "montrace agent: the programs are loaded ({}); listening on {}",
+        mode_name(mode),
+        socket.display()
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the event loop")?;
+    let local = tokio::task::LocalSet::new();
+    let queue = args.client_queue as usize;
+    let served = local.block_on(&runtime, serve(listener, ring, probes, mode, queue));
+    drop(std::fs::remove_file(&socket));
+    served?;
+    crate::say!("montrace agent: stopped; the programs are unloaded");
+    Ok(0)
+}
+
+fn mode_name(mode: TrackingMode) -> &'static str {
+    match mode {
+        TrackingMode::TpBtf => "BTF tracepoints",
+        TrackingMode::Tracepoint => "classic tracepoints",
+        TrackingMode::Polling => "polling",
+    }
+}
+
+/// The listening socket: its directory made when missing, a stale socket of an agent that is
+/// gone replaced, anything else at the path refused. Any user may connect (0666): each request
+/// is checked by who sent it.
+fn bind(path: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot make {}", dir.display()))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!(
+                    "another montrace agent listens on {} already (stop it first)",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
+        }
+        Ok(_) => bail!(
+            "{} exists and is not a socket: refused (name another path with --socket)",
+            path.display()
+        ),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err).with_context(|| format!("cannot look at {}", path.display())),
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// What the loop and the clients' tasks share (one thread: a RefCell, never held across an await).
+struct Shared {
+    probes: Probes,
+    mode: TrackingMode,
+    routes: Routes,
+    clients: HashMap<ClientId, mpsc::Sender<Vec<u8>>>,
+}
+
+impl Shared {
+    /// Ends `client`'s part: its queue closed, its tree's live processes untracked.
+    fn cut(&mut self, client: ClientId) {
+        self.clients.remove(&client);
+        for pid in self.routes.remove_client(client) {
+            self.probes.untrack(pid);
+        }
+    }
+}
+
+async fn serve(
+    listener: std::os::unix::net::UnixListener,
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    probes: Probes,
+    mode: TrackingMode,
+    queue: usize,
+) -> anyhow::Result<()> {
+    let listener = UnixListener::from_std(listener).context("watching the socket")?;
+    // SAFETY: the ring buffer owns its map fd and keeps it open and unchanged until the AsyncFd
+    // drops it.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+        .context("watching the ring")?;
+    let shared = Rc::new(RefCell::new(Shared {
+        probes,
+        mode,
+        routes: Routes::default(),
+        clients: HashMap::new(),
+    }));
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut drain_tick = tokio::time::interval(DRAIN_EVERY);
+    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_id: ClientId = 0;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                next_id += 1;
+                if shared.borrow().clients.len() >= MAX_CLIENTS {
+                    tokio::task::spawn_local(refuse(stream, "the agent serves as many runs as it \
+                        may at once; try again later"));
+                    continue;
+                }
+                tokio::task::spawn_local(client(stream, next_id, Rc::clone(&shared), queue));
+            }
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), &shared);
+                guard.clear_ready();
+            }
+            _ = drain_tick.tick() => drain(ring.get_mut(), &shared),
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+        }
+    }
+    Ok(())
+}
+
+/// Every record in the ring now, each to its tree's client; a client whose queue is full is cut.
+fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<Shared>>) {
+    let mut shared = shared.borrow_mut();
+    while let Some(record) = ring.next() {
+        let Some(owner) = shared.routes.route(&record) else {
+            continue;
+        };
+        let mut framed = Vec::with_capacity(record.len() + 4);
+        protocol::frame(&record, &mut framed);
+        let sent = shared
+            .clients
+            .get(&owner)
+            .map(|queue| queue.try_send(framed));
+        if let Some(Err(_)) = sent {
+            shared.cut(owner);
+        }
+    }
+}
+
+async fn refuse(mut stream: UnixStream, why: &str) {
+    let mut line = serde_json::to_vec(&Reply::refused(why)).unwrap_or_default();
+    line.push(b'\n');
+    drop(tokio::time::timeout(WRITE_WAIT, stream.write_all(&line)).await);
+}
+
+/// One client: its request read and checked, its tree tracked, its records written until it
+/// closes the connection (or is cut); its tree untracked at the end whatever happened.
+async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>>, queue: usize) {
+    let Ok(cred) = stream.peer_cred() else { return };
+    let request = match tokio::time::timeout(REQUEST_WAIT, read_request(&mut stream)).await {
+        Ok(Ok(request)) => request,
+        Ok(Err(why)) => return refuse(stream, &why).await,
+        Err(_) => return refuse(stream, "no request in time").await,
+    };
+    let pid = request.follow;
+    if let Err(why) = may_follow(cred.uid(), cred.pid().map(|p| p as u32), pid) {
+        return refuse(stream, &why).await;
+    }
+    let (queue, mut records) = mpsc::channel(queue);
+    let accepted = {
+        let mut s = shared.borrow_mut();
+        s.routes.add_root(id, pid).and_then(|()| {
+            s.clients.insert(id, queue);
+            s.probes.track(pid).map_err(|e| format!("{e:#}"))
+        })
+    };
+    let reply = match accepted {
+        Ok(()) => Reply {
+            ok: true,
+            mode: Some(shared.borrow().mode),
+            error: None,
+        },
+        Err(why) => {
+            shared.borrow_mut().cut(id);
+            return refuse(stream, &why).await;
+        }
+    };
+    let mut line = serde_json::to_vec(&reply).unwrap_or_default();
+    line.push(b'\n');
+    let (mut reading, mut writing) = stream.split();
+    if matches!(
+        tokio::time::timeout(WRITE_WAIT, writing.write_all(&line)).await,
+        Ok(Ok(()))
+    ) {
+        let mut batch = Vec::new();
+        let mut ignored = [0u8; 512];
+        loop {
+            tokio::select! {
+                record = records.recv() => {
+                    let Some(record) = record else { break };
+                    batch.clear();
+                    batch.extend_from_slice(&record);
+                    while batch.len() < 256 * 1024 {
+                        match records.try_recv() {
+                            Ok(more) => batch.extend_from_slice(&more),
+                            Err(_) => break,
+                        }
+                    }
+                    let written = tokio::time::timeout(WRITE_WAIT, writing.write_all(&batch)).await;
+                    if !matches!(written, Ok(Ok(()))) {
+                        break;
+                    }
+                }
+                // The client sends nothing after its request: a read that ends is its close
+                // (or a misbehaving client), and the end of its part either way.
+                _ = reading.read(&mut ignored) => break,
+            }
+        }
+    }
+    shared.borrow_mut().cut(id);
+}
+
+/// The request line: at most [`protocol::MAX_REQUEST_BYTES`] and its newline.
+async fn read_request(stream: &mut UnixStream) -> Result<protocol::Request, String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 256];
+    loop {
+        let n = stream.read(&mut byte).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the connection closed before a request".into());
+        }
+        line.extend_from_slice(&byte[..n]);
+        if let Some(end) = line.iter().position(|b| *b == b'\n') {
+            if end + 1 != line.len() {
+                return Err("one request, then nothing until the answer".into());
+            }
+            line.truncate(end);
+            return protocol::parse_request(&line);
+        }
+        if line.len() > protocol::MAX_REQUEST_BYTES {
+            return Err(format!(
+                "a request is at most {} bytes",
+                protocol::MAX_REQUEST_BYTES
+            ));
+        }
+    }
+}
+
+/// Whether the client (`uid`, `client_pid` from SO_PEERCRED) may follow `pid` (see the module).
+fn may_follow(uid: u32, client_pid: Option<u32>, pid: u32) -> Result<(), String> {
+    let pidfd = crate::follow::pidfd::pidfd_open(pid)
+        .map_err(|e| format!("pid {pid}: no such process to follow ({e})"))?;
+    if uid != 0 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|e| format!("pid {pid}: {e}"))?;
+        let facts =
+            ProcessFacts::parse(&status).ok_or_else(|| format!("pid {pid}: unreadable status"))?;
+        let owner = std::fs::metadata(format!("/proc/{pid}"))
+            .map_err(|e| format!("pid {pid}: {e}"))?
+            .uid();
+        decide(uid, client_pid, &facts, owner, yama_ptrace_scope())
+            .map_err(|why| format!("pid {pid}: {why}"))?;
+    }
+    // The pidfd still names a live process: what /proc said was about it, not a reused pid. (A
+    // pidfd is readable once its process exited; asking needs no permission, where a signal 0
+    // to another user's process would.)
+    let mut poll = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    if ready != 0 {
+        return Err(format!("pid {pid} exited while it was checked"));
+    }
+    Ok(())
+}
+
+/// The facts of /proc/PID/status the decision needs.
+#[derive(Debug, PartialEq, Eq)]
+struct ProcessFacts {
+    parent: u32,
+    /// Real, effective, saved and filesystem uids.
+    uids: [u32; 4],
+}
+
+impl ProcessFacts {
+    fn parse(status: &str) -> Option<ProcessFacts> {
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+        };
+        let parent = field("PPid:")?.parse().ok()?;
+        let uids: Vec<u32> = field("Uid:")?
+            .split_whitespace()
+            .filter_map(|u| u.parse().ok())
+            .collect();
+        Some(ProcessFacts {
+            parent,
+            uids: uids.try_into().ok()?,
+        })
+    }
+}
+
+fn yama_ptrace_scope() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The rule for an ordinary user (pure; see the module): every uid of the process is the
+/// client's, its /proc directory is the client's (not a set-uid or otherwise non-dumpable image),
+/// and it is the client's child unless Yama lets users trace any process of their own.
+fn decide(
+    uid: u32,
+    client_pid: Option<u32>,
+    facts: &ProcessFacts,
+    proc_owner: u32,
+    ptrace_scope: u32,
+) -> Result<(), String> {
+    if facts.uids.iter().any(|u| *u != uid) {
+        return Err(format!(
+            "not yours to follow (its uids are {:?}; yours is {uid})",
+            facts.uids
+        ));
+    }
+    if proc_owner != uid {
+        return Err("its image is set-uid or not dumpable: only root may follow it".into());
+    }
+    let child = client_pid.is_some_and(|p| p == facts.parent);
+    if !child && ptrace_scope != 0 {
+        return Err(format!(
+            "only your own child can be followed here (kernel.yama.ptrace_scope is \
+             {ptrace_scope}); `montrace run` starts the command as its child"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nPid:\t42\n\
+                          PPid:\t40\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n";
+
+    #[test]
+    fn status_gives_the_parent_and_every_uid() {
+        assert_eq!(
+            ProcessFacts::parse(STATUS),
+            Some(ProcessFacts {
+                parent: 40,
+                uids: [1000; 4]
+            })
+        );
+        assert_eq!(ProcessFacts::parse("PPid:\t1\nUid:\t1 2\n"), None);
+    }
+
+    #[test]
+    fn a_user_follows_only_their_own_dumpable_child() {
+        let own = ProcessFacts {
+            parent: 40,
+            uids: [1000; 4],
+        };
+        assert_eq!(decide(1000, Some(40), &own, 1000, 1), Ok(()));
+        // Not the client's child: only where Yama lets users trace their own processes.
+        assert!(decide(1000, Some(41), &own, 1000, 1).is_err());
+        assert_eq!(decide(1000, Some(41), &own, 1000, 0), Ok(()));
+        // Another user's process.
+        assert!(decide(1001, Some(40), &own, 1000, 0).is_err());
+        // A set-uid image: its saved uid is root's.
+        let setuid = ProcessFacts {
+            parent: 40,
+            uids: [1000, 0, 0, 0],
+        };
+        assert!(decide(1000, Some(40), &setuid, 1000, 0).is_err());
+        // Not dumpable (its /proc directory is root's).
+        assert!(decide(1000, Some(40), &own, 0, 0).is_err());
+    }
+}

@@ -1,0 +1,441 @@
+//! The resident agent's protocol, the routing of its events, and its client's end (issue 33).
+//!
+//! `montrace agent` (monitor/src/agent.rs) loads the eBPF programs once and keeps them. A run
+//! whose binary may not load them (a wheel's copy, a container's, an ordinary user's) asks the
+//! agent instead, over a unix socket:
+//!
+//! ```text
+//!  client                                      agent (root, capabilities dropped after loading)
+//!  connect ─────────────────────────────────>  SO_PEERCRED: the client's pid and uid
+//!  {"version":1,"follow":PID}\n ────────────>  pidfd_open(PID); the process is the client's
+//!                                              child or the client's own (uid; /proc/PID owned
+//!                                              by the client's uid: not a setuid image);
+//!                                              still alive through the pidfd afterwards
+//!  <──────────── {"ok":true,"mode":"tp_btf"}\n  the pid routed to this client, then tracked
+//!  <──────────── [u32 length][ring record] ...  the tree's records, exactly as the ring gave them
+//! ```
+//!
+//! The records are the ring buffer's own bytes: the client's recorder decodes them as it decodes
+//! its own ring's. A client only ever gets the records of the tree it asked for: [`Routes`]
+//! gives each tracked process one owner, a forked child its parent's, and drops the route at the
+//! process's exit.
+use std::{
+    collections::{HashMap, HashSet},
+    io::{self, BufRead as _, Read as _, Write as _},
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use monitor_common::{kind, EventHeader, ForkEvent};
+use serde::{Deserialize, Serialize};
+
+use crate::store::model::TrackingMode;
+
+/// Where `montrace agent` listens unless told otherwise, and where clients look.
+pub const DEFAULT_SOCKET: &str = "/run/montrace/agent.sock";
+/// Names the agent's socket for clients (and for the agent itself when `--socket` is not given).
+pub const SOCKET_ENV: &str = "MONTRACE_AGENT_SOCKET";
+pub const PROTOCOL_VERSION: u32 = 1;
+/// A request line longer than this is refused (the agent reads no more).
+pub const MAX_REQUEST_BYTES: usize = 4096;
+/// The largest record the agent forwards (the ring's records are a few hundred bytes).
+pub const MAX_FRAME_BYTES: u32 = 64 * 1024;
+
+/// A client's one request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    pub version: u32,
+    /// The root of the tree to follow: the client's held child (run) or a process it may trace.
+    pub follow: u32,
+}
+
+/// The agent's answer to a request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    /// How the agent's programs are attached (with `ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<TrackingMode>,
+    /// Why not (without `ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Reply {
+    pub fn refused(why: impl Into<String>) -> Reply {
+        Reply {
+            ok: false,
+            mode: None,
+            error: Some(why.into()),
+        }
+    }
+}
+
+/// Parses a request line (without its newline).
+pub fn parse_request(line: &[u8]) -> Result<Request, String> {
+    if line.len() > MAX_REQUEST_BYTES {
+        return Err(format!("a request is at most {MAX_REQUEST_BYTES} bytes"));
+    }
+    let request: Request =
+        serde_json::from_slice(line).map_err(|e| format!("not a montrace agent request: {e}"))?;
+    if request.version != PROTOCOL_VERSION {
+        return Err(format!(
+            "protocol version {} (this agent speaks {PROTOCOL_VERSION}: use the same montrace \
+             version as the agent)",
+            request.version
+        ));
+    }
+    if request.follow == 0 {
+        return Err("pid 0 cannot be followed".into());
+    }
+    Ok(request)
+}
+
+/// One record framed for the socket: its length (u32, little-endian), then its bytes.
+pub fn frame(record: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    out.extend_from_slice(record);
+}
+
+/// Takes the whole frames at the start of `buffer`, giving each record to `each`; returns how
+/// many bytes they took (a partial frame stays for the next read), or an error for a frame
+/// longer than [`MAX_FRAME_BYTES`].
+pub fn take_frames(buffer: &[u8], mut each: impl FnMut(&[u8])) -> Result<usize, String> {
+    let mut at = 0;
+    while buffer.len() - at >= 4 {
+        let length = u32::from_le_bytes(buffer[at..at + 4].try_into().expect("4 bytes"));
+        if length > MAX_FRAME_BYTES {
+            return Err(format!("a record of {length} bytes from the agent"));
+        }
+        let end = at + 4 + length as usize;
+        if buffer.len() < end {
+            break;
+        }
+        each(&buffer[at + 4..end]);
+        at = end;
+    }
+    Ok(at)
+}
+
+/// A client of the agent, as the agent numbers them.
+pub type ClientId = u64;
+
+/// Who owns each tracked process: one client per tree, a child its parent's, none after the
+/// process's exit. Pure: the agent feeds it the ring's records in order.
+#[derive(Debug, Default)]
+pub struct Routes {
+    owner: HashMap<u32, ClientId>,
+    trees: HashMap<ClientId, HashSet<u32>>,
+}
+
+impl Routes {
+    /// Gives `pid` (a tree's root) to `client`; Err when another client follows it already.
+    pub fn add_root(&mut self, client: ClientId, pid: u32) -> Result<(), String> {
+        match self.owner.get(&pid) {
+            Some(other) if *other != client => {
+                Err(format!("pid {pid} is followed by another run already"))
+            }
+            _ => {
+                self.owner.insert(pid, client);
+                self.trees.entry(client).or_default().insert(pid);
+                Ok(())
+            }
+        }
+    }
+
+    /// The client a ring record goes to, the routes updated by it: a fork gives the child its
+    /// parent's owner, an exit ends the process's route (after this record). None: nobody's
+    /// (a client gone, or a record too short to name a process).
+    pub fn route(&mut self, record: &[u8]) -> Option<ClientId> {
+        let header = read_header(record)?;
+        match header.kind {
+            kind::FORK => {
+                let parent = read_fork_parent(record)?;
+                let owner = *self.owner.get(&parent)?;
+                self.owner.insert(header.pid, owner);
+                self.trees.entry(owner).or_default().insert(header.pid);
+                Some(owner)
+            }
+            kind::EXIT => {
+                let owner = self.owner.remove(&header.pid)?;
+                if let Some(tree) = self.trees.get_mut(&owner) {
+                    tree.remove(&header.pid);
+                }
+                Some(owner)
+            }
+            _ => self.owner.get(&header.pid).copied(),
+        }
+    }
+
+    /// Forgets `client` (gone or cut); returns the processes of its tree still live, which the
+    /// agent stops tracking.
+    pub fn remove_client(&mut self, client: ClientId) -> Vec<u32> {
+        let pids: Vec<u32> = self
+            .trees
+            .remove(&client)
+            .map(|tree| tree.into_iter().collect())
+            .unwrap_or_default();
+        for pid in &pids {
+            self.owner.remove(pid);
+        }
+        pids
+    }
+
+    /// Processes routed, over all clients.
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty()
+    }
+}
+
+fn read_header(record: &[u8]) -> Option<EventHeader> {
+    if record.len() < std::mem::size_of::<EventHeader>() {
+        return None;
+    }
+    // SAFETY: the length was checked; EventHeader is plain old data, read unaligned.
+    Some(unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<EventHeader>()) })
+}
+
+fn read_fork_parent(record: &[u8]) -> Option<u32> {
+    if record.len() < std::mem::size_of::<ForkEvent>() {
+        return None;
+    }
+    // SAFETY: the length was checked; ForkEvent is plain old data, read unaligned.
+    Some(unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<ForkEvent>()) }.parent_pid)
+}
+
+/// The agent's socket for a client: `MONTRACE_AGENT_SOCKET` when set (empty: no agent), else
+/// [`DEFAULT_SOCKET`] when something is listening there. `explicit` says the user named it (then a
+/// failure to reach it is an error, not a quiet fallback).
+pub fn socket_path() -> Option<(PathBuf, bool)> {
+    match std::env::var_os(SOCKET_ENV) {
+        Some(path) if path.is_empty() => None,
+        Some(path) => Some((PathBuf::from(path), true)),
+        None => Path::new(DEFAULT_SOCKET)
+            .exists()
+            .then(|| (PathBuf::from(DEFAULT_SOCKET), false)),
+    }
+}
+
+/// A connection to the agent, before its request.
+pub struct Connection {
+    stream: UnixStream,
+    path: PathBuf,
+}
+
+/// The agent's stream of one tree's records, once it accepted.
+pub struct Stream {
+    pub stream: UnixStream,
+    pub mode: TrackingMode,
+    /// Bytes read but not yet a whole frame.
+    pending: Vec<u8>,
+}
+
+/// How long a client waits for the agent's answer.
+const REPLY_WAIT: Duration = Duration::from_secs(5);
+
+impl Connection {
+    pub fn connect(path: &Path) -> io::Result<Connection> {
+        let stream = UnixStream::connect(path)?;
+        Ok(Connection {
+            stream,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Asks the agent to follow `pid`'s tree; the stream of its records when the agent agreed.
+    pub fn follow(mut self, pid: u32) -> anyhow::Result<Stream> {
+        let mut line = serde_json::to_vec(&Request {
+            version: PROTOCOL_VERSION,
+            follow: pid,
+        })?;
+        line.push(b'\n');
+        self.stream.set_read_timeout(Some(REPLY_WAIT))?;
+        self.stream.write_all(&line)?;
+        let mut reply = Vec::new();
+        let rest = {
+            let mut reader = io::BufReader::new((&self.stream).take(MAX_REQUEST_BYTES as u64));
+            reader.read_until(b'\n', &mut reply)?;
+            // What the reader took beyond the line (records already sent) is kept.
+            reader.buffer().to_vec()
+        };
+        let reply: Reply = serde_json::from_slice(reply.trim_ascii_end()).map_err(|e| {
+            anyhow::anyhow!(
+                "the montrace agent at {} answered something else ({e})",
+                self.path.display()
+            )
+        })?;
+        if !reply.ok {
+            anyhow::bail!(
+                "the montrace agent at {} refused: {}",
+                self.path.display(),
+                reply.error.unwrap_or_default()
+            );
+        }
+        self.stream.set_read_timeout(None)?;
+        self.stream.set_nonblocking(true)?;
+        Ok(Stream {
+            stream: self.stream,
+            mode: reply.mode.unwrap_or(TrackingMode::TpBtf),
+            pending: rest,
+        })
+    }
+}
+
+impl Stream {
+    /// Reads what the agent sent so far (without blocking), giving each record to `each`.
+    /// Ok(false) once the agent closed the stream.
+    pub fn take_in(&mut self, mut each: impl FnMut(&[u8])) -> io::Result<bool> {
+        let mut open = true;
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    open = false;
+                    break;
+                }
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
+            }
+            let used = take_frames(&self.pending, &mut each)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            self.pending.drain(..used);
+        }
+        let used = take_frames(&self.pending, &mut each)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        self.pending.drain(..used);
+        Ok(open)
+    }
+}
+
+impl std::os::fd::AsRawFd for Stream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(kind: u32, pid: u32) -> EventHeader {
+        EventHeader {
+            kind,
+            pid,
+            time_ns: 1,
+            start_ns: 2,
+        }
+    }
+
+    fn bytes<T>(value: &T) -> Vec<u8> {
+        // SAFETY: plain old data, read as bytes.
+        unsafe {
+            std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>())
+        }
+        .to_vec()
+    }
+
+    fn fork(child: u32, parent: u32) -> Vec<u8> {
+        bytes(&ForkEvent {
+            header: header(kind::FORK, child),
+            parent_pid: parent,
+            _pad: 0,
+            parent_start_ns: 0,
+            comm: [0; 16],
+        })
+    }
+
+    #[test]
+    fn each_tree_goes_to_its_own_client_and_ends_with_its_exits() {
+        let mut routes = Routes::default();
+        routes.add_root(1, 100).unwrap();
+        routes.add_root(2, 200).unwrap();
+        assert!(routes.add_root(2, 100).is_err(), "one owner per process");
+        assert_eq!(routes.route(&fork(101, 100)), Some(1));
+        assert_eq!(routes.route(&fork(201, 200)), Some(2));
+        // A grandchild follows its parent, whoever forked first.
+        assert_eq!(routes.route(&fork(102, 101)), Some(1));
+        assert_eq!(routes.route(&bytes(&header(kind::EXEC, 102))), Some(1));
+        assert_eq!(
+            routes.route(&bytes(&header(kind::THREAD_EXIT, 201))),
+            Some(2)
+        );
+        // Nobody's: a process outside every tree.
+        assert_eq!(routes.route(&fork(301, 300)), None);
+        assert_eq!(routes.route(&bytes(&header(kind::EXEC, 300))), None);
+        // The exit goes to the owner, then the route is gone.
+        assert_eq!(routes.route(&bytes(&header(kind::EXIT, 101))), Some(1));
+        assert_eq!(routes.route(&bytes(&header(kind::EXEC, 101))), None);
+        assert_eq!(routes.len(), 4);
+        let mut left = routes.remove_client(1);
+        left.sort_unstable();
+        assert_eq!(left, vec![100, 102]);
+        assert_eq!(routes.route(&bytes(&header(kind::EXIT, 100))), None);
+        assert_eq!(
+            routes.route(&fork(103, 100)),
+            None,
+            "a gone client's tree is nobody's"
+        );
+        let mut left = routes.remove_client(2);
+        left.sort_unstable();
+        assert_eq!(left, vec![200, 201]);
+        assert!(routes.is_empty());
+    }
+
+    #[test]
+    fn short_records_are_nobodys() {
+        let mut routes = Routes::default();
+        routes.add_root(1, 100).unwrap();
+        assert_eq!(routes.route(&[0u8; 8]), None);
+        let mut short_fork = fork(101, 100);
+        short_fork.truncate(std::mem::size_of::<EventHeader>() + 2);
+        assert_eq!(routes.route(&short_fork), None);
+    }
+
+    #[test]
+    fn frames_are_taken_whole_and_in_order() {
+        let mut out = Vec::new();
+        frame(b"abc", &mut out);
+        frame(b"", &mut out);
+        frame(b"defgh", &mut out);
+        let mut got = Vec::new();
+        // A partial last frame stays for the next read.
+        let used = take_frames(&out[..out.len() - 2], |r| got.push(r.to_vec())).unwrap();
+        assert_eq!(got, vec![b"abc".to_vec(), vec![]]);
+        assert_eq!(used, 4 + 3 + 4);
+        let used = take_frames(&out[used..], |r| got.push(r.to_vec())).unwrap();
+        assert_eq!(got.last().unwrap(), b"defgh");
+        assert_eq!(used, 4 + 5);
+        let huge = (MAX_FRAME_BYTES + 1).to_le_bytes();
+        assert!(take_frames(&huge, |_| {}).is_err());
+    }
+
+    #[test]
+    fn requests_are_checked() {
+        assert_eq!(
+            parse_request(br#"{"version":1,"follow":42}"#),
+            Ok(Request {
+                version: 1,
+                follow: 42
+            })
+        );
+        assert!(parse_request(br#"{"version":2,"follow":42}"#)
+            .unwrap_err()
+            .contains("protocol version 2"));
+        assert!(parse_request(br#"{"version":1,"follow":0}"#).is_err());
+        assert!(parse_request(br#"{"version":1,"follow":1,"uid":0}"#).is_err());
+        assert!(parse_request(b"garbage").is_err());
+        assert!(parse_request(&vec![b' '; MAX_REQUEST_BYTES + 1]).is_err());
+    }
+}

@@ -120,3 +120,50 @@ def test_an_ordinary_user_with_a_granted_binary_on_path_tracks_exactly(user, cap
     assert figures["monitored"][0] == 42 and figures["monitored"][1] != "polling"
     assert "no eBPF" not in result.stderr
     assert owners(user.home / "run") == owners(user.home / "monitor") == {user.uid}
+
+
+@pytest.fixture
+def agent() -> Iterator[Path]:
+    """`montrace agent` (the wheel's binary, as root) on a socket of its own; stopped after."""
+    import subprocess
+    import time
+
+    directory = Path(tempfile.mkdtemp(prefix="montrace-agent-"))
+    os.chmod(directory, 0o755)
+    socket = directory / "agent.sock"
+    process = subprocess.Popen([montrace.binary(), "agent", "--socket", str(socket)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not socket.exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the agent made no socket"
+            time.sleep(0.02)
+        yield socket
+    finally:
+        process.terminate()
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_an_ordinary_users_wheel_binary_records_exactly_through_the_agent(user, agent: Path) -> None:
+    """The resident agent: the wheel's own binary, with no capability, finds the agent's socket
+    (named by MONTRACE_AGENT_SOCKET here; /run/montrace/agent.sock by default) and
+    `montrace.run` is exact: 21 processes of 21, files the user's."""
+    script = (
+        "import json, sys, montrace\n"
+        "run = montrace.run(['sh', '-c', 'for i in $(seq 20); do /bin/true; done'], out=sys.argv[1])\n"
+        "print(json.dumps([run.info['tracking_mode'], len(run.processes), "
+        "int((run.processes.filename == '/bin/true').sum()), montrace.binary()]))\n"
+    )
+    result = user.run([sys.executable, "-c", script, str(user.home / "run")],
+                      env={"MONTRACE_AGENT_SOCKET": str(agent)})
+    assert result.returncode == 0, result.stderr
+    mode, processes, true, binary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert binary == wheel_binary()
+    assert mode in ("tp_btf", "tracepoint"), result.stderr
+    # sh, seq and 20 /bin/true: every one, as only kernel events give.
+    assert (processes, true) == (22, 20), result.stderr
+    assert "no eBPF" not in result.stderr
+    assert owners(user.home / "run") == {user.uid}

@@ -5,7 +5,8 @@
 //! `BENCHMARKS.md` and `bench/results.json`.
 //!
 //! Layout: `tools` (the helpers in bench/workloads/, ways to run and read runs), one module per
-//! group of sections (`tree`: 1, 2, 7; `overhead`: 3; `agent`: 4, 5, 6; `gate`: 9), `stats` (medians,
+//! group of sections (`tree`: 1, 2, 7; `overhead`: 3; `agent`: 4, 5, 6; `gate`: 9; `resident`: 13,
+//! the resident agent of issue 33), `stats` (medians,
 //! ratios) and `report` (the results model, JSON and Markdown).
 
 mod agent;
@@ -13,6 +14,7 @@ mod fleet;
 mod gate;
 mod overhead;
 mod report;
+mod resident;
 mod stats;
 mod tools;
 mod tree;
@@ -55,6 +57,8 @@ pub enum Group {
     SharedRunner,
     /// 10. a fleet's dataset: 1,000 published runs, DuckDB's CPU per host per day
     Fleet,
+    /// 13. the resident agent beside the standalone mode: start-up and whole-run wall
+    Resident,
 }
 
 /// Sizes and repetitions.
@@ -182,6 +186,7 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
             Group::Gate,
             Group::SharedRunner,
             Group::Fleet,
+            Group::Resident,
         ]
     } else {
         args.only.clone()
@@ -285,6 +290,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::Gate => gate::measure(ctx)?,
         Group::SharedRunner => vec![gate::shared_runner(ctx)?],
         Group::Fleet => fleet::measure(ctx)?,
+        Group::Resident => resident::measure(ctx)?,
     };
     let load = Load {
         before,
@@ -299,6 +305,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::Gate => "gate",
         Group::SharedRunner => "shared-runner",
         Group::Fleet => "fleet",
+        Group::Resident => "resident",
     };
     for s in &mut sections {
         s.group = name;

@@ -1,0 +1,236 @@
+//! Section 13: the resident agent (issue 33) beside the standalone mode, in one run: start-up
+//! (`startup_ms`, montrace's start to the command's exec) and the whole `montrace run --
+//! /bin/true`, for root loading its own programs, root through the agent, and an ordinary user's
+//! copy of the binary without any capability through the agent. The three are interleaved, run
+//! after run, so that a neighbour's load falls on all alike.
+use super::report::{met_word, Figure, Section};
+use super::stats::{median, min_max, sig};
+use super::tools::{self, opt_num, read_json};
+use super::Ctx;
+use anyhow::{bail, Context as _, Result};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The issue's targets: from `montrace run` to the command's exec, and the wall a run adds.
+const STARTUP_TARGET_MS: f64 = 2.0;
+
+/// How each kind of run is made.
+#[derive(Clone, Copy, PartialEq)]
+enum Way {
+    Standalone,
+    RootAgent,
+    UserAgent,
+}
+
+const WAYS: [(Way, &str); 3] = [
+    (
+        Way::Standalone,
+        "root, programs loaded by the run (standalone)",
+    ),
+    (Way::RootAgent, "root, through the agent"),
+    (
+        Way::UserAgent,
+        "ordinary user, uncapable copy, through the agent",
+    ),
+];
+
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) of our child.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
+    let t = &ctx.tools;
+    ctx.progress("13. resident agent: starting `montrace agent`");
+    let dir = t.work.join("resident");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("runs"))?;
+    // Every user reaches the directory, writes the runs' folder, and runs the copy.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::set_permissions(dir.join("runs"), std::fs::Permissions::from_mode(0o1777))?;
+    let plain = dir.join("montrace-plain");
+    std::fs::copy(&t.montrace, &plain)?;
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755))?;
+    for above in dir.ancestors().skip(1) {
+        let mode = std::fs::metadata(above)?.permissions().mode();
+        if mode & 0o001 == 0 {
+            bail!(
+                "{} is not searchable by other users: the user's runs of section 13 need it",
+                above.display()
+            );
+        }
+    }
+    let socket = dir.join("agent.sock");
+    let _agent = Agent(
+        Command::new(&t.montrace)
+            .arg("agent")
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting montrace agent")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !socket.exists() {
+        if Instant::now() > deadline {
+            bail!("montrace agent made no socket at {}", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reps = ctx.plan.reps * 6;
+    let mut startup: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
+    let mut wall: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
+    let mut modes: Vec<String> = vec![String::new(); WAYS.len()];
+    ctx.progress(&format!(
+        "13. resident agent: {reps} runs of `montrace run -- /bin/true` each way, interleaved"
+    ));
+    for rep in 0..reps {
+        for (i, (way, _)) in WAYS.iter().enumerate() {
+            let out = dir.join("runs").join(format!("{rep:03}-{i}"));
+            let argv = argv(*way, &t.montrace, &plain, &socket, &out);
+            let ran = tools::run(&argv)?;
+            let info = read_json(&out.join("run.json"))?;
+            wall[i].push(ran.wall_s * 1e3);
+            if let Some(ms) = opt_num(&info, "/startup_ms") {
+                startup[i].push(ms);
+            }
+            modes[i] = info["tracking_mode"].as_str().unwrap_or("?").to_string();
+            let _ = std::fs::remove_dir_all(&out);
+        }
+    }
+    Ok(vec![section(ctx, reps, &startup, &wall, &modes)])
+}
+
+fn argv(way: Way, montrace: &Path, plain: &Path, socket: &Path, out: &Path) -> Vec<String> {
+    let mut argv: Vec<String> = Vec::new();
+    let socket = socket.display().to_string();
+    match way {
+        Way::Standalone => argv.extend(["env".into(), "MONTRACE_AGENT_SOCKET=".into()]),
+        Way::RootAgent => argv.extend(["env".into(), format!("MONTRACE_AGENT_SOCKET={socket}")]),
+        Way::UserAgent => argv.extend([
+            "setpriv".into(),
+            "--reuid=65534".into(),
+            "--regid=65534".into(),
+            "--clear-groups".into(),
+            "env".into(),
+            format!("MONTRACE_AGENT_SOCKET={socket}"),
+        ]),
+    }
+    let bin = if way == Way::UserAgent {
+        plain
+    } else {
+        montrace
+    };
+    argv.extend([
+        bin.display().to_string(),
+        "run".into(),
+        "-q".into(),
+        "--no-report".into(),
+        "--out".into(),
+        out.display().to_string(),
+        "--".into(),
+        "/bin/true".into(),
+    ]);
+    argv
+}
+
+fn section(
+    ctx: &Ctx,
+    reps: usize,
+    startup: &[Vec<f64>],
+    wall: &[Vec<f64>],
+    modes: &[String],
+) -> Section {
+    let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{} ms", sig(v, 3)));
+    let range = |v: &[f64]| {
+        min_max(v).map_or("n/a".to_string(), |(lo, hi)| {
+            format!("{}–{} ms", sig(lo, 3), sig(hi, 3))
+        })
+    };
+    let mut s = Section {
+        id: "resident",
+        title: "13. The resident agent beside the standalone mode".into(),
+        method: format!(
+            "`montrace run -q --no-report -- /bin/true`, {reps} times each way, the three ways \
+             interleaved run after run: root loading its own programs; root through `montrace \
+             agent` (`MONTRACE_AGENT_SOCKET`); user `nobody` running a copy of the binary with no \
+             capability through the agent. Start-up: run.json's `startup_ms` (montrace's start \
+             to the command's exec; the run cgroup, which root makes and `nobody` may not, \
+             included). Whole run: measured around the process, the tables, run.json and \
+             summary.json written. Plan: {} reps a figure.",
+            ctx.plan.reps
+        ),
+        columns: vec![
+            "way".into(),
+            "tracking".into(),
+            "start-up median".into(),
+            "start-up min–max".into(),
+            "whole run median".into(),
+            "whole run min–max".into(),
+        ],
+        ..Section::default()
+    };
+    for (i, (_, label)) in WAYS.iter().enumerate() {
+        s.rows.push(vec![
+            (*label).into(),
+            format!("`{}`", modes[i]),
+            ms(median(&startup[i])),
+            range(&startup[i]),
+            ms(median(&wall[i])),
+            range(&wall[i]),
+        ]);
+    }
+    let user_startup = median(&startup[2]);
+    let met = user_startup.is_some_and(|v| v <= STARTUP_TARGET_MS);
+    s.figures.push(
+        Figure::new(
+            "resident.user_startup_ms",
+            "start-up through the agent (ordinary user, uncapable binary)",
+            "ms",
+            user_startup,
+            ms(user_startup),
+        )
+        .runs(startup[2].clone())
+        .target(&format!("≤ {STARTUP_TARGET_MS} ms"), met),
+    );
+    for (i, key) in [(0, "standalone"), (1, "root_agent")] {
+        s.figures.push(
+            Figure::new(
+                &format!("resident.{key}_startup_ms"),
+                &format!("start-up, {}", WAYS[i].1),
+                "ms",
+                median(&startup[i]),
+                ms(median(&startup[i])),
+            )
+            .runs(startup[i].clone()),
+        );
+    }
+    for (i, key) in [(0, "standalone"), (1, "root_agent"), (2, "user_agent")] {
+        s.figures.push(
+            Figure::new(
+                &format!("resident.{key}_wall_ms"),
+                &format!("whole run of /bin/true, {}", WAYS[i].1),
+                "ms",
+                median(&wall[i]),
+                ms(median(&wall[i])),
+            )
+            .runs(wall[i].clone()),
+        );
+    }
+    s.notes.push(format!(
+        "Start-up through the agent, for an ordinary user: {} ({} the {STARTUP_TARGET_MS} ms \
+         target). The whole run is mostly montrace's finish (five Parquet tables synced, \
+         run.json and summary.json), the same with or without the agent.",
+        ms(user_startup),
+        met_word(met)
+    ));
+    s
+}

@@ -4,7 +4,8 @@
 //!
 //! One thread, one event loop: the listener, the ring buffer (read when it wakes montrace, and
 //! every [`DRAIN_EVERY`] for the records sent without a wake-up), and one task per client. Each
-//! client has a bounded queue of records: one that does not read is cut (its tree untracked),
+//! client has a bounded outbox (`--client-buffer` bytes): one that does not read, so that its
+//! outbox fills or a write waits [`WRITE_WAIT`], is cut (its tree untracked),
 //! and the others go on. A request is one line of at most 4 KiB, read within [`REQUEST_WAIT`].
 //!
 //! Who may follow what: the client's uid comes from `SO_PEERCRED`, never from the request. root
@@ -28,7 +29,7 @@ use anyhow::{bail, Context as _};
 use tokio::{
     io::{unix::AsyncFd, AsyncReadExt as _, AsyncWriteExt as _, Interest},
     net::{UnixListener, UnixStream},
-    sync::mpsc,
+    sync::Notify,
 };
 
 use crate::{
@@ -45,12 +46,18 @@ use crate::{
 /// How often the ring is read for records sent without a wake-up (the programs wake the reader
 /// only once a quarter of the ring is full): the delay a client's run may see at its end.
 const DRAIN_EVERY: Duration = Duration::from_millis(2);
-/// How long a client has to send its request.
-const REQUEST_WAIT: Duration = Duration::from_secs(2);
+/// How long a client has to send its request (it connects when the request is ready).
+const REQUEST_WAIT: Duration = Duration::from_secs(5);
 /// How long one write to a client may wait for it to read.
 const WRITE_WAIT: Duration = Duration::from_secs(5);
-/// Clients at once; more are refused.
-const MAX_CLIENTS: usize = 1024;
+/// Connections at once (asking, or followed); more are refused.
+const MAX_CLIENTS: usize = 4096;
+/// Connections of one user that have not asked yet; more of that user's are refused at once, so
+/// that one user holding connections open blocks only their own runs, never another user's.
+const MAX_ASKING_PER_USER: usize = 256;
+/// How long the loop waits when accepting fails (out of descriptors: the connections waiting
+/// in the backlog stay there until one closes).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 pub fn agent_main(args: AgentArgs) -> anyhow::Result<i32> {
     let socket = args
@@ -68,6 +75,8 @@ pub fn agent_main(args: AgentArgs) -> anyhow::Result<i32> {
              montrace agent`, or the systemd unit in dist/montrace-agent.service)"
         );
     }
+    // A descriptor per connection: the soft limit (1,024 on most machines) up to the hard one.
+    host::raise_open_files_limit();
     let kernel = KernelBtf::read().context("reading the kernel's BTF")?;
     let (mut probes, events) = Probes::load(
         &kernel,
@@ -97,8 +106,8 @@ pub fn agent_main(args: AgentArgs) -> anyhow::Result<i32> {
         .build()
         .context("starting the event loop")?;
     let local = tokio::task::LocalSet::new();
-    let queue = args.client_queue as usize;
-    let served = local.block_on(&runtime, serve(listener, ring, probes, mode, queue));
+    let limit = usize::try_from(args.client_buffer).unwrap_or(usize::MAX);
+    let served = local.block_on(&runtime, serve(listener, ring, probes, mode, limit));
     drop(std::fs::remove_file(&socket));
     served?;
     crate::say!("montrace agent: stopped; the programs are unloaded");
@@ -149,18 +158,31 @@ fn bind(path: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> {
     Ok(listener)
 }
 
+/// The framed records waiting for one client, and its writer's wake-up.
+struct Outbox {
+    bytes: Vec<u8>,
+    wake: Rc<Notify>,
+}
+
 /// What the loop and the clients' tasks share (one thread: a RefCell, never held across an await).
 struct Shared {
     probes: Probes,
     mode: TrackingMode,
     routes: Routes,
-    clients: HashMap<ClientId, mpsc::Sender<Vec<u8>>>,
+    clients: HashMap<ClientId, Outbox>,
+    /// The most bytes an outbox may hold (`--client-buffer`).
+    outbox_limit: usize,
+    /// Connections that have not asked yet, by uid.
+    asking: HashMap<u32, usize>,
 }
 
 impl Shared {
-    /// Ends `client`'s part: its queue closed, its tree's live processes untracked.
+    /// Ends `client`'s part: its outbox gone (its writer woken to see it), its tree's live
+    /// processes untracked.
     fn cut(&mut self, client: ClientId) {
-        self.clients.remove(&client);
+        if let Some(outbox) = self.clients.remove(&client) {
+            outbox.wake.notify_one();
+        }
         for pid in self.routes.remove_client(client) {
             self.probes.untrack(pid);
         }
@@ -172,7 +194,7 @@ async fn serve(
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     probes: Probes,
     mode: TrackingMode,
-    queue: usize,
+    outbox_limit: usize,
 ) -> anyhow::Result<()> {
     let listener = UnixListener::from_std(listener).context("watching the socket")?;
     // SAFETY: the ring buffer owns its map fd and keeps it open and unchanged until the AsyncFd
@@ -185,23 +207,43 @@ async fn serve(
         mode,
         routes: Routes::default(),
         clients: HashMap::new(),
+        outbox_limit,
+        asking: HashMap::new(),
     }));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut drain_tick = tokio::time::interval(DRAIN_EVERY);
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_id: ClientId = 0;
+    // One clone per connection being served: how many there are.
+    let connections = Rc::new(());
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let Ok((stream, _)) = accepted else {
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                };
                 next_id += 1;
-                if shared.borrow().clients.len() >= MAX_CLIENTS {
+                let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else { continue };
+                if Rc::strong_count(&connections) > MAX_CLIENTS {
                     tokio::task::spawn_local(refuse(stream, "the agent serves as many runs as it \
                         may at once; try again later"));
                     continue;
                 }
-                tokio::task::spawn_local(client(stream, next_id, Rc::clone(&shared), queue));
+                let asking = *shared.borrow().asking.get(&uid).unwrap_or(&0);
+                if asking >= MAX_ASKING_PER_USER {
+                    tokio::task::spawn_local(refuse(stream, "too many connections of your user \
+                        are waiting to ask; try again later"));
+                    continue;
+                }
+                *shared.borrow_mut().asking.entry(uid).or_default() += 1;
+                let counted = Rc::clone(&connections);
+                let shared = Rc::clone(&shared);
+                tokio::task::spawn_local(async move {
+                    client(stream, next_id, shared).await;
+                    drop(counted);
+                });
             }
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
@@ -216,20 +258,20 @@ async fn serve(
     Ok(())
 }
 
-/// Every record in the ring now, each to its tree's client; a client whose queue is full is cut.
+/// Every record in the ring now, each to its tree's client; a client whose outbox is full is cut.
 fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<Shared>>) {
     let mut shared = shared.borrow_mut();
+    let limit = shared.outbox_limit;
     while let Some(record) = ring.next() {
         let Some(owner) = shared.routes.route(&record) else {
             continue;
         };
-        let mut framed = Vec::with_capacity(record.len() + 4);
-        protocol::frame(&record, &mut framed);
-        let sent = shared
-            .clients
-            .get(&owner)
-            .map(|queue| queue.try_send(framed));
-        if let Some(Err(_)) = sent {
+        let Some(outbox) = shared.clients.get_mut(&owner) else {
+            continue;
+        };
+        protocol::frame(&record, &mut outbox.bytes);
+        outbox.wake.notify_one();
+        if outbox.bytes.len() > limit {
             shared.cut(owner);
         }
     }
@@ -243,9 +285,19 @@ async fn refuse(mut stream: UnixStream, why: &str) {
 
 /// One client: its request read and checked, its tree tracked, its records written until it
 /// closes the connection (or is cut); its tree untracked at the end whatever happened.
-async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>>, queue: usize) {
+async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>>) {
     let Ok(cred) = stream.peer_cred() else { return };
-    let request = match tokio::time::timeout(REQUEST_WAIT, read_request(&mut stream)).await {
+    let asked = tokio::time::timeout(REQUEST_WAIT, read_request(&mut stream)).await;
+    {
+        let mut s = shared.borrow_mut();
+        if let Some(n) = s.asking.get_mut(&cred.uid()) {
+            *n -= 1;
+            if *n == 0 {
+                s.asking.remove(&cred.uid());
+            }
+        }
+    }
+    let request = match asked {
         Ok(Ok(request)) => request,
         Ok(Err(why)) => return refuse(stream, &why).await,
         Err(_) => return refuse(stream, "no request in time").await,
@@ -254,11 +306,15 @@ async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>
     if let Err(why) = may_follow(cred.uid(), cred.pid().map(|p| p as u32), pid) {
         return refuse(stream, &why).await;
     }
-    let (queue, mut records) = mpsc::channel(queue);
+    let wake = Rc::new(Notify::new());
     let accepted = {
         let mut s = shared.borrow_mut();
         s.routes.add_root(id, pid).and_then(|()| {
-            s.clients.insert(id, queue);
+            let outbox = Outbox {
+                bytes: Vec::new(),
+                wake: Rc::clone(&wake),
+            };
+            s.clients.insert(id, outbox);
             s.probes.track(pid).map_err(|e| format!("{e:#}"))
         })
     };
@@ -280,19 +336,17 @@ async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>
         tokio::time::timeout(WRITE_WAIT, writing.write_all(&line)).await,
         Ok(Ok(()))
     ) {
-        let mut batch = Vec::new();
         let mut ignored = [0u8; 512];
         loop {
             tokio::select! {
-                record = records.recv() => {
-                    let Some(record) = record else { break };
-                    batch.clear();
-                    batch.extend_from_slice(&record);
-                    while batch.len() < 256 * 1024 {
-                        match records.try_recv() {
-                            Ok(more) => batch.extend_from_slice(&more),
-                            Err(_) => break,
-                        }
+                _ = wake.notified() => {
+                    // Everything waiting, in one write; no outbox: this client was cut.
+                    let batch = match shared.borrow_mut().clients.get_mut(&id) {
+                        Some(outbox) => std::mem::take(&mut outbox.bytes),
+                        None => break,
+                    };
+                    if batch.is_empty() {
+                        continue;
                     }
                     let written = tokio::time::timeout(WRITE_WAIT, writing.write_all(&batch)).await;
                     if !matches!(written, Ok(Ok(()))) {

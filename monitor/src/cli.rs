@@ -91,10 +91,10 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub tracepoints: TracepointChoice,
 
-    /// Records queued for one client that does not read them before it is cut off (its run is
-    /// then followed by /proc only); the others go on
-    #[arg(long, value_name = "RECORDS", default_value_t = 32_768, value_parser = clap::value_parser!(u32).range(16..=4_194_304))]
-    pub client_queue: u32,
+    /// Bytes of records waiting for one client before it is cut off (its run is then followed
+    /// through /proc); a client that takes none for 5 s is cut too; the others go on
+    #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = crate::units::parse_bytes)]
+    pub client_buffer: u64,
 }
 
 #[derive(Debug, Args)]

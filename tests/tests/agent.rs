@@ -243,12 +243,20 @@ fn a_run_whose_agent_stops_finishes_with_what_it_has_and_says_so() {
                 .arg("run")
                 .arg("--out")
                 .arg(&out)
-                .args(["--", "sh", "-c", "/bin/true; sleep 1.5; /bin/true"]);
+                .args(["--", "sh", "-c", "/bin/true; : > ready; sleep 3; /bin/true"]);
             run_with_timeout(&mut cmd, run_timeout())
         }
     });
-    // Stop the agent while the command sleeps.
-    std::thread::sleep(Duration::from_millis(700));
+    // Stop the agent while the command sleeps (after its first /bin/true).
+    let ready = user.home.join("ready");
+    let deadline = Instant::now() + run_timeout();
+    while !ready.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the command never got to its sleep"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let stopped = agent.stop();
     assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
     let run = running.join().unwrap();
@@ -292,7 +300,8 @@ print("closed", total)
 
 #[test]
 fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
-    let agent = Agent::start_with(&["--client-queue", "200"]);
+    // Alice's whole run is 550 KB of records: her outbox can never hold more than half a MiB.
+    let agent = Agent::start_with(&["--client-buffer", "512KiB"]);
     let alice = TestUser::create("agr");
     let bob = TestUser::create("agq");
     let mut non_reader = bob.command("python3");
@@ -311,8 +320,8 @@ fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
     assert!(cut.status.success(), "{cut:?}");
     assert!(said.starts_with("{\"ok\":true"), "{said}");
     // Cut off: each /bin/true's fork, exec and exit records are 56 + 824 + 216 bytes (and 4 of
-    // framing each), 1.65 MB for the 1,500; the connection ended with a fraction of that (the
-    // queue's 200 records and what the socket's buffer held: 188 KB here).
+    // framing each), 1.65 MB for the 1,500; the connection ended with at most the outbox's
+    // 512 KiB and what the socket's buffer held (about 200 KiB).
     let total: usize = said
         .lines()
         .find_map(|l| l.strip_prefix("closed "))
@@ -320,7 +329,7 @@ fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
         .parse()
         .unwrap();
     eprintln!("the non-reader got {total} bytes before the end");
-    assert!(total < 1500 * 1100 / 2, "{total} bytes: not cut off");
+    assert!(total < 1_000_000, "{total} bytes: not cut off");
     assert_eq!(run.code(), 0, "{run:?}");
     let rows = read_processes(&out);
     assert_eq!(rows.len(), 501, "{run:?}");
@@ -328,4 +337,89 @@ fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
         rows.iter().filter(|p| p.has_filename("/bin/true")).count(),
         500
     );
+}
+
+/// Another user's connections that come and go (some with half a request, which the agent waits
+/// for, some with a refused one), then 50 runs at once through the agent: every run exact (one
+/// user holding connections open blocks only their own), and the agent holds no descriptor of a
+/// connection that is gone.
+#[test]
+fn connections_that_drop_and_fifty_runs_at_once_leave_every_run_exact() {
+    let agent = Agent::start();
+    let user = TestUser::create("agc");
+    let hostile = TestUser::create("agh");
+    let agent_pid = agent.child.as_ref().unwrap().id();
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{agent_pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
+    let churn = r#"
+import socket, sys
+for i in range(2000):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    try:
+        if i % 3 == 0:
+            s.sendall(b'{"version":1,"follow":1}\n')
+        elif i % 3 == 1:
+            s.sendall(b'{"vers')
+    except OSError:
+        pass  # refused at once: this user has enough connections waiting to ask
+    s.close()
+"#;
+    let mut cmd = hostile.command("python3");
+    cmd.args(["-c", churn]).arg(&agent.socket);
+    let churned = run_with_timeout(&mut cmd, run_timeout());
+    assert_eq!(churned.code(), 0, "{churned:?}");
+    let bin = plain_copy(&user);
+    let runs: Vec<(PathBuf, Child)> = (0..50)
+        .map(|i| {
+            let out = user.home.join(format!("run{i}"));
+            let mut cmd = user.command(&bin);
+            cmd.current_dir(&user.home)
+                .env("MONTRACE_AGENT_SOCKET", &agent.socket)
+                .args(["run", "-q", "--no-report", "--out"])
+                .arg(&out)
+                .args([
+                    "--",
+                    "sh",
+                    "-c",
+                    "for j in 1 2 3 4 5 6 7 8 9 10; do /bin/true; done",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            (out, cmd.spawn().unwrap())
+        })
+        .collect();
+    for (out, child) in runs {
+        let done = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&done.stderr);
+        assert!(done.status.success(), "{stderr}");
+        assert!(!stderr.contains("no eBPF"), "{stderr}");
+        let rows = read_processes(&out);
+        let shown: Vec<String> = rows
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} <- {:?} {:?} {:?} {:?}",
+                    p.pid, p.parent_pid, p.filename, p.argv, p.comm
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows.len(),
+            11,
+            "{}: {stderr}\n{}",
+            out.display(),
+            shown.join("\n")
+        );
+    }
+    // The half requests time out within 5 s; then every connection is closed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fds() > before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(fds(), before, "descriptors left open in the agent");
 }

@@ -124,21 +124,47 @@ pub type ClientId = u64;
 
 /// Who owns each tracked process: one client per tree, a child its parent's, none after the
 /// process's exit. Pure: the agent feeds it the ring's records in order.
+///
+/// A process is named by its pid and its start time (the records carry both): a process's exit
+/// record comes at its last context switch, and its parent may reap it before that, so its pid
+/// can be another process's (even another tree's) by the time the record arrives. Such an exit
+/// goes to the tree of the process that ended, never to the pid's new holder.
 #[derive(Debug, Default)]
 pub struct Routes {
-    owner: HashMap<u32, ClientId>,
+    /// The live holder of each pid.
+    owner: HashMap<u32, Entry>,
+    /// Processes whose pid was taken by a newer process before their exit record came.
+    superseded: HashMap<u32, Vec<Entry>>,
     trees: HashMap<ClientId, HashSet<u32>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    /// `start_boottime` (ns); 0 where it is not known (a tree's root, a classic-tracepoint
+    /// fork's child), which then matches any.
+    start: u64,
+    client: ClientId,
+}
+
+/// Whether a record's start time names the process of `entry`: exactly (`exact`), or either
+/// not known.
+fn matches(entry: &Entry, start: u64, exact: bool) -> bool {
+    if exact {
+        entry.start == start && start != 0
+    } else {
+        entry.start == 0 || start == 0 || entry.start == start
+    }
 }
 
 impl Routes {
     /// Gives `pid` (a tree's root) to `client`; Err when another client follows it already.
     pub fn add_root(&mut self, client: ClientId, pid: u32) -> Result<(), String> {
         match self.owner.get(&pid) {
-            Some(other) if *other != client => {
+            Some(other) if other.client != client => {
                 Err(format!("pid {pid} is followed by another run already"))
             }
             _ => {
-                self.owner.insert(pid, client);
+                self.owner.insert(pid, Entry { start: 0, client });
                 self.trees.entry(client).or_default().insert(pid);
                 Ok(())
             }
@@ -152,44 +178,93 @@ impl Routes {
         let header = read_header(record)?;
         match header.kind {
             kind::FORK => {
-                let parent = read_fork_parent(record)?;
-                let owner = *self.owner.get(&parent)?;
-                self.owner.insert(header.pid, owner);
+                let (parent, parent_start) = read_fork_parent(record)?;
+                // A parent forking is alive: it holds its pid.
+                let owner = self
+                    .owner
+                    .get(&parent)
+                    .filter(|e| matches(e, parent_start, false))?
+                    .client;
+                let entry = Entry {
+                    start: header.start_ns,
+                    client: owner,
+                };
+                // A new process: whoever held its pid before has ended (its exit may come yet).
+                if let Some(old) = self.owner.insert(header.pid, entry) {
+                    self.superseded.entry(header.pid).or_default().push(old);
+                }
                 self.trees.entry(owner).or_default().insert(header.pid);
                 Some(owner)
             }
-            kind::EXIT => {
-                let owner = self.owner.remove(&header.pid)?;
-                if let Some(tree) = self.trees.get_mut(&owner) {
-                    tree.remove(&header.pid);
+            kind::EXIT => self.take(header.pid, header.start_ns),
+            _ => self.find(header.pid, header.start_ns),
+        }
+    }
+
+    /// The owner of process (`pid`, `start`): exact matches first, then where a start is not
+    /// known; the pid's live holder before the superseded ones.
+    fn find(&self, pid: u32, start: u64) -> Option<ClientId> {
+        [true, false].into_iter().find_map(|exact| {
+            let live = self.owner.get(&pid).filter(|e| matches(e, start, exact));
+            let gone = || {
+                self.superseded
+                    .get(&pid)
+                    .and_then(|old| old.iter().find(|e| matches(e, start, exact)))
+            };
+            live.or_else(gone).map(|e| e.client)
+        })
+    }
+
+    /// [`Routes::find`], the process's route ended.
+    fn take(&mut self, pid: u32, start: u64) -> Option<ClientId> {
+        for exact in [true, false] {
+            if let Some(entry) = self.owner.get(&pid).filter(|e| matches(e, start, exact)) {
+                let client = entry.client;
+                self.owner.remove(&pid);
+                if let Some(tree) = self.trees.get_mut(&client) {
+                    tree.remove(&pid);
                 }
-                Some(owner)
+                return Some(client);
             }
-            _ => self.owner.get(&header.pid).copied(),
+            if let Some(old) = self.superseded.get_mut(&pid) {
+                if let Some(at) = old.iter().position(|e| matches(e, start, exact)) {
+                    let client = old.remove(at).client;
+                    if old.is_empty() {
+                        self.superseded.remove(&pid);
+                    }
+                    return Some(client);
+                }
+            }
         }
+        None
     }
 
-    /// Forgets `client` (gone or cut); returns the processes of its tree still live, which the
-    /// agent stops tracking.
+    /// Forgets `client` (gone or cut); returns the pids of its tree's live processes, which the
+    /// agent stops tracking (a pid now held by another client's process is not among them).
     pub fn remove_client(&mut self, client: ClientId) -> Vec<u32> {
-        let pids: Vec<u32> = self
-            .trees
-            .remove(&client)
-            .map(|tree| tree.into_iter().collect())
-            .unwrap_or_default();
-        for pid in &pids {
-            self.owner.remove(pid);
+        let mut live = Vec::new();
+        for pid in self.trees.remove(&client).unwrap_or_default() {
+            if self.owner.get(&pid).is_some_and(|e| e.client == client) {
+                self.owner.remove(&pid);
+                live.push(pid);
+            }
+            if let Some(old) = self.superseded.get_mut(&pid) {
+                old.retain(|e| e.client != client);
+                if old.is_empty() {
+                    self.superseded.remove(&pid);
+                }
+            }
         }
-        pids
+        live
     }
 
-    /// Processes routed, over all clients.
+    /// Processes routed, over all clients (those whose exit is still to come included).
     pub fn len(&self) -> usize {
-        self.owner.len()
+        self.owner.len() + self.superseded.values().map(Vec::len).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.owner.is_empty()
+        self.len() == 0
     }
 }
 
@@ -201,12 +276,14 @@ fn read_header(record: &[u8]) -> Option<EventHeader> {
     Some(unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<EventHeader>()) })
 }
 
-fn read_fork_parent(record: &[u8]) -> Option<u32> {
+/// A fork record's parent: its pid and start time.
+fn read_fork_parent(record: &[u8]) -> Option<(u32, u64)> {
     if record.len() < std::mem::size_of::<ForkEvent>() {
         return None;
     }
     // SAFETY: the length was checked; ForkEvent is plain old data, read unaligned.
-    Some(unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<ForkEvent>()) }.parent_pid)
+    let fork = unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<ForkEvent>()) };
+    Some((fork.parent_pid, fork.parent_start_ns))
 }
 
 /// The agent's socket for a client: `MONTRACE_AGENT_SOCKET` when set (empty: no agent), else
@@ -222,9 +299,10 @@ pub fn socket_path() -> Option<(PathBuf, bool)> {
     }
 }
 
-/// A connection to the agent, before its request.
+/// An agent that answered at start-up. The run's own connection is made when its request is
+/// ready ([`Connection::follow`]): the agent gives a connection a few seconds to ask, and the
+/// steps between montrace's start and its command's fork can take longer on a loaded machine.
 pub struct Connection {
-    stream: UnixStream,
     path: PathBuf,
 }
 
@@ -240,10 +318,10 @@ pub struct Stream {
 const REPLY_WAIT: Duration = Duration::from_secs(5);
 
 impl Connection {
+    /// Whether an agent listens at `path` (a connection made and closed).
     pub fn connect(path: &Path) -> io::Result<Connection> {
-        let stream = UnixStream::connect(path)?;
+        drop(UnixStream::connect(path)?);
         Ok(Connection {
-            stream,
             path: path.to_owned(),
         })
     }
@@ -253,17 +331,23 @@ impl Connection {
     }
 
     /// Asks the agent to follow `pid`'s tree; the stream of its records when the agent agreed.
-    pub fn follow(mut self, pid: u32) -> anyhow::Result<Stream> {
+    pub fn follow(self, pid: u32) -> anyhow::Result<Stream> {
+        let mut stream = UnixStream::connect(&self.path).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach the montrace agent at {}: {e}",
+                self.path.display()
+            )
+        })?;
         let mut line = serde_json::to_vec(&Request {
             version: PROTOCOL_VERSION,
             follow: pid,
         })?;
         line.push(b'\n');
-        self.stream.set_read_timeout(Some(REPLY_WAIT))?;
-        self.stream.write_all(&line)?;
+        stream.set_read_timeout(Some(REPLY_WAIT))?;
+        stream.write_all(&line)?;
         let mut reply = Vec::new();
         let rest = {
-            let mut reader = io::BufReader::new((&self.stream).take(MAX_REQUEST_BYTES as u64));
+            let mut reader = io::BufReader::new((&stream).take(MAX_REQUEST_BYTES as u64));
             reader.read_until(b'\n', &mut reply)?;
             // What the reader took beyond the line (records already sent) is kept.
             reader.buffer().to_vec()
@@ -281,10 +365,10 @@ impl Connection {
                 reply.error.unwrap_or_default()
             );
         }
-        self.stream.set_read_timeout(None)?;
-        self.stream.set_nonblocking(true)?;
+        stream.set_read_timeout(None)?;
+        stream.set_nonblocking(true)?;
         Ok(Stream {
-            stream: self.stream,
+            stream,
             mode: reply.mode.unwrap_or(TrackingMode::TpBtf),
             pending: rest,
         })
@@ -391,6 +475,66 @@ mod tests {
         left.sort_unstable();
         assert_eq!(left, vec![200, 201]);
         assert!(routes.is_empty());
+    }
+
+    fn record(kind: u32, pid: u32, start_ns: u64) -> Vec<u8> {
+        bytes(&EventHeader {
+            kind,
+            pid,
+            time_ns: 1,
+            start_ns,
+        })
+    }
+
+    fn fork_at(child: u32, start: u64, parent: u32, parent_start: u64) -> Vec<u8> {
+        bytes(&ForkEvent {
+            header: EventHeader {
+                kind: kind::FORK,
+                pid: child,
+                time_ns: 1,
+                start_ns: start,
+            },
+            parent_pid: parent,
+            _pad: 0,
+            parent_start_ns: parent_start,
+            comm: [0; 16],
+        })
+    }
+
+    #[test]
+    fn an_exit_that_comes_after_its_pid_was_reused_goes_to_the_tree_that_ended() {
+        let mut routes = Routes::default();
+        routes.add_root(1, 100).unwrap();
+        routes.add_root(2, 200).unwrap();
+        // Tree 1's 101 (start 10) ends and is reaped; its exit record is still to come when
+        // tree 2 forks a new process that gets pid 101 (start 20).
+        assert_eq!(routes.route(&fork_at(101, 10, 100, 0)), Some(1));
+        assert_eq!(routes.route(&fork_at(101, 20, 200, 5)), Some(2));
+        // The new 101's exec is tree 2's; the old 101's exit is tree 1's.
+        assert_eq!(routes.route(&record(kind::EXEC, 101, 20)), Some(2));
+        assert_eq!(routes.route(&record(kind::EXIT, 101, 10)), Some(1));
+        assert_eq!(routes.route(&record(kind::THREAD_EXIT, 101, 20)), Some(2));
+        // Tree 1 ends: the pid it no longer holds is not untracked.
+        assert_eq!(routes.remove_client(1), vec![100]);
+        assert_eq!(routes.route(&record(kind::EXIT, 101, 20)), Some(2));
+        assert_eq!(routes.remove_client(2), vec![200]);
+        assert!(routes.is_empty());
+    }
+
+    #[test]
+    fn a_gone_clients_superseded_processes_are_forgotten() {
+        let mut routes = Routes::default();
+        routes.add_root(1, 100).unwrap();
+        routes.add_root(2, 200).unwrap();
+        assert_eq!(routes.route(&fork_at(101, 10, 100, 0)), Some(1));
+        assert_eq!(routes.route(&fork_at(101, 20, 200, 0)), Some(2));
+        let mut left = routes.remove_client(1);
+        left.sort_unstable();
+        assert_eq!(left, vec![100]);
+        // The old 101's exit now belongs to nobody, the new one's to tree 2.
+        assert_eq!(routes.route(&record(kind::EXIT, 101, 10)), None);
+        assert_eq!(routes.route(&record(kind::EXIT, 101, 20)), Some(2));
+        assert_eq!(routes.len(), 1);
     }
 
     #[test]

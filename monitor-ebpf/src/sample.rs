@@ -79,7 +79,7 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
                 let so_far = now - w.since_ns;
                 waits[state] += so_far;
                 // What this sweep showed of the interval: its close adds no less, should the
-                // programs miss the thread's switch-in (`waits::settle`).
+                // programs miss the thread's switch-in (`TaskWaits::settle`).
                 if so_far > w.reported_ns {
                     w.reported_ns = so_far;
                 }

@@ -67,10 +67,57 @@ pub struct TaskWaits {
     /// delay), blocked uninterruptibly (the D state, mostly I/O), sleeping (a timer, a pipe, a
     /// lock, a child...). An array indexed by a masked state keeps the verifier's bounds simple.
     pub total_ns: [u64; 4],
-    /// `sum_exec_runtime` at the last switch-in. The kernel adds the slice in progress to it
-    /// only at the next tick or switch (every 4 ms at HZ=250): the task iterator reads a thread
-    /// on a CPU as this plus the time since `since_ns`, as `/proc/PID/schedstat` does.
+    /// `sum_exec_runtime` at the last switch-in, or, off a CPU, at the last switch-out. The
+    /// kernel adds the slice in progress to it only at the next tick or switch (every 4 ms at
+    /// HZ=250): the task iterator reads a thread on a CPU as this plus the time since
+    /// `since_ns`, as `/proc/PID/schedstat` does. Off a CPU, it tells how much of an interval
+    /// whose switch-in the programs never saw was spent on a CPU (see `settle` in the programs).
     pub runtime_ns: u64,
+    /// The most the sweeps (the task iterator) counted of the interval in progress, so that an
+    /// interval closed without its switch-in adds no less than a sweep already showed.
+    pub reported_ns: u64,
+}
+
+impl TaskWaits {
+    /// Adds the interval since `since_ns`, up to `now`, to the total of the state it was spent
+    /// in (a wake-up or a switch-in ends it; `RUNNING` collects nothing).
+    #[inline(always)]
+    pub fn close(&mut self, now: u64) {
+        if self.since_ns == 0 || now < self.since_ns {
+            return;
+        }
+        // Masked, so the index is provably in bounds for the verifier.
+        let state = (self.state & 3) as usize;
+        if state != wait_state::RUNNING as usize {
+            self.total_ns[state] += now - self.since_ns;
+        }
+    }
+
+    /// The thread is on a CPU at `now` (it is switching out, or dying at its final switch),
+    /// `runtime` its exact `sum_exec_runtime` then: an entry that says otherwise missed its
+    /// switch-in, and perhaps its wake-up. The kernel does not always report them: on the 6.18
+    /// VM montrace is tested on, no tracepoint fires while the VM's guest agent (pid 1's
+    /// threads) is the current task, so a wake-up in an interrupt over the agent, or the switch
+    /// from the agent to the thread, never reaches the programs; elsewhere, a program run the
+    /// kernel skips (its `recursion_misses`) does the same. Overwritten, the interval since
+    /// `since_ns` was lost, and the exit showed less than the last sweep (1.5 s asleep at the
+    /// sweep, 0.2 ms at the exit, for a `timeout` whose SIGALRM came over the agent). It is
+    /// closed instead in the state last seen, less the CPU time it held (`runtime_ns` was read
+    /// at the switch-out that opened it), and never below what a sweep already counted of it
+    /// (`reported_ns`): the figures never go back. Whether the thread woke and waited for a CPU
+    /// in it is not known; that time is counted in the state last seen.
+    #[inline(always)]
+    pub fn settle(&mut self, now: u64, runtime: u64) {
+        if self.state == wait_state::RUNNING || self.since_ns == 0 || now < self.since_ns {
+            return;
+        }
+        let on_cpu = runtime.saturating_sub(self.runtime_ns);
+        let mut off_cpu = (now - self.since_ns).saturating_sub(on_cpu);
+        if off_cpu < self.reported_ns {
+            off_cpu = self.reported_ns;
+        }
+        self.total_ns[(self.state & 3) as usize] += off_cpu;
+    }
 }
 
 /// One live thread of the tree at a sweep, written by the `iter/task` program (`sample`) in
@@ -349,4 +396,84 @@ mod pod {
     unsafe impl aya::Pod for super::TaskWaits {}
     unsafe impl aya::Pod for super::NetBytes {}
     unsafe impl aya::Pod for super::TaskSample {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Asleep since 1,000 ns, the runtime 5,000 ns at that switch-out.
+    fn asleep() -> TaskWaits {
+        TaskWaits {
+            since_ns: 1_000,
+            state: wait_state::SLEEPING,
+            total_ns: [0, 10, 20, 30],
+            runtime_ns: 5_000,
+            ..TaskWaits::default()
+        }
+    }
+
+    #[test]
+    fn a_wake_up_or_switch_in_closes_the_interval_in_its_state() {
+        let mut w = asleep();
+        w.close(1_600);
+        assert_eq!(w.total_ns, [0, 10, 20, 630]);
+        // On a CPU: nothing to add.
+        let mut running = TaskWaits {
+            state: wait_state::RUNNING,
+            ..asleep()
+        };
+        running.close(1_600);
+        assert_eq!(running.total_ns, [0, 10, 20, 30]);
+        // No interval open yet (a new entry), or a clock read before it: nothing either.
+        let mut new = TaskWaits {
+            since_ns: 0,
+            ..asleep()
+        };
+        new.close(1_600);
+        let mut early = asleep();
+        early.close(900);
+        assert_eq!(new.total_ns, [0, 10, 20, 30]);
+        assert_eq!(early.total_ns, [0, 10, 20, 30]);
+    }
+
+    #[test]
+    fn an_unseen_switch_in_settles_the_interval_less_its_cpu_time() {
+        // Switching out at 2,000 ns after 300 ns on a CPU whose switch-in was never seen: the
+        // 1,000 ns interval was 700 ns off the CPU, counted asleep (the state last seen).
+        let mut w = asleep();
+        w.settle(2_000, 5_300);
+        assert_eq!(w.total_ns, [0, 10, 20, 730]);
+        // On a CPU as the entry says: nothing to settle.
+        let mut running = TaskWaits {
+            state: wait_state::RUNNING,
+            ..asleep()
+        };
+        running.settle(2_000, 5_300);
+        assert_eq!(running.total_ns, [0, 10, 20, 30]);
+        // More CPU than wall time (the runtime read before the interval's start): nothing off it.
+        let mut busy = asleep();
+        busy.settle(2_000, 9_000);
+        assert_eq!(busy.total_ns, [0, 10, 20, 30]);
+    }
+
+    #[test]
+    fn a_settled_interval_never_adds_less_than_a_sweep_showed_of_it() {
+        // A sweep at 1,900 ns counted 900 ns asleep (the thread was on a CPU by then, unseen):
+        // settled at 2,000 ns with 300 ns on a CPU, it adds the 900 ns, not 700, so the exit is
+        // never below that sweep.
+        let mut w = TaskWaits {
+            reported_ns: 900,
+            ..asleep()
+        };
+        w.settle(2_000, 5_300);
+        assert_eq!(w.total_ns, [0, 10, 20, 930]);
+        // Below the exact figure, the sweep changes nothing.
+        let mut w = TaskWaits {
+            reported_ns: 500,
+            ..asleep()
+        };
+        w.settle(2_000, 5_300);
+        assert_eq!(w.total_ns, [0, 10, 20, 730]);
+    }
 }

@@ -57,26 +57,32 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     // A thread of the tree has its entry in `WAITS` once it has left a CPU (only tracked threads
     // get one): one map lookup for it, the tracked map's too only for the others (each lookup
     // costs a few hundred ns, most of the program's time).
-    let waits_so_far = WAITS.get_ptr(&tid);
+    let waits_so_far = WAITS.get_ptr_mut(&tid);
     // SAFETY: checked for presence only.
     if waits_so_far.is_none() && unsafe { TRACKED.get(&tgid) }.is_none() {
         return 0;
     }
     let ioac = off!(task_ioac);
     let (peak, rss) = task::mm_rss_pages::<Direct>(mm);
-    // Its waiting times so far, the interval in progress up to now (as `waits::add` would).
+    // Its waiting times so far, the interval in progress up to now (as `TaskWaits::close` would).
     let mut waits = [0u64; 4];
     let mut runtime_ns: u64 = get(task, off!(task_sum_exec_runtime));
     // SAFETY: a map value stays valid while the program runs (read without a copy: the 512-byte
     // stack holds the sample and the descriptor words already).
-    if let Some(w) = waits_so_far.map(|w| unsafe { &*w }) {
+    if let Some(w) = waits_so_far.map(|w| unsafe { &mut *w }) {
         waits = w.total_ns;
         // SAFETY: plain helper call.
         let now = unsafe { bpf_ktime_get_boot_ns() };
         let state = (w.state & 3) as usize;
         if w.since_ns != 0 && now > w.since_ns {
             if state != wait_state::RUNNING as usize {
-                waits[state] += now - w.since_ns;
+                let so_far = now - w.since_ns;
+                waits[state] += so_far;
+                // What this sweep showed of the interval: its close adds no less, should the
+                // programs miss the thread's switch-in (`TaskWaits::settle`).
+                if so_far > w.reported_ns {
+                    w.reported_ns = so_far;
+                }
             } else if w.runtime_ns + (now - w.since_ns) > runtime_ns {
                 // On a CPU: the slice in progress is not in sum_exec_runtime yet.
                 runtime_ns = w.runtime_ns + (now - w.since_ns);

@@ -31,7 +31,7 @@ pub fn switch_btf(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_boot_ns() };
     if prev_state as u32 & TASK_DEAD != 0 {
-        finish(prev);
+        finish(prev, now);
     } else {
         // The bool argument occupies a whole register slot; only its low byte is defined.
         waits::switched_out(prev, prev_state as u32, preempt & 0xff != 0, now);
@@ -51,12 +51,13 @@ pub fn switch_tp(_ctx: TracePointContext) -> u32 {
     let current = unsafe { bpf_get_current_task() } as usize;
     let state: u32 = task::read(current, off!(task_state));
     if state & TASK_DEAD != 0 {
-        finish(current);
+        // SAFETY: plain helper call.
+        finish(current, unsafe { bpf_ktime_get_boot_ns() });
     }
     0
 }
 
-fn finish(task: usize) {
+fn finish(task: usize, now: u64) {
     if !ready() {
         return;
     }
@@ -73,7 +74,9 @@ fn finish(task: usize) {
         (*pending).stime_ns = task::read(task, off!(task_stime));
         (*pending).nvcsw = task::read(task, off!(task_nvcsw));
         (*pending).nivcsw = task::read(task, off!(task_nivcsw));
-        if let Some(w) = WAITS.get_ptr(&tid) {
+        if let Some(w) = WAITS.get_ptr_mut(&tid) {
+            // On its CPU until now, whatever the entry says (see `TaskWaits::settle`).
+            (*w).settle(now, (*pending).runtime_ns);
             (*pending).run_queue_ns = (*w).total_ns[wait_state::RUNNABLE as usize];
             (*pending).blocked_ns = (*w).total_ns[wait_state::BLOCKED as usize];
             (*pending).sleep_ns = (*w).total_ns[wait_state::SLEEPING as usize];

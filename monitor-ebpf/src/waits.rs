@@ -54,9 +54,10 @@ fn wake(woken: usize) {
             wait_state::BLOCKED | wait_state::SLEEPING => {
                 // SAFETY: plain helper call.
                 let now = bpf_ktime_get_boot_ns();
-                add(&mut *w, now);
+                (*w).close(now);
                 (*w).state = wait_state::RUNNABLE;
                 (*w).since_ns = now;
+                (*w).reported_ns = 0;
             }
             _ => {}
         }
@@ -86,10 +87,16 @@ pub fn switched_out(prev: usize, prev_state: u32, preempted: bool, now: u64) {
     } else {
         wait_state::SLEEPING
     };
+    // The scheduler has added the slice that ends here (update_curr() before the switch).
+    let runtime: u64 = task::read(prev, off!(task_sum_exec_runtime));
     // SAFETY: as in `wake`.
     unsafe {
+        // On a CPU until now, whatever the entry says (see `TaskWaits::settle`).
+        (*w).settle(now, runtime);
         (*w).state = state;
         (*w).since_ns = now;
+        (*w).runtime_ns = runtime;
+        (*w).reported_ns = 0;
     }
 }
 
@@ -98,23 +105,11 @@ pub fn switched_in(next: usize, now: u64) {
     if let Some(w) = WAITS.get_ptr_mut(&task::pid(next)) {
         // SAFETY: as in `wake`.
         unsafe {
-            add(&mut *w, now);
+            (*w).close(now);
             (*w).state = wait_state::RUNNING;
             (*w).since_ns = now;
+            (*w).reported_ns = 0;
             (*w).runtime_ns = task::read(next, off!(task_sum_exec_runtime));
         }
-    }
-}
-
-/// Adds the interval since `since_ns` to the total of the state it was spent in.
-fn add(w: &mut TaskWaits, now: u64) {
-    if w.since_ns == 0 || now < w.since_ns {
-        return;
-    }
-    let spent = now - w.since_ns;
-    // Masked, so the index is provably in bounds; RUNNING (0) collects nothing.
-    let state = (w.state & 3) as usize;
-    if state != wait_state::RUNNING as usize {
-        w.total_ns[state] += spent;
     }
 }

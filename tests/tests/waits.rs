@@ -57,7 +57,11 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
         // never count time twice (on a CPU at least the CPU time, less 1 %), but now and then
         // they miss a few ms of a runnable interval: 0.1 to 9 ms of a ~480 ms burner here, in
         // one sweep interval mid-life, up to 3.3 % once (the kernel's own schedstat run delay
-        // is 0.5 to 7 ms above montrace's too, see below; the cause is not found). The issue
+        // is 0.5 to 7 ms above montrace's too, see below). One cause was found: the programs
+        // dropped a runnable interval whose switch-in the kernel did not report (this VM fires
+        // no tracepoint while its guest agent is on the CPU); they now settle it at the next
+        // switch-out (`TaskWaits::settle`), and montrace's delay came to 0.1 to 4.4 ms below
+        // schedstat's, from 0 to 18 ms (16 burners each, on this VM). The issue
         // asks 1 %; this checks -1 % to +5 %, plus the time the run's CPUs were stolen or in
         // interrupts: the kernel's CPU time leaves both out (PARAVIRT_TIME_ACCOUNTING, which
         // this VM has; IRQ_TIME_ACCOUNTING), the scheduler's on-a-CPU time has them. Here the
@@ -184,8 +188,8 @@ fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
                WINDOW w AS (PARTITION BY pid, start_time ORDER BY time, source = 'exit')) \
              SELECT count(*) AS n, \
                count(*) FILTER (WHERE run_queue_ns IS NULL OR sleep_ns IS NULL) AS missing, \
-               count(*) FILTER (WHERE (run_queue_ns < rq0 OR blocked_ns < b0 OR sleep_ns < s0) \
-                 AND source <> 'exit') AS backwards FROM s"
+               count(*) FILTER (WHERE run_queue_ns < rq0 OR blocked_ns < b0 OR sleep_ns < s0) \
+                 AS backwards FROM s"
         ),
         // The rows that went back, if any, with the row before them (for the failure message).
         format!(
@@ -229,11 +233,10 @@ fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
         .unwrap();
     assert!(all.f64(0, "n").unwrap() >= 20.0, "{all:?}");
     assert_eq!(all.f64(0, "missing"), Some(0.0), "{all:?}");
-    // KNOWN DEFECT (open, issue 30's note): about 1 run in 10, one process's exit row has less
-    // sleep than its last sweep (1.26 s in the sweep, 0.24 ms at the exit, the sweep 238 ms
-    // before the exit): the exit event's figure loses a sleep that the sweep had counted. The
-    // sweeps never go back; the exit row is checked against processes.parquet below, and the
-    // rows that went back are printed when anything else fails.
+    // Never back, the exit row included: the programs close an interval whose wake-up or
+    // switch-in the kernel did not report to them (this VM fires no tracepoint while its guest
+    // agent is on the CPU) no lower than a sweep showed of it (`TaskWaits::settle`). Before,
+    // about 1 run in 10 lost a `timeout`'s 1.5 s asleep at its exit.
     assert_eq!(all.f64(0, "backwards"), Some(0.0), "{all:?} {went_back:?}");
     let n = exits.f64(0, "n").unwrap();
     // sh, seq, and a timeout and its sh per burner.

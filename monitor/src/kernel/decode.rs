@@ -503,7 +503,7 @@ mod tests {
             state,
             tgid,
             total_ns,
-            runtime_ns: 0,
+            ..TaskWaits::default()
         };
         let threads = [
             // Process 10: one thread runnable since 900 (100 ns so far), one asleep since 500.

@@ -129,30 +129,7 @@ pub fn keep_only(caps: &[u32]) -> io::Result<()> {
 /// nothing without file capabilities of its own.) A no-op for root, whose privilege is its uid
 /// and which `run` keeps as before (docs/security.md).
 pub fn drop_all() -> io::Result<()> {
-    // SAFETY: prctl with constant arguments.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let header = CapHeader {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [CapData::default(); 2];
-    // SAFETY: header and two data structs, as capset(2) version 3 takes.
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    keep_only(&[])
 }
 
 /// Sets this thread's effective set to its permitted set (`true`) or empties it (`false`),

@@ -42,6 +42,29 @@ fn smaps_due(
     read_rss != rss || now - read_at > max_age
 }
 
+/// Whether a sweep reads a process's smaps_rollup, its address space being `image` at `now`:
+/// always where none was read before or the address space is not the one last read (see
+/// `SmapsImage::same_as`), else by `smaps_due`.
+fn smaps_wanted(
+    cached: Option<&tree_memory::SmapsSeen>,
+    image: &tree_memory::SmapsImage,
+    now: i64,
+    tree_changed: i64,
+    pss_counts: bool,
+) -> bool {
+    cached.is_none_or(|seen| {
+        !seen.image.same_as(image)
+            || smaps_due(
+                seen.image.rss_bytes,
+                seen.read_at,
+                image.rss_bytes,
+                now,
+                tree_changed,
+                pss_counts,
+            )
+    })
+}
+
 use crate::{
     follow::limits,
     kernel::decode::{self, KernelEvent},
@@ -79,10 +102,11 @@ pub struct Recorder<'g> {
     /// Processes that ended lately: pid -> (start time, end time), so a phase mark from a
     /// process that exited right after sending it still finds its process.
     ended: HashMap<u32, (i64, Option<i64>)>,
-    /// The last smaps_rollup figures of each live process, with its RSS and when they were
-    /// read: they are read again only when RSS moved, or after `SMAPS_MAX_AGE_NS` (the tree
-    /// changed since; `SMAPS_MAX_AGE_STEADY_NS` where it did not).
-    smaps: HashMap<(u32, i64), (u64, i64, crate::sampling::sampler::SmapsReading)>,
+    /// The last smaps_rollup figures of each live process, with the address space they describe
+    /// and when they were read: they are read again when that address space changed (RSS moved,
+    /// an exec, sharing its parent's ended), or after `SMAPS_MAX_AGE_NS` (the tree changed
+    /// since; `SMAPS_MAX_AGE_STEADY_NS` where it did not).
+    smaps: HashMap<(u32, i64), tree_memory::SmapsSeen>,
     /// When a process of the tree last started, exec'd or exited (wall ns).
     tree_changed_ns: i64,
     /// Last sample of each live process, keyed by (pid, start time).
@@ -559,10 +583,26 @@ impl<'g> Recorder<'g> {
             let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
             let tree_changed_ns = self.tree_changed_ns;
             let pss_counts = self.memory_source == TreeMemorySource::Pss;
+            // The address space as this sweep sees it, by the RSS just read.
+            let image = |rss_bytes| tree_memory::SmapsImage {
+                rss_bytes,
+                exec_count: self.tracker.live_record(pid).map_or(0, |r| r.exec_count),
+                shares_with: shares.get(&pid).copied(),
+            };
+            // What `want_smaps` answered, if the reader asked (it does not for a process with
+            // no address space): cached figures stand for this sweep only where it said no.
+            let asked = std::cell::Cell::new(None);
             let want_smaps = |rss| {
-                full && cached.is_none_or(|(cached_rss, read_at, _)| {
-                    smaps_due(cached_rss, read_at, rss, now, tree_changed_ns, pss_counts)
-                })
+                let want = full
+                    && smaps_wanted(
+                        cached.as_ref(),
+                        &image(rss),
+                        now,
+                        tree_changed_ns,
+                        pss_counts,
+                    );
+                asked.set(Some(want));
+                want
             };
             let from_kernel = kernel
                 .as_ref()
@@ -616,13 +656,24 @@ impl<'g> Recorder<'g> {
             // The handle is this process's for good (see `ProcessHandle`): the next sweep
             // reads through it.
             self.handles.keep(key, handle);
-            match (reading.smaps, cached) {
-                (Some(fresh), _) => {
-                    self.smaps.insert(key, (reading.rss_bytes, now, fresh));
+            let fresh = reading.smaps;
+            // The same address space as at the last read, read lately: the same USS/PSS/swap,
+            // repeated. None where a wanted read brought nothing (no address space now).
+            reading.smaps =
+                tree_memory::row_smaps(reading.vms_bytes, fresh, asked.get(), cached.as_ref());
+            match (fresh, reading.smaps) {
+                (Some(_), Some(smaps)) => {
+                    let seen = tree_memory::SmapsSeen {
+                        image: image(reading.rss_bytes),
+                        read_at: now,
+                        smaps,
+                    };
+                    self.smaps.insert(key, seen);
                 }
-                // RSS did not move since the last read: the same USS/PSS/swap, repeated.
-                (None, Some((_, _, last))) if full => reading.smaps = Some(last),
-                _ => {}
+                (_, None) => {
+                    self.smaps.remove(&key);
+                }
+                (None, Some(_)) => {}
             }
             let mut sample = rates::process_sample(
                 &reading,
@@ -1005,6 +1056,42 @@ mod tests {
     use crate::sampling::gpu::fake::{FakeBackend, FakeDevice};
     use crate::sampling::gpu::{GpuDevice, GpuProcess};
     use crate::tracking::tracker::Clock;
+
+    #[test]
+    fn smaps_is_read_again_when_the_address_space_is_not_the_one_last_read() {
+        let s = 1_000_000_000;
+        let image = |rss_bytes, exec_count, shares_with| tree_memory::SmapsImage {
+            rss_bytes,
+            exec_count,
+            shares_with,
+        };
+        let seen = tree_memory::SmapsSeen {
+            image: image(100, 0, Some(7)),
+            read_at: 10 * s,
+            smaps: sampler::SmapsReading {
+                uss_bytes: 90,
+                pss_bytes: 95,
+                swap_bytes: 0,
+            },
+        };
+        let wanted =
+            |now: &tree_memory::SmapsImage| smaps_wanted(Some(&seen), now, 10 * s + 1, 0, false);
+        assert!(smaps_wanted(None, &image(100, 0, None), 10 * s, 0, false));
+        // Still in its parent's address space, RSS unmoved, read a moment ago: repeated.
+        assert!(!wanted(&image(100, 0, Some(7))));
+        // Out of it (kcmp apart), exec'd, or RSS moved: read again.
+        assert!(wanted(&image(100, 0, None)));
+        assert!(wanted(&image(100, 1, Some(7))));
+        assert!(wanted(&image(101, 0, Some(7))));
+        // The same address space, after the age limit.
+        assert!(smaps_wanted(
+            Some(&seen),
+            &image(100, 0, Some(7)),
+            21 * s,
+            0,
+            false
+        ));
+    }
 
     #[test]
     fn smaps_is_read_again_when_rss_moves_and_after_2_s_or_10_s_in_a_steady_tree_or_a_fork() {

@@ -162,6 +162,23 @@ pub fn row_smaps(
     }
 }
 
+/// The process from whose address space `pid`'s pages came by forks alone (its fork family):
+/// up from `pid` while the process has not exec'd (`record(p)`: its parent and exec count) and
+/// its parent is known. A fork, an exec or an exit in the family changes how its pages are
+/// shared (a forked child shares its parent's until either writes, and its grandparent's where
+/// its parent had not exec'd either), so each member's PSS and USS, and nothing outside it.
+pub fn fork_family(pid: u32, record: impl Fn(u32) -> Option<(Option<u32>, u32)>) -> u32 {
+    let mut at = pid;
+    // Bounded: a pid reused as its own ancestor must not loop.
+    for _ in 0..64 {
+        match record(at) {
+            Some((Some(parent), 0)) if parent != at && record(parent).is_some() => at = parent,
+            _ => break,
+        }
+    }
+    at
+}
+
 /// `kcmp(2)`'s `KCMP_VM` (include/uapi/linux/kcmp.h).
 const KCMP_VM: libc::c_long = 1;
 
@@ -349,6 +366,23 @@ mod tests {
         };
         let doubled = sum_once(&spaces, &[members[0], repeated]);
         assert_eq!(doubled.uss, Some(722 * MIB));
+    }
+
+    #[test]
+    fn a_fork_family_reaches_up_to_the_last_exec() {
+        // 1 exec'd; 2 and 3 are forks of it, 4 a fork of 3; 5 exec'd after its fork from 3;
+        // 6's parent is not known (gone).
+        let record = |pid: u32| match pid {
+            1 => Some((None, 1)),
+            2 | 3 => Some((Some(1), 0)),
+            4 => Some((Some(3), 0)),
+            5 => Some((Some(3), 1)),
+            6 => Some((Some(99), 0)),
+            7 => Some((Some(7), 0)),
+            _ => None,
+        };
+        let families: Vec<u32> = (1..=7).map(|p| fork_family(p, record)).collect();
+        assert_eq!(families, [1, 1, 1, 1, 5, 6, 7]);
     }
 
     #[test]

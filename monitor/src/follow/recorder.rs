@@ -47,7 +47,7 @@ fn smaps_due(
 /// `SmapsImage::same_as`), else by `smaps_due`.
 ///
 /// Also always where the sharing of its pages changed since (`sharing_changed`: a fork, exec
-/// or exit in its fork family): a parent's PSS from before its fork beside its child's, read
+/// or exit in its fork family, `tree_memory::ForkFamilies`): a parent's PSS from before its fork beside its child's, read
 /// after, counted the pages the child shares one and a half times (539 MiB for a 359 MiB tree).
 fn smaps_wanted(
     cached: Option<&tree_memory::SmapsSeen>,
@@ -115,9 +115,8 @@ pub struct Recorder<'g> {
     smaps: HashMap<(u32, i64), tree_memory::SmapsSeen>,
     /// When a process of the tree last started, exec'd or exited (wall ns).
     tree_changed_ns: i64,
-    /// When the sharing of a fork family's pages last changed (`tree_memory::fork_family`), by
-    /// the pid of the family's first process (wall ns).
-    sharing_changed: HashMap<u32, i64>,
+    /// The tree's fork families, and when each one's sharing of pages last changed.
+    families: tree_memory::ForkFamilies,
     /// Last sample of each live process, keyed by (pid, start time).
     previous: HashMap<(u32, i64), rates::Previous>,
     previous_system: Option<SystemReading>,
@@ -240,7 +239,7 @@ impl<'g> Recorder<'g> {
             previous: HashMap::new(),
             smaps: HashMap::new(),
             tree_changed_ns: 0,
-            sharing_changed: HashMap::new(),
+            families: Default::default(),
             ended: HashMap::new(),
             previous_system: None,
             totals: run_json::TreeTotals::default(),
@@ -374,14 +373,23 @@ impl<'g> Recorder<'g> {
                 command_exec = true;
             }
         }
-        let families = self.families_changed_by(event);
         let row = self.tracker.apply(event);
         if row.kind != crate::store::records::EventKind::ThreadExit {
             self.tree_changed_ns = self.tree_changed_ns.max(row.time_ns);
         }
-        for family in families {
-            let at = self.sharing_changed.entry(family).or_default();
-            *at = (*at).max(row.time_ns);
+        if self.detail == MemoryDetail::Full {
+            match event {
+                KernelEvent::Fork {
+                    pid, parent_pid, ..
+                } => self.families.fork(*pid, *parent_pid, row.time_ns),
+                KernelEvent::Exec { pid, .. } => self.families.exec(*pid, row.time_ns),
+                KernelEvent::Exit {
+                    pid,
+                    whole_process: true,
+                    ..
+                } => self.families.exit(*pid, row.time_ns),
+                KernelEvent::Exit { .. } => {}
+            }
         }
         if command_exec {
             // The command's wall time starts here: the load with it.
@@ -412,43 +420,8 @@ impl<'g> Recorder<'g> {
         self.write(|r| r.events.push(row));
     }
 
-    /// The fork family of a live process (`tree_memory::fork_family`).
-    fn fork_family(&self, pid: u32) -> u32 {
-        tree_memory::fork_family(pid, |p| {
-            let record = self.tracker.live_record(p)?;
-            Some((record.parent_pid, record.exec_count))
-        })
-    }
-
-    /// The fork families whose pages' sharing `event` changes, asked before the tracker takes
-    /// it in: a fork, the parent's; an exec, the family it leaves; a process's exit, its family,
-    /// and each child that had not exec'd (their pages were shared with it; they are families
-    /// of their own from now on).
-    fn families_changed_by(&self, event: &KernelEvent) -> Vec<u32> {
-        match event {
-            KernelEvent::Fork { parent_pid, .. } => vec![self.fork_family(*parent_pid)],
-            KernelEvent::Exec { pid, .. } => vec![self.fork_family(*pid)],
-            KernelEvent::Exit {
-                pid,
-                whole_process: true,
-                ..
-            } => {
-                let mut families = vec![self.fork_family(*pid)];
-                for (child, _) in self.tracker.live_processes() {
-                    let record = self.tracker.live_record(child);
-                    if record.is_some_and(|r| r.parent_pid == Some(*pid) && r.exec_count == 0) {
-                        families.push(child);
-                    }
-                }
-                families
-            }
-            KernelEvent::Exit { .. } => Vec::new(),
-        }
-    }
-
     pub fn store_finished(&mut self) {
         for record in self.tracker.take_finished() {
-            self.sharing_changed.remove(&record.pid);
             self.previous.remove(&(record.pid, record.start_time_ns));
             self.smaps.remove(&(record.pid, record.start_time_ns));
             self.handles.remove((record.pid, record.start_time_ns));
@@ -633,7 +606,7 @@ impl<'g> Recorder<'g> {
             let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
             let tree_changed_ns = self.tree_changed_ns;
             let pss_counts = self.memory_source == TreeMemorySource::Pss;
-            let sharing_changed = self.sharing_changed.get(&self.fork_family(pid)).copied();
+            let sharing_changed = self.families.changed_at(pid);
             // The address space as this sweep sees it, by the RSS just read.
             let image = |rss_bytes| tree_memory::SmapsImage {
                 rss_bytes,

@@ -29,6 +29,7 @@
 //! parent's whole image a second time (a CI run's USS peak of 724 MiB for a 359 MiB tree).
 use crate::sampling::sampler::SmapsReading;
 pub use crate::store::model::{SweepMemory, TreeMemorySource};
+use std::collections::HashMap;
 
 /// One live process's memory at a sweep.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -162,21 +163,89 @@ pub fn row_smaps(
     }
 }
 
-/// The process from whose address space `pid`'s pages came by forks alone (its fork family):
-/// up from `pid` while the process has not exec'd (`record(p)`: its parent and exec count) and
-/// its parent is known. A fork, an exec or an exit in the family changes how its pages are
-/// shared (a forked child shares its parent's until either writes, and its grandparent's where
-/// its parent had not exec'd either), so each member's PSS and USS, and nothing outside it.
-pub fn fork_family(pid: u32, record: impl Fn(u32) -> Option<(Option<u32>, u32)>) -> u32 {
-    let mut at = pid;
-    // Bounded: a pid reused as its own ancestor must not loop.
-    for _ in 0..64 {
-        match record(at) {
-            Some((Some(parent), 0)) if parent != at && record(parent).is_some() => at = parent,
-            _ => break,
+/// The tree's fork families: a process and the forks of it (and of those) that have not
+/// exec'd since, which share its pages copy-on-write until either side writes. A fork, an exec
+/// or an exit in a family changes how its pages are shared, so each member's PSS and USS, and
+/// nothing outside it. A family is named by the pid of its first process (only a name: it stays
+/// while members live, after that process ended). Where two families come to share a name (a
+/// first process that exec'd keeps its pid as the name of its new one), a change in either
+/// marks both: figures read again for nothing, never figures left stale.
+#[derive(Debug, Default)]
+pub struct ForkFamilies {
+    /// The family of each live process that joined one by a fork (others are their own).
+    family: HashMap<u32, u32>,
+    /// How many live processes joined each family by a fork.
+    members: HashMap<u32, usize>,
+    /// Families whose first process ended while members lived on.
+    ended_first: std::collections::HashSet<u32>,
+    /// When each family's sharing last changed (wall ns).
+    changed: HashMap<u32, i64>,
+}
+
+impl ForkFamilies {
+    /// The family of `pid`.
+    pub fn of(&self, pid: u32) -> u32 {
+        self.family.get(&pid).copied().unwrap_or(pid)
+    }
+
+    /// When the sharing of `pid`'s family last changed (wall ns), if it did.
+    pub fn changed_at(&self, pid: u32) -> Option<i64> {
+        self.changed.get(&self.of(pid)).copied()
+    }
+
+    /// `pid` was forked from `parent` at `at`: it joins the parent's family.
+    pub fn fork(&mut self, pid: u32, parent: u32, at: i64) {
+        let family = self.of(parent);
+        self.leave(pid);
+        if family != pid {
+            self.family.insert(pid, family);
+            *self.members.entry(family).or_default() += 1;
+        }
+        self.mark(family, at);
+    }
+
+    /// `pid` exec'd at `at`: it leaves its family (whose pages it no longer maps) for its own.
+    pub fn exec(&mut self, pid: u32, at: i64) {
+        self.mark(self.of(pid), at);
+        self.leave(pid);
+        self.mark(pid, at);
+    }
+
+    /// `pid` ended at `at`: its family's pages lose a sharer.
+    pub fn exit(&mut self, pid: u32, at: i64) {
+        self.mark(self.of(pid), at);
+        self.leave(pid);
+        if self.members.contains_key(&pid) {
+            self.ended_first.insert(pid);
+        } else {
+            self.changed.remove(&pid);
         }
     }
-    at
+
+    fn mark(&mut self, family: u32, at: i64) {
+        let last = self.changed.entry(family).or_insert(at);
+        *last = (*last).max(at);
+    }
+
+    fn leave(&mut self, pid: u32) {
+        let Some(family) = self.family.remove(&pid) else {
+            return;
+        };
+        if let Some(count) = self.members.get_mut(&family) {
+            *count -= 1;
+            if *count == 0 {
+                self.members.remove(&family);
+                if self.ended_first.remove(&family) {
+                    self.changed.remove(&family);
+                }
+            }
+        }
+    }
+
+    /// How many families it keeps a time for (nothing outlives its processes).
+    pub fn families_timed(&self) -> usize {
+        self.changed.len()
+    }
 }
 
 /// `kcmp(2)`'s `KCMP_VM` (include/uapi/linux/kcmp.h).
@@ -369,20 +438,33 @@ mod tests {
     }
 
     #[test]
-    fn a_fork_family_reaches_up_to_the_last_exec() {
-        // 1 exec'd; 2 and 3 are forks of it, 4 a fork of 3; 5 exec'd after its fork from 3;
-        // 6's parent is not known (gone).
-        let record = |pid: u32| match pid {
-            1 => Some((None, 1)),
-            2 | 3 => Some((Some(1), 0)),
-            4 => Some((Some(3), 0)),
-            5 => Some((Some(3), 1)),
-            6 => Some((Some(99), 0)),
-            7 => Some((Some(7), 0)),
-            _ => None,
-        };
-        let families: Vec<u32> = (1..=7).map(|p| fork_family(p, record)).collect();
-        assert_eq!(families, [1, 1, 1, 1, 5, 6, 7]);
+    fn a_fork_family_is_a_process_and_its_forks_until_they_exec() {
+        let mut f = ForkFamilies::default();
+        // 1 (the command) forks 2, 2 forks 3: one family, named 1.
+        f.fork(2, 1, 10);
+        f.fork(3, 2, 20);
+        assert_eq!([f.of(1), f.of(2), f.of(3)], [1, 1, 1]);
+        assert_eq!(f.changed_at(3), Some(20));
+        // 2 execs: it leaves (the family's pages lose a sharer) for a family of its own; 3,
+        // forked before the exec, still shares 1's pages.
+        f.exec(2, 30);
+        assert_eq!([f.of(2), f.of(3)], [2, 1]);
+        assert_eq!([f.changed_at(1), f.changed_at(2)], [Some(30), Some(30)]);
+        // 2's fork 4 is in 2's family: 1's is not marked.
+        f.fork(4, 2, 40);
+        assert_eq!([f.changed_at(1), f.changed_at(4)], [Some(30), Some(40)]);
+        // 1 ends: its family lives on in 3 and is marked.
+        f.exit(1, 50);
+        assert_eq!(f.changed_at(3), Some(50));
+        assert_eq!(f.changed_at(4), Some(40));
+        // Each family's time goes with its last process.
+        f.exit(3, 60);
+        f.exit(4, 70);
+        assert_eq!(f.changed_at(2), Some(70));
+        f.exit(2, 80);
+        assert_eq!(f.families_timed(), 0, "{f:?}");
+        // A process not seen forking (attach's, the command) is its own family.
+        assert_eq!((f.of(9), f.changed_at(9)), (9, None));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! with the run cgroup's own peak.
 use std::collections::BTreeMap;
 
-use tests::{launch_montrace, Run, MIB};
+use tests::{compile_c, launch_montrace, Run, MIB};
 
 /// 350 MiB, written (so resident), then 200 `/bin/true` through subprocess (vfork + exec).
 const SUBPROCESS: &str = r#"
@@ -189,4 +189,126 @@ fn without_a_run_cgroup_a_forked_child_is_counted_by_pss() {
         (350 * MIB..=400 * MIB).contains(&peak),
         "the tree holds one 350 MiB image: {peaks}"
     );
+}
+
+/// 350 MiB, written; then, twice, a vfork child and a CLONE_VM child that each stay 300 ms in
+/// its address space (sweeps read its image in them) and then leave it: the vfork child by an
+/// exec of /bin/true, the CLONE_VM child by its exit. Each holds, alone, a 512 MiB memory file
+/// when it exits: the kernel frees the file's pages after the process has left its address
+/// space and before it is a zombie, so sweeps find it running with none (RSS 0, smaps_rollup
+/// ESRCH) for tens of milliseconds.
+const LEAVE: &str = r#"#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* In the parent's address space for 300 ms, then a 512 MiB file that only this process
+   holds: the kernel frees the file's pages as the process exits, after it has left the
+   address space and before it is a zombie. */
+static void share_then_hold(void) {
+    struct timespec t = {0, 300000000};
+    nanosleep(&t, 0);
+    int fd = memfd_create("held", 0);
+    if (fd < 0 || fallocate(fd, 0, 0, 512L << 20) != 0)
+        _exit(2);
+}
+
+static int clone_child(void *arg) {
+    (void)arg;
+    share_then_hold();
+    _exit(0);
+}
+
+static int reap(pid_t pid) {
+    int status;
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+}
+
+int main(void) {
+    size_t size = (size_t)350 << 20;
+    char *held = malloc(size);
+    memset(held, 1, size);
+    for (int i = 0; i < 2; i++) {
+        /* A vfork child: it execs /bin/true, which exits at once, holding the file. */
+        pid_t pid = vfork();
+        if (pid == 0) {
+            share_then_hold();
+            execl("/bin/true", "true", (char *)0);
+            _exit(127);
+        }
+        if (!reap(pid))
+            return 1;
+        /* A CLONE_VM child that exits without an exec. */
+        char *stack = malloc(1 << 16);
+        if (!reap(clone(clone_child, stack + (1 << 16), CLONE_VM | SIGCHLD, 0)))
+            return 1;
+        free(stack);
+    }
+    printf("%zu\n", size);
+    return held[size - 1] == 1 ? 0 : 1;
+}
+"#;
+
+#[test]
+fn a_child_that_left_its_parents_address_space_is_not_counted_with_its_image() {
+    let program = compile_c("leave", LEAVE);
+    let run = launch_montrace(&["--interval", "10ms"], &[program.as_str()]).run();
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), (350 * MIB).to_string(), "{run:?}");
+    let processes = run.processes();
+    assert_eq!(
+        processes.len(),
+        5,
+        "the program and its 4 children: {run:?}"
+    );
+    let image = run
+        .root(&processes)
+        .peak_rss_bytes
+        .unwrap_or_else(|| panic!("the program's peak: {run:?}"));
+    // The tree's USS and PSS peaks are one image: the program's (its peak RSS), within 5 %.
+    let peaks = &run.run_json()["tree_memory_peaks"];
+    for figure in ["uss_bytes", "pss_bytes"] {
+        let value = peaks[figure]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{figure}: {peaks}"));
+        eprintln!(
+            "{figure} peak {} MiB, the image {} MiB",
+            value / MIB,
+            image / MIB
+        );
+        assert!(
+            (350 * MIB..=image + image / 20).contains(&value),
+            "{figure} {value} against one image of {image}: {peaks}"
+        );
+    }
+    // A row of a process with no address space (VmSize 0) carries no USS or PSS: the figures
+    // read while it shared its parent's would count the parent's image beside the parent's own
+    // row. (RSS alone says less: a process just exec'd can show RSS 0 and one page in smaps.)
+    let samples = run.samples();
+    let left: Vec<_> = samples
+        .iter()
+        .filter(|s| s.source != "exit" && s.vms_bytes == Some(0))
+        .collect();
+    eprintln!(
+        "{} rows of a process between leaving its address space and its exit",
+        left.len()
+    );
+    for s in &left {
+        assert!(
+            s.uss_bytes.unwrap_or(0) == 0 && s.pss_bytes.unwrap_or(0) == 0,
+            "pid {} at {}: USS {:?}, PSS {:?} with no address space",
+            s.pid,
+            s.time,
+            s.uss_bytes,
+            s.pss_bytes
+        );
+    }
 }

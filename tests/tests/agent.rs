@@ -153,6 +153,38 @@ fn an_ordinary_users_plain_binary_records_exactly_through_the_agent() {
         let entry = entry.unwrap();
         assert_eq!(entry.metadata().unwrap().uid(), user.uid, "{entry:?}");
     }
+    // Stopped, the agent leaves no program in the kernel.
+    let mut agent = agent;
+    let programs = program_ids(agent.child.as_ref().unwrap().id());
+    assert!(
+        programs.len() >= 4,
+        "the agent holds its programs: {programs:?}"
+    );
+    let stopped = agent.stop();
+    assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
+    for id in programs {
+        let shown = Command::new("bpftool")
+            .args(["prog", "show", "id", &id.to_string()])
+            .output()
+            .unwrap();
+        assert!(!shown.status.success(), "program {id} is still loaded");
+    }
+}
+
+/// The ids of the eBPF programs process `pid` holds a descriptor of (its fdinfo's `prog_id`).
+fn program_ids(pid: u32) -> Vec<u32> {
+    let mut ids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 #[test]

@@ -11,10 +11,10 @@ use anyhow::Context as _;
 use crate::{
     cli::AttachArgs,
     follow::launch,
-    follow::recorder::Recorder,
     follow::{
-        end::{self, Ended},
-        FollowConfig, Source,
+        end,
+        session::{self, Root, Session},
+        Source,
     },
     kernel::decode::{self, KernelEvent},
     kernel::ebpf::Probes,
@@ -24,7 +24,6 @@ use crate::{
     store::run_json,
     store::summary_json,
     tracking::polling::Poller,
-    tracking::tracker::{Clock, Tracker},
 };
 
 use crate::exit_code::EXIT_USAGE;
@@ -290,6 +289,8 @@ fn find_tree(
     }
 }
 
+/// The recording of an attach: the programs loaded, the tree found and checked once more, then
+/// followed by a [`Session`]; summary.json holds it as one repetition.
 fn follow_attached(
     args: &AttachArgs,
     target: &Target,
@@ -303,11 +304,6 @@ fn follow_attached(
         args.record.stream.as_deref(),
         args.record.stream_fd,
     )?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .context("starting the event loop")?;
     let (mut probes, events) = load_probes(args, offsets)?;
     if let Some(probes) = &mut probes {
         probes.free_loader();
@@ -315,10 +311,6 @@ fn follow_attached(
     let mut ring = events
         .map(crate::kernel::ebpf::Events::into_ring)
         .transpose()?;
-    let mut capture = crate::fleet::context::Capture::start(
-        host::realtime_ns(),
-        crate::store::userfs::owner().map(|o| (o.uid, o.gid)),
-    );
     let mut poller = Poller::new();
     let existing = find_tree(pid, &mut poller, probes.as_mut())?;
     // Tracked now: the process that was checked must still be the one under this pid (and still
@@ -327,22 +319,17 @@ fn follow_attached(
         anyhow::bail!(why);
     }
 
-    let tracker = Tracker::new(Clock {
-        boot_to_wall_ns: host::boot_to_wall_ns(),
-    });
-    let mut recorder = Recorder::create(
+    let config = session::Config {
+        record: &args.record,
         out_dir,
-        tracker,
-        pid,
-        args.record.memory_detail,
-        gpu.monitor_mut(),
-        stream.as_mut(),
-    )?;
-    recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
-    end::start_otlp(&mut recorder, &args.record, &capture.run_id);
-    if args.record.samples_from == crate::cli::SamplesFrom::Auto {
-        recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
-    }
+        root: Root::Attached { pid },
+        linger: None,
+        stop_after: args.duration,
+        started,
+        last: true,
+        print_summary: !args.record.quiet,
+    };
+    let mut session = Session::start(config, probes, gpu.monitor_mut(), stream.as_mut())?;
     let (argv, executable) = match &existing[0] {
         KernelEvent::Exec { argv, filename, .. } => (argv.clone(), filename.clone()),
         _ => (Vec::new(), String::new()),
@@ -356,6 +343,7 @@ fn follow_attached(
             reported.push(decode::decode(&item, host::page_size())?);
         }
     }
+    let recorder = session.recorder();
     for event in &seen_only_in_proc(existing, &reported) {
         recorder.on_event(event);
         // Should its fork event come late after all, the kernel's record takes over.
@@ -365,15 +353,6 @@ fn follow_attached(
         recorder.on_event(event);
     }
 
-    let signals = launch::signal_fd().context("creating the signal fd")?;
-    let cfg = FollowConfig {
-        opts: &args.record,
-        root_pid: pid,
-        root_is_child: false,
-        linger: None,
-        stop_after: args.duration,
-        started_boot_ns: started.0,
-    };
     // Phase marks: the processes were started without montrace's socket in their
     // environment, so the socket is where the user asked (or said on stderr).
     let marks = bind_marks(args);
@@ -382,63 +361,21 @@ fn follow_attached(
         Some(ring) => Source::Ebpf(crate::kernel::ebpf::Events::Mapped(ring)),
         None => Source::Polling(poller),
     };
-    let outcome = runtime.block_on(crate::follow::follow(
-        source,
-        signals,
-        marks,
-        &mut recorder,
-        &cfg,
-    ))?;
-    let end::Closed {
-        ended_boot_ns,
-        ended_wall_ns,
-        lost,
-        tracking_mode,
-        ebpf_load_ms,
-        mut finished,
-    } = end::close(recorder, probes, &mut capture);
-    let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
-    let breach = outcome.breach.clone();
-    // Stopped by a limit: 124 like `run`; otherwise attach itself succeeded.
-    let exit_status = if breach.is_some() {
-        crate::exit_code::EXIT_LIMIT_BREACHED
-    } else {
-        0
-    };
-    let (run_id, context) = capture.finish();
-    let info = end::build_run_info(Ended {
-        argv: argv.clone(),
-        executable,
-        started_boot_ns: started.0,
-        started_wall_ns: started.1,
-        ended_boot_ns,
-        ended_wall_ns,
-        gpu: gpu_summary,
-        tracking_mode,
-        lost,
-        ebpf_load_ms,
-        identity: None,
-        exit_code: None,
-        exit_signal: None,
-        exit_status,
-        outcome,
-        finished,
-        cgroup: run_json::CgroupReport {
-            error: Some("attach: the processes were already running; montrace does not move them into a cgroup".into()),
-            ..run_json::CgroupReport::default()
-        },
-        interval: args.record.interval,
-        out_dir,
-        run_id,
-        labels: args.record.labels.iter().cloned().collect(),
-        context: Some(context),
-    });
-    end::publish(
-        &info,
+    let info = session.follow(source, marks)?.finish(
+        &gpu,
         stream.as_mut(),
-        true,
-        out_dir,
-        (!args.record.quiet, !args.record.no_report),
+        session::Ending {
+            argv: argv.clone(),
+            executable,
+            cgroup: run_json::CgroupReport {
+                error: Some(
+                    "attach: the processes were already running; montrace does not move them \
+                     into a cgroup"
+                        .into(),
+                ),
+                ..run_json::CgroupReport::default()
+            },
+        },
     );
     let repetition: summary_json::Repetition = info.repetition(".");
     end::write_summary(
@@ -446,11 +383,11 @@ fn follow_attached(
         argv,
         0,
         vec![repetition],
-        breach,
+        info.limit_breach.clone(),
         Vec::new(),
         (info.labels.clone(), info.context.clone()),
     );
-    Ok(exit_status)
+    Ok(info.exit_status)
 }
 
 /// The events made from /proc for the tree found at the attach, less those of the processes

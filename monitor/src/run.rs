@@ -14,10 +14,10 @@ use crate::{
     exit_code::EXIT_NOT_FOUND,
     follow::launch::{self, Identity},
     follow::marks::{self, MarkServer},
-    follow::recorder::Recorder,
     follow::{
-        end::{self, build_run_info, close_cgroup, open_gpu, write_summary, Ended},
-        follow, FollowConfig, Outcome, Source,
+        end::{close_cgroup, open_gpu, write_summary},
+        session::{self, Root, Session},
+        Source,
     },
     kernel::ebpf::KernelBtf,
     kernel::ebpf::Probes,
@@ -28,7 +28,6 @@ use crate::{
     store::run_json::{self, RunInfo},
     store::userfs,
     tracking::polling::{self, Poller},
-    tracking::tracker::{Clock, Tracker},
     units,
 };
 
@@ -376,6 +375,8 @@ fn no_ebpf(args: &RunArgs, why_not: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One recording of the command: launched held, moved into the run cgroup while the programs
+/// load, released, then followed by a [`Session`] until its tree is done.
 #[allow(clippy::too_many_arguments)]
 fn record(
     args: &RunArgs,
@@ -385,17 +386,11 @@ fn record(
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
     (gpu, stream): (&mut GpuStatus, &mut Option<crate::follow::stream::Stream>),
-    (started_boot_ns, started_wall_ns): (u64, i64),
+    started: (u64, i64),
     print_summary: bool,
     last: bool,
 ) -> anyhow::Result<RunInfo> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .context("starting the event loop")?;
-
-    let (cgroup, mut cgroup_report) = create_cgroup(started_wall_ns);
+    let (cgroup, mut cgroup_report) = create_cgroup(started.1);
     let marks = bind_marks();
     let extra_env: Vec<(OsString, OsString)> = marks
         .iter()
@@ -422,7 +417,7 @@ fn record(
         });
         let loaded = offsets
             .get(args)
-            .and_then(|offsets| load_probes(args, offsets, last, started_boot_ns));
+            .and_then(|offsets| load_probes(args, offsets, last, started.0));
         let added = match adding {
             Some(thread) => thread.join().ok(),
             None => cgroup.as_ref().map(|cgroup| cgroup.add(root_pid)),
@@ -442,114 +437,52 @@ fn record(
     if let Some(probes) = &mut probes {
         probes.track(root_pid)?;
     }
-    let mut capture = crate::fleet::context::Capture::start(
-        host::realtime_ns(),
-        identity.map(|i| (i.uid, i.gid)),
-    );
-    let mut tracker = Tracker::new(Clock {
-        boot_to_wall_ns: host::boot_to_wall_ns(),
-    });
-    let approx_start = host::proc_start_boot_ns(root_pid).unwrap_or_else(|_| host::boottime_ns());
-    tracker.add_root(root_pid, approx_start, &args.command[0].to_string_lossy());
     // A repetition starts from nothing: its peaks and energy are its own.
     let mut monitor = gpu.monitor_mut();
     if let Some(monitor) = monitor.as_deref_mut() {
         monitor.reset();
     }
-    let mut recorder = Recorder::create(
+    let config = session::Config {
+        record: &args.record,
         out_dir,
-        tracker,
-        root_pid,
-        args.record.memory_detail,
-        monitor,
-        stream.as_mut(),
-    )?;
-    recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
-    end::start_otlp(&mut recorder, &args.record, &capture.run_id);
-    recorder.set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
-    recorder.set_resident(resident);
+        root: Root::Launched {
+            pid: root_pid,
+            program: &args.command[0],
+            identity,
+        },
+        linger: args.linger,
+        stop_after: None,
+        started,
+        last,
+        print_summary,
+    };
+    let mut session = Session::start(config, probes, monitor, stream.as_mut())?;
+    session
+        .recorder()
+        .set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
+    session.recorder().set_resident(resident);
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         crate::say!("montrace: {err}");
     }
-    if let Some(probes) = &mut probes {
+    if let Some(probes) = session.probes() {
         probes.free_loader();
     }
-    // Loaded while the command started (see `load_probes`), for the sweeps.
-    if args.record.samples_from == crate::cli::SamplesFrom::Auto {
-        recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
-    }
-
-    let signals = launch::signal_fd().context("creating the signal fd")?;
     let source = match ring {
         Some(events) => Source::Ebpf(events),
         None => Source::Polling(Poller::new()),
     };
-    let cfg = FollowConfig {
-        opts: &args.record,
-        root_pid,
-        root_is_child: true,
-        linger: args.linger,
-        stop_after: None,
-        started_boot_ns,
-    };
-    let outcome = match runtime.block_on(follow(source, signals, marks, &mut recorder, &cfg)) {
-        Ok(outcome) => outcome,
-        Err(err) => {
-            // The command is still montrace's to supervise: record no more, wait for it.
-            recorder.stop_recording(&format!("{err:#}"));
-            Outcome {
-                wait_status: launch::wait_status(root_pid)
-                    .unwrap_or(crate::exit_code::EXIT_MONTRACE_FAILED << 8),
-                ..Outcome::default()
-            }
-        }
-    };
-    let end::Closed {
-        ended_boot_ns,
-        ended_wall_ns,
-        lost,
-        tracking_mode,
-        ebpf_load_ms,
-        mut finished,
-    } = end::close(recorder, probes, &mut capture);
-    let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
-    let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
-    close_cgroup(cgroup, &mut cgroup_report, tree_cpu);
-    let (exit_code, exit_signal, exit_status) = end::exit_of(&outcome);
-    let (run_id, context) = capture.finish();
-    let info = build_run_info(Ended {
-        argv: command_argv(args),
-        executable: executable.display().to_string(),
-        started_boot_ns,
-        started_wall_ns,
-        ended_boot_ns,
-        ended_wall_ns,
-        gpu: gpu_summary,
-        tracking_mode,
-        lost,
-        ebpf_load_ms,
-        identity,
-        exit_code,
-        exit_signal,
-        exit_status,
-        outcome,
-        finished,
-        cgroup: cgroup_report,
-        interval: args.record.interval,
-        out_dir,
-        run_id,
-        labels: args.record.labels.iter().cloned().collect(),
-        context: Some(context),
-    });
-    end::publish(
-        &info,
+    let followed = session.follow(source, marks)?;
+    close_cgroup(cgroup, &mut cgroup_report, followed.tree_cpu_ns());
+    Ok(followed.finish(
+        gpu,
         stream.as_mut(),
-        last,
-        out_dir,
-        (print_summary, !args.record.no_report),
-    );
-    Ok(info)
+        session::Ending {
+            argv: command_argv(args),
+            executable: executable.display().to_string(),
+            cgroup: cgroup_report,
+        },
+    ))
 }
 
 /// Loads and attaches the eBPF programs (when `offsets` says montrace can) for a run that started

@@ -1,6 +1,7 @@
-//! Following a tree, shared by `run` and `attach`: starting the command (`launch`), the event
-//! loop ([`follow`]) and its decisions (`state`), where each input goes (`recorder`), limits,
-//! phase marks, the live line, and what happens when the tree is done ([`end`]).
+//! Following a tree, shared by `run` and `attach`: starting the command (`launch`), one
+//! recording from its start to its files ([`session`]), the event loop ([`follow`]) and its
+//! decisions (`state`), where each input goes (`recorder`), limits, phase marks, the live line,
+//! and what happens when the tree is done ([`end`]).
 //!
 //! ```text
 //!  ring buffer / polling ─┐                         ┌─> Recorder (tracker + tables)
@@ -19,6 +20,7 @@ pub mod live;
 pub mod marks;
 pub mod pidfd;
 pub mod recorder;
+pub mod session;
 pub mod state;
 pub mod stream;
 pub mod summary;

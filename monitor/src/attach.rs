@@ -10,6 +10,7 @@ use anyhow::Context as _;
 
 use crate::{
     cli::AttachArgs,
+    commands::{CommandError, Exit},
     follow::launch,
     follow::{
         end,
@@ -26,28 +27,26 @@ use crate::{
     tracking::polling::Poller,
 };
 
-use crate::exit_code::EXIT_USAGE;
-
-pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
+/// Follows the process `args.pid` (its arguments checked by `commands::attach`): 0, 124 after a
+/// limit, or why montrace could not attach.
+pub fn attach(args: AttachArgs) -> Exit {
     let started = (host::boottime_ns(), host::realtime_ns());
     let pid = args.pid;
-    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
-        crate::say!(
+    let no_process = || {
+        CommandError::usage_line(format!(
             "montrace: there is no process {pid} (it may have exited): nothing to attach to"
-        );
-        return Ok(EXIT_USAGE);
+        ))
+    };
+    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+        return Err(no_process());
     };
     // A handle on the process from before any check: whatever is checked and then followed is
     // this process, never another that took its pid in between (see `Target`).
     let Some(target) = Target::open(pid) else {
-        crate::say!(
-            "montrace: there is no process {pid} (it may have exited): nothing to attach to"
-        );
-        return Ok(EXIT_USAGE);
+        return Err(no_process());
     };
     if let Err(why) = may_attach(pid).and_then(|()| target.still_there()) {
-        crate::say!("montrace: error: {why}");
-        return Ok(EXIT_USAGE);
+        return Err(CommandError::usage(why));
     }
     // Room for the sampler's open /proc handles.
     host::raise_open_files_limit();
@@ -58,17 +57,14 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     let name = OsString::from(format!("attach-{}", comm.trim()));
     let out_dir = match run::create_out_dir(args.record.out.as_deref(), &name, started.1) {
         Ok(dir) => dir,
-        Err(err @ run::OutDirError::NotEmpty(_)) => {
-            crate::say!("montrace: error: {err}");
-            return Ok(EXIT_USAGE);
-        }
-        Err(run::OutDirError::Other(err)) => return Err(err),
+        Err(err @ run::OutDirError::NotEmpty(_)) => return Err(CommandError::usage(err)),
+        Err(run::OutDirError::Other(err)) => return Err(err.into()),
     };
     let result = follow_attached(&args, &target, offsets.as_ref(), &out_dir, started);
     if result.is_err() && run::dir_is_empty(&out_dir) {
         let _ = crate::store::userfs::remove_dir(&out_dir);
     }
-    result
+    Ok(result?)
 }
 
 /// The process an attach follows: a pidfd opened before any check, and its start time.

@@ -19,6 +19,7 @@
 pub mod analysis;
 pub mod attach;
 pub mod cli;
+pub mod commands;
 pub mod doctor;
 pub mod exit_code;
 pub mod fleet;

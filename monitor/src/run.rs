@@ -11,6 +11,7 @@ use anyhow::{bail, Context as _};
 use crate::{
     analysis::bench::plan,
     cli::RunArgs,
+    commands::{CommandError, Exit},
     exit_code::EXIT_NOT_FOUND,
     follow::launch::{self, Identity},
     follow::marks::{self, MarkServer},
@@ -31,10 +32,11 @@ use crate::{
     units,
 };
 
-pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+/// Runs the command (its arguments checked by `commands::run`): its exit status, or why montrace
+/// could not run it.
+pub fn run(args: RunArgs) -> Exit {
     if let Some(refused) = args.as_root.then(launch::as_root_refused).flatten() {
-        crate::say!("montrace: error: {refused}");
-        return Ok(crate::exit_code::EXIT_USAGE);
+        return Err(CommandError::usage(refused));
     }
     let started_boot_ns = host::boottime_ns();
     let started_wall_ns = host::realtime_ns();
@@ -69,11 +71,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     )?;
     let out_dir = match create_out_dir(args.record.out.as_deref(), &program, started_wall_ns) {
         Ok(dir) => dir,
-        Err(err @ OutDirError::NotEmpty(_)) => {
-            crate::say!("montrace: error: {err}");
-            return Ok(crate::exit_code::EXIT_USAGE);
-        }
-        Err(OutDirError::Other(err)) => return Err(err),
+        Err(err @ OutDirError::NotEmpty(_)) => return Err(CommandError::usage(err)),
+        Err(OutDirError::Other(err)) => return Err(err.into()),
     };
     let result = repeat(
         &args,
@@ -103,7 +102,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             );
         }
     }
-    result
+    Ok(result?)
 }
 
 /// One run, or `--repeat N --warmup K`: K warm-up runs, then N measured ones, each in its own

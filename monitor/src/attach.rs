@@ -208,7 +208,7 @@ fn load_probes(
     offsets: Option<&crate::kernel::ebpf::KernelBtf>,
 ) -> anyhow::Result<(Option<Probes>, Option<crate::kernel::ebpf::Events>)> {
     let loaded = match offsets {
-        Some(offsets) => match Probes::load(
+        Some(offsets) => session::load_probes(
             offsets,
             &crate::kernel::ebpf::Load {
                 ring_buffer_bytes: args.record.ring_buffer_size,
@@ -217,24 +217,9 @@ fn load_probes(
                 // The tree is older than montrace.
                 tree_born_after_ns: 0,
             },
-        ) {
-            Ok(loaded) => {
-                if let (Some(note), crate::kernel::ebpf::TrackingMode::TpBtf) =
-                    (&loaded.0.net_note, loaded.0.mode)
-                {
-                    if !args.record.quiet {
-                        crate::say!("montrace: note: no socket byte counts: {note}");
-                    }
-                }
-                Some(loaded)
-            }
-            Err(err) => {
-                crate::say!(
-                    "montrace: warning: {err:#}; following the tree by polling /proc instead"
-                );
-                None
-            }
-        },
+            args.record.quiet,
+            false,
+        )?,
         None => None,
     };
     // The granted binary's capabilities were for loading and attaching only.
@@ -295,7 +280,8 @@ fn follow_attached(
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
     let pid = args.pid;
-    let mut gpu = end::open_gpu(&args.record)?;
+    let options = args.record.recording();
+    let mut gpu = end::open_gpu(&options)?;
     let mut stream = crate::follow::stream::Stream::from_options(
         args.record.stream.as_deref(),
         args.record.stream_fd,
@@ -316,7 +302,7 @@ fn follow_attached(
     }
 
     let config = session::Config {
-        record: &args.record,
+        options: &options,
         out_dir,
         root: Root::Attached { pid },
         linger: None,

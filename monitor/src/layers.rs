@@ -62,14 +62,8 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "cli",
         "the entry points are in commands/, but the domain still takes cli's types: \
          report::write_report a ReportFormat, compare::prepare a CompareArgs, bench::run a \
-         BenchArgs, render a CompareFormat; options of their own (as follow needs too) end it",
-    ),
-    (
-        "follow",
-        "cli",
-        "RecordOptions (FollowConfig, session::Config, end::open_gpu/start_otlp) and \
-         ReportFormat::Both are cli's: a recording options struct of follow's own, built from \
-         RecordOptions in commands/, ends it (mark's MarkArgs went with commands/mark.rs)",
+         BenchArgs, render a CompareFormat; options of their own (as follow::Options for a \
+         recording) end it",
     ),
 ];
 

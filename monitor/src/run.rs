@@ -55,7 +55,7 @@ pub fn run(args: RunArgs) -> Exit {
     let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
     let mut offsets = EbpfOffsets::start(&args, &program)?;
     // `--gpu require` fails here, before anything is created or started.
-    let mut gpu = open_gpu(&args.record)?;
+    let mut gpu = open_gpu(&args.record.recording())?;
     // Only root can become another user; without root the command keeps montrace's identity.
     // SAFETY: geteuid has no preconditions.
     let identity = if args.as_root || unsafe { libc::geteuid() } != 0 {
@@ -441,8 +441,9 @@ fn record(
     if let Some(monitor) = monitor.as_deref_mut() {
         monitor.reset();
     }
+    let options = args.record.recording();
     let config = session::Config {
-        record: &args.record,
+        options: &options,
         out_dir,
         root: Root::Launched {
             pid: root_pid,
@@ -499,7 +500,7 @@ fn load_probes(
         privilege::set_effective(true).context("raising capabilities to load eBPF")?;
     }
     let loaded = match offsets {
-        Some(offsets) => match Probes::load(
+        Some(offsets) => session::load_probes(
             offsets,
             &crate::kernel::ebpf::Load {
                 ring_buffer_bytes: args.record.ring_buffer_size,
@@ -509,25 +510,9 @@ fn load_probes(
                 iter_later: !privilege::capable_user(),
                 tree_born_after_ns: started_boot_ns,
             },
-        ) {
-            Ok(loaded) => {
-                if let (Some(note), crate::kernel::ebpf::TrackingMode::TpBtf) =
-                    (&loaded.0.net_note, loaded.0.mode)
-                {
-                    if !args.record.quiet {
-                        crate::say!("montrace: note: no socket byte counts: {note}");
-                    }
-                }
-                Some(loaded)
-            }
-            Err(err) if !args.require_ebpf => {
-                crate::say!(
-                    "montrace: warning: {err:#}; following the tree by polling /proc instead"
-                );
-                None
-            }
-            Err(err) => return Err(err),
-        },
+            args.record.quiet,
+            args.require_ebpf,
+        )?,
         None => None,
     };
     // An ordinary user's capabilities (the granted binary) are for loading and attaching only:

@@ -36,7 +36,6 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
-    cli::RecordOptions,
     follow::live::LiveLine,
     follow::marks::{MarkReceiver, MarkServer},
     follow::recorder::Recorder,
@@ -60,6 +59,31 @@ pub struct Outcome {
     pub marks_dropped: u64,
 }
 
+/// What a recording is asked for: the options `run` and `attach` share, as the recording reads
+/// them (`cli::RecordOptions::recording` makes them from the flags). What only the commands
+/// read (`--out`, the stream, the ring buffer, the tracepoints) stays with them.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How often a sweep samples the tree.
+    pub interval: Duration,
+    /// Longest time recorded rows stay in memory before they are written.
+    pub flush_interval: Duration,
+    pub memory_detail: crate::sampling::sampler::MemoryDetail,
+    /// Sweeps read the tree through the task iterator where it loaded (`--samples-from auto`).
+    pub task_iter: bool,
+    pub gpu: crate::sampling::gpu::GpuMode,
+    /// Write the report at the end (no `--no-report`).
+    pub report: bool,
+    pub limits: Vec<limits::Limit>,
+    /// The OTLP collector's URL.
+    pub otlp: Option<String>,
+    pub labels: Vec<(String, String)>,
+    /// After SIGTERM on a limit breach, how long to wait before SIGKILL.
+    pub kill_grace: Duration,
+    /// No live line, no summary.
+    pub quiet: bool,
+}
+
 /// Where lifecycle events come from.
 pub enum Source {
     Ebpf(crate::kernel::ebpf::Events),
@@ -68,7 +92,7 @@ pub enum Source {
 
 /// How `follow` runs: `run` follows the command it started; `attach` a process it did not.
 pub struct FollowConfig<'a> {
-    pub opts: &'a RecordOptions,
+    pub opts: &'a Options,
     pub root_pid: u32,
     /// False for `attach`: nothing waits for the root (it is not montrace's child), and a
     /// SIGINT/SIGTERM/SIGHUP to montrace ends the monitoring instead of being forwarded.
@@ -436,7 +460,7 @@ impl DrainPace {
 }
 
 impl Ticks {
-    fn new(opts: &RecordOptions) -> Ticks {
+    fn new(opts: &Options) -> Ticks {
         Ticks {
             live: interval(Duration::from_millis(500)),
             sample: interval(opts.interval),

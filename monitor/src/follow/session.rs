@@ -18,7 +18,6 @@ use std::{ffi::OsStr, path::Path, time::Duration};
 use anyhow::Context as _;
 
 use crate::{
-    cli::{RecordOptions, SamplesFrom},
     fleet::context::Capture,
     follow::{
         end::{self, Ended},
@@ -26,14 +25,39 @@ use crate::{
         marks::MarkServer,
         recorder::Recorder,
         stream::Stream,
-        FollowConfig, Outcome, Source,
+        FollowConfig, Options, Outcome, Source,
     },
-    kernel::ebpf::Probes,
+    kernel::ebpf::{Events, KernelBtf, Load, Probes, TrackingMode},
     sampling::gpu::{GpuMonitor, GpuStatus},
     sampling::host,
     store::run_json::{CgroupReport, RunInfo},
     tracking::tracker::{Clock, Tracker},
 };
+
+/// Loads and attaches the eBPF programs, and says what they cannot count. A failure falls back to
+/// polling /proc (said once), unless `required` (`run --require-ebpf`) makes it an error.
+pub fn load_probes(
+    offsets: &KernelBtf,
+    load: &Load,
+    quiet: bool,
+    required: bool,
+) -> anyhow::Result<Option<(Probes, Events)>> {
+    match Probes::load(offsets, load) {
+        Ok(loaded) => {
+            if let (Some(note), TrackingMode::TpBtf) = (&loaded.0.net_note, loaded.0.mode) {
+                if !quiet {
+                    crate::say!("montrace: note: no socket byte counts: {note}");
+                }
+            }
+            Ok(Some(loaded))
+        }
+        Err(err) if !required => {
+            crate::say!("montrace: warning: {err:#}; following the tree by polling /proc instead");
+            Ok(None)
+        }
+        Err(err) => Err(err),
+    }
+}
 
 /// The root of the recorded tree.
 pub enum Root<'o> {
@@ -67,7 +91,7 @@ impl Root<'_> {
 
 /// How one recording runs: what `run` and `attach` each know, less what only one of them uses.
 pub struct Config<'o> {
-    pub record: &'o RecordOptions,
+    pub options: &'o Options,
     pub out_dir: &'o Path,
     pub root: Root<'o>,
     /// `run --linger`: how long to wait for descendants once the root exited.
@@ -118,12 +142,12 @@ impl<'o, 'r> Session<'o, 'r> {
             config.out_dir,
             tracker,
             config.root.pid(),
-            config.record.memory_detail,
+            config.options.memory_detail,
             gpu,
             stream,
         )?;
         recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
-        end::start_otlp(&mut recorder, config.record, &capture.run_id);
+        end::start_otlp(&mut recorder, config.options, &capture.run_id);
         Ok(Session {
             config,
             runtime,
@@ -153,14 +177,14 @@ impl<'o, 'r> Session<'o, 'r> {
         marks: Option<MarkServer>,
     ) -> anyhow::Result<Followed<'o>> {
         // Loaded while the command started (see `run`'s `load_probes`), for the sweeps.
-        if self.config.record.samples_from == SamplesFrom::Auto {
+        if self.config.options.task_iter {
             self.recorder
                 .set_task_iter(self.probes.as_mut().and_then(|p| p.take_task_iter().ok()));
         }
         let signals = launch::signal_fd().context("creating the signal fd")?;
         let root_pid = self.config.root.pid();
         let cfg = FollowConfig {
-            opts: self.config.record,
+            opts: self.config.options,
             root_pid,
             root_is_child: matches!(self.config.root, Root::Launched { .. }),
             linger: self.config.linger,
@@ -271,10 +295,10 @@ impl Followed<'_> {
             outcome,
             finished,
             cgroup: ending.cgroup,
-            interval: config.record.interval,
+            interval: config.options.interval,
             out_dir: config.out_dir,
             run_id,
-            labels: config.record.labels.iter().cloned().collect(),
+            labels: config.options.labels.iter().cloned().collect(),
             context: Some(context),
         });
         end::publish(
@@ -282,7 +306,7 @@ impl Followed<'_> {
             stream,
             config.last,
             config.out_dir,
-            (config.print_summary, !config.record.no_report),
+            (config.print_summary, config.options.report),
         );
         info
     }

@@ -127,6 +127,11 @@ pub fn write_report(
     Ok(written)
 }
 
+/// The report `montrace run` writes at its end: both formats, grouped by executable.
+pub fn write_default_report(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    write_report(run_dir, ReportFormat::Both, "exe")
+}
+
 /// Writes `path` under a temporary name and renames it, so a reader never sees half a file
 /// (see [`crate::store::userfs::write_atomic`]: no symlink is followed, no leftover stays).
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {

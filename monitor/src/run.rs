@@ -121,12 +121,10 @@ fn repeat(
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
     let single = args.repeat == 1 && args.warmup == 0;
-    let mut repetitions = Vec::new();
-    let (mut warmups, mut measured) = (Vec::new(), Vec::new());
-    // main refuses such a series first, with exit status 2; a library caller gets the error.
+    let mut series = Series::default();
+    // commands::run refuses such a series first, with exit status 2; a library caller gets the
+    // error.
     let total = plan::series_length(args.warmup, args.repeat).map_err(anyhow::Error::msg)?;
-    let mut ended = None;
-    let mut context = None;
     for i in 0..total {
         let warmup = i < args.warmup;
         let name = if single {
@@ -142,7 +140,7 @@ fn repeat(
             out_dir.join(&name)
         };
         if let Some(code) = hook(args.prepare.as_deref(), "--prepare", &name, identity)? {
-            ended = Some((code, None));
+            series.ended = Some((code, None));
             break;
         }
         if !single {
@@ -177,16 +175,16 @@ fn repeat(
                     .map_or("n/a".into(), units::format_bytes),
             );
         }
-        context = info.context.clone();
+        series.context = info.context.clone();
         let failed = info.exit_status != 0 || info.limit_breach.is_some();
         let mut repetition = info.repetition(&name);
         repetition.other_cpu_share = other_cpu_share;
         let figures = plan::Measured::of(&name, &repetition);
         if warmup {
-            warmups.push(figures);
+            series.warmups.push(figures);
         } else {
-            repetitions.push(repetition);
-            measured.push(figures);
+            series.repetitions.push(repetition);
+            series.measured.push(figures);
         }
         if failed {
             if !single {
@@ -195,42 +193,74 @@ fn repeat(
                     info.exit_status
                 );
             }
-            ended = Some((info.exit_status, info.limit_breach.clone()));
+            series.ended = Some((info.exit_status, info.limit_breach.clone()));
             break;
         }
         if let Some(code) = hook(args.cleanup.as_deref(), "--cleanup", &name, identity)? {
-            ended = Some((code, None));
+            series.ended = Some((code, None));
             break;
         }
     }
-    // A single run is not a measurement series: nothing to warn about.
-    let warnings = if single {
-        Vec::new()
-    } else {
-        plan::warnings(&warmups, &measured)
-    };
-    for warning in &warnings {
-        crate::say!("montrace: warning: {warning}");
-    }
-    let stopped = ended.is_some();
-    let (status, breach) = ended.unwrap_or((0, None));
-    let summary = write_summary(
-        out_dir,
-        command_argv(args),
-        args.warmup as usize,
-        repetitions,
-        breach,
-        warnings,
-        (args.record.labels.iter().cloned().collect(), context),
-    );
-    if !args.record.quiet && !single && !stopped {
-        crate::say_raw!(
-            "{}",
-            crate::follow::summary::format_repeat_stats(&summary, &out_dir.display().to_string())
+    Ok(series.finish(args, out_dir, single))
+}
+
+/// What a series of repetitions measured, and how it ended if it stopped early.
+#[derive(Default)]
+struct Series {
+    repetitions: Vec<crate::store::summary_json::Repetition>,
+    warmups: Vec<plan::Measured>,
+    measured: Vec<plan::Measured>,
+    /// The status (and breach) of the repetition or hook that stopped the series.
+    ended: Option<(i32, Option<crate::store::summary_json::LimitBreach>)>,
+    context: Option<crate::fleet::context::Context>,
+}
+
+impl Series {
+    /// The series' warnings, summary.json and statistics; montrace's exit status.
+    fn finish(self, args: &RunArgs, out_dir: &Path, single: bool) -> i32 {
+        let Series {
+            repetitions,
+            warmups,
+            measured,
+            ended,
+            context,
+        } = self;
+        // A single run is not a measurement series: nothing to warn about.
+        let warnings = if single {
+            Vec::new()
+        } else {
+            plan::warnings(&warmups, &measured)
+        };
+        for warning in &warnings {
+            crate::say!("montrace: warning: {warning}");
+        }
+        let stopped = ended.is_some();
+        let (status, breach) = ended.unwrap_or((0, None));
+        let summary = write_summary(
+            out_dir,
+            command_argv(args),
+            args.warmup as usize,
+            repetitions,
+            breach,
+            warnings,
+            (args.record.labels.iter().cloned().collect(), context),
         );
+        if !args.record.quiet && !single && !stopped {
+            crate::say_raw!(
+                "{}",
+                crate::follow::summary::format_repeat_stats(
+                    &summary,
+                    &out_dir.display().to_string()
+                )
+            );
+        }
+        // The command's (or the failing hook's) status is montrace's last word.
+        if stopped {
+            status
+        } else {
+            summary.exit_status
+        }
     }
-    // The command's (or the failing hook's) status is montrace's last word.
-    Ok(if stopped { status } else { summary.exit_status })
 }
 
 /// Runs a `--prepare`/`--cleanup` script, if given. Some(status) when it failed (said on

@@ -111,22 +111,10 @@ impl Bench<'_> {
     ) -> anyhow::Result<i32> {
         let args = self.args;
         let started = Instant::now();
-        let mut warmups = [Vec::new(), Vec::new()];
-        for k in 0..args.warmup as usize {
-            for arm in plan::pair_order(k) {
-                let dir = self
-                    .out
-                    .join("warmup")
-                    .join(format!("{}-{:02}", arm.name(), k + 1));
-                match self.one_run(arm, &dir)? {
-                    Ok(run) => warmups[arm as usize].extend(
-                        (run.summary.repetitions.first())
-                            .map(|r| plan::Measured::of(&format!("{} warm-up", arm.name()), r)),
-                    ),
-                    Err(code) => return Ok(code),
-                }
-            }
-        }
+        let warmups = match self.warm_up()? {
+            Ok(warmups) => warmups,
+            Err(code) => return Ok(code),
+        };
         let min_pairs = args.repeat as usize;
         let max_pairs = match (args.max_runs, args.max_time) {
             (Some(n), _) => n as usize,
@@ -233,6 +221,28 @@ impl Bench<'_> {
             }
         }
         self.finish(&report)
+    }
+
+    /// The `--warmup` pairs, in the series' order: each side's figures, or the exit status of
+    /// the run that failed (which ends the series).
+    fn warm_up(&mut self) -> anyhow::Result<Result<[Vec<plan::Measured>; 2], i32>> {
+        let mut warmups = [Vec::new(), Vec::new()];
+        for k in 0..self.args.warmup as usize {
+            for arm in plan::pair_order(k) {
+                let dir = self
+                    .out
+                    .join("warmup")
+                    .join(format!("{}-{:02}", arm.name(), k + 1));
+                match self.one_run(arm, &dir)? {
+                    Ok(run) => warmups[arm as usize].extend(
+                        (run.summary.repetitions.first())
+                            .map(|r| plan::Measured::of(&format!("{} warm-up", arm.name()), r)),
+                    ),
+                    Err(code) => return Ok(Err(code)),
+                }
+            }
+        }
+        Ok(Ok(warmups))
     }
 
     /// The paired report of the runs so far.

@@ -33,10 +33,9 @@ use tokio::{
 };
 
 use crate::{
-    cli::AgentArgs,
     follow::agent::{self as protocol, ClientId, Reply, Routes},
     kernel::{
-        ebpf::{KernelBtf, Load, Probes},
+        ebpf::{KernelBtf, Load, Probes, TracepointChoice},
         privilege,
     },
     sampling::host,
@@ -59,30 +58,50 @@ const MAX_ASKING_PER_USER: usize = 256;
 /// in the backlog stay there until one closes).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-pub fn agent_main(args: AgentArgs) -> anyhow::Result<i32> {
-    let socket = args
-        .socket
-        .clone()
+/// What `montrace agent` was asked for.
+pub struct Options {
+    pub socket: PathBuf,
+    pub ring_buffer_bytes: u32,
+    pub tracepoints: TracepointChoice,
+    /// The most bytes waiting for one client before it is cut (`--client-buffer`).
+    pub client_buffer: usize,
+}
+
+/// Where the agent listens: `--socket`, else `MONTRACE_AGENT_SOCKET`, else the default.
+pub fn socket_path(given: Option<PathBuf>) -> PathBuf {
+    given
         .or_else(|| {
             std::env::var_os(protocol::SOCKET_ENV)
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| PathBuf::from(protocol::DEFAULT_SOCKET));
-    if !host::can_load_ebpf() {
-        bail!(
-            "the agent loads montrace's eBPF programs for every user: start it as root (`sudo \
-             montrace agent`, or the systemd unit in dist/montrace-agent.service)"
-        );
-    }
+        .unwrap_or_else(|| PathBuf::from(protocol::DEFAULT_SOCKET))
+}
+
+/// Why this process cannot be the agent, if it cannot.
+pub fn cannot_serve() -> Option<&'static str> {
+    (!host::can_load_ebpf()).then_some(
+        "the agent loads montrace's eBPF programs for every user: start it as root (`sudo \
+         montrace agent`, or the systemd unit in dist/montrace-agent.service)",
+    )
+}
+
+/// Loads the programs and serves clients until SIGTERM or SIGINT; then the programs go.
+pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
+    let Options {
+        socket,
+        ring_buffer_bytes,
+        tracepoints,
+        client_buffer,
+    } = options;
     // A descriptor per connection: the soft limit (1,024 on most machines) up to the hard one.
     host::raise_open_files_limit();
     let kernel = KernelBtf::read().context("reading the kernel's BTF")?;
     let (mut probes, events) = Probes::load(
         &kernel,
         &Load {
-            ring_buffer_bytes: args.ring_buffer_size,
-            tracepoints: args.tracepoints,
+            ring_buffer_bytes,
+            tracepoints,
             iter_later: false,
             // Trees of any age: each client's is its own.
             tree_born_after_ns: 0,
@@ -106,12 +125,11 @@ pub fn agent_main(args: AgentArgs) -> anyhow::Result<i32> {
         .build()
         .context("starting the event loop")?;
     let local = tokio::task::LocalSet::new();
-    let limit = usize::try_from(args.client_buffer).unwrap_or(usize::MAX);
-    let served = local.block_on(&runtime, serve(listener, ring, probes, mode, limit));
+    let served = local.block_on(&runtime, serve(listener, ring, probes, mode, client_buffer));
     drop(std::fs::remove_file(&socket));
     served?;
     crate::say!("montrace agent: stopped; the programs are unloaded");
-    Ok(0)
+    Ok(())
 }
 
 fn mode_name(mode: TrackingMode) -> &'static str {

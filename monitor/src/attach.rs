@@ -10,11 +10,12 @@ use anyhow::Context as _;
 
 use crate::{
     cli::AttachArgs,
+    commands::{CommandError, Exit},
     follow::launch,
-    follow::recorder::Recorder,
     follow::{
-        end::{self, Ended},
-        FollowConfig, Source,
+        end,
+        session::{self, Root, Session},
+        Source,
     },
     kernel::decode::{self, KernelEvent},
     kernel::ebpf::Probes,
@@ -24,31 +25,28 @@ use crate::{
     store::run_json,
     store::summary_json,
     tracking::polling::Poller,
-    tracking::tracker::{Clock, Tracker},
 };
 
-use crate::exit_code::EXIT_USAGE;
-
-pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
+/// Follows the process `args.pid` (its arguments checked by `commands::attach`): 0, 124 after a
+/// limit, or why montrace could not attach.
+pub fn attach(args: AttachArgs) -> Exit {
     let started = (host::boottime_ns(), host::realtime_ns());
     let pid = args.pid;
-    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
-        crate::say!(
+    let no_process = || {
+        CommandError::usage_line(format!(
             "montrace: there is no process {pid} (it may have exited): nothing to attach to"
-        );
-        return Ok(EXIT_USAGE);
+        ))
+    };
+    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+        return Err(no_process());
     };
     // A handle on the process from before any check: whatever is checked and then followed is
     // this process, never another that took its pid in between (see `Target`).
     let Some(target) = Target::open(pid) else {
-        crate::say!(
-            "montrace: there is no process {pid} (it may have exited): nothing to attach to"
-        );
-        return Ok(EXIT_USAGE);
+        return Err(no_process());
     };
     if let Err(why) = may_attach(pid).and_then(|()| target.still_there()) {
-        crate::say!("montrace: error: {why}");
-        return Ok(EXIT_USAGE);
+        return Err(CommandError::usage(why));
     }
     // Room for the sampler's open /proc handles.
     host::raise_open_files_limit();
@@ -59,17 +57,14 @@ pub fn attach_main(args: AttachArgs) -> anyhow::Result<i32> {
     let name = OsString::from(format!("attach-{}", comm.trim()));
     let out_dir = match run::create_out_dir(args.record.out.as_deref(), &name, started.1) {
         Ok(dir) => dir,
-        Err(err @ run::OutDirError::NotEmpty(_)) => {
-            crate::say!("montrace: error: {err}");
-            return Ok(EXIT_USAGE);
-        }
-        Err(run::OutDirError::Other(err)) => return Err(err),
+        Err(err @ run::OutDirError::NotEmpty(_)) => return Err(CommandError::usage(err)),
+        Err(run::OutDirError::Other(err)) => return Err(err.into()),
     };
     let result = follow_attached(&args, &target, offsets.as_ref(), &out_dir, started);
     if result.is_err() && run::dir_is_empty(&out_dir) {
         let _ = crate::store::userfs::remove_dir(&out_dir);
     }
-    result
+    Ok(result?)
 }
 
 /// The process an attach follows: a pidfd opened before any check, and its start time.
@@ -213,7 +208,7 @@ fn load_probes(
     offsets: Option<&crate::kernel::ebpf::KernelBtf>,
 ) -> anyhow::Result<(Option<Probes>, Option<crate::kernel::ebpf::Events>)> {
     let loaded = match offsets {
-        Some(offsets) => match Probes::load(
+        Some(offsets) => session::load_probes(
             offsets,
             &crate::kernel::ebpf::Load {
                 ring_buffer_bytes: args.record.ring_buffer_size,
@@ -222,24 +217,9 @@ fn load_probes(
                 // The tree is older than montrace.
                 tree_born_after_ns: 0,
             },
-        ) {
-            Ok(loaded) => {
-                if let (Some(note), crate::kernel::ebpf::TrackingMode::TpBtf) =
-                    (&loaded.0.net_note, loaded.0.mode)
-                {
-                    if !args.record.quiet {
-                        crate::say!("montrace: note: no socket byte counts: {note}");
-                    }
-                }
-                Some(loaded)
-            }
-            Err(err) => {
-                crate::say!(
-                    "montrace: warning: {err:#}; following the tree by polling /proc instead"
-                );
-                None
-            }
-        },
+            args.record.quiet,
+            false,
+        )?,
         None => None,
     };
     // The granted binary's capabilities were for loading and attaching only.
@@ -290,6 +270,8 @@ fn find_tree(
     }
 }
 
+/// The recording of an attach: the programs loaded, the tree found and checked once more, then
+/// followed by a [`Session`]; summary.json holds it as one repetition.
 fn follow_attached(
     args: &AttachArgs,
     target: &Target,
@@ -298,16 +280,12 @@ fn follow_attached(
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
     let pid = args.pid;
-    let mut gpu = end::open_gpu(&args.record)?;
+    let options = args.record.recording();
+    let mut gpu = end::open_gpu(&options)?;
     let mut stream = crate::follow::stream::Stream::from_options(
         args.record.stream.as_deref(),
         args.record.stream_fd,
     )?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .context("starting the event loop")?;
     let (mut probes, events) = load_probes(args, offsets)?;
     if let Some(probes) = &mut probes {
         probes.free_loader();
@@ -315,10 +293,6 @@ fn follow_attached(
     let mut ring = events
         .map(crate::kernel::ebpf::Events::into_ring)
         .transpose()?;
-    let mut capture = crate::fleet::context::Capture::start(
-        host::realtime_ns(),
-        crate::store::userfs::owner().map(|o| (o.uid, o.gid)),
-    );
     let mut poller = Poller::new();
     let existing = find_tree(pid, &mut poller, probes.as_mut())?;
     // Tracked now: the process that was checked must still be the one under this pid (and still
@@ -327,22 +301,17 @@ fn follow_attached(
         anyhow::bail!(why);
     }
 
-    let tracker = Tracker::new(Clock {
-        boot_to_wall_ns: host::boot_to_wall_ns(),
-    });
-    let mut recorder = Recorder::create(
+    let config = session::Config {
+        options: &options,
         out_dir,
-        tracker,
-        pid,
-        args.record.memory_detail,
-        gpu.monitor_mut(),
-        stream.as_mut(),
-    )?;
-    recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
-    end::start_otlp(&mut recorder, &args.record, &capture.run_id);
-    if args.record.samples_from == crate::cli::SamplesFrom::Auto {
-        recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
-    }
+        root: Root::Attached { pid },
+        linger: None,
+        stop_after: args.duration,
+        started,
+        last: true,
+        print_summary: !args.record.quiet,
+    };
+    let mut session = Session::start(config, probes, gpu.monitor_mut(), stream.as_mut())?;
     let (argv, executable) = match &existing[0] {
         KernelEvent::Exec { argv, filename, .. } => (argv.clone(), filename.clone()),
         _ => (Vec::new(), String::new()),
@@ -356,6 +325,7 @@ fn follow_attached(
             reported.push(decode::decode(&item, host::page_size())?);
         }
     }
+    let recorder = session.recorder();
     for event in &seen_only_in_proc(existing, &reported) {
         recorder.on_event(event);
         // Should its fork event come late after all, the kernel's record takes over.
@@ -365,15 +335,6 @@ fn follow_attached(
         recorder.on_event(event);
     }
 
-    let signals = launch::signal_fd().context("creating the signal fd")?;
-    let cfg = FollowConfig {
-        opts: &args.record,
-        root_pid: pid,
-        root_is_child: false,
-        linger: None,
-        stop_after: args.duration,
-        started_boot_ns: started.0,
-    };
     // Phase marks: the processes were started without montrace's socket in their
     // environment, so the socket is where the user asked (or said on stderr).
     let marks = bind_marks(args);
@@ -382,63 +343,21 @@ fn follow_attached(
         Some(ring) => Source::Ebpf(crate::kernel::ebpf::Events::Mapped(ring)),
         None => Source::Polling(poller),
     };
-    let outcome = runtime.block_on(crate::follow::follow(
-        source,
-        signals,
-        marks,
-        &mut recorder,
-        &cfg,
-    ))?;
-    let end::Closed {
-        ended_boot_ns,
-        ended_wall_ns,
-        lost,
-        tracking_mode,
-        ebpf_load_ms,
-        mut finished,
-    } = end::close(recorder, probes, &mut capture);
-    let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
-    let breach = outcome.breach.clone();
-    // Stopped by a limit: 124 like `run`; otherwise attach itself succeeded.
-    let exit_status = if breach.is_some() {
-        crate::exit_code::EXIT_LIMIT_BREACHED
-    } else {
-        0
-    };
-    let (run_id, context) = capture.finish();
-    let info = end::build_run_info(Ended {
-        argv: argv.clone(),
-        executable,
-        started_boot_ns: started.0,
-        started_wall_ns: started.1,
-        ended_boot_ns,
-        ended_wall_ns,
-        gpu: gpu_summary,
-        tracking_mode,
-        lost,
-        ebpf_load_ms,
-        identity: None,
-        exit_code: None,
-        exit_signal: None,
-        exit_status,
-        outcome,
-        finished,
-        cgroup: run_json::CgroupReport {
-            error: Some("attach: the processes were already running; montrace does not move them into a cgroup".into()),
-            ..run_json::CgroupReport::default()
-        },
-        interval: args.record.interval,
-        out_dir,
-        run_id,
-        labels: args.record.labels.iter().cloned().collect(),
-        context: Some(context),
-    });
-    end::publish(
-        &info,
+    let info = session.follow(source, marks)?.finish(
+        &gpu,
         stream.as_mut(),
-        true,
-        out_dir,
-        (!args.record.quiet, !args.record.no_report),
+        session::Ending {
+            argv: argv.clone(),
+            executable,
+            cgroup: run_json::CgroupReport {
+                error: Some(
+                    "attach: the processes were already running; montrace does not move them \
+                     into a cgroup"
+                        .into(),
+                ),
+                ..run_json::CgroupReport::default()
+            },
+        },
     );
     let repetition: summary_json::Repetition = info.repetition(".");
     end::write_summary(
@@ -446,11 +365,11 @@ fn follow_attached(
         argv,
         0,
         vec![repetition],
-        breach,
+        info.limit_breach.clone(),
         Vec::new(),
         (info.labels.clone(), info.context.clone()),
     );
-    Ok(exit_status)
+    Ok(info.exit_status)
 }
 
 /// The events made from /proc for the tree found at the attach, less those of the processes

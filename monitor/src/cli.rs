@@ -208,6 +208,25 @@ pub struct RecordOptions {
     pub quiet: bool,
 }
 
+impl RecordOptions {
+    /// What the recording itself reads of these options.
+    pub fn recording(&self) -> crate::follow::Options {
+        crate::follow::Options {
+            interval: self.interval,
+            flush_interval: self.flush_interval,
+            memory_detail: self.memory_detail,
+            task_iter: self.samples_from == SamplesFrom::Auto,
+            gpu: self.gpu,
+            report: !self.no_report,
+            limits: self.limits.clone(),
+            otlp: self.otlp.clone(),
+            labels: self.labels.clone(),
+            kill_grace: self.kill_grace,
+            quiet: self.quiet,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct AttachArgs {
     /// The process to follow, with every descendant it has now or creates later

@@ -6,8 +6,6 @@
 use std::path::PathBuf;
 
 use crate::{
-    cli::SetcapArgs,
-    exit_code::{EXIT_MONTRACE_FAILED, EXIT_USAGE},
     kernel::btf,
     kernel::ebpf::{Probes, TracepointChoice},
     kernel::features,
@@ -212,54 +210,6 @@ pub fn gather() -> Facts {
         cgroup,
         gpu,
         features,
-    }
-}
-
-pub fn doctor_main() -> anyhow::Result<i32> {
-    let facts = gather();
-    let (checks, verdict) = judge(&facts);
-    for c in &checks {
-        crate::say_out!(
-            "{:<14} {:<3} {}",
-            c.what,
-            if c.ok { "ok" } else { "no" },
-            c.detail
-        );
-    }
-    crate::say_out!("\nWhat a run gets on this kernel ({}):", facts.kernel);
-    crate::say_out!("{}", features::render(&facts.features).trim_end());
-    crate::say_out!("\n{verdict}");
-    Ok(0)
-}
-
-/// `montrace setcap [PATH]`.
-pub fn setcap_main(args: SetcapArgs) -> anyhow::Result<i32> {
-    let path = match args.path {
-        Some(path) => path,
-        None => std::env::current_exe()?,
-    };
-    // The file itself, not a link to it: capabilities live on the inode that is executed.
-    let path = std::fs::canonicalize(&path).unwrap_or(path);
-    match privilege::grant(&path) {
-        Ok(caps) => {
-            crate::say_out!(
-                "montrace: {} now has {}: every user of this machine gets exact tracking of their \
-                 own commands with `montrace run -- CMD`, without sudo (`montrace doctor` checks)",
-                path.display(),
-                privilege::names(caps).join(" and ")
-            );
-            Ok(0)
-        }
-        Err(
-            err @ (privilege::GrantError::NotRoot(_) | privilege::GrantError::NotMontrace { .. }),
-        ) => {
-            crate::say!("montrace: error: {err}");
-            Ok(EXIT_USAGE)
-        }
-        Err(err) => {
-            crate::say!("montrace: error: {err}");
-            Ok(EXIT_MONTRACE_FAILED)
-        }
     }
 }
 

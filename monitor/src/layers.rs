@@ -7,7 +7,9 @@
 //! vocabulary that uses nothing, stages above it, thin commands on top):
 //!
 //! ```text
-//!  8  commands   cli, run, attach, doctor        the command line and what each subcommand does
+//!  8  commands   cli, commands, run, attach,     the command line, each subcommand's entry
+//!                doctor                          point (`commands/`), and what run, attach and
+//!                                                doctor do
 //!  7  follow     follow                          one recording: launch, follow, record, end
 //!  6  analysis   analysis                        pure figures over recorded runs: critical path,
 //!                                                report, compare, export, bench
@@ -41,7 +43,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("analysis", 6),
     ("follow", 7),
     ("cli", 8),
-    ("agent", 8),
+    ("commands", 8),
+    ("agent", 7),
     ("run", 8),
     ("attach", 8),
     ("doctor", 8),
@@ -56,21 +59,12 @@ const ALLOWED: &[(&str, &str, &str)] = &[
          host belongs below kernel (ebpf.rs is the kernel tier's file this round)",
     ),
     (
-        "fleet",
-        "cli",
-        "publish_main takes cli's PublishArgs: the commands/ layer of issue 30 moves it up",
-    ),
-    (
         "analysis",
         "cli",
-        "report/export/compare/bench *_main take cli's Args and formats: the commands/ layer \
-         of issue 30 moves them up",
-    ),
-    (
-        "follow",
-        "cli",
-        "RecordOptions and MarkArgs are cli's, the report format too: follow::Session with a \
-         small config of its own (issue 30) ends it",
+        "the entry points are in commands/, but the domain still takes cli's types: \
+         report::write_report a ReportFormat, compare::prepare a CompareArgs, bench::run a \
+         BenchArgs, render a CompareFormat; options of their own (as follow::Options for a \
+         recording) end it",
     ),
 ];
 

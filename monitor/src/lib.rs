@@ -3,7 +3,8 @@
 //! The folders follow the flow of a run:
 //!
 //! ```text
-//! cli ─> run / attach ─> follow::launch (the command, held until tracked, then exec'd)
+//! cli ─> commands ─> run / attach ─> follow::launch (the command, held until tracked, exec'd)
+//!                  │                  follow::session (one recording, shared by both)
 //!                  │
 //!   kernel (btf, ebpf, decode, privilege) ──events──> tracking (tracker, polling)
 //!   sampling (sampler, rates, cgroup, gpu, host) ─────────────┐        │
@@ -14,12 +15,14 @@
 //! ```
 //! `doctor` says which mode a run gets; `term` writes to the terminal without ever failing;
 //! `units` parses and formats durations, sizes and times.
+//! `commands` holds one entry point per subcommand, whose errors `main` says once;
 //! `exit_code` holds every exit status; `store::model` the types run.json embeds. No import runs
 //! upward between these folders (the layers and their test: `layers.rs`).
 pub mod agent;
 pub mod analysis;
 pub mod attach;
 pub mod cli;
+pub mod commands;
 pub mod doctor;
 pub mod exit_code;
 pub mod fleet;

@@ -1,25 +1,21 @@
 use clap::Parser as _;
 use monitor::cli::{Cli, Command};
-use monitor::exit_code::{EXIT_MONTRACE_FAILED, EXIT_USAGE};
+use monitor::commands::{self, CommandError, Exit};
 use monitor::store::userfs;
 
+/// Every error of every subcommand is said here, once, with its exit status.
 fn main() {
     let cli = Cli::parse();
     let result = drop_unneeded_capabilities(&cli.command)
         .and_then(|()| guard_capabilities())
         .and_then(|()| take_owner(&cli.command))
-        .and_then(|()| match refused(&cli.command) {
-            Some(message) => {
-                monitor::say!("montrace: error: {message}");
-                Ok(EXIT_USAGE)
-            }
-            None => dispatch(cli.command),
-        });
+        .map_err(CommandError::from)
+        .and_then(|()| dispatch(cli.command));
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            monitor::say!("montrace: error: {}", monitor::term::error_line(&err));
-            std::process::exit(EXIT_MONTRACE_FAILED);
+            monitor::say!("{}", err.line());
+            std::process::exit(err.exit_code());
         }
     }
 }
@@ -44,21 +40,6 @@ fn drop_unneeded_capabilities(command: &Command) -> anyhow::Result<()> {
     monitor::kernel::privilege::drop_all().context("dropping capabilities montrace does not need")
 }
 
-/// Arguments refused before anything starts (exit status 2), with why.
-fn refused(command: &Command) -> Option<String> {
-    use monitor::analysis::bench::plan::series_length;
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ring = |bytes| monitor::kernel::privilege::check_ring_buffer_size(bytes, root).err();
-    match command {
-        Command::Run(args) => ring(args.record.ring_buffer_size)
-            .or_else(|| series_length(args.warmup, args.repeat).err()),
-        Command::Attach(args) => ring(args.record.ring_buffer_size),
-        Command::Bench(args) => series_length(args.warmup, args.repeat).err(),
-        _ => None,
-    }
-}
-
 /// A granted binary run by an ordinary user is out of that user's reach (ptrace, /proc/PID/fd)
 /// from its first instruction to its exit, after its capabilities are gone too
 /// (`privilege::make_undumpable`).
@@ -71,23 +52,23 @@ fn guard_capabilities() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn dispatch(command: Command) -> anyhow::Result<i32> {
+fn dispatch(command: Command) -> Exit {
     match command {
-        Command::Run(args) => monitor::run::run(args),
-        Command::Attach(args) => monitor::attach::attach_main(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Attach(args) => commands::attach::attach(args),
         // These need no privilege at all: under sudo they run with the user's filesystem
         // identity throughout, so every path they are given is opened as the user would.
-        Command::Compare(args) => as_user(|| monitor::analysis::compare::compare_main(args)),
+        Command::Compare(args) => as_user(|| commands::compare::compare(args)),
         // Each repetition is a `montrace run` of its own (privilege handled there); the
         // directories and the verdict are the user's.
-        Command::Bench(args) => monitor::analysis::bench::bench_main(args),
-        Command::Publish(args) => as_user(|| monitor::fleet::publish::publish_main(args)),
-        Command::Report(args) => as_user(|| monitor::analysis::report::report_main(args)),
-        Command::Export(args) => as_user(|| monitor::analysis::export::export_main(args)),
-        Command::Mark(args) => monitor::follow::marks::mark_main(args),
-        Command::Setcap(args) => monitor::doctor::setcap_main(args),
-        Command::Agent(args) => monitor::agent::agent_main(args),
-        Command::Doctor => monitor::doctor::doctor_main(),
+        Command::Bench(args) => commands::bench::bench(args),
+        Command::Publish(args) => as_user(|| commands::publish::publish(args)),
+        Command::Report(args) => as_user(|| commands::report::report(args)),
+        Command::Export(args) => as_user(|| commands::export::export(args)),
+        Command::Mark(args) => commands::mark::mark(args),
+        Command::Setcap(args) => commands::setcap::setcap(args),
+        Command::Agent(args) => commands::agent::agent(args),
+        Command::Doctor => commands::doctor::doctor(),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
             let mut text = Vec::new();
@@ -100,7 +81,7 @@ fn dispatch(command: Command) -> anyhow::Result<i32> {
 
 /// `montrace man`: the page of montrace or of one subcommand on stdout, or every page into a
 /// directory. The top page's SEE ALSO names montrace-run(1) and the others: they exist.
-fn man(args: monitor::cli::ManArgs) -> anyhow::Result<i32> {
+fn man(args: monitor::cli::ManArgs) -> Exit {
     use clap::CommandFactory as _;
     let mut top = Cli::command().disable_help_subcommand(true);
     top.build();
@@ -122,11 +103,10 @@ fn man(args: monitor::cli::ManArgs) -> anyhow::Result<i32> {
                     .get_subcommands()
                     .map(|s| s.get_name().to_string())
                     .collect();
-                eprintln!(
+                return Err(CommandError::usage_line(format!(
                     "montrace man: error: no subcommand `{name}`; one of: {}",
                     names.join(", ")
-                );
-                return Ok(EXIT_USAGE);
+                )));
             }
         },
     };
@@ -136,12 +116,12 @@ fn man(args: monitor::cli::ManArgs) -> anyhow::Result<i32> {
 }
 
 /// Writes generated text to stdout; a reader that stops early (`| head`) is no error.
-fn print_bytes(text: &[u8]) -> anyhow::Result<i32> {
+fn print_bytes(text: &[u8]) -> Exit {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     match out.write_all(text).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(anyhow::anyhow!("cannot write to stdout: {e}"))
+            Err(anyhow::anyhow!("cannot write to stdout: {e}").into())
         }
         _ => Ok(0),
     }
@@ -165,7 +145,7 @@ fn take_owner(command: &Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn as_user(f: impl FnOnce() -> anyhow::Result<i32>) -> anyhow::Result<i32> {
+fn as_user(f: impl FnOnce() -> Exit) -> Exit {
     let mut result = None;
     userfs::as_user(|| {
         result = Some(f());

@@ -11,13 +11,14 @@ use anyhow::{bail, Context as _};
 use crate::{
     analysis::bench::plan,
     cli::RunArgs,
+    commands::{CommandError, Exit},
     exit_code::EXIT_NOT_FOUND,
     follow::launch::{self, Identity},
     follow::marks::{self, MarkServer},
-    follow::recorder::Recorder,
     follow::{
-        end::{self, build_run_info, close_cgroup, open_gpu, write_summary, Ended},
-        follow, FollowConfig, Outcome, Source,
+        end::{close_cgroup, open_gpu, write_summary},
+        session::{self, Root, Session},
+        Source,
     },
     kernel::ebpf::KernelBtf,
     kernel::ebpf::Probes,
@@ -28,14 +29,14 @@ use crate::{
     store::run_json::{self, RunInfo},
     store::userfs,
     tracking::polling::{self, Poller},
-    tracking::tracker::{Clock, Tracker},
     units,
 };
 
-pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+/// Runs the command (its arguments checked by `commands::run`): its exit status, or why montrace
+/// could not run it.
+pub fn run(args: RunArgs) -> Exit {
     if let Some(refused) = args.as_root.then(launch::as_root_refused).flatten() {
-        crate::say!("montrace: error: {refused}");
-        return Ok(crate::exit_code::EXIT_USAGE);
+        return Err(CommandError::usage(refused));
     }
     let started_boot_ns = host::boottime_ns();
     let started_wall_ns = host::realtime_ns();
@@ -54,7 +55,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
     let mut offsets = EbpfOffsets::start(&args, &program)?;
     // `--gpu require` fails here, before anything is created or started.
-    let mut gpu = open_gpu(&args.record)?;
+    let mut gpu = open_gpu(&args.record.recording())?;
     // Only root can become another user; without root the command keeps montrace's identity.
     // SAFETY: geteuid has no preconditions.
     let identity = if args.as_root || unsafe { libc::geteuid() } != 0 {
@@ -70,11 +71,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     )?;
     let out_dir = match create_out_dir(args.record.out.as_deref(), &program, started_wall_ns) {
         Ok(dir) => dir,
-        Err(err @ OutDirError::NotEmpty(_)) => {
-            crate::say!("montrace: error: {err}");
-            return Ok(crate::exit_code::EXIT_USAGE);
-        }
-        Err(OutDirError::Other(err)) => return Err(err),
+        Err(err @ OutDirError::NotEmpty(_)) => return Err(CommandError::usage(err)),
+        Err(OutDirError::Other(err)) => return Err(err.into()),
     };
     let result = repeat(
         &args,
@@ -104,7 +102,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             );
         }
     }
-    result
+    Ok(result?)
 }
 
 /// One run, or `--repeat N --warmup K`: K warm-up runs, then N measured ones, each in its own
@@ -123,12 +121,10 @@ fn repeat(
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
     let single = args.repeat == 1 && args.warmup == 0;
-    let mut repetitions = Vec::new();
-    let (mut warmups, mut measured) = (Vec::new(), Vec::new());
-    // main refuses such a series first, with exit status 2; a library caller gets the error.
+    let mut series = Series::default();
+    // commands::run refuses such a series first, with exit status 2; a library caller gets the
+    // error.
     let total = plan::series_length(args.warmup, args.repeat).map_err(anyhow::Error::msg)?;
-    let mut ended = None;
-    let mut context = None;
     for i in 0..total {
         let warmup = i < args.warmup;
         let name = if single {
@@ -144,7 +140,7 @@ fn repeat(
             out_dir.join(&name)
         };
         if let Some(code) = hook(args.prepare.as_deref(), "--prepare", &name, identity)? {
-            ended = Some((code, None));
+            series.ended = Some((code, None));
             break;
         }
         if !single {
@@ -179,16 +175,16 @@ fn repeat(
                     .map_or("n/a".into(), units::format_bytes),
             );
         }
-        context = info.context.clone();
+        series.context = info.context.clone();
         let failed = info.exit_status != 0 || info.limit_breach.is_some();
         let mut repetition = info.repetition(&name);
         repetition.other_cpu_share = other_cpu_share;
         let figures = plan::Measured::of(&name, &repetition);
         if warmup {
-            warmups.push(figures);
+            series.warmups.push(figures);
         } else {
-            repetitions.push(repetition);
-            measured.push(figures);
+            series.repetitions.push(repetition);
+            series.measured.push(figures);
         }
         if failed {
             if !single {
@@ -197,42 +193,74 @@ fn repeat(
                     info.exit_status
                 );
             }
-            ended = Some((info.exit_status, info.limit_breach.clone()));
+            series.ended = Some((info.exit_status, info.limit_breach.clone()));
             break;
         }
         if let Some(code) = hook(args.cleanup.as_deref(), "--cleanup", &name, identity)? {
-            ended = Some((code, None));
+            series.ended = Some((code, None));
             break;
         }
     }
-    // A single run is not a measurement series: nothing to warn about.
-    let warnings = if single {
-        Vec::new()
-    } else {
-        plan::warnings(&warmups, &measured)
-    };
-    for warning in &warnings {
-        crate::say!("montrace: warning: {warning}");
-    }
-    let stopped = ended.is_some();
-    let (status, breach) = ended.unwrap_or((0, None));
-    let summary = write_summary(
-        out_dir,
-        command_argv(args),
-        args.warmup as usize,
-        repetitions,
-        breach,
-        warnings,
-        (args.record.labels.iter().cloned().collect(), context),
-    );
-    if !args.record.quiet && !single && !stopped {
-        crate::say_raw!(
-            "{}",
-            crate::follow::summary::format_repeat_stats(&summary, &out_dir.display().to_string())
+    Ok(series.finish(args, out_dir, single))
+}
+
+/// What a series of repetitions measured, and how it ended if it stopped early.
+#[derive(Default)]
+struct Series {
+    repetitions: Vec<crate::store::summary_json::Repetition>,
+    warmups: Vec<plan::Measured>,
+    measured: Vec<plan::Measured>,
+    /// The status (and breach) of the repetition or hook that stopped the series.
+    ended: Option<(i32, Option<crate::store::summary_json::LimitBreach>)>,
+    context: Option<crate::fleet::context::Context>,
+}
+
+impl Series {
+    /// The series' warnings, summary.json and statistics; montrace's exit status.
+    fn finish(self, args: &RunArgs, out_dir: &Path, single: bool) -> i32 {
+        let Series {
+            repetitions,
+            warmups,
+            measured,
+            ended,
+            context,
+        } = self;
+        // A single run is not a measurement series: nothing to warn about.
+        let warnings = if single {
+            Vec::new()
+        } else {
+            plan::warnings(&warmups, &measured)
+        };
+        for warning in &warnings {
+            crate::say!("montrace: warning: {warning}");
+        }
+        let stopped = ended.is_some();
+        let (status, breach) = ended.unwrap_or((0, None));
+        let summary = write_summary(
+            out_dir,
+            command_argv(args),
+            args.warmup as usize,
+            repetitions,
+            breach,
+            warnings,
+            (args.record.labels.iter().cloned().collect(), context),
         );
+        if !args.record.quiet && !single && !stopped {
+            crate::say_raw!(
+                "{}",
+                crate::follow::summary::format_repeat_stats(
+                    &summary,
+                    &out_dir.display().to_string()
+                )
+            );
+        }
+        // The command's (or the failing hook's) status is montrace's last word.
+        if stopped {
+            status
+        } else {
+            summary.exit_status
+        }
     }
-    // The command's (or the failing hook's) status is montrace's last word.
-    Ok(if stopped { status } else { summary.exit_status })
 }
 
 /// Runs a `--prepare`/`--cleanup` script, if given. Some(status) when it failed (said on
@@ -406,6 +434,8 @@ fn no_ebpf(args: &RunArgs, why_not: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One recording of the command: launched held, moved into the run cgroup while the programs
+/// load, released, then followed by a [`Session`] until its tree is done.
 #[allow(clippy::too_many_arguments)]
 fn record(
     args: &RunArgs,
@@ -415,17 +445,11 @@ fn record(
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
     (gpu, stream): (&mut GpuStatus, &mut Option<crate::follow::stream::Stream>),
-    (started_boot_ns, started_wall_ns): (u64, i64),
+    started: (u64, i64),
     print_summary: bool,
     last: bool,
 ) -> anyhow::Result<RunInfo> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .context("starting the event loop")?;
-
-    let (cgroup, mut cgroup_report) = create_cgroup(started_wall_ns);
+    let (cgroup, mut cgroup_report) = create_cgroup(started.1);
     let marks = bind_marks();
     let extra_env: Vec<(OsString, OsString)> = marks
         .iter()
@@ -462,7 +486,7 @@ fn record(
         } else {
             offsets
                 .get(args)
-                .and_then(|offsets| load_probes(args, offsets, last, started_boot_ns))
+                .and_then(|offsets| load_probes(args, offsets, last, started.0))
         };
         let added = match adding {
             Some(thread) => thread.join().ok(),
@@ -495,117 +519,54 @@ fn record(
         }
         None => None,
     };
-    let agent_mode = agent.as_ref().map(|stream| stream.mode);
-    let mut capture = crate::fleet::context::Capture::start(
-        host::realtime_ns(),
-        identity.map(|i| (i.uid, i.gid)),
-    );
-    let mut tracker = Tracker::new(Clock {
-        boot_to_wall_ns: host::boot_to_wall_ns(),
-    });
-    let approx_start = host::proc_start_boot_ns(root_pid).unwrap_or_else(|_| host::boottime_ns());
-    tracker.add_root(root_pid, approx_start, &args.command[0].to_string_lossy());
     // A repetition starts from nothing: its peaks and energy are its own.
     let mut monitor = gpu.monitor_mut();
     if let Some(monitor) = monitor.as_deref_mut() {
         monitor.reset();
     }
-    let mut recorder = Recorder::create(
+    let options = args.record.recording();
+    let config = session::Config {
+        options: &options,
         out_dir,
-        tracker,
-        root_pid,
-        args.record.memory_detail,
-        monitor,
-        stream.as_mut(),
-    )?;
-    recorder.set_waits(probes.as_mut().and_then(|p| p.take_waits()));
-    end::start_otlp(&mut recorder, &args.record, &capture.run_id);
-    recorder.set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
-    recorder.set_resident(resident);
+        root: Root::Launched {
+            pid: root_pid,
+            program: &args.command[0],
+            identity,
+        },
+        linger: args.linger,
+        stop_after: None,
+        started,
+        last,
+        print_summary,
+    };
+    let mut session = Session::start(config, probes, monitor, stream.as_mut())?;
+    session
+        .recorder()
+        .set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
+    session.recorder().set_resident(resident);
     if let Err(err) = held.release(executable, identity) {
         // The child exits with 126/127; its exit is still recorded like any other.
         crate::say!("montrace: {err}");
     }
-    if let Some(probes) = &mut probes {
+    if let Some(probes) = session.probes() {
         probes.free_loader();
     }
-    // Loaded while the command started (see `load_probes`), for the sweeps.
-    if args.record.samples_from == crate::cli::SamplesFrom::Auto {
-        recorder.set_task_iter(probes.as_mut().and_then(|p| p.take_task_iter().ok()));
-    }
-
-    let signals = launch::signal_fd().context("creating the signal fd")?;
     let source = match (ring, agent) {
         (Some(events), _) => Source::Ebpf(events),
         (None, Some(stream)) => Source::Agent(stream),
         (None, None) => Source::Polling(Poller::new()),
     };
-    let cfg = FollowConfig {
-        opts: &args.record,
-        root_pid,
-        root_is_child: true,
-        linger: args.linger,
-        stop_after: None,
-        started_boot_ns,
-    };
-    let outcome = match runtime.block_on(follow(source, signals, marks, &mut recorder, &cfg)) {
-        Ok(outcome) => outcome,
-        Err(err) => {
-            // The command is still montrace's to supervise: record no more, wait for it.
-            recorder.stop_recording(&format!("{err:#}"));
-            Outcome {
-                wait_status: launch::wait_status(root_pid)
-                    .unwrap_or(crate::exit_code::EXIT_MONTRACE_FAILED << 8),
-                ..Outcome::default()
-            }
-        }
-    };
-    let end::Closed {
-        ended_boot_ns,
-        ended_wall_ns,
-        lost,
-        tracking_mode,
-        ebpf_load_ms,
-        mut finished,
-    } = end::close(recorder, probes, &mut capture);
-    let tracking_mode = agent_mode.unwrap_or(tracking_mode);
-    let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
-    let tree_cpu = finished.totals.cpu_user_ns + finished.totals.cpu_system_ns;
-    close_cgroup(cgroup, &mut cgroup_report, tree_cpu);
-    let (exit_code, exit_signal, exit_status) = end::exit_of(&outcome);
-    let (run_id, context) = capture.finish();
-    let info = build_run_info(Ended {
-        argv: command_argv(args),
-        executable: executable.display().to_string(),
-        started_boot_ns,
-        started_wall_ns,
-        ended_boot_ns,
-        ended_wall_ns,
-        gpu: gpu_summary,
-        tracking_mode,
-        lost,
-        ebpf_load_ms,
-        identity,
-        exit_code,
-        exit_signal,
-        exit_status,
-        outcome,
-        finished,
-        cgroup: cgroup_report,
-        interval: args.record.interval,
-        out_dir,
-        run_id,
-        labels: args.record.labels.iter().cloned().collect(),
-        context: Some(context),
-    });
-    end::publish(
-        &info,
+    let followed = session.follow(source, marks)?;
+    close_cgroup(cgroup, &mut cgroup_report, followed.tree_cpu_ns());
+    Ok(followed.finish(
+        gpu,
         stream.as_mut(),
-        last,
-        out_dir,
-        (print_summary, !args.record.no_report),
-    );
-    Ok(info)
+        session::Ending {
+            argv: command_argv(args),
+            executable: executable.display().to_string(),
+            cgroup: cgroup_report,
+        },
+    ))
 }
 
 /// Loads and attaches the eBPF programs (when `offsets` says montrace can) for a run that started
@@ -623,7 +584,7 @@ fn load_probes(
         privilege::set_effective(true).context("raising capabilities to load eBPF")?;
     }
     let loaded = match offsets {
-        Some(offsets) => match Probes::load(
+        Some(offsets) => session::load_probes(
             offsets,
             &crate::kernel::ebpf::Load {
                 ring_buffer_bytes: args.record.ring_buffer_size,
@@ -633,25 +594,9 @@ fn load_probes(
                 iter_later: !privilege::capable_user(),
                 tree_born_after_ns: started_boot_ns,
             },
-        ) {
-            Ok(loaded) => {
-                if let (Some(note), crate::kernel::ebpf::TrackingMode::TpBtf) =
-                    (&loaded.0.net_note, loaded.0.mode)
-                {
-                    if !args.record.quiet {
-                        crate::say!("montrace: note: no socket byte counts: {note}");
-                    }
-                }
-                Some(loaded)
-            }
-            Err(err) if !args.require_ebpf => {
-                crate::say!(
-                    "montrace: warning: {err:#}; following the tree by polling /proc instead"
-                );
-                None
-            }
-            Err(err) => return Err(err),
-        },
+            args.record.quiet,
+            args.require_ebpf,
+        )?,
         None => None,
     };
     // An ordinary user's capabilities (the granted binary) are for loading and attaching only:

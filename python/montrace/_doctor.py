@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 
 from ._binary import MontraceError, choose_binary, file_caps
 
-# One check of `montrace doctor` (monitor/src/doctor.rs, doctor_main): `what ok|no detail`.
+# One check of `montrace doctor` (monitor/src/commands/doctor.rs): `what ok|no detail`.
 _CHECK = re.compile(r"^(?P<what>.+?)\s+(?P<ok>ok|no)\s+(?P<detail>.*)$")
 _LOADED = re.compile(r"loaded and attached \((?P<mode>[a-z_]+)\)")
 

@@ -488,29 +488,8 @@ fn parts_of(dir: &Path) -> Vec<PathBuf> {
     parts
 }
 
-/// `montrace publish`: every run, said one per line; exit 0 when all were published (or were
-/// already), 1 when one failed (the others are still published).
-pub fn publish_main(args: crate::cli::PublishArgs) -> anyhow::Result<i32> {
-    let (dest, runs) = args
-        .paths
-        .split_last()
-        .context("publish needs RUN... DEST")?;
-    if let Some(message) =
-        unsupported(dest).or_else(|| store_url(dest).err().map(|e| e.to_string()))
-    {
-        crate::say!("montrace: error: {message}");
-        return Ok(crate::exit_code::EXIT_USAGE);
-    }
-    let runs: Vec<PathBuf> = runs.iter().map(PathBuf::from).collect();
-    Ok(if publish_paths(&runs, dest)? == 0 {
-        0
-    } else {
-        1
-    })
-}
-
 /// Why `dest` cannot be published to, if it cannot.
-fn unsupported(dest: &str) -> Option<String> {
+pub fn unsupported(dest: &str) -> Option<String> {
     let scheme = ["abfs://", "abfss://", "azure://", "http://", "https://"]
         .into_iter()
         .find(|s| dest.starts_with(*s))?;

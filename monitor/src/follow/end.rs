@@ -5,7 +5,6 @@
 use std::{path::Path, time::Duration};
 
 use crate::{
-    cli::RecordOptions,
     follow::launch::Identity,
     follow::limits,
     follow::recorder::{Finished, Recorder},
@@ -18,11 +17,11 @@ use crate::{
     store::userfs,
 };
 
-use super::Outcome;
+use super::{Options, Outcome};
 
 /// Starts GPU monitoring as `--gpu` asks, and says why there is none (`--gpu auto`). Fails with
 /// `--gpu require` and no GPU, or a `--limit gpu-mem` that no GPU can enforce.
-pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
+pub fn open_gpu(record: &Options) -> anyhow::Result<GpuStatus> {
     let gpu = GpuMonitor::open(record.gpu)?;
     if let Some(error) = gpu
         .tree_memory_unavailable_reason()
@@ -38,7 +37,7 @@ pub fn open_gpu(record: &RecordOptions) -> anyhow::Result<GpuStatus> {
 
 /// Starts the OTLP export `--otlp` asks for, into `recorder`: a collector that cannot be reached
 /// is a warning, never a failed run. One of the steps `run` and `attach` share.
-pub fn start_otlp(recorder: &mut Recorder<'_>, record: &RecordOptions, run_id: &str) {
+pub fn start_otlp(recorder: &mut Recorder<'_>, record: &Options, run_id: &str) {
     let Some(url) = &record.otlp else {
         return;
     };
@@ -337,9 +336,7 @@ pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, repor
     }
     if report && written.is_ok() && info.recording_error.is_none() {
         // The data is on disk already: a report that fails is a warning, not a failed run.
-        if let Err(err) =
-            crate::analysis::report::write_report(out_dir, crate::cli::ReportFormat::Both, "exe")
-        {
+        if let Err(err) = crate::analysis::report::write_default_report(out_dir) {
             crate::say!(
                 "montrace: warning: no report for {}: {}",
                 out_dir.display(),

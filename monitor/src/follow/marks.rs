@@ -9,7 +9,7 @@
 //! (`SCM_TIMESTAMPNS`) to each datagram, so nothing the sender writes has to be trusted for them.
 //!
 //! [`parse_line`] is the pure core; [`MarkServer`] is montrace's end of the socket and
-//! [`mark_main`] is `montrace mark`, the client for shell scripts.
+//! [`send_mark`] is `montrace mark` (`commands::mark`), the client for shell scripts.
 use std::{
     ffi::{CString, OsString},
     io,
@@ -31,7 +31,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{cli::MarkArgs, sampling::host, store::records::MarkKind};
+use crate::{sampling::host, store::records::MarkKind};
 
 /// The environment variable that holds the socket's path in the command's environment.
 pub const SOCKET_ENV: &str = "MONTRACE_MARK_SOCKET";
@@ -39,8 +39,6 @@ pub const SOCKET_ENV: &str = "MONTRACE_MARK_SOCKET";
 const DIR_PREFIX: &str = "montrace-";
 /// Longest label, in bytes of UTF-8.
 pub const MAX_LABEL_BYTES: usize = 256;
-/// Exit status of `montrace mark` for usage errors (no socket, a label that cannot be sent).
-use crate::exit_code::EXIT_USAGE;
 
 /// Marks kept per run at most: a command that sends more has them counted as dropped
 /// (`marks_dropped` in run.json), so montrace's memory and the tables stay bounded whatever it
@@ -777,41 +775,42 @@ fn make_private_dir(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
     Ok(PathBuf::from(OsString::from_vec(template.into_bytes())))
 }
 
-/// `montrace mark [--begin|--end] LABEL`: sends one mark to the `montrace run` that started this
-/// process's tree. The mark's pid is this process's (the kernel reports the real sender); its
-/// parent in processes.parquet is the shell or program that ran it.
-pub fn mark_main(args: MarkArgs) -> anyhow::Result<i32> {
-    send_mark(std::env::var_os(SOCKET_ENV), &args)
+/// Why `montrace mark` sent nothing.
+#[derive(Debug)]
+pub enum SendError {
+    /// Not inside `montrace run`: [`SOCKET_ENV`] is not set.
+    NoRun,
+    /// A label montrace would reject (checked here, so the error reaches the script's author).
+    Invalid(MarkError),
+    /// The socket failed, or the `montrace run` is gone.
+    Failed(anyhow::Error),
 }
 
-fn send_mark(socket_path: Option<OsString>, args: &MarkArgs) -> anyhow::Result<i32> {
+/// Sends one mark to the `montrace run` whose socket is `socket_path` (the command's
+/// [`SOCKET_ENV`]). The mark's pid is this process's (the kernel reports the real sender).
+pub fn send_mark(
+    socket_path: Option<OsString>,
+    kind: MarkKind,
+    label: &str,
+) -> Result<(), SendError> {
     let Some(path) = socket_path.filter(|p| !p.is_empty()) else {
-        crate::say!("montrace mark works inside `montrace run`: {SOCKET_ENV} is not set");
-        return Ok(EXIT_USAGE);
+        return Err(SendError::NoRun);
     };
-    let kind = if args.begin {
-        MarkKind::Begin
-    } else if args.end {
-        MarkKind::End
-    } else {
-        MarkKind::Point
+    let line = format_line(kind, label);
+    parse_line(&line).map_err(SendError::Invalid)?;
+    let sent = || -> anyhow::Result<()> {
+        let socket = UnixDatagram::unbound().context("cannot create a socket")?;
+        socket.set_write_timeout(Some(SEND_TIMEOUT))?;
+        socket.send_to(&line, &path).with_context(|| {
+            format!(
+                "cannot send the mark to {} ({SOCKET_ENV}); is the `montrace run` that started \
+                 this command still running?",
+                Path::new(&path).display()
+            )
+        })?;
+        Ok(())
     };
-    let line = format_line(kind, &args.label);
-    // Check here what montrace would reject, so the error reaches the script's author.
-    if let Err(err) = parse_line(&line) {
-        crate::say!("montrace mark: {err}");
-        return Ok(EXIT_USAGE);
-    }
-    let socket = UnixDatagram::unbound().context("cannot create a socket")?;
-    socket.set_write_timeout(Some(SEND_TIMEOUT))?;
-    socket.send_to(&line, &path).with_context(|| {
-        format!(
-            "cannot send the mark to {} ({SOCKET_ENV}); is the `montrace run` that started this \
-             command still running?",
-            Path::new(&path).display()
-        )
-    })?;
-    Ok(0)
+    sent().map_err(SendError::Failed)
 }
 
 #[cfg(test)]
@@ -1170,11 +1169,11 @@ mod tests {
         assert!(server.path().exists());
     }
 
-    fn args(label: &str, begin: bool, end: bool) -> MarkArgs {
-        MarkArgs {
-            label: label.to_string(),
-            begin,
-            end,
+    fn kind(begin: bool, end: bool) -> MarkKind {
+        match (begin, end) {
+            (true, _) => MarkKind::Begin,
+            (_, true) => MarkKind::End,
+            _ => MarkKind::Point,
         }
     }
 
@@ -1183,18 +1182,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
         let path = Some(server.path().as_os_str().to_owned());
-        assert_eq!(
-            send_mark(path.clone(), &args("load", true, false)).unwrap(),
-            0
-        );
-        assert_eq!(
-            send_mark(path.clone(), &args("load", false, true)).unwrap(),
-            0
-        );
-        assert_eq!(
-            send_mark(path, &args("ready now", false, false)).unwrap(),
-            0
-        );
+        send_mark(path.clone(), kind(true, false), "load").unwrap();
+        send_mark(path.clone(), kind(false, true), "load").unwrap();
+        send_mark(path, kind(false, false), "ready now").unwrap();
         let got: Vec<(MarkKind, String)> = server
             .receive(host::realtime_ns)
             .into_iter()
@@ -1212,14 +1202,14 @@ mod tests {
 
     #[test]
     fn montrace_mark_outside_a_run_is_a_usage_error() {
-        assert_eq!(
-            send_mark(None, &args("load", true, false)).unwrap(),
-            EXIT_USAGE
-        );
-        assert_eq!(
-            send_mark(Some(OsString::new()), &args("load", true, false)).unwrap(),
-            EXIT_USAGE
-        );
+        assert!(matches!(
+            send_mark(None, kind(true, false), "load"),
+            Err(SendError::NoRun)
+        ));
+        assert!(matches!(
+            send_mark(Some(OsString::new()), kind(true, false), "load"),
+            Err(SendError::NoRun)
+        ));
     }
 
     #[test]
@@ -1227,14 +1217,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
         let path = Some(server.path().as_os_str().to_owned());
-        assert_eq!(
-            send_mark(path.clone(), &args("", false, false)).unwrap(),
-            EXIT_USAGE
-        );
-        assert_eq!(
-            send_mark(path, &args("two\nlines", false, false)).unwrap(),
-            EXIT_USAGE
-        );
+        assert!(matches!(
+            send_mark(path.clone(), kind(false, false), ""),
+            Err(SendError::Invalid(_))
+        ));
+        assert!(matches!(
+            send_mark(path, kind(false, false), "two\nlines"),
+            Err(SendError::Invalid(_))
+        ));
         assert!(server.receive(host::realtime_ns).is_empty());
         assert_eq!(server.invalid(), 0);
     }
@@ -1245,7 +1235,9 @@ mod tests {
         let server = MarkServer::bind_in(tmp.path(), None).unwrap();
         let path = server.path().as_os_str().to_owned();
         drop(server);
-        let err = send_mark(Some(path), &args("load", true, false)).unwrap_err();
+        let Err(SendError::Failed(err)) = send_mark(Some(path), kind(true, false), "load") else {
+            panic!("a failed send");
+        };
         assert!(format!("{err:#}").contains("still running"), "{err:#}");
     }
 }

@@ -1,6 +1,7 @@
-//! Following a tree, shared by `run` and `attach`: starting the command (`launch`), the event
-//! loop ([`follow`]) and its decisions (`state`), where each input goes (`recorder`), limits,
-//! phase marks, the live line, and what happens when the tree is done ([`end`]).
+//! Following a tree, shared by `run` and `attach`: starting the command (`launch`), one
+//! recording from its start to its files ([`session`]), the event loop ([`follow`]) and its
+//! decisions (`state`), where each input goes (`recorder`), limits, phase marks, the live line,
+//! and what happens when the tree is done ([`end`]).
 //!
 //! ```text
 //!  ring buffer / polling ─┐                         ┌─> Recorder (tracker + tables)
@@ -20,6 +21,7 @@ pub mod live;
 pub mod marks;
 pub mod pidfd;
 pub mod recorder;
+pub mod session;
 pub mod state;
 pub mod stream;
 pub mod summary;
@@ -35,7 +37,6 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
-    cli::RecordOptions,
     follow::live::LiveLine,
     follow::marks::{MarkReceiver, MarkServer},
     follow::recorder::Recorder,
@@ -59,6 +60,31 @@ pub struct Outcome {
     pub marks_dropped: u64,
 }
 
+/// What a recording is asked for: the options `run` and `attach` share, as the recording reads
+/// them (`cli::RecordOptions::recording` makes them from the flags). What only the commands
+/// read (`--out`, the stream, the ring buffer, the tracepoints) stays with them.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How often a sweep samples the tree.
+    pub interval: Duration,
+    /// Longest time recorded rows stay in memory before they are written.
+    pub flush_interval: Duration,
+    pub memory_detail: crate::sampling::sampler::MemoryDetail,
+    /// Sweeps read the tree through the task iterator where it loaded (`--samples-from auto`).
+    pub task_iter: bool,
+    pub gpu: crate::sampling::gpu::GpuMode,
+    /// Write the report at the end (no `--no-report`).
+    pub report: bool,
+    pub limits: Vec<limits::Limit>,
+    /// The OTLP collector's URL.
+    pub otlp: Option<String>,
+    pub labels: Vec<(String, String)>,
+    /// After SIGTERM on a limit breach, how long to wait before SIGKILL.
+    pub kill_grace: Duration,
+    /// No live line, no summary.
+    pub quiet: bool,
+}
+
 /// Where lifecycle events come from.
 pub enum Source {
     Ebpf(crate::kernel::ebpf::Events),
@@ -69,7 +95,7 @@ pub enum Source {
 
 /// How `follow` runs: `run` follows the command it started; `attach` a process it did not.
 pub struct FollowConfig<'a> {
-    pub opts: &'a RecordOptions,
+    pub opts: &'a Options,
     pub root_pid: u32,
     /// False for `attach`: nothing waits for the root (it is not montrace's child), and a
     /// SIGINT/SIGTERM/SIGHUP to montrace ends the monitoring instead of being forwarded.
@@ -485,7 +511,7 @@ impl DrainPace {
 }
 
 impl Ticks {
-    fn new(opts: &RecordOptions) -> Ticks {
+    fn new(opts: &Options) -> Ticks {
         Ticks {
             live: interval(Duration::from_millis(500)),
             sample: interval(opts.interval),

@@ -251,6 +251,7 @@ fn signal_name(signal: i32) -> &'static str {
 mod tests {
     use super::*;
     use crate::cli::RecordOptions;
+    use crate::follow::Options;
     use crate::kernel::decode::{ExitStats, KernelEvent};
     use crate::sampling::sampler::MemoryDetail;
     use crate::tracking::tracker::{Clock, Tracker};
@@ -261,17 +262,17 @@ mod tests {
     const ROOT: u32 = 4_194_400;
     const CHILD: u32 = 4_194_401;
 
-    fn options(args: &[&str]) -> RecordOptions {
+    fn options(args: &[&str]) -> Options {
         #[derive(clap::Parser)]
         struct Wrap {
             #[command(flatten)]
             record: RecordOptions,
         }
         let argv = std::iter::once("montrace").chain(args.iter().copied());
-        Wrap::try_parse_from(argv).unwrap().record
+        Wrap::try_parse_from(argv).unwrap().record.recording()
     }
 
-    fn config(opts: &RecordOptions, linger: Option<Duration>) -> FollowConfig<'_> {
+    fn config(opts: &Options, linger: Option<Duration>) -> FollowConfig<'_> {
         FollowConfig {
             opts,
             root_pid: ROOT,

@@ -18,12 +18,11 @@ use anyhow::Context as _;
 
 use crate::{
     analysis::compare::{
-        build_paired_report, parse_max, render, Interference, PairInfo, Report, Series, Side,
+        build_paired_report, render, Interference, PairInfo, Report, Series, Side,
     },
     cli::{BenchArgs, CompareFormat},
     exit_code::{
         EXIT_BENCH_COMMAND_FAILED, EXIT_BENCH_HOOK_FAILED, EXIT_BENCH_NO_OP, EXIT_MONTRACE_FAILED,
-        EXIT_USAGE,
     },
     store::{run_json, summary_json, userfs},
 };
@@ -77,48 +76,16 @@ struct Run {
     interference: Interference,
 }
 
-/// `montrace bench`.
-pub fn bench_main(args: BenchArgs) -> anyhow::Result<i32> {
-    let limits = match parse_max(&args.gate.max) {
-        Ok(limits) => limits,
-        Err(message) => {
-            crate::say!("montrace: error: {message}");
-            return Ok(EXIT_USAGE);
-        }
-    };
-    let mut dirs = [None, None];
-    for (slot, (flag, dir)) in dirs.iter_mut().zip([
-        ("--baseline-dir", &args.baseline_dir),
-        ("--candidate-dir", &args.candidate_dir),
-    ]) {
-        if let Some(dir) = dir {
-            if !dir.is_dir() {
-                crate::say!(
-                    "montrace: error: {flag} {}: not a directory: give the side's checkout",
-                    dir.display()
-                );
-                return Ok(EXIT_USAGE);
-            }
-            *slot = Some(std::path::absolute(dir).context("resolving the side's directory")?);
-        }
-    }
-    let out = args.out.clone().unwrap_or_else(|| {
-        let now = crate::sampling::host::realtime_ns();
-        PathBuf::from("montrace-bench").join(crate::units::compact_utc(now))
-    });
-    if let Err(err) = userfs::create_dir_all(&out) {
-        crate::say!("montrace: error: cannot create {}: {err}", out.display());
-        return Ok(EXIT_USAGE);
-    }
-    if userfs::list_dir(&out).map_or(true, |names| !names.is_empty()) {
-        crate::say!(
-            "montrace: error: {} is not empty: give --out a new or empty directory",
-            out.display()
-        );
-        return Ok(EXIT_USAGE);
-    }
+/// Runs the series of `montrace bench` into `out` (a new or empty directory; its arguments
+/// checked by `commands::bench`), the sides in `dirs` where given: the verdict's exit status.
+pub fn run(
+    args: &BenchArgs,
+    out: &Path,
+    dirs: [Option<PathBuf>; 2],
+    limits: &std::collections::BTreeMap<&'static str, f64>,
+) -> anyhow::Result<i32> {
     // The sides may run elsewhere (--baseline-dir): their `--out` must not depend on the cwd.
-    let out = std::path::absolute(&out).context("resolving --out")?;
+    let out = std::path::absolute(out).context("resolving --out")?;
     let warmup_dir = out.join("warmup");
     for dir in [&warmup_dir, &out.join("baseline"), &out.join("candidate")] {
         userfs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -127,14 +94,14 @@ pub fn bench_main(args: BenchArgs) -> anyhow::Result<i32> {
     let log = userfs::create_new(&log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
     let bench = Bench {
-        args: &args,
+        args,
         out,
         dirs,
         log,
         runs_done: 0,
         started: Instant::now(),
     };
-    bench.series(&limits)
+    bench.series(limits)
 }
 
 impl Bench<'_> {
@@ -144,22 +111,10 @@ impl Bench<'_> {
     ) -> anyhow::Result<i32> {
         let args = self.args;
         let started = Instant::now();
-        let mut warmups = [Vec::new(), Vec::new()];
-        for k in 0..args.warmup as usize {
-            for arm in plan::pair_order(k) {
-                let dir = self
-                    .out
-                    .join("warmup")
-                    .join(format!("{}-{:02}", arm.name(), k + 1));
-                match self.one_run(arm, &dir)? {
-                    Ok(run) => warmups[arm as usize].extend(
-                        (run.summary.repetitions.first())
-                            .map(|r| plan::Measured::of(&format!("{} warm-up", arm.name()), r)),
-                    ),
-                    Err(code) => return Ok(code),
-                }
-            }
-        }
+        let warmups = match self.warm_up()? {
+            Ok(warmups) => warmups,
+            Err(code) => return Ok(code),
+        };
         let min_pairs = args.repeat as usize;
         let max_pairs = match (args.max_runs, args.max_time) {
             (Some(n), _) => n as usize,
@@ -266,6 +221,28 @@ impl Bench<'_> {
             }
         }
         self.finish(&report)
+    }
+
+    /// The `--warmup` pairs, in the series' order: each side's figures, or the exit status of
+    /// the run that failed (which ends the series).
+    fn warm_up(&mut self) -> anyhow::Result<Result<[Vec<plan::Measured>; 2], i32>> {
+        let mut warmups = [Vec::new(), Vec::new()];
+        for k in 0..self.args.warmup as usize {
+            for arm in plan::pair_order(k) {
+                let dir = self
+                    .out
+                    .join("warmup")
+                    .join(format!("{}-{:02}", arm.name(), k + 1));
+                match self.one_run(arm, &dir)? {
+                    Ok(run) => warmups[arm as usize].extend(
+                        (run.summary.repetitions.first())
+                            .map(|r| plan::Measured::of(&format!("{} warm-up", arm.name()), r)),
+                    ),
+                    Err(code) => return Ok(Err(code)),
+                }
+            }
+        }
+        Ok(Ok(warmups))
     }
 
     /// The paired report of the runs so far.

@@ -3,19 +3,16 @@
 //! Pure core, thin edge: [`decide`] is the gate's decision for one metric (Welch's t-test plus a
 //! minimum effect size, or the effect size alone with fewer than 2 samples a side),
 //! [`build_report`] applies it to every metric of two loaded sides, and the `render_*`
-//! functions turn a [`Report`] into text, Markdown, JSON or Bencher Metric Format. Only
-//! [`compare_main`] and the loaders touch the file system.
+//! functions turn a [`Report`] into text, Markdown, JSON or Bencher Metric Format. Only the
+//! loaders touch the file system (and `commands::compare`, which prints the report).
 //!
 //! Every metric is "lower is better": a regression is an increase.
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    fs,
-    io::{self, Write as _},
+    fs, io,
     path::{Path, PathBuf},
 };
-
-use anyhow::Context as _;
 
 use crate::units::{format_bytes_signif as format_bytes, md_code};
 use serde::Serialize;
@@ -25,7 +22,7 @@ use crate::{
     store::summary_json::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION},
 };
 
-use crate::exit_code::{EXIT_INCONCLUSIVE, EXIT_REGRESSED, EXIT_USAGE};
+use crate::exit_code::{EXIT_INCONCLUSIVE, EXIT_REGRESSED};
 
 mod gate;
 mod load;
@@ -44,26 +41,6 @@ pub use stats::*;
 // ---------------------------------------------------------------------------------------------
 // The edge
 // ---------------------------------------------------------------------------------------------
-
-/// `montrace compare`: prints the report on stdout; returns 0 when nothing regressed, 1 when a
-/// metric did, 2 for usage errors (printed on stderr).
-pub fn compare_main(args: CompareArgs) -> anyhow::Result<i32> {
-    let report = match prepare(&args) {
-        Ok(report) => report,
-        Err(CompareError::Usage(message)) => {
-            crate::say!("montrace: error: {message}");
-            return Ok(EXIT_USAGE);
-        }
-        Err(io) => return Err(io.into()),
-    };
-    let out = render(&report, args.gate.format);
-    let mut stdout = io::stdout().lock();
-    stdout
-        .write_all(out.as_bytes())
-        .and_then(|()| stdout.flush())
-        .context("cannot write the comparison to stdout")?;
-    Ok(report.exit_code())
-}
 
 /// Everything up to the report: `--max`, both sides, their commands, the decisions.
 pub fn prepare(args: &CompareArgs) -> Result<Report, CompareError> {

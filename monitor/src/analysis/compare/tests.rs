@@ -1,4 +1,5 @@
 use super::*;
+use crate::commands::compare::compare;
 use crate::store::summary_json::Repetition;
 
 fn close(actual: f64, expected: f64, tolerance: f64) {
@@ -635,8 +636,8 @@ fn exit_status_says_whether_something_regressed() {
     let base = write_run(&tmp.path().join("base"), "make", &STEADY);
     let same = write_run(&tmp.path().join("same"), "make", &STEADY);
     let slow = write_run(&tmp.path().join("slow"), "make", &TWICE_THE_CPU);
-    assert_eq!(compare_main(args(&base, &same)).unwrap(), 0);
-    assert_eq!(compare_main(args(&base, &slow)).unwrap(), EXIT_REGRESSED);
+    assert_eq!(compare(args(&base, &same)).unwrap(), 0);
+    assert_eq!(compare(args(&base, &slow)).unwrap(), EXIT_REGRESSED);
     let report = prepare(&args(&base, &slow)).unwrap();
     let regressed: Vec<_> = report.regressions().map(|r| r.metric).collect();
     assert_eq!(regressed, ["cpu_s"]);
@@ -651,7 +652,9 @@ fn usage_error(args: CompareArgs) -> String {
     let CompareError::Usage(message) = err else {
         panic!("a usage error, not {err:?}");
     };
-    assert_eq!(compare_main(args).unwrap(), EXIT_USAGE, "{message}");
+    let err = compare(args).unwrap_err();
+    assert_eq!(err.exit_code(), crate::exit_code::EXIT_USAGE, "{message}");
+    assert_eq!(err.line(), format!("montrace: error: {message}"));
     message
 }
 
@@ -666,8 +669,9 @@ fn an_unreadable_summary_is_an_io_error_not_a_usage_error() {
     let through = file.join(SUMMARY_FILE);
     let err = load_side(&through).unwrap_err();
     assert!(matches!(err, CompareError::Io { .. }), "{err:?}");
-    let err = compare_main(args(&through, &through)).unwrap_err();
-    assert!(err.to_string().contains("cannot read"), "{err}");
+    let err = compare(args(&through, &through)).unwrap_err();
+    assert_eq!(err.exit_code(), crate::exit_code::EXIT_MONTRACE_FAILED);
+    assert!(err.line().contains("cannot read"), "{}", err.line());
 }
 
 #[test]

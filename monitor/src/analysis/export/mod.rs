@@ -17,7 +17,6 @@ use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
 use crate::analysis::report::load;
-use crate::cli::{ExportArgs, ExportFormat};
 use crate::store::schema::exact_time_column;
 use anyhow::Context as _;
 use arrow_array::cast::AsArray;
@@ -27,66 +26,6 @@ use arrow_schema::DataType;
 
 mod perfetto;
 pub use perfetto::{write_perfetto, write_trace, Tree};
-
-/// Exit status for a missing or invalid run directory.
-use crate::exit_code::EXIT_USAGE;
-
-/// `montrace export RUN_DIR --format perfetto|csv [--out PATH]`.
-pub fn export_main(args: ExportArgs) -> anyhow::Result<i32> {
-    if args.format == ExportFormat::Bmf {
-        // From summary.json alone: a run of repetitions too.
-        return export_bmf(&args.run_dir, args.out.as_deref());
-    }
-    if let Err(err) = load::check_run_dir(&args.run_dir) {
-        crate::say!("montrace: error: {err}");
-        return Ok(EXIT_USAGE);
-    }
-    match args.format {
-        ExportFormat::Perfetto => {
-            let out = args.out.unwrap_or_else(|| args.run_dir.join("trace.json"));
-            write_perfetto(&args.run_dir, &out)?;
-            crate::say_out!("{}", out.display());
-            crate::say!("montrace: open it in https://ui.perfetto.dev (Open trace file)");
-        }
-        ExportFormat::Csv => {
-            let out = args.out.unwrap_or_else(|| args.run_dir.join("csv"));
-            let written = write_csv(&args.run_dir, &out)?;
-            for file in &written {
-                crate::say_out!("{}", file.path.display());
-                for warning in &file.skipped_columns {
-                    crate::say!("montrace: warning: {}: {warning}", file.path.display());
-                }
-            }
-        }
-        ExportFormat::Bmf => unreachable!("handled above"),
-    }
-    Ok(0)
-}
-
-/// `--format bmf`: the run's summary.json in Bencher Metric Format, on stdout or to `out`.
-fn export_bmf(run_dir: &Path, out: Option<&Path>) -> anyhow::Result<i32> {
-    let path = run_dir.join(crate::store::summary_json::SUMMARY_FILE);
-    let summary = match crate::store::summary_json::read(&path) {
-        Ok(summary) => summary,
-        Err(err) => {
-            crate::say!(
-                "montrace: error: {}: {err}; BMF is made from a finished run's summary.json",
-                path.display()
-            );
-            return Ok(EXIT_USAGE);
-        }
-    };
-    let text = crate::analysis::compare::render_bmf_of(&summary);
-    match out {
-        Some(out) => {
-            crate::store::userfs::write_atomic(out, text.as_bytes())
-                .with_context(|| format!("cannot write {}", out.display()))?;
-            crate::say_out!("{}", out.display());
-        }
-        None => crate::say_out!("{}", text.trim_end()),
-    }
-    Ok(0)
-}
 
 /// A temporary name beside `path`, of this process alone: two exports to one place at once
 /// (two users, two terminals) never write the same temporary file; the last rename wins whole.

@@ -4,7 +4,8 @@
 //! tables and columns) -> [`model`] derives groups, the per-group table, top processes and time
 //! series (pure) -> [`plots`] (SVG through `plotters`, after [`downsample`]) and [`timeline`]
 //! (the process tree as SVG bars) -> [`render`] fills the `minijinja` templates `report.html`
-//! and `report.md`. Only [`report_main`] and [`write_report`] touch the file system for output.
+//! and `report.md`. Only [`write_report`] touches the file system for output (and
+//! `commands::report`, which says where it went).
 //! docs/report.md describes the report for its readers.
 
 /// The run reader lives with the run directory's other code (`store::read`).
@@ -20,12 +21,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::cli::{ReportArgs, ReportFormat};
+use crate::cli::ReportFormat;
 
 pub use synthetic::{add_synthetic_gpu, add_synthetic_gpu_processes, synthetic_run};
-
-/// Exit status for a missing or invalid run directory, or a bad `--group-by`.
-use crate::exit_code::EXIT_USAGE;
 
 /// The file names written into the run directory.
 pub const HTML_FILE: &str = "report.html";
@@ -129,25 +127,9 @@ pub fn write_report(
     Ok(written)
 }
 
-/// `montrace report RUN_DIR`: writes the report and says where it went. A missing or invalid
-/// run directory and a bad `--group-by` exit with 2.
-pub fn report_main(args: ReportArgs) -> anyhow::Result<i32> {
-    if let Err(message) = model::GroupBy::parse(&args.group_by) {
-        crate::say!("montrace: error: {message}");
-        return Ok(EXIT_USAGE);
-    }
-    if let Err(err) = load::check_run_dir(&args.run_dir) {
-        crate::say!("montrace: error: {err}");
-        return Ok(EXIT_USAGE);
-    }
-    let written = write_report(&args.run_dir, args.format, &args.group_by)?;
-    for path in written
-        .iter()
-        .filter(|p| p.extension().is_none_or(|e| e != "svg"))
-    {
-        crate::say_out!("{}", path.display());
-    }
-    Ok(0)
+/// The report `montrace run` writes at its end: both formats, grouped by executable.
+pub fn write_default_report(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    write_report(run_dir, ReportFormat::Both, "exe")
 }
 
 /// Writes `path` under a temporary name and renames it, so a reader never sees half a file
@@ -570,19 +552,8 @@ mod tests {
     }
 
     #[test]
-    fn bad_inputs_are_usage_errors() {
+    fn a_missing_or_foreign_run_directory_is_refused_with_why() {
         let dir = tempfile::tempdir().unwrap();
-        let args = |run_dir: &Path, group_by: &str| ReportArgs {
-            run_dir: run_dir.to_path_buf(),
-            format: ReportFormat::Html,
-            group_by: group_by.into(),
-        };
-        assert_eq!(
-            report_main(args(&dir.path().join("missing"), "exe")).unwrap(),
-            EXIT_USAGE
-        );
-        assert_eq!(report_main(args(dir.path(), "exe")).unwrap(), EXIT_USAGE);
-        assert_eq!(report_main(args(&fixture(), "(")).unwrap(), EXIT_USAGE);
         let err = load::check_run_dir(dir.path()).unwrap_err().to_string();
         assert!(err.contains("is not a montrace run directory"), "{err}");
         // A directory of repetitions names one of them.

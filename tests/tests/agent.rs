@@ -162,12 +162,24 @@ fn an_ordinary_users_plain_binary_records_exactly_through_the_agent() {
     );
     let stopped = agent.stop();
     assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
-    for id in programs {
-        let shown = Command::new("bpftool")
+    // The kernel frees a program after a grace period (deferred work): give it a few seconds.
+    let loaded = |id: u32| {
+        Command::new("bpftool")
             .args(["prog", "show", "id", &id.to_string()])
             .output()
-            .unwrap();
-        assert!(!shown.status.success(), "program {id} is still loaded");
+            .unwrap()
+            .status
+            .success()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for id in programs {
+        while loaded(id) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !loaded(id),
+            "program {id} is still loaded 20 s after the agent stopped"
+        );
     }
 }
 

@@ -320,7 +320,18 @@ async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>
         Ok(Err(why)) => return refuse(stream, &why).await,
         Err(_) => return refuse(stream, "no request in time").await,
     };
-    let pid = request.follow;
+    let Some(pid) = request.follow else {
+        // A greeting: the mode, and nothing followed.
+        let hello = Reply {
+            ok: true,
+            mode: Some(shared.borrow().mode),
+            error: None,
+        };
+        let mut line = serde_json::to_vec(&hello).unwrap_or_default();
+        line.push(b'\n');
+        drop(tokio::time::timeout(WRITE_WAIT, stream.write_all(&line)).await);
+        return;
+    };
     if let Err(why) = may_follow(cred.uid(), cred.pid().map(|p| p as u32), pid) {
         return refuse(stream, &why).await;
     }

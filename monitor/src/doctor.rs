@@ -44,6 +44,19 @@ pub struct Facts {
     pub gpu: Result<String, String>,
     /// What this kernel gives a run, feature by feature (the table run.json records).
     pub features: Vec<crate::kernel::features::Feature>,
+    /// The resident agent, where one is named or listens at the default socket: how it answered.
+    pub agent: Option<AgentFacts>,
+}
+
+/// The resident agent a run would find.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentFacts {
+    pub socket: String,
+    /// `MONTRACE_AGENT_SOCKET` names it: runs use it even where they could load their own, and
+    /// fail where it does not answer.
+    pub named: bool,
+    /// Its programs' mode (`tp_btf`, `tracepoint`), or why it did not answer.
+    pub mode: Result<String, String>,
 }
 
 /// The checks and the verdict, from the facts (pure).
@@ -127,13 +140,45 @@ pub fn judge(f: &Facts) -> (Vec<Check>, String) {
             detail: why.clone(),
         },
     });
-    let verdict = match &f.ebpf {
-        Ok((mode, _)) => format!(
+    if let Some(agent) = &f.agent {
+        checks.push(Check {
+            what: "agent",
+            ok: agent.mode.is_ok(),
+            detail: match &agent.mode {
+                Ok(mode) => format!(
+                    "{} answers: the runs it follows are exact ({mode})",
+                    agent.socket
+                ),
+                Err(why) => format!("{}: no answer ({why})", agent.socket),
+            },
+        });
+    }
+    // A run uses the agent where it is named, or where it cannot load the programs itself.
+    let through_agent = f.agent.as_ref().filter(|a| a.named || f.ebpf.is_err());
+    let verdict = match (through_agent, &f.ebpf) {
+        (Some(a), _) if a.named && a.mode.is_err() => format!(
+            "montrace run here: fails: {} names {}, which does not answer (start the agent, or \
+             unset {0})",
+            crate::follow::agent::SOCKET_ENV,
+            a.socket
+        ),
+        (
+            Some(AgentFacts {
+                socket,
+                mode: Ok(mode),
+                ..
+            }),
+            _,
+        ) => format!(
+            "montrace run here: exact tracking through the montrace agent at {socket} ({mode}): \
+             every process of the tree, however short, with its exit figures; no capability needed"
+        ),
+        (_, Ok((mode, _))) => format!(
             "montrace run here: exact tracking with eBPF ({mode}): every process of the tree, \
              however short, with its exit figures"
         ),
-        Err(_) => "montrace run here: polling /proc every --interval (processes shorter than \
-                   that may be missed); see above for what exact tracking needs"
+        (_, Err(_)) => "montrace run here: polling /proc every --interval (processes shorter \
+                        than that may be missed); see above for what exact tracking needs"
             .into(),
     };
     (checks, verdict)
@@ -199,6 +244,18 @@ pub fn gather() -> Facts {
         },
         Err(err) => Err(err.to_string()),
     };
+    let agent = crate::follow::agent::socket_path().map(|(path, named)| AgentFacts {
+        socket: path.display().to_string(),
+        named,
+        mode: crate::follow::agent::greet(&path)
+            .map(|mode| {
+                serde_json::to_value(mode)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            })
+            .map_err(|e| format!("{e:#}")),
+    });
     Facts {
         kernel: host::uname().1,
         root,
@@ -210,6 +267,7 @@ pub fn gather() -> Facts {
         cgroup,
         gpu,
         features,
+        agent,
     }
 }
 
@@ -229,7 +287,70 @@ mod tests {
             cgroup: Err("Permission denied".into()),
             gpu: Err("no NVIDIA driver library".into()),
             features: Vec::new(),
+            agent: None,
         }
+    }
+
+    #[test]
+    fn an_agent_gives_an_ordinary_user_exact_tracking_and_a_failing_one_is_said() {
+        let agent = AgentFacts {
+            socket: "/run/montrace/agent.sock".into(),
+            named: false,
+            mode: Ok("tp_btf".into()),
+        };
+        let f = Facts {
+            agent: Some(agent.clone()),
+            ..facts()
+        };
+        let (checks, verdict) = judge(&f);
+        let line = checks.iter().find(|c| c.what == "agent").unwrap();
+        assert!(
+            line.ok && line.detail.contains("exact (tp_btf)"),
+            "{line:?}"
+        );
+        assert!(
+            verdict.contains(
+                "exact tracking through the montrace agent at /run/montrace/agent.sock (tp_btf)"
+            ),
+            "{verdict}"
+        );
+        // Root, who loads its own, uses the default socket's agent only where it is named.
+        let root = Facts {
+            root: true,
+            ebpf: Ok(("tp_btf".into(), 30.0)),
+            agent: Some(agent.clone()),
+            ..facts()
+        };
+        assert!(judge(&root).1.contains("with eBPF (tp_btf)"));
+        let named = Facts {
+            agent: Some(AgentFacts {
+                named: true,
+                ..agent.clone()
+            }),
+            ..root
+        };
+        assert!(judge(&named).1.contains("through the montrace agent"));
+        // A named agent that does not answer: a run fails, and the doctor says so.
+        let gone = Facts {
+            agent: Some(AgentFacts {
+                named: true,
+                mode: Err("connection refused".into()),
+                ..agent.clone()
+            }),
+            ..facts()
+        };
+        let (checks, verdict) = judge(&gone);
+        assert!(!checks.iter().find(|c| c.what == "agent").unwrap().ok);
+        assert!(verdict.contains("fails"), "{verdict}");
+        // One at the default socket that does not answer: the run polls.
+        let stale = Facts {
+            agent: Some(AgentFacts {
+                mode: Err("connection refused".into()),
+                ..agent
+            }),
+            ..facts()
+        };
+        assert!(judge(&stale).1.contains("polling"));
     }
 
     #[test]

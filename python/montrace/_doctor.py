@@ -11,6 +11,8 @@ from ._binary import MontraceError, choose_binary, file_caps
 # One check of `montrace doctor` (monitor/src/commands/doctor.rs): `what ok|no detail`.
 _CHECK = re.compile(r"^(?P<what>.+?)\s+(?P<ok>ok|no)\s+(?P<detail>.*)$")
 _LOADED = re.compile(r"loaded and attached \((?P<mode>[a-z_]+)\)")
+# The verdict where runs go through the resident agent (`montrace agent`).
+_THROUGH_AGENT = re.compile(r"exact tracking through the montrace agent at .* \((?P<mode>[a-z_]+)\):")
 
 
 @dataclass
@@ -51,13 +53,16 @@ def parse(text: str) -> "Tuple[List[Tuple[str, bool, str]], str, Optional[str]]"
     for line in text.splitlines():
         if line.startswith("montrace run here:"):
             verdict = line.strip()
+            through = _THROUGH_AGENT.search(verdict)
+            if through:
+                mode = through["mode"]
             continue
         found = _CHECK.match(line)
         if not found:
             continue
         ok = found["ok"] == "ok"
         checks.append((found["what"], ok, found["detail"]))
-        if found["what"] == "eBPF programs" and ok:
+        if found["what"] == "eBPF programs" and ok and not _THROUGH_AGENT.search(text):
             loaded = _LOADED.search(found["detail"])
             mode = loaded["mode"] if loaded else "ebpf"
     return checks, verdict, mode

@@ -138,3 +138,15 @@ def test_the_doctors_answer_is_read() -> None:
     polled = DOCTOR.replace("eBPF programs  ok  loaded and attached (tp_btf) in 41 ms",
                             "eBPF programs  no  cannot be loaded: no privilege (see above)")
     assert parse(polled)[2] is None
+    # Through the resident agent: the agent's mode, whatever this binary may load.
+    through = polled.replace(
+        "montrace run here: exact tracking with eBPF (tp_btf): every process",
+        "agent          ok  /run/montrace/agent.sock answers: the runs it follows are exact (tracepoint)\n\n"
+        "montrace run here: exact tracking through the montrace agent at /run/montrace/agent.sock "
+        "(tracepoint): every process")
+    checks, verdict, mode = parse(through)
+    assert mode == "tracepoint" and ("agent" in [c[0] for c in checks]), (checks, verdict)
+    failing = polled.replace(
+        "montrace run here: exact tracking with eBPF (tp_btf): every process of the tree, however short, with its exit figures",
+        "montrace run here: fails: MONTRACE_AGENT_SOCKET names /tmp/a.sock, which does not answer (start the agent, or unset MONTRACE_AGENT_SOCKET)")
+    assert parse(failing)[2] is None

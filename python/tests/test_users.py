@@ -154,14 +154,17 @@ def test_an_ordinary_users_wheel_binary_records_exactly_through_the_agent(user, 
     script = (
         "import json, sys, montrace\n"
         "run = montrace.run(['sh', '-c', 'for i in $(seq 20); do /bin/true; done'], out=sys.argv[1])\n"
+        "d = montrace.doctor()\n"
         "print(json.dumps([run.info['tracking_mode'], len(run.processes), "
-        "int((run.processes.filename == '/bin/true').sum()), montrace.binary()]))\n"
+        "int((run.processes.filename == '/bin/true').sum()), montrace.binary(), [d.exact, d.mode], d.verdict]))\n"
     )
     result = user.run([sys.executable, "-c", script, str(user.home / "run")],
                       env={"MONTRACE_AGENT_SOCKET": str(agent)})
     assert result.returncode == 0, result.stderr
-    mode, processes, true, binary = json.loads(result.stdout.strip().splitlines()[-1])
+    mode, processes, true, binary, doctor, verdict = json.loads(result.stdout.strip().splitlines()[-1])
     assert binary == wheel_binary()
+    # montrace.doctor() says so too.
+    assert doctor == [True, mode], verdict
     assert mode in ("tp_btf", "tracepoint"), result.stderr
     # sh, seq and 20 /bin/true: every one, as only kernel events give.
     assert (processes, true) == (22, 20), result.stderr

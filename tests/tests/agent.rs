@@ -153,6 +153,20 @@ fn an_ordinary_users_plain_binary_records_exactly_through_the_agent() {
         let entry = entry.unwrap();
         assert_eq!(entry.metadata().unwrap().uid(), user.uid, "{entry:?}");
     }
+    // `montrace doctor`, as the user, with the same binary, says the same.
+    let mut doctor = user.command(&bin);
+    doctor
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("MONTRACE_AGENT_SOCKET", &agent.socket)
+        .arg("doctor");
+    let said = run_with_timeout(&mut doctor, run_timeout());
+    assert_eq!(said.code(), 0, "{said:?}");
+    assert!(
+        said.stdout
+            .contains("montrace run here: exact tracking through the montrace agent at"),
+        "{said:?}"
+    );
     // Stopped, the agent leaves no program in the kernel.
     let mut agent = agent;
     let programs = program_ids(agent.child.as_ref().unwrap().id());

@@ -48,7 +48,9 @@ pub const MAX_FRAME_BYTES: u32 = 64 * 1024;
 pub struct Request {
     pub version: u32,
     /// The root of the tree to follow: the client's held child (run) or a process it may trace.
-    pub follow: u32,
+    /// None: a greeting (`montrace doctor`), answered with the agent's mode, nothing followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow: Option<u32>,
 }
 
 /// The agent's answer to a request.
@@ -87,7 +89,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
             request.version
         ));
     }
-    if request.follow == 0 {
+    if request.follow == Some(0) {
         return Err("pid 0 cannot be followed".into());
     }
     Ok(request)
@@ -340,7 +342,7 @@ impl Connection {
         })?;
         let mut line = serde_json::to_vec(&Request {
             version: PROTOCOL_VERSION,
-            follow: pid,
+            follow: Some(pid),
         })?;
         line.push(b'\n');
         stream.set_read_timeout(Some(REPLY_WAIT))?;
@@ -372,6 +374,27 @@ impl Connection {
             mode: reply.mode.unwrap_or(TrackingMode::TpBtf),
             pending: rest,
         })
+    }
+}
+
+/// How the agent at `path` follows trees (its programs' mode), asking nothing else: what
+/// `montrace doctor` says of it.
+pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
+    let mut stream = UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(REPLY_WAIT))?;
+    let mut line = serde_json::to_vec(&Request {
+        version: PROTOCOL_VERSION,
+        follow: None,
+    })?;
+    line.push(b'\n');
+    stream.write_all(&line)?;
+    let mut reply = Vec::new();
+    io::BufReader::new((&stream).take(MAX_REQUEST_BYTES as u64)).read_until(b'\n', &mut reply)?;
+    let reply: Reply = serde_json::from_slice(reply.trim_ascii_end())
+        .map_err(|e| anyhow::anyhow!("it answered something else ({e})"))?;
+    match (reply.ok, reply.mode) {
+        (true, Some(mode)) => Ok(mode),
+        _ => anyhow::bail!("it refused: {}", reply.error.unwrap_or_default()),
     }
 }
 
@@ -571,7 +594,14 @@ mod tests {
             parse_request(br#"{"version":1,"follow":42}"#),
             Ok(Request {
                 version: 1,
-                follow: 42
+                follow: Some(42)
+            })
+        );
+        assert_eq!(
+            parse_request(br#"{"version":1}"#),
+            Ok(Request {
+                version: 1,
+                follow: None
             })
         );
         assert!(parse_request(br#"{"version":2,"follow":42}"#)

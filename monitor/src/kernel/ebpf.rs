@@ -696,21 +696,26 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Arc<Btf>, iter_now: bool) -> anyhow:
             Ok(TaskIterJob::Later(Arc::clone(btf)))
         },
     };
+    // Two threads load, so the jobs finish in any order: of several failures, the one said is the
+    // first by its text, the same on every load (docs/kernels.md quotes it).
+    let mut core_failures = Vec::new();
     for outcome in done.drain(..) {
         match outcome {
             Done::Tracepoint { core: true, result } => {
-                if let (Ok(()), Err(err)) = (&loaded.core, result) {
-                    loaded.core = Err(err);
+                if let Err(err) = result {
+                    core_failures.push(err);
                 }
             }
             Done::Tracepoint {
                 core: false,
                 result,
             } => {
-                if let (Ok(()), Err(err)) = (&loaded.net, result) {
-                    loaded.net = Err(format!(
-                        "{err:#} (the sock_*_length tracepoints need Linux 6.3 or later)"
-                    ));
+                if let Err(err) = result {
+                    let said =
+                        format!("{err:#} (the sock_*_length tracepoints need Linux 6.3 or later)");
+                    if loaded.net.as_ref().err().is_none_or(|kept| said < *kept) {
+                        loaded.net = Err(said);
+                    }
                 }
             }
             Done::TaskIter(result) => {
@@ -719,6 +724,12 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Arc<Btf>, iter_now: bool) -> anyhow:
                     .map_err(|e| format!("{e:#}"));
             }
         }
+    }
+    if let Some(first) = core_failures
+        .into_iter()
+        .min_by_key(|err| format!("{err:#}"))
+    {
+        loaded.core = Err(first);
     }
     let net_found = NET_PROGRAMS
         .iter()

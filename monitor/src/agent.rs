@@ -116,7 +116,7 @@ pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
     privilege::keep_only(&[privilege::CAP_BPF]).context("dropping capabilities after loading")?;
     crate::say!(
         "montrace agent: the programs are loaded ({}); listening on {}",
-        mode_name(mode),
+        mode.described(),
         socket.display()
     );
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -130,14 +130,6 @@ pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
     served?;
     crate::say!("montrace agent: stopped; the programs are unloaded");
     Ok(())
-}
-
-fn mode_name(mode: TrackingMode) -> &'static str {
-    match mode {
-        TrackingMode::TpBtf => "BTF tracepoints",
-        TrackingMode::Tracepoint => "classic tracepoints",
-        TrackingMode::Polling => "polling",
-    }
 }
 
 /// The listening socket: its directory made when missing, a stale socket of an agent that is

@@ -209,11 +209,7 @@ pub fn gather() -> Facts {
         .map(|(mut probes, _ring)| {
             // Loaded now (not later): what the features table says of it.
             drop(probes.take_task_iter());
-            let mode = serde_json::to_value(probes.mode)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
-            (mode, probes.load_ms)
+            (probes.mode.name().to_owned(), probes.load_ms)
         })
         .map_err(|e| format!("{e:#}")),
     };
@@ -248,12 +244,7 @@ pub fn gather() -> Facts {
         socket: path.display().to_string(),
         named,
         mode: crate::follow::agent::greet(&path)
-            .map(|mode| {
-                serde_json::to_value(mode)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            })
+            .map(|mode| mode.name().to_owned())
             .map_err(|e| format!("{e:#}")),
     });
     Facts {

@@ -129,11 +129,7 @@ pub fn table(s: &Setting) -> Vec<Feature> {
     let mut rows = Vec::new();
     match &s.load {
         Ok(l) => {
-            let mode = match l.mode {
-                TrackingMode::TpBtf => "BTF tracepoints",
-                TrackingMode::Tracepoint => "classic tracepoints",
-                TrackingMode::Polling => "polling",
-            };
+            let mode = l.mode.described();
             rows.push(row(
                 "tree",
                 Ok(format!("eBPF ({mode}): every fork, exec and exit")),

@@ -249,6 +249,26 @@ pub enum TrackingMode {
     Polling,
 }
 
+impl TrackingMode {
+    /// As run.json writes it (`tp_btf`, `tracepoint`, `polling`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TrackingMode::TpBtf => "tp_btf",
+            TrackingMode::Tracepoint => "tracepoint",
+            TrackingMode::Polling => "polling",
+        }
+    }
+
+    /// In words, for people.
+    pub fn described(self) -> &'static str {
+        match self {
+            TrackingMode::TpBtf => "BTF tracepoints",
+            TrackingMode::Tracepoint => "classic tracepoints",
+            TrackingMode::Polling => "polling",
+        }
+    }
+}
+
 /// Kernel-side counters of what could not be delivered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(default)]
@@ -273,4 +293,20 @@ pub struct Feature {
     pub name: String,
     pub available: bool,
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracking_mode_names_are_run_jsons() {
+        for mode in [
+            TrackingMode::TpBtf,
+            TrackingMode::Tracepoint,
+            TrackingMode::Polling,
+        ] {
+            assert_eq!(serde_json::to_value(mode).unwrap(), mode.name());
+        }
+    }
 }

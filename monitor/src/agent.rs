@@ -235,7 +235,8 @@ async fn serve(
                     continue;
                 };
                 next_id += 1;
-                let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else { continue };
+                let Ok(cred) = stream.peer_cred() else { continue };
+                let uid = cred.uid();
                 if Rc::strong_count(&connections) > MAX_CLIENTS {
                     tokio::task::spawn_local(refuse(stream, "the agent serves as many runs as it \
                         may at once; try again later"));
@@ -251,7 +252,7 @@ async fn serve(
                 let counted = Rc::clone(&connections);
                 let shared = Rc::clone(&shared);
                 tokio::task::spawn_local(async move {
-                    client(stream, next_id, shared).await;
+                    client(stream, cred, next_id, shared).await;
                     drop(counted);
                 });
             }
@@ -288,15 +289,27 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<
 }
 
 async fn refuse(mut stream: UnixStream, why: &str) {
-    let mut line = serde_json::to_vec(&Reply::refused(why)).unwrap_or_default();
+    answer(&mut stream, &Reply::refused(why)).await;
+}
+
+/// Writes `reply` as one line, waiting at most [`WRITE_WAIT`]; false when it was not written.
+async fn answer(to: &mut (impl tokio::io::AsyncWrite + Unpin), reply: &Reply) -> bool {
+    let mut line = serde_json::to_vec(reply).unwrap_or_default();
     line.push(b'\n');
-    drop(tokio::time::timeout(WRITE_WAIT, stream.write_all(&line)).await);
+    matches!(
+        tokio::time::timeout(WRITE_WAIT, to.write_all(&line)).await,
+        Ok(Ok(()))
+    )
 }
 
 /// One client: its request read and checked, its tree tracked, its records written until it
 /// closes the connection (or is cut); its tree untracked at the end whatever happened.
-async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>>) {
-    let Ok(cred) = stream.peer_cred() else { return };
+async fn client(
+    mut stream: UnixStream,
+    cred: tokio::net::unix::UCred,
+    id: ClientId,
+    shared: Rc<RefCell<Shared>>,
+) {
     let asked = tokio::time::timeout(REQUEST_WAIT, read_request(&mut stream)).await;
     {
         let mut s = shared.borrow_mut();
@@ -314,14 +327,8 @@ async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>
     };
     let Some(pid) = request.follow else {
         // A greeting: the mode, and nothing followed.
-        let hello = Reply {
-            ok: true,
-            mode: Some(shared.borrow().mode),
-            error: None,
-        };
-        let mut line = serde_json::to_vec(&hello).unwrap_or_default();
-        line.push(b'\n');
-        drop(tokio::time::timeout(WRITE_WAIT, stream.write_all(&line)).await);
+        let mode = shared.borrow().mode;
+        answer(&mut stream, &Reply::accepted(mode)).await;
         return;
     };
     if let Err(why) = may_follow(cred.uid(), cred.pid().map(|p| p as u32), pid) {
@@ -339,24 +346,13 @@ async fn client(mut stream: UnixStream, id: ClientId, shared: Rc<RefCell<Shared>
             s.probes.track(pid).map_err(|e| format!("{e:#}"))
         })
     };
-    let reply = match accepted {
-        Ok(()) => Reply {
-            ok: true,
-            mode: Some(shared.borrow().mode),
-            error: None,
-        },
-        Err(why) => {
-            shared.borrow_mut().cut(id);
-            return refuse(stream, &why).await;
-        }
-    };
-    let mut line = serde_json::to_vec(&reply).unwrap_or_default();
-    line.push(b'\n');
+    if let Err(why) = accepted {
+        shared.borrow_mut().cut(id);
+        return refuse(stream, &why).await;
+    }
+    let reply = Reply::accepted(shared.borrow().mode);
     let (mut reading, mut writing) = stream.split();
-    if matches!(
-        tokio::time::timeout(WRITE_WAIT, writing.write_all(&line)).await,
-        Ok(Ok(()))
-    ) {
+    if answer(&mut writing, &reply).await {
         let mut ignored = [0u8; 512];
         loop {
             tokio::select! {

@@ -66,6 +66,15 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// Yes, with the agent's mode (a request followed, or a greeting answered).
+    pub fn accepted(mode: TrackingMode) -> Reply {
+        Reply {
+            ok: true,
+            mode: Some(mode),
+            error: None,
+        }
+    }
+
     pub fn refused(why: impl Into<String>) -> Reply {
         Reply {
             ok: false,
@@ -328,10 +337,6 @@ impl Connection {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Asks the agent to follow `pid`'s tree; the stream of its records when the agent agreed.
     pub fn follow(self, pid: u32) -> anyhow::Result<Stream> {
         let mut stream = UnixStream::connect(&self.path).map_err(|e| {
@@ -340,20 +345,7 @@ impl Connection {
                 self.path.display()
             )
         })?;
-        let mut line = serde_json::to_vec(&Request {
-            version: PROTOCOL_VERSION,
-            follow: Some(pid),
-        })?;
-        line.push(b'\n');
-        stream.set_read_timeout(Some(REPLY_WAIT))?;
-        stream.write_all(&line)?;
-        let mut reply = Vec::new();
-        let rest = {
-            let mut reader = io::BufReader::new((&stream).take(MAX_REQUEST_BYTES as u64));
-            reader.read_until(b'\n', &mut reply)?;
-            // What the reader took beyond the line (records already sent) is kept.
-            reader.buffer().to_vec()
-        };
+        let (reply, rest) = exchange(&mut stream, Some(pid))?;
         let reply: Reply = serde_json::from_slice(reply.trim_ascii_end()).map_err(|e| {
             anyhow::anyhow!(
                 "the montrace agent at {} answered something else ({e})",
@@ -380,22 +372,30 @@ impl Connection {
 /// How the agent at `path` follows trees (its programs' mode), asking nothing else: what
 /// `montrace doctor` says of it.
 pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
-    let mut stream = UnixStream::connect(path)?;
-    stream.set_read_timeout(Some(REPLY_WAIT))?;
-    let mut line = serde_json::to_vec(&Request {
-        version: PROTOCOL_VERSION,
-        follow: None,
-    })?;
-    line.push(b'\n');
-    stream.write_all(&line)?;
-    let mut reply = Vec::new();
-    io::BufReader::new((&stream).take(MAX_REQUEST_BYTES as u64)).read_until(b'\n', &mut reply)?;
+    let (reply, _) = exchange(&mut UnixStream::connect(path)?, None)?;
     let reply: Reply = serde_json::from_slice(reply.trim_ascii_end())
         .map_err(|e| anyhow::anyhow!("it answered something else ({e})"))?;
     match (reply.ok, reply.mode) {
         (true, Some(mode)) => Ok(mode),
         _ => anyhow::bail!("it refused: {}", reply.error.unwrap_or_default()),
     }
+}
+
+/// Sends the one request (`follow`) and reads the answer's line, waiting at most
+/// [`REPLY_WAIT`]: the line, and what came after it (records already sent).
+fn exchange(stream: &mut UnixStream, follow: Option<u32>) -> io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut line = serde_json::to_vec(&Request {
+        version: PROTOCOL_VERSION,
+        follow,
+    })?;
+    line.push(b'\n');
+    stream.set_read_timeout(Some(REPLY_WAIT))?;
+    stream.write_all(&line)?;
+    let mut reply = Vec::new();
+    let mut reader = io::BufReader::new((&*stream).take(MAX_REQUEST_BYTES as u64));
+    reader.read_until(b'\n', &mut reply)?;
+    let rest = reader.buffer().to_vec();
+    Ok((reply, rest))
 }
 
 impl Stream {

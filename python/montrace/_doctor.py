@@ -53,18 +53,19 @@ def parse(text: str) -> "Tuple[List[Tuple[str, bool, str]], str, Optional[str]]"
     for line in text.splitlines():
         if line.startswith("montrace run here:"):
             verdict = line.strip()
-            through = _THROUGH_AGENT.search(verdict)
-            if through:
-                mode = through["mode"]
             continue
         found = _CHECK.match(line)
         if not found:
             continue
         ok = found["ok"] == "ok"
         checks.append((found["what"], ok, found["detail"]))
-        if found["what"] == "eBPF programs" and ok and not _THROUGH_AGENT.search(text):
+        if found["what"] == "eBPF programs" and ok:
             loaded = _LOADED.search(found["detail"])
             mode = loaded["mode"] if loaded else "ebpf"
+    # Runs that go through the resident agent get its programs' mode, whatever this binary loads.
+    through = _THROUGH_AGENT.search(verdict)
+    if through:
+        mode = through["mode"]
     return checks, verdict, mode
 
 

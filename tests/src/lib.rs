@@ -21,6 +21,7 @@ use arrow_array::{
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tempfile::TempDir;
 
+pub mod agent;
 pub mod users;
 
 /// How long any one montrace run may take before the harness kills it and fails the test.

@@ -10,68 +10,9 @@ use std::{
 };
 
 use tests::{
-    montrace_bin, read_json, read_processes, require_root, run_timeout, run_with_timeout,
+    agent::Agent, montrace_bin, read_json, read_processes, run_timeout, run_with_timeout,
     users::TestUser, Finished,
 };
-
-/// `montrace agent` as root on a socket of its own, stopped (SIGTERM) when dropped.
-struct Agent {
-    child: Option<Child>,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-impl Agent {
-    fn start() -> Agent {
-        Agent::start_with(&[])
-    }
-
-    fn start_with(args: &[&str]) -> Agent {
-        require_root();
-        let dir = PathBuf::from(format!("/tmp/montrace-agent-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let socket = dir.join("agent.sock");
-        let child = Command::new(montrace_bin())
-            .arg("agent")
-            .arg("--socket")
-            .arg(&socket)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting montrace agent");
-        let deadline = Instant::now() + run_timeout();
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "the agent made no socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Agent {
-            child: Some(child),
-            dir,
-            socket,
-        }
-    }
-
-    /// Stops the agent (SIGTERM) and returns what it printed and its exit status.
-    fn stop(&mut self) -> std::process::Output {
-        let child = self.child.take().expect("the agent runs");
-        // SAFETY: plain kill(2) of the agent, our child.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        child.wait_with_output().expect("waiting for the agent")
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            let _ = self.stop();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// A plain copy (no capabilities) of montrace the user can run, in the user's home.
 fn plain_copy(user: &TestUser) -> PathBuf {
@@ -169,7 +110,7 @@ fn an_ordinary_users_plain_binary_records_exactly_through_the_agent() {
     );
     // Stopped, the agent leaves no program in the kernel.
     let mut agent = agent;
-    let programs = program_ids(agent.child.as_ref().unwrap().id());
+    let programs = program_ids(agent.pid());
     assert!(
         programs.len() >= 4,
         "the agent holds its programs: {programs:?}"
@@ -231,7 +172,7 @@ fn a_user_follows_only_their_own_processes() {
     let why = refused_for(&ask(&alice, bobs_pid));
     assert!(why.contains("not yours"), "{why}");
     assert!(refused_for(&ask(&alice, 1)).contains("not yours"));
-    let agent_pid = agent.child.as_ref().unwrap().id();
+    let agent_pid = agent.pid();
     assert!(refused_for(&ask(&alice, agent_pid)).contains("not yours"));
     // A pid that does not exist.
     assert!(refused_for(&ask(&alice, 4_000_000)).contains("no such process"));
@@ -406,7 +347,7 @@ fn connections_that_drop_and_fifty_runs_at_once_leave_every_run_exact() {
     let agent = Agent::start();
     let user = TestUser::create("agc");
     let hostile = TestUser::create("agh");
-    let agent_pid = agent.child.as_ref().unwrap().id();
+    let agent_pid = agent.pid();
     let fds = || {
         std::fs::read_dir(format!("/proc/{agent_pid}/fd"))
             .unwrap()

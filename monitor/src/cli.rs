@@ -53,6 +53,9 @@ pub enum Command {
     /// Load the eBPF programs once and follow trees for every user's runs, over a unix socket
     /// (needs root; a service: see dist/montrace-agent.service)
     Agent(AgentArgs),
+    /// Batch jobs: `montrace slurm task` records one task of a Slurm job step (what the SPANK
+    /// plugin of dist/slurm runs as every task; docs/cluster.md)
+    Slurm(SlurmArgs),
     /// Say which tracking mode a run would get here, and why: kernel, BTF, capabilities,
     /// cgroups, NVIDIA GPUs
     Doctor,
@@ -74,6 +77,36 @@ pub struct ManArgs {
     /// Write montrace.1 and one page per subcommand (montrace-run.1, ...) into DIR instead
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SlurmArgs {
+    #[command(subcommand)]
+    pub command: SlurmCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SlurmCommand {
+    /// Run this Slurm task's command as `montrace run` would, into DIR/USER/JOB/STEP.TASK,
+    /// labelled with the job (id, step, user, partition, account, array index, what it asked
+    /// for); when that directory cannot be made, the command runs unrecorded
+    Task(SlurmTaskArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SlurmTaskArgs {
+    /// The site's directory for job runs (each user's part is made by that user, mode 0700)
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// The node's montrace agent (as MONTRACE_AGENT_SOCKET), unless the job's environment
+    /// names one
+    #[arg(long, value_name = "PATH")]
+    pub agent: Option<PathBuf>,
+
+    /// The task's command, and its arguments
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]

@@ -20,7 +20,7 @@ fn main() {
     }
 }
 
-/// Only `run` and `attach` load eBPF programs (and `doctor` tries to, to say what a run would get;
+/// Only `run`, `attach` and `slurm task` (a `run`) load eBPF programs (and `doctor` tries to, to say what a run would get;
 /// `setcap` is root's, and sets file capabilities): every other subcommand of the granted binary
 /// lets its capabilities go before it does anything, so that reading a Parquet file the command
 /// wrote (C zstd), a report, a publish, never runs with CAP_BPF or CAP_PERFMON. (`bench` starts
@@ -31,7 +31,11 @@ fn drop_unneeded_capabilities(command: &Command) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let needs = matches!(
         command,
-        Command::Run(_) | Command::Attach(_) | Command::Doctor | Command::Setcap(_)
+        Command::Run(_)
+            | Command::Attach(_)
+            | Command::Slurm(_)
+            | Command::Doctor
+            | Command::Setcap(_)
     );
     // SAFETY: geteuid has no preconditions.
     if needs || unsafe { libc::geteuid() } == 0 {
@@ -68,6 +72,8 @@ fn dispatch(command: Command) -> Exit {
         Command::Mark(args) => commands::mark::mark(args),
         Command::Setcap(args) => commands::setcap::setcap(args),
         Command::Agent(args) => commands::agent::agent(args),
+        // A job's task, as the job's user: recorded as `run` (privilege handled there).
+        Command::Slurm(args) => commands::slurm::slurm(args),
         Command::Doctor => commands::doctor::doctor(),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;

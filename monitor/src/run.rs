@@ -449,7 +449,7 @@ fn record(
     print_summary: bool,
     last: bool,
 ) -> anyhow::Result<RunInfo> {
-    let (cgroup, mut cgroup_report) = create_cgroup(started.1);
+    let (cgroup, mut cgroup_report) = create_cgroup(started.1, args.record.quiet);
     let marks = bind_marks();
     let extra_env: Vec<(OsString, OsString)> = marks
         .iter()
@@ -620,8 +620,9 @@ fn load_probes(
     }
 }
 
-/// The run's cgroup (and what run.json says of it), or none, said once.
-fn create_cgroup(started_wall_ns: i64) -> (Option<RunCgroup>, run_json::CgroupReport) {
+/// The run's cgroup (and what run.json says of it), or none, said once (a batch job's limited
+/// cgroup, where staying is what the job wants, only without `--quiet`).
+fn create_cgroup(started_wall_ns: i64, quiet: bool) -> (Option<RunCgroup>, run_json::CgroupReport) {
     let mut report = run_json::CgroupReport::default();
     // Inside a limited cgroup that is not the top of its hierarchy (a batch job's, a slice's),
     // a run cgroup at the top would take the command out of its limits: it stays where it is.
@@ -630,7 +631,11 @@ fn create_cgroup(started_wall_ns: i64) -> (Option<RunCgroup>, run_json::CgroupRe
             "montrace runs in a limited cgroup ({limit}); moving the command into a run cgroup \
              would lift that limit, so it stays there"
         );
-        crate::say!("montrace: no cgroup for the run, so no kernel totals to compare with: {why}");
+        if !quiet {
+            crate::say!(
+                "montrace: no cgroup for the run, so no kernel totals to compare with: {why}"
+            );
+        }
         report.error = Some(why);
         return (None, report);
     }

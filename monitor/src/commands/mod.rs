@@ -21,6 +21,7 @@ pub mod publish;
 pub mod report;
 pub mod run;
 pub mod setcap;
+pub mod slurm;
 
 /// What a command ends with: its exit status, or why it could not do its work.
 pub type Exit = Result<i32, CommandError>;

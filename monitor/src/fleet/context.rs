@@ -18,6 +18,8 @@ pub struct Inputs {
     pub k8s_namespace_file: Option<String>,
     pub cpus: usize,
     pub git: Option<Git>,
+    /// What `scontrol show job` said the job asked for, inside a Slurm job.
+    pub slurm_job: Option<crate::fleet::slurm::JobRequest>,
 }
 
 impl Context {
@@ -30,7 +32,7 @@ impl Context {
             memory_bytes: crate::sampling::capacity::mem_total(&i.meminfo),
             git: i.git.clone(),
             ci: ci(&i.env),
-            slurm: slurm(&i.env),
+            slurm: crate::fleet::slurm::from_env(&i.env, i.slurm_job.as_ref()),
             kubernetes: kubernetes(&i.env, &i.cgroup, i.k8s_namespace_file.as_deref()),
         }
     }
@@ -95,18 +97,6 @@ fn ci(env: &BTreeMap<String, String>) -> Option<Ci> {
         });
     }
     None
-}
-
-fn slurm(env: &BTreeMap<String, String>) -> Option<Slurm> {
-    let get = |key: &str| env.get(key).filter(|v| !v.is_empty()).cloned();
-    let job_id = get("SLURM_JOB_ID").or_else(|| get("SLURM_JOBID"))?;
-    Some(Slurm {
-        job_id: Some(job_id),
-        step_id: get("SLURM_STEP_ID").or_else(|| get("SLURM_STEPID")),
-        array_job_id: get("SLURM_ARRAY_JOB_ID"),
-        array_task_id: get("SLURM_ARRAY_TASK_ID"),
-        cluster: get("SLURM_CLUSTER_NAME"),
-    })
 }
 
 /// A pod: the service environment Kubernetes injects, or a kubepods cgroup path.
@@ -245,8 +235,16 @@ pub fn gather(cpus: usize, dirty: Option<bool>) -> Context {
         .ok(),
         cpus,
         git,
+        slurm_job: None,
     };
-    Context::build(&inputs)
+    let slurm_job = inputs
+        .env
+        .get("SLURM_JOB_ID")
+        .and_then(|id| crate::fleet::slurm::show_job(id));
+    Context::build(&Inputs {
+        slurm_job,
+        ..inputs
+    })
 }
 
 /// What HEAD names.
@@ -392,6 +390,15 @@ pub fn full_example() -> Context {
             array_job_id: some(),
             array_task_id: some(),
             cluster: some(),
+            user: some(),
+            partition: some(),
+            account: some(),
+            node: some(),
+            task_id: some(),
+            requested_cpus: Some(1),
+            requested_memory_bytes: Some(1),
+            time_limit_s: Some(1),
+            requested_gpus: Some(1),
         }),
         kubernetes: Some(Kubernetes {
             namespace: some(),
@@ -464,18 +471,21 @@ mod tests {
 
     #[test]
     fn slurm_and_kubernetes_from_environment_and_cgroup() {
-        let s = slurm(&env(&[
-            ("SLURM_JOB_ID", "1234"),
-            ("SLURM_STEP_ID", "0"),
-            ("SLURM_ARRAY_JOB_ID", "1200"),
-            ("SLURM_ARRAY_TASK_ID", "34"),
-        ]))
+        let s = crate::fleet::slurm::from_env(
+            &env(&[
+                ("SLURM_JOB_ID", "1234"),
+                ("SLURM_STEP_ID", "0"),
+                ("SLURM_ARRAY_JOB_ID", "1200"),
+                ("SLURM_ARRAY_TASK_ID", "34"),
+            ]),
+            None,
+        )
         .unwrap();
         assert_eq!(
             (s.job_id.as_deref(), s.array_task_id.as_deref()),
             (Some("1234"), Some("34"))
         );
-        assert_eq!(slurm(&env(&[])), None);
+        assert_eq!(crate::fleet::slurm::from_env(&env(&[]), None), None);
 
         let cgroupfs = "0::/kubepods/burstable/pod3f5e1c2a-1b2c-4d5e-8f90-0123456789ab/abcdef\n";
         let k = kubernetes(

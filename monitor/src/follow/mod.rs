@@ -424,7 +424,7 @@ pub async fn follow(
                 // The command is reaped already (the deadline starts then), or attach's
                 // --duration is over.
                 inputs.drain(recorder, root_pid);
-                if f.on_deadline(recorder) == Next::Stop {
+                if f.on_deadline(recorder, Instant::now()) == Next::Stop {
                     break;
                 }
             }

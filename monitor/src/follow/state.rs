@@ -18,6 +18,13 @@ use super::{FollowConfig, Outcome};
 /// How long after the command's exit montrace says which descendants it still waits for.
 pub const LINGER_NOTICE_AFTER: Duration = Duration::from_secs(1);
 
+/// How long after the command was reaped a `--linger` that has run out still waits for the
+/// command's own exit event: the forks it made just before it exited come before that event, and
+/// reach montrace a drain later (microseconds from its own ring buffer, a drain of the agent's,
+/// 2 ms, through the agent). Without it, `--linger 0s` could end the run before the command's
+/// last children are known.
+pub const ROOT_EXIT_EVENT_WAIT: Duration = Duration::from_millis(500);
+
 /// Whether the loop goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -148,8 +155,17 @@ impl<'c, 's> Follower<'c, 's> {
     }
 
     /// The wait is over (`--linger` or `--duration`): the run ends, with whatever is still
-    /// running marked as such.
-    pub fn on_deadline(&mut self, recorder: &Recorder) -> Next {
+    /// running marked as such, once the command's own exit event is in (at most
+    /// [`ROOT_EXIT_EVENT_WAIT`] after it was reaped).
+    pub fn on_deadline(&mut self, recorder: &Recorder, now: Instant) -> Next {
+        let awaiting_root_event = self
+            .root_exited_at
+            .is_some_and(|at| now < at + ROOT_EXIT_EVENT_WAIT)
+            && recorder.tracker.live_record(self.cfg.root_pid).is_some();
+        if awaiting_root_event {
+            self.deadline = Some(now + Duration::from_millis(2));
+            return Next::Continue;
+        }
         self.outcome.linger_expired = recorder.tracker.live_count() > 0;
         Next::Stop
     }
@@ -326,6 +342,33 @@ mod tests {
     }
 
     #[test]
+    fn a_linger_of_zero_still_waits_for_the_commands_own_exit_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rec = recorder(dir.path());
+        let opts = options(&[]);
+        let cfg = config(&opts, Some(Duration::ZERO));
+        let t0 = Instant::now();
+        let (_, send) = sender();
+        let mut f = Follower::new(&cfg, t0, t0, send);
+        // Reaped, but its exit event (and the fork just before it) not taken in yet.
+        f.root_exited(0, t0);
+        let soon = t0 + Duration::from_millis(1);
+        assert_eq!(f.on_deadline(&rec, soon), Next::Continue);
+        assert_eq!(f.deadline(), Some(soon + Duration::from_millis(2)));
+        rec.on_event(&exit(ROOT, 1_000));
+        assert_eq!(f.on_deadline(&rec, soon), Next::Stop);
+        assert!(f.outcome.linger_expired, "the child is left running");
+
+        // An exit event that never comes (lost) holds the end for a bounded time only.
+        let lost = tempfile::tempdir().unwrap();
+        let mut rec = recorder(lost.path());
+        let mut f = Follower::new(&cfg, t0, t0, Box::new(|_: &[_], _| {}));
+        f.root_exited(0, t0);
+        assert_eq!(f.on_deadline(&rec, t0 + ROOT_EXIT_EVENT_WAIT), Next::Stop);
+        rec.on_event(&exit(CHILD, 2_000));
+    }
+
+    #[test]
     fn the_run_waits_for_descendants_until_the_linger_time() {
         let dir = tempfile::tempdir().unwrap();
         let mut rec = recorder(dir.path());
@@ -343,7 +386,10 @@ mod tests {
             Some(t0 + Duration::from_millis(1_300)),
             "--linger counts from the command's exit"
         );
-        assert_eq!(f.on_deadline(&rec), Next::Stop);
+        assert_eq!(
+            f.on_deadline(&rec, t0 + Duration::from_millis(1_300)),
+            Next::Stop
+        );
         assert!(f.outcome.linger_expired);
         assert_eq!(f.outcome.wait_status, 7 << 8);
     }

@@ -105,6 +105,19 @@ pub struct Slurm {
     pub array_job_id: Option<String>,
     pub array_task_id: Option<String>,
     pub cluster: Option<String>,
+    /// The job's user, partition and account (None where the cluster keeps no accounts).
+    pub user: Option<String>,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    /// The node this task ran on and its rank in the step (`SLURM_PROCID`).
+    pub node: Option<String>,
+    pub task_id: Option<String>,
+    /// What the job asked for (its allocation, as `scontrol show job` says at the run's end):
+    /// CPUs, memory, time limit (None: unlimited) and GPUs.
+    pub requested_cpus: Option<u32>,
+    pub requested_memory_bytes: Option<u64>,
+    pub time_limit_s: Option<u64>,
+    pub requested_gpus: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -348,6 +348,9 @@ pub struct RunRecord {
     pub ci_job: Option<String>,
     pub slurm_job_id: Option<String>,
     pub slurm_array_task_id: Option<String>,
+    /// The rest of the run's Slurm context (step, user, partition, account, what the job asked
+    /// for); default outside Slurm.
+    pub slurm: crate::store::model::Slurm,
     pub k8s_namespace: Option<String>,
     pub k8s_pod: Option<String>,
     pub wall_s: f64,

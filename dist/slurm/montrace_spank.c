@@ -52,9 +52,17 @@ static int opt_cb(int val, const char *optarg, int remote)
     return -1;
 }
 
-struct spank_option spank_options[] = {
-    {"montrace", "on|off", "Record this job's tasks with montrace (default: on)", 1, 0, opt_cb},
-    SPANK_OPTIONS_TABLE_END};
+static struct spank_option montrace_option = {
+    "montrace", "on|off", "Record this job's tasks with montrace (default: on)", 1, 0, opt_cb};
+
+/* Registered here rather than through a `spank_options` table, which sbatch and salloc do not
+ * offer (only srun does, in Slurm 22.05). */
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    return spank_option_register(sp, &montrace_option);
+}
 
 /* The value of `key=` among the plugin's arguments, or NULL. */
 static const char *arg_value(int ac, char **av, const char *key)

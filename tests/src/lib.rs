@@ -22,6 +22,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tempfile::TempDir;
 
 pub mod agent;
+pub mod slurm;
 pub mod users;
 
 /// How long any one montrace run may take before the harness kills it and fails the test.

@@ -85,6 +85,12 @@ const STEPS: &[Step] = &[
         install: install_make_and_git,
     },
     Step {
+        name: "Slurm (slurmctld, slurmd, munge) and slurm/spank.h",
+        how: "apt-get; the Slurm tests run jobs on a one-node cluster on 127.0.0.1 through montrace's SPANK plugin",
+        is_done: slurm_installed,
+        install: install_slurm,
+    },
+    Step {
         name: "the static (musl) target and musl-tools",
         how: "rustup target add and apt-get; `cargo xtask dist` builds the static montrace",
         is_done: musl_installed,
@@ -435,6 +441,25 @@ fn make_and_git_installed() -> bool {
 fn install_make_and_git(i: &mut Installer) -> Result<()> {
     i.apt_install(&["make", "git", "curl"])
         .context("could not apt-get install make, git and curl")
+}
+
+/// Debian's Slurm daemons and clients, munge, and the header the SPANK plugin is compiled
+/// against (tests/src/slurm.rs starts its own cluster; nothing here is configured or started).
+fn slurm_installed() -> bool {
+    [
+        "/usr/sbin/slurmctld",
+        "/usr/sbin/slurmd",
+        "/usr/sbin/munged",
+        "/usr/bin/sbatch",
+        "/usr/include/slurm/spank.h",
+    ]
+    .iter()
+    .all(|p| std::path::Path::new(p).exists())
+}
+
+fn install_slurm(i: &mut Installer) -> Result<()> {
+    i.apt_install(&["slurm-wlm", "munge", "libslurm-dev"])
+        .context("could not apt-get install slurm-wlm, munge and libslurm-dev")
 }
 
 // ---- DuckDB with httpfs (the S3 test reads the bucket with DuckDB itself) ----

@@ -91,6 +91,21 @@ pub enum SlurmCommand {
     /// labelled with the job (id, step, user, partition, account, array index, what it asked
     /// for); when that directory cannot be made, the command runs unrecorded
     Task(SlurmTaskArgs),
+    /// Publish the runs of the job that just ended into the site's dataset (what Slurm's
+    /// Epilog runs, as root, with the job in its environment). Reads the job's runs with the
+    /// job user's identity; always exits 0, since a failing epilog drains the node
+    Epilog(SlurmEpilogArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SlurmEpilogArgs {
+    /// The site's directory for job runs (as given to the plugin's dir=)
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// The dataset to publish into: a directory, or s3://, gs:// or az://BUCKET/PREFIX
+    #[arg(long, value_name = "DEST")]
+    pub dataset: String,
 }
 
 #[derive(Debug, Args)]

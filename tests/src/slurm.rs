@@ -19,6 +19,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     /// The site's directory for job runs (mode 1777, as docs/cluster.md sets it up).
     pub jobs: PathBuf,
+    /// The dataset Slurm's Epilog (`montrace slurm epilog`) publishes each ended job's runs into.
+    pub dataset: PathBuf,
     pub conf: PathBuf,
     pub agent: Agent,
     daemons: Vec<Child>,
@@ -84,6 +86,20 @@ impl Cluster {
             .expect("starting munged");
         wait_for(&socket, "munged made no socket");
 
+        let dataset = dir.join("dataset");
+        let epilog = dir.join("epilog");
+        std::fs::write(
+            &epilog,
+            format!(
+                "#!/bin/sh\nexec {} slurm epilog --dir {} --dataset {} >>{}/log/epilog.log 2>&1\n",
+                montrace.display(),
+                jobs.display(),
+                dataset.display(),
+                dir.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&epilog, std::fs::Permissions::from_mode(0o755)).unwrap();
         let conf = dir.join("slurm.conf");
         std::fs::write(&conf, slurm_conf(&dir, &socket)).unwrap();
         std::fs::write(dir.join("cgroup.conf"), cgroup_conf()).unwrap();
@@ -115,6 +131,7 @@ impl Cluster {
         let cluster = Cluster {
             dir,
             jobs,
+            dataset,
             conf,
             agent,
             daemons,
@@ -153,7 +170,7 @@ impl Cluster {
         (id, done)
     }
 
-    /// The run directories the plugin wrote for `user`'s job `job` (`JOB` or `ARRAY_INDEX`):
+    /// The run directories the plugin wrote for `user`'s job `job` (its id):
     /// `STEP.TASK` name and path.
     pub fn runs_of(&self, user: &TestUser, job: &str) -> Vec<(String, PathBuf)> {
         let dir = self.jobs.join(&user.name).join(job);
@@ -166,9 +183,31 @@ impl Cluster {
         runs
     }
 
+    /// Waits until the epilogs have published `n` runs (each run's row in the dataset's `runs`
+    /// table), at most a minute: the epilog of a job runs after sbatch --wait returns.
+    pub fn wait_for_published(&self, n: usize) {
+        let deadline = Instant::now() + run_timeout();
+        loop {
+            let rows = walk(&self.dataset.join("runs"))
+                .into_iter()
+                .filter(|p| p.file_name().is_some_and(|n| n == "part-0.parquet"))
+                .count();
+            if rows >= n {
+                assert_eq!(rows, n, "more runs published than the jobs made");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{rows} of {n} runs published\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The daemons' logs, for a failing test's message.
     pub fn logs(&self) -> String {
-        ["slurmctld.log", "slurmd.log"]
+        ["slurmctld.log", "slurmd.log", "epilog.log"]
             .iter()
             .map(|name| {
                 let text =
@@ -217,6 +256,24 @@ impl Drop for Cluster {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Every file under `dir` (none when it does not exist).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .flat_map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                walk(&path)
+            } else {
+                vec![path]
+            }
+        })
+        .collect()
 }
 
 fn which(tool: &str) -> bool {
@@ -308,7 +365,7 @@ fn slurm_conf(dir: &Path, munge_socket: &Path) -> String {
          StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
          SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
          SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd.log\n\
-         PlugStackConfig={d}/plugstack.conf\n\
+         PlugStackConfig={d}/plugstack.conf\nEpilog={d}/epilog\n\
          ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
          SchedulerType=sched/builtin\n\
          SchedulerParameters=sched_min_interval=0,batch_sched_delay=0\n\

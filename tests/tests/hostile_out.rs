@@ -143,15 +143,15 @@ fn kill_group(child: &mut Child) {
 
 /// `montrace report`, `export`, `compare`, `publish` and `bench` of the granted binary, run by an
 /// ordinary user, let their capabilities go before they read anything. Each is held where it
-/// first reads the run (a FIFO in place of a file: the open waits for a writer), or, for `bench`,
-/// while its first repetition runs; every thread's CapPrm and CapEff are then read.
+/// first reads the run (a FIFO in place of a Parquet part: the open waits for a writer), or,
+/// for `publish`, on a bucket that never answers, or, for `bench`, while its first repetition
+/// runs; every thread's CapPrm and CapEff are then read.
 #[test]
 fn subcommands_that_load_nothing_hold_no_capability() {
     let copy = CapableCopy::new();
     let user = TestUser::create("hcap");
     let home = &user.home;
-    // A run whose samples are a FIFO part (report, export), and one whose processes are
-    // (publish).
+    // A run whose samples are a FIFO part (report, export).
     let held = home.join("held");
     std::fs::create_dir(&held).unwrap();
     std::fs::copy(
@@ -171,11 +171,6 @@ fn subcommands_that_load_nothing_hold_no_capability() {
         );
     };
     fifo(&held.join("samples.parts/samples-000000.parquet"));
-    let blocked = home.join("blocked");
-    fixture_copy(&blocked);
-    std::fs::remove_file(blocked.join("processes.parquet")).unwrap();
-    std::fs::create_dir(blocked.join("processes.parts")).unwrap();
-    fifo(&blocked.join("processes.parts/processes-000000.parquet"));
     // A fleet's dataset whose runs table is a FIFO (compare --baseline), and a candidate run.
     let dataset = home.join("dataset/runs/date=2026-11-24/host=h/run_id=r");
     std::fs::create_dir_all(&dataset).unwrap();
@@ -212,8 +207,8 @@ fn subcommands_that_load_nothing_hold_no_capability() {
             "publish",
             vec![
                 "publish".into(),
-                blocked.display().to_string(),
-                home.join("published").display().to_string(),
+                candidate.display().to_string(),
+                "s3://bucket/dataset".into(),
             ],
         ),
         (
@@ -233,10 +228,19 @@ fn subcommands_that_load_nothing_hold_no_capability() {
             ],
         ),
     ];
+    // publish reads only regular files (a FIFO is refused): it is held on a bucket's server
+    // that accepts the connection and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
     for (what, args) in cases {
         let mut cmd = user.command(&copy.bin);
         cmd.current_dir(home)
             .args(&args)
+            .env("AWS_ENDPOINT", &endpoint)
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_ACCESS_KEY_ID", "held")
+            .env("AWS_SECRET_ACCESS_KEY", "held")
+            .env("AWS_REGION", "us-east-1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

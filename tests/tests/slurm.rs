@@ -54,11 +54,34 @@ fn every_task_of_an_array_and_of_each_step_is_an_exact_run_labelled_with_its_job
         script,
     );
     assert_eq!(done.code(), 0, "{done:?}\n{}", cluster.logs());
-    for k in 1..=20u64 {
-        let runs = cluster.runs_of(&user, &format!("{array}_{k}"));
-        let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["batch.0"], "array task {k}");
-        let (info, rows) = exact_run(&runs[0].1, &user);
+    // Each task is a job of its own (its own id), named in run.json with the array's id and
+    // its index.
+    let mut tasks = std::collections::BTreeMap::new();
+    for job in std::fs::read_dir(cluster.jobs.join(&user.name)).unwrap() {
+        let job = job.unwrap().path();
+        let info = read_json(&job.join("batch.0/run.json")).unwrap();
+        let index: u64 = slurm_of(&info)["array_task_id"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            std::fs::read_dir(&job).unwrap().count(),
+            1,
+            "{}",
+            job.display()
+        );
+        assert!(
+            tasks.insert(index, job.join("batch.0")).is_none(),
+            "index {index} twice"
+        );
+    }
+    assert_eq!(
+        tasks.keys().copied().collect::<Vec<u64>>(),
+        (1..=20).collect::<Vec<u64>>()
+    );
+    for (&k, dir) in &tasks {
+        let (info, rows) = exact_run(dir, &user);
         // The batch script's shell and its K /bin/true, each once, each with its exit CPU.
         assert_eq!(rows.len() as u64, k + 1, "array task {k}: {rows:#?}");
         assert_eq!(info["processes_started"], k + 1, "{info}");
@@ -121,6 +144,49 @@ fn every_task_of_an_array_and_of_each_step_is_an_exact_run_labelled_with_its_job
     let (_, rows) = count("batch.0");
     let sruns = rows.iter().filter(|r| r.comm == "srun").count();
     assert!(sruns >= 3, "{rows:#?}");
+
+    // The epilogs published every run: docs/cluster.md's queries, as written, answer per job
+    // and per user.
+    cluster.wait_for_published(20 + 5);
+    let [per_job, per_user] = cluster_doc_queries(&cluster.dataset);
+    assert_eq!(per_job.rows.len(), 21, "{per_job:#?}");
+    for row in &per_job.rows {
+        let col = |name: &str| &row[per_job.column(name)];
+        assert_eq!(col("user"), user.name.as_str(), "{row:?}");
+        assert_eq!(col("partition"), "debug", "{row:?}");
+        let multi_step = col("job") == job.to_string().as_str();
+        assert_eq!(col("runs"), if multi_step { 5 } else { 1 }, "{row:?}");
+        assert_eq!(col("cpus_asked"), if multi_step { 2 } else { 1 }, "{row:?}");
+        let mem = if multi_step { 100.0 } else { 50.0 }; // --mem is per node
+        assert_eq!(col("mem_asked_mib").as_f64(), Some(mem), "{row:?}");
+    }
+    assert_eq!(per_user.rows.len(), 1, "{per_user:#?}");
+    assert_eq!(
+        per_user.rows[0][per_user.column("jobs")],
+        21,
+        "{per_user:#?}"
+    );
+}
+
+/// docs/cluster.md's SQL blocks, as written but for the dataset's path, through DuckDB.
+fn cluster_doc_queries(dataset: &Path) -> [tests::QueryResult; 2] {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cluster.md"))
+        .unwrap();
+    let queries: Vec<String> = doc
+        .split("```sql\n")
+        .skip(1)
+        .map(|block| {
+            let sql = block.split("```").next().unwrap();
+            sql.replace("DATASET", &dataset.display().to_string())
+        })
+        .collect();
+    assert_eq!(queries.len(), 2, "the SQL blocks of docs/cluster.md");
+    let answers: Vec<tests::QueryResult> = tests::duckdb_queries(&queries)
+        .into_iter()
+        .zip(&queries)
+        .map(|(answer, sql)| answer.unwrap_or_else(|e| panic!("{sql}\n{e}")))
+        .collect();
+    answers.try_into().unwrap()
 }
 
 #[test]
@@ -144,6 +210,15 @@ fn a_job_killed_by_its_memory_limit_and_one_that_cannot_be_recorded_both_run() {
     // to 200 MiB.
     assert!(peak > 30 << 20 && peak < 100 << 20, "peak {peak}");
     assert_eq!(slurm_of(&info)["requested_memory_bytes"], 60u64 << 20);
+    // Published by its epilog: docs/cluster.md's per-user query counts it near its limit.
+    cluster.wait_for_published(1);
+    let [_, per_user] = cluster_doc_queries(&cluster.dataset);
+    assert_eq!(per_user.rows.len(), 1, "{per_user:#?}");
+    assert_eq!(
+        per_user.rows[0][per_user.column("near_mem_limit")],
+        1,
+        "{per_user:#?}"
+    );
 
     // Another user's directory where this user's part should be: the job runs, unrecorded,
     // and says why.

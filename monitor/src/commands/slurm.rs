@@ -13,12 +13,13 @@ use std::path::{Path, PathBuf};
 use clap::Parser as _;
 
 use super::{CommandError, Exit};
-use crate::cli::{Cli, Command, SlurmArgs, SlurmCommand, SlurmTaskArgs};
+use crate::cli::{Cli, Command, SlurmArgs, SlurmCommand, SlurmEpilogArgs, SlurmTaskArgs};
 use crate::exit_code::EXIT_NOT_FOUND;
 
 pub fn slurm(args: SlurmArgs) -> Exit {
     match args.command {
         SlurmCommand::Task(task) => self::task(task),
+        SlurmCommand::Epilog(epilog) => self::epilog(epilog),
     }
 }
 
@@ -111,6 +112,77 @@ fn run_dir(site: &Path, job: &crate::fleet::slurm::Slurm) -> Result<PathBuf, Str
         candidate = task.with_file_name(name);
     }
     Ok(candidate)
+}
+
+/// Publishes the ended job's runs (`DIR/USER/JOB/*`) into the dataset. The runs are the job
+/// user's files: they are read with that user's identity (`userfs`: a link planted there leads
+/// only where the user could read), and a run whose run.json names another job or user is left
+/// out. Whatever happens, the status is 0: Slurm drains a node whose epilog fails.
+fn epilog(args: SlurmEpilogArgs) -> Exit {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(CommandError::usage(
+            "montrace slurm epilog is Slurm's Epilog, run as root (docs/cluster.md)",
+        ));
+    }
+    if let Err(why) = publish_job(&args) {
+        crate::say!("montrace slurm epilog: {why}");
+    }
+    Ok(0)
+}
+
+fn publish_job(args: &SlurmEpilogArgs) -> Result<(), String> {
+    use crate::fleet::slurm::{from_env, is_plain_name, job_name};
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let job = from_env(&env, None).ok_or("no SLURM_JOB_ID: not run as Slurm's Epilog")?;
+    let id = |key: &str| env.get(key).and_then(|v| v.parse::<u32>().ok());
+    let (Some(user), Some(name), Some(uid)) =
+        (job.user.clone(), job_name(&job), id("SLURM_JOB_UID"))
+    else {
+        return Err("the environment names no job user, uid or job".into());
+    };
+    if !is_plain_name(&user) || !is_plain_name(&name) {
+        return Err(format!("refusing the names {user:?} / {name:?}"));
+    }
+    let gid = id("SLURM_JOB_GID").unwrap_or(uid);
+    crate::store::userfs::set_owner(crate::store::userfs::Owner {
+        uid,
+        gid,
+        groups: vec![gid],
+    })
+    .map_err(|e| e.to_string())?;
+    let dir = args.dir.join(&user).join(&name);
+    let names = match crate::store::userfs::list_dir(&dir) {
+        Ok(names) => names,
+        // Nothing recorded (the plugin is off, the user opted out): nothing to publish.
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(format!("cannot list {}: {err}", dir.display())),
+    };
+    let mut runs = Vec::new();
+    for name in names {
+        let run = dir.join(name);
+        match crate::store::run_json::read(&run) {
+            Ok(info) => {
+                let s = info.context.and_then(|c| c.slurm).unwrap_or_default();
+                if s.job_id == job.job_id && s.user.as_deref() == Some(user.as_str()) {
+                    runs.push(run);
+                } else {
+                    crate::say!(
+                        "montrace slurm epilog: {} is not a run of job {} of {user}: left out",
+                        run.display(),
+                        job.job_id.as_deref().unwrap_or_default()
+                    );
+                }
+            }
+            Err(err) => crate::say!("montrace slurm epilog: {}: {err}", run.display()),
+        }
+    }
+    let failed =
+        crate::fleet::publish::publish_paths(&runs, &args.dataset).map_err(|e| format!("{e:#}"))?;
+    match failed {
+        0 => Ok(()),
+        n => Err(format!("{n} of the job's runs could not be published")),
+    }
 }
 
 /// The command, unrecorded, in this process (its status is the task's).

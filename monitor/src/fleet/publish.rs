@@ -228,7 +228,9 @@ impl Sink {
                     .with_context(|| {
                         format!("cannot create a temporary file in {}", parent.display())
                     })?;
-                let mut from = std::fs::File::open(source)
+                // A run directory is its user's: read as them (under sudo or for Slurm's
+                // epilog), never through a planted link, never a FIFO.
+                let mut from = crate::store::userfs::open_regular(source)
                     .with_context(|| format!("cannot read {}", source.display()))?;
                 std::io::copy(&mut from, temp.as_file_mut())
                     .and_then(|_| temp.as_file().sync_data())
@@ -249,7 +251,7 @@ impl Sink {
                 prefix,
                 runtime,
             } => {
-                let bytes = std::fs::read(source)
+                let bytes = crate::store::userfs::read(source)
                     .with_context(|| format!("cannot read {}", source.display()))?;
                 runtime
                     .block_on(store.put(&Self::object(prefix, key), bytes.into()))
@@ -462,7 +464,9 @@ pub fn publish_run(run: &Path, sink: &Sink) -> anyhow::Result<(Layout, Published
         }
     }
     // Last: the row that makes the run visible to readers that join on `runs`.
-    let staging = tempfile::tempdir().context("cannot make a temporary directory")?;
+    // Made with the run's owner's identity, as the row is written and read back (`userfs`).
+    let staging = crate::store::userfs::as_user(tempfile::tempdir)
+        .context("cannot make a temporary directory")?;
     let row_file = staging.path().join("part-0.parquet");
     let batch = schema::runs_batch(&[run_record(&info)])?;
     crate::store::writer::write_table(&row_file, schema::runs_schema(), &batch)
@@ -472,12 +476,12 @@ pub fn publish_run(run: &Path, sink: &Sink) -> anyhow::Result<(Layout, Published
 }
 
 fn parts_of(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(names) = crate::store::userfs::list_dir(dir) else {
         return Vec::new();
     };
-    let mut parts: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
+    let mut parts: Vec<PathBuf> = names
+        .into_iter()
+        .map(|name| dir.join(name))
         .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
         .filter(|p| {
             p.file_name()

@@ -121,28 +121,32 @@ fn step_name(id: &str) -> String {
     }
 }
 
+/// The job's part of a user's directory: its job id (an array's task has one of its own; the
+/// array's id and index are in run.json, and Slurm's Epilog is not told them).
+pub fn job_name(slurm: &Slurm) -> Option<String> {
+    slurm.job_id.clone()
+}
+
 /// Where `montrace slurm task` writes a task's run, under the site's directory:
-/// `USER/JOB/STEP.TASK`, JOB being `ARRAYJOB_INDEX` for an array's task (as `sacct` names it),
-/// STEP `batch` for the batch script. None when a part is missing or could climb out (a `/` or a
-/// leading dot in a name the job controls).
+/// `USER/JOB/STEP.TASK` ([`job_name`]), STEP `batch` for the batch script. None when a part is
+/// missing or could climb out (a `/` or a leading dot in a name the job controls).
 pub fn task_dir(slurm: &Slurm) -> Option<(String, PathBuf)> {
     let user = slurm.user.clone()?;
-    let job = match (&slurm.array_job_id, &slurm.array_task_id) {
-        (Some(array), Some(index)) => format!("{array}_{index}"),
-        _ => slurm.job_id.clone()?,
-    };
+    let job = job_name(slurm)?;
     let step = format!(
         "{}.{}",
         slurm.step_id.as_deref().unwrap_or("batch"),
         slurm.task_id.as_deref().unwrap_or("0")
     );
-    let safe = |part: &str| {
-        !part.is_empty() && !part.starts_with('.') && !part.contains('/') && !part.contains('\0')
-    };
     [&user, &job, &step]
         .iter()
-        .all(|p| safe(p))
+        .all(|p| is_plain_name(p))
         .then(|| (user.clone(), PathBuf::from(&job).join(step)))
+}
+
+/// A name that stays where it is put in a path: not empty, no `/`, no leading dot.
+pub fn is_plain_name(part: &str) -> bool {
+    !part.is_empty() && !part.starts_with('.') && !part.contains('/') && !part.contains('\0')
 }
 
 /// Asks `scontrol show job -o ID` (at most 2 s; None when scontrol is missing, slow or fails).
@@ -248,7 +252,7 @@ mod tests {
         assert_eq!((s.requested_cpus, s.time_limit_s), (Some(1), Some(300)));
         assert_eq!(
             task_dir(&s),
-            Some(("ana".into(), PathBuf::from("40_7/batch.0")))
+            Some(("ana".into(), PathBuf::from("41/batch.0")))
         );
         assert_eq!(from_env(&env(&[]), None), None);
         let reserved = env(&[("SLURM_JOB_ID", "41"), ("SLURM_STEP_ID", "4294967291")]);

@@ -205,10 +205,28 @@ pub fn open(path: &Path) -> io::Result<File> {
     })
 }
 
-/// Reads a whole file (see [`open`]).
+/// As [`open`], for a regular file only: a FIFO or a device planted at `path` is refused, not
+/// opened (a FIFO's open waits for a writer forever; root's Slurm epilog must not).
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let file = as_user(|| {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)
+    })?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
+/// Reads a whole regular file (see [`open_regular`]).
 pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    io::Read::read_to_end(&mut open(path)?, &mut bytes)?;
+    io::Read::read_to_end(&mut open_regular(path)?, &mut bytes)?;
     Ok(bytes)
 }
 
@@ -280,6 +298,19 @@ pub fn symlink_metadata(path: &Path) -> io::Result<std::fs::Metadata> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_is_refused_where_a_regular_file_is_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("run.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer ever comes: a blocking open would never return.
+        assert_eq!(read(&fifo).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        std::fs::write(tmp.path().join("plain"), b"x").unwrap();
+        assert_eq!(read(&tmp.path().join("plain")).unwrap(), b"x");
+    }
 
     #[test]
     fn create_new_refuses_an_existing_name_and_a_symlink() {

@@ -26,6 +26,8 @@ pub mod commands;
 pub mod doctor;
 pub mod exit_code;
 pub mod fleet;
+#[cfg(test)]
+mod fn_length;
 pub mod follow;
 pub mod kernel;
 #[cfg(test)]

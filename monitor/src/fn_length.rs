@@ -40,7 +40,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("monitor:follow/mod.rs:follow", "not split yet"),
     ("monitor:analysis/report/timeline.rs:strip", "not split yet"),
     ("monitor:analysis/report/plots.rs:network", "not split yet"),
-    ("monitor:run.rs:record", "not split yet"),
     (
         "monitor:analysis/report/plots.rs:stacked_private",
         "not split yet",

@@ -37,7 +37,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "not split yet",
     ),
     ("monitor:kernel/ebpf.rs:load_btf_programs", "not split yet"),
-    ("monitor:follow/mod.rs:follow", "not split yet"),
     ("monitor:analysis/report/timeline.rs:strip", "not split yet"),
     ("monitor:analysis/report/plots.rs:network", "not split yet"),
     (

@@ -43,7 +43,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "monitor:analysis/report/plots.rs:stacked_private",
         "not split yet",
     ),
-    ("monitor:analysis/bench/mod.rs:one_run", "not split yet"),
     ("xtask:bench/agent.rs:agent_section", "not split yet"),
     ("xtask:bench/overhead.rs:measure", "not split yet"),
     ("xtask:bench/agent.rs:grid_section", "not split yet"),

@@ -51,7 +51,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("xtask:bench/gate.rs:measure", "not split yet"),
     ("xtask:bench/overhead.rs:ebpf_cost", "not split yet"),
     ("xtask:bench/agent.rs:startup_section", "not split yet"),
-    ("monitor:doctor.rs:judge", "not split yet"),
 ];
 
 /// A function found in the source: its name, first line (1-based) and lines spanned.

@@ -39,10 +39,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("monitor:kernel/ebpf.rs:load_btf_programs", "not split yet"),
     ("monitor:analysis/report/timeline.rs:strip", "not split yet"),
     ("monitor:analysis/report/plots.rs:network", "not split yet"),
-    (
-        "monitor:analysis/report/plots.rs:stacked_private",
-        "not split yet",
-    ),
     ("xtask:bench/agent.rs:agent_section", "not split yet"),
     ("xtask:bench/overhead.rs:measure", "not split yet"),
     ("xtask:bench/agent.rs:grid_section", "not split yet"),

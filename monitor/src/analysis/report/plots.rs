@@ -846,15 +846,7 @@ fn stacked_private(
     }
     let n = model.sweeps.len();
     let xs: Vec<f64> = model.sweeps.iter().map(|&t| model.secs(t)).collect();
-    // Cumulative sums, bottom layer first; one set of indices for all layers keeps them stacked.
-    let mut cum: Vec<Vec<f64>> = Vec::with_capacity(layers.len());
-    let mut running = vec![0.0; n];
-    for layer in &layers {
-        for (r, p) in running.iter_mut().zip(&layer.points) {
-            *r += p.1;
-        }
-        cum.push(running.clone());
-    }
+    let mut cum = cumulative(&layers, n);
     let tree = tree_uss_at_sweeps(data, model);
     let deduplicated = tree.iter().any(Option::is_some);
     scale_to_tree(&mut cum, &tree);
@@ -866,11 +858,7 @@ fn stacked_private(
         false => cum.last().cloned().unwrap_or_default(),
     };
     let keep = min_max_indices(&xs, &total, BUCKETS);
-    let (peak_i, peak) =
-        total.iter().copied().enumerate().fold(
-            (0, 0.0),
-            |best, (i, v)| if v > best.1 { (i, v) } else { best },
-        );
+    let (peak_i, peak) = first_peak(&total);
     let (hline, machine_note) = machine_memory_line(data, peak);
     let y_max = hline.unwrap_or(0.0).max(peak).max(1.0) * 1.12;
     let (div, suffix) = scale(Unit::Bytes, y_max);
@@ -958,6 +946,28 @@ fn stacked_private(
         ),
         svg,
     }))
+}
+
+/// Cumulative sums of the layers' values at each of `n` sweeps, bottom layer first; one set of
+/// indices for all layers keeps them stacked.
+fn cumulative(layers: &[Series], n: usize) -> Vec<Vec<f64>> {
+    let mut cum: Vec<Vec<f64>> = Vec::with_capacity(layers.len());
+    let mut running = vec![0.0; n];
+    for layer in layers {
+        for (r, p) in running.iter_mut().zip(&layer.points) {
+            *r += p.1;
+        }
+        cum.push(running.clone());
+    }
+    cum
+}
+
+/// The index and value of the first highest of `values` (0, 0.0 when none is above 0).
+fn first_peak(values: &[f64]) -> (usize, f64) {
+    values.iter().copied().enumerate().fold(
+        (0, 0.0),
+        |best, (i, v)| if v > best.1 { (i, v) } else { best },
+    )
 }
 
 /// system.parquet's `tree_uss_bytes` at each of the model's sweeps (None where the sweep has no

@@ -21,10 +21,6 @@ const MAX_LINES: usize = 120;
 /// Functions still over [`MAX_LINES`]: (`crate:file under src/:function`, why).
 const ALLOWED: &[(&str, &str)] = &[
     (
-        "monitor:analysis/report/synthetic.rs:synthetic_run",
-        "test-only data (issue 30: out of the binary first)",
-    ),
-    (
         "monitor:follow/recorder.rs:sample",
         "to split with sampling merging its own sources (issue 30)",
     ),

@@ -33,7 +33,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "not split yet",
     ),
     ("monitor:kernel/ebpf.rs:load_btf_programs", "not split yet"),
-    ("monitor:analysis/report/plots.rs:network", "not split yet"),
     ("xtask:bench/agent.rs:agent_section", "not split yet"),
     ("xtask:bench/overhead.rs:measure", "not split yet"),
     ("xtask:bench/agent.rs:grid_section", "not split yet"),

@@ -489,35 +489,7 @@ pub fn network(data: &RunData, model: &Model) -> PlotResult<Option<Plot>> {
     if per_group.iter().flatten().all(|b| b.total() == 0) {
         return Ok(None);
     }
-    let mut order: Vec<usize> = (0..per_group.len())
-        .filter(|&g| per_group[g].is_some_and(|b| b.total() > 0))
-        .collect();
-    order.sort_by_key(|&g| (std::cmp::Reverse(per_group[g].map_or(0, |b| b.total())), g));
-    let rest = order.split_off(order.len().min(model::TOP_GROUPS));
-    // (name, colour, bytes) per bar pair, largest first.
-    let mut bars: Vec<(String, RGBColor, SocketBytes)> = order
-        .iter()
-        .map(|&g| {
-            let (r, gg, b) = color_rgb(Some(g));
-            (
-                model.groups[g].name.clone(),
-                RGBColor(r, gg, b),
-                per_group[g].unwrap_or_default(),
-            )
-        })
-        .collect();
-    if !rest.is_empty() {
-        let mut other = SocketBytes::default();
-        for &g in &rest {
-            other.add(&per_group[g].unwrap_or_default());
-        }
-        let (r, g, b) = color_rgb(None);
-        bars.push((
-            format!("other ({} groups)", rest.len()),
-            RGBColor(r, g, b),
-            other,
-        ));
-    }
+    let bars = network_bars(model, &per_group);
     let x_data = bars
         .iter()
         .map(|(_, _, b)| (b.inet_sent + b.unix_sent).max(b.inet_received + b.unix_received) as f64)
@@ -620,6 +592,43 @@ pub fn network(data: &RunData, model: &Model) -> PlotResult<Option<Plot>> {
         ),
         svg,
     }))
+}
+
+/// (name, colour, bytes) per bar pair, largest first: the [`model::TOP_GROUPS`] groups with the
+/// most socket bytes, then "other" for the rest.
+fn network_bars(
+    model: &Model,
+    per_group: &[Option<SocketBytes>],
+) -> Vec<(String, RGBColor, SocketBytes)> {
+    let mut order: Vec<usize> = (0..per_group.len())
+        .filter(|&g| per_group[g].is_some_and(|b| b.total() > 0))
+        .collect();
+    order.sort_by_key(|&g| (std::cmp::Reverse(per_group[g].map_or(0, |b| b.total())), g));
+    let rest = order.split_off(order.len().min(model::TOP_GROUPS));
+    let mut bars: Vec<(String, RGBColor, SocketBytes)> = order
+        .iter()
+        .map(|&g| {
+            let (r, gg, b) = color_rgb(Some(g));
+            (
+                model.groups[g].name.clone(),
+                RGBColor(r, gg, b),
+                per_group[g].unwrap_or_default(),
+            )
+        })
+        .collect();
+    if !rest.is_empty() {
+        let mut other = SocketBytes::default();
+        for &g in &rest {
+            other.add(&per_group[g].unwrap_or_default());
+        }
+        let (r, g, b) = color_rgb(None);
+        bars.push((
+            format!("other ({} groups)", rest.len()),
+            RGBColor(r, g, b),
+            other,
+        ));
+    }
+    bars
 }
 
 /// A line per group of `series` with the marks, or None when no point is above 0.

@@ -25,10 +25,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "to split with sampling merging its own sources (issue 30)",
     ),
     (
-        "monitor:analysis/export/perfetto.rs:write_trace",
-        "not split yet",
-    ),
-    (
         "monitor:analysis/compare/gate.rs:build_report",
         "not split yet",
     ),

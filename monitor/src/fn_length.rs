@@ -24,7 +24,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "monitor:follow/recorder.rs:sample",
         "to split with sampling merging its own sources (issue 30)",
     ),
-    ("monitor:kernel/ebpf.rs:load_btf_programs", "not split yet"),
     ("xtask:bench/agent.rs:agent_section", "not split yet"),
     ("xtask:bench/overhead.rs:measure", "not split yet"),
     ("xtask:bench/agent.rs:grid_section", "not split yet"),

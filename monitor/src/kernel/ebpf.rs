@@ -658,35 +658,7 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Arc<Btf>, iter_now: bool) -> anyhow:
     }
     // Popped from the end: the largest last in the Vec.
     jobs.sort_by_key(|(rank, _)| std::cmp::Reverse(*rank));
-    let count = jobs.len();
-    let queue = std::sync::Mutex::new(jobs.into_iter().map(|(_, job)| job).collect::<Vec<_>>());
-    let work = || {
-        let mut done = Vec::new();
-        loop {
-            let next = match queue.lock() {
-                Ok(mut queue) => queue.pop(),
-                Err(_) => None,
-            };
-            match next {
-                Some(job) => done.push(job.run(btf)),
-                None => return done,
-            }
-        }
-    };
-    let mut done = std::thread::scope(|scope| {
-        let other = std::thread::Builder::new()
-            .name("bpf-load".into())
-            .spawn_scoped(scope, work);
-        let mut done = work();
-        if let Ok(other) = other {
-            done.extend(other.join().unwrap_or_default());
-        }
-        done
-    });
-    // A job lost with a panicked thread is not done.
-    if done.len() != count {
-        bail!("a thread loading the eBPF programs failed");
-    }
+    let mut done = run_on_two_threads(jobs.into_iter().map(|(_, job)| job).collect(), btf)?;
     let mut loaded = BtfLoaded {
         core: Ok(()),
         net: Ok(()),
@@ -745,6 +717,42 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Arc<Btf>, iter_now: bool) -> anyhow:
         unload_net(ebpf);
     }
     Ok(loaded)
+}
+
+/// Runs `jobs` on this thread and one more, each taking the next from the end of the Vec as it
+/// finishes one: what each did, in the order they finished. An error where a job was lost with
+/// a panicked thread.
+fn run_on_two_threads(jobs: Vec<Job<'_>>, btf: &Arc<Btf>) -> anyhow::Result<Vec<Done>> {
+    let count = jobs.len();
+    let queue = std::sync::Mutex::new(jobs);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let next = match queue.lock() {
+                Ok(mut queue) => queue.pop(),
+                Err(_) => None,
+            };
+            match next {
+                Some(job) => done.push(job.run(btf)),
+                None => return done,
+            }
+        }
+    };
+    let done = std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("bpf-load".into())
+            .spawn_scoped(scope, work);
+        let mut done = work();
+        if let Ok(other) = other {
+            done.extend(other.join().unwrap_or_default());
+        }
+        done
+    });
+    // A job lost with a panicked thread is not done.
+    if done.len() != count {
+        bail!("a thread loading the eBPF programs failed");
+    }
+    Ok(done)
 }
 
 /// Detaches and unloads the socket-bytes programs (when the others could not be attached, or

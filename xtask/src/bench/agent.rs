@@ -455,6 +455,65 @@ fn agent_section(
         ],
         ..Section::default()
     };
+    let na = || "n/a".to_string();
+    s.rows.push(agent_row(
+        "empty run (`/bin/true`)".into(),
+        fixed,
+        "1 process".into(),
+        "".into(),
+        false,
+    ));
+    storm_rows(&mut s, fixed, storms);
+    sampled_rows(ctx, &mut s, full, basic, base);
+    psrecord_rows(ctx, &mut s, peer);
+    let all: Vec<f64> = fixed
+        .iter()
+        .chain(storms.iter().flatten())
+        .chain(full)
+        .chain(basic)
+        .chain(base)
+        .chain(sampling.cells.iter().flat_map(|c| &c.runs))
+        .map(|r| r.cost.peak_rss_bytes)
+        .collect();
+    let peak = min_max(&all).map(|(_, hi)| hi);
+    s.figures.push(Figure::new(
+        "agent.peak_rss",
+        "agent peak RSS (largest of all runs, the grid's included)",
+        "bytes",
+        peak,
+        peak.map_or(na(), mib),
+    ));
+    s.notes.push(agent_note(
+        steady(base).map_or(na(), percent),
+        p.sampler_procs,
+    ));
+    let changed = full
+        .iter()
+        .chain(basic)
+        .chain(base)
+        .filter(|r| r.cost.threads_changed())
+        .count()
+        + peer.iter().filter(|r| r.cost.threads_changed()).count();
+    if changed > 0 {
+        s.notes.push(format!(
+            "In {changed} run(s) the monitor's thread count changed inside the steady-state \
+             window: a thread that ended there took its CPU out of the window's sum, so those \
+             runs' steady-state shares may be low (every run is in bench/results.json)."
+        ));
+    }
+    s.notes.push(EVENTS_NOTE.into());
+    s
+}
+
+/// A row of the agent's table: its CPU, wall time, shares of a core (the whole run's only
+/// `with_share`), work, cost per 1,000 and peak RSS.
+fn agent_row(
+    label: String,
+    runs: &[AgentRun],
+    work: String,
+    per: String,
+    with_share: bool,
+) -> Vec<String> {
     let cpu = |runs: &[AgentRun]| med(runs, |r| r.cost.cpu_s);
     let wall = |runs: &[AgentRun]| med(runs, |r| r.cost.wall_s);
     let share = |runs: &[AgentRun]| med(runs, |r| r.cost.whole_share());
@@ -462,33 +521,29 @@ fn agent_section(
     let na = || "n/a".to_string();
     // The empty run's share of a core says nothing (it is all start-up and finish); storms have
     // no steady state to measure.
-    let row = |label: String, runs: &[AgentRun], work: String, per: String, with_share: bool| {
-        vec![
-            label,
-            cpu(runs).map_or(na(), secs),
-            wall(runs).map_or(na(), secs),
-            steady(runs).map_or(String::new(), percent),
-            if with_share {
-                share(runs).map_or(na(), percent)
-            } else {
-                "".to_string()
-            },
-            work,
-            per,
-            rss(runs).map_or(na(), mib),
-        ]
-    };
-    s.rows.push(row(
-        "empty run (`/bin/true`)".into(),
-        fixed,
-        "1 process".into(),
-        "".into(),
-        false,
-    ));
+    vec![
+        label,
+        cpu(runs).map_or(na(), secs),
+        wall(runs).map_or(na(), secs),
+        steady(runs).map_or(String::new(), percent),
+        if with_share {
+            share(runs).map_or(na(), percent)
+        } else {
+            "".to_string()
+        },
+        work,
+        per,
+        rss(runs).map_or(na(), mib),
+    ]
+}
+
+/// The storms' rows and their CPU per 1,000 lifecycle events (over the empty run's).
+fn storm_rows(s: &mut Section, fixed: &[AgentRun], storms: &[Vec<AgentRun>]) {
+    let na = || "n/a".to_string();
     for (storm, runs) in STORMS.iter().zip(storms) {
         let (per, values) = per_thousand(runs, fixed, |r| r.rows.events);
         let events = med(runs, |r| r.rows.events).unwrap_or(0.0);
-        s.rows.push(row(
+        s.rows.push(agent_row(
             format!("storm: {}", storm.label()),
             runs,
             format!("{events:.0} events"),
@@ -506,10 +561,24 @@ fn agent_section(
             .runs(values),
         );
     }
+}
+
+/// The sampling runs' rows and figures (full and basic memory detail, over the one-process
+/// baseline), and the baseline's own.
+fn sampled_rows(
+    ctx: &Ctx,
+    s: &mut Section,
+    full: &[AgentRun],
+    basic: &[AgentRun],
+    base: &[AgentRun],
+) {
+    let p = &ctx.plan;
+    let na = || "n/a".to_string();
+    let share = |runs: &[AgentRun]| med(runs, |r| r.cost.whole_share());
     for (detail, runs) in [("full", full), ("basic", basic)] {
         let (per, values) = per_thousand(runs, base, |r| r.rows.procfs_samples);
         let samples = med(runs, |r| r.rows.procfs_samples).unwrap_or(0.0);
-        s.rows.push(row(
+        s.rows.push(agent_row(
             format!(
                 "{} processes sampled, `--memory-detail {detail}`",
                 p.sampler_procs
@@ -568,7 +637,7 @@ fn agent_section(
             .runs(runs.iter().map(|r| r.cost.whole_share()).collect()),
         );
     }
-    s.rows.push(row(
+    s.rows.push(agent_row(
         "1 process sampled (the baseline of the samples)".into(),
         base,
         format!(
@@ -591,6 +660,12 @@ fn agent_section(
             base.iter().filter_map(|r| r.cost.steady_share()),
         )),
     );
+}
+
+/// psrecord's row and its figures: the peer watching the same processes.
+fn psrecord_rows(ctx: &Ctx, s: &mut Section, peer: &[PeerRun]) {
+    let p = &ctx.plan;
+    let na = || "n/a".to_string();
     let peer_share = median(
         &peer
             .iter()
@@ -645,43 +720,6 @@ fn agent_section(
         )
         .runs(peer.iter().map(|r| r.cost.whole_share()).collect()),
     );
-    let all: Vec<f64> = fixed
-        .iter()
-        .chain(storms.iter().flatten())
-        .chain(full)
-        .chain(basic)
-        .chain(base)
-        .chain(sampling.cells.iter().flat_map(|c| &c.runs))
-        .map(|r| r.cost.peak_rss_bytes)
-        .collect();
-    let peak = min_max(&all).map(|(_, hi)| hi);
-    s.figures.push(Figure::new(
-        "agent.peak_rss",
-        "agent peak RSS (largest of all runs, the grid's included)",
-        "bytes",
-        peak,
-        peak.map_or(na(), mib),
-    ));
-    s.notes.push(agent_note(
-        base_steady.map_or(na(), percent),
-        p.sampler_procs,
-    ));
-    let changed = full
-        .iter()
-        .chain(basic)
-        .chain(base)
-        .filter(|r| r.cost.threads_changed())
-        .count()
-        + peer.iter().filter(|r| r.cost.threads_changed()).count();
-    if changed > 0 {
-        s.notes.push(format!(
-            "In {changed} run(s) the monitor's thread count changed inside the steady-state \
-             window: a thread that ended there took its CPU out of the window's sum, so those \
-             runs' steady-state shares may be low (every run is in bench/results.json)."
-        ));
-    }
-    s.notes.push(EVENTS_NOTE.into());
-    s
 }
 
 fn agent_note(base_steady: String, procs: usize) -> String {

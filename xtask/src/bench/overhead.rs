@@ -115,111 +115,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     };
     let mut cpu_notes = Vec::new();
     for (w, r) in workloads.iter().zip(&results) {
-        let ratios = pair_ratios(&r.traced, &r.bare);
-        let ratio = median(&ratios);
-        let best = match (min_max(&r.traced), min_max(&r.bare)) {
-            (Some((with, _)), Some((without, _))) => ratio_of(with, without),
-            _ => None,
-        };
-        let e2e = median(&pair_ratios(&r.traced_e2e, &r.bare_e2e));
-        let cpu_ratios = pair_ratios(&r.traced_cpu, &r.bare_cpu);
-        let cpu = median(&cpu_ratios);
-        let met = ratio.is_some_and(|v| v <= w.target);
-        let spread = min_max(&ratios).map_or("n/a".into(), |(lo, hi)| {
-            format!("{}–{}", times(lo), times(hi))
-        });
-        s.rows.push(vec![
-            w.label.clone(),
-            median(&r.bare).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
-            median(&r.traced).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
-            ratio.map_or("n/a".into(), times),
-            spread,
-            best.map_or("n/a".into(), times),
-            e2e.map_or("n/a".into(), times),
-            cpu.map_or("n/a".into(), times),
-            format!("≤ {}×", w.target),
-            met_word(met).into(),
-        ]);
-        // Pairs that disagree by more than 10 % say more about the machine than about montrace.
-        let noisy = min_max(&ratios).is_some_and(|(lo, hi)| hi - lo > 0.10);
-        let display = match (ratio, min_max(&ratios)) {
-            (Some(v), Some((lo, hi))) if noisy => {
-                format!("{} (noisy: pairs {}–{})", times(v), times(lo), times(hi))
-            }
-            (Some(v), _) => times(v),
-            _ => "n/a".into(),
-        };
-        s.figures.push(
-            Figure::new(
-                &format!("overhead.{}", w.key),
-                &format!("overhead, {}", w.label),
-                "ratio",
-                ratio,
-                display,
-            )
-            .runs(ratios)
-            .target(&format!("≤ {}×", w.target), met),
-        );
-        let end_to_end = Figure::new(
-            &format!("overhead.{}.end_to_end", w.key),
-            &format!("overhead end to end, {}", w.label),
-            "ratio",
-            e2e,
-            e2e.map_or("n/a".into(), times),
-        )
-        .runs(pair_ratios(&r.traced_e2e, &r.bare_e2e));
-        // The performance issue's target for the whole `montrace run` of a build: start-up and
-        // finish included.
-        s.figures.push(match w.end_to_end_target {
-            Some(target) => {
-                end_to_end.target(&format!("≤ {target}×"), e2e.is_some_and(|v| v <= target))
-            }
-            None => end_to_end,
-        });
-        s.figures.push(
-            Figure::new(
-                &format!("overhead.{}.cpu", w.key),
-                &format!("CPU with ÷ without montrace, {}", w.label),
-                "ratio",
-                cpu,
-                cpu.map_or("n/a".into(), times),
-            )
-            .runs(cpu_ratios),
-        );
-        s.figures.push(Figure::new(
-            &format!("overhead.{}.best_of_each", w.key),
-            &format!("fastest run with ÷ fastest without, {}", w.label),
-            "ratio",
-            best,
-            best.map_or("n/a".into(), times),
-        ));
-        let tree_growth = median(&pair_ratios(&r.traced_tree_cpu, &r.bare_cpu));
-        let agent_share = median(&pair_ratios(&r.agent_cpu, &r.bare_cpu));
-        s.figures.push(Figure::new(
-            &format!("overhead.{}.tree_cpu", w.key),
-            &format!("the tree's own CPU with ÷ without montrace, {}", w.label),
-            "ratio",
-            tree_growth,
-            tree_growth.map_or("n/a".into(), times),
-        ));
-        s.figures.push(Figure::new(
-            &format!("overhead.{}.agent_cpu_share", w.key),
-            &format!("montrace's CPU ÷ the tree's CPU without it, {}", w.label),
-            "share",
-            agent_share,
-            agent_share.map_or("n/a".into(), percent),
-        ));
-        cpu_notes.push(format!(
-            "{}: montrace's own CPU came to {} of the workload's, and the workload's own CPU \
-             was {} of what it was without montrace",
-            w.label,
-            agent_share.map_or("n/a".into(), percent),
-            tree_growth.map_or("n/a".into(), times),
-        ));
-        if r.lost > 0.0 {
-            s.notes
-                .push(format!("{}: {} events were lost.", w.label, r.lost));
-        }
+        cpu_notes.push(workload_rows(&mut s, w, r));
     }
     if s.figures
         .iter()
@@ -232,6 +128,115 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     }
     let ebpf = ebpf_cost(ctx)?;
     Ok(vec![s, ebpf])
+}
+
+/// A workload's row and figures; its note on where the CPU went, for when a target is missed.
+fn workload_rows(s: &mut Section, w: &Timed, r: &Pairs) -> String {
+    let ratios = pair_ratios(&r.traced, &r.bare);
+    let ratio = median(&ratios);
+    let best = match (min_max(&r.traced), min_max(&r.bare)) {
+        (Some((with, _)), Some((without, _))) => ratio_of(with, without),
+        _ => None,
+    };
+    let e2e = median(&pair_ratios(&r.traced_e2e, &r.bare_e2e));
+    let cpu_ratios = pair_ratios(&r.traced_cpu, &r.bare_cpu);
+    let cpu = median(&cpu_ratios);
+    let met = ratio.is_some_and(|v| v <= w.target);
+    let spread = min_max(&ratios).map_or("n/a".into(), |(lo, hi)| {
+        format!("{}–{}", times(lo), times(hi))
+    });
+    s.rows.push(vec![
+        w.label.clone(),
+        median(&r.bare).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
+        median(&r.traced).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
+        ratio.map_or("n/a".into(), times),
+        spread,
+        best.map_or("n/a".into(), times),
+        e2e.map_or("n/a".into(), times),
+        cpu.map_or("n/a".into(), times),
+        format!("≤ {}×", w.target),
+        met_word(met).into(),
+    ]);
+    // Pairs that disagree by more than 10 % say more about the machine than about montrace.
+    let noisy = min_max(&ratios).is_some_and(|(lo, hi)| hi - lo > 0.10);
+    let display = match (ratio, min_max(&ratios)) {
+        (Some(v), Some((lo, hi))) if noisy => {
+            format!("{} (noisy: pairs {}–{})", times(v), times(lo), times(hi))
+        }
+        (Some(v), _) => times(v),
+        _ => "n/a".into(),
+    };
+    s.figures.push(
+        Figure::new(
+            &format!("overhead.{}", w.key),
+            &format!("overhead, {}", w.label),
+            "ratio",
+            ratio,
+            display,
+        )
+        .runs(ratios)
+        .target(&format!("≤ {}×", w.target), met),
+    );
+    let end_to_end = Figure::new(
+        &format!("overhead.{}.end_to_end", w.key),
+        &format!("overhead end to end, {}", w.label),
+        "ratio",
+        e2e,
+        e2e.map_or("n/a".into(), times),
+    )
+    .runs(pair_ratios(&r.traced_e2e, &r.bare_e2e));
+    // The performance issue's target for the whole `montrace run` of a build: start-up and
+    // finish included.
+    s.figures.push(match w.end_to_end_target {
+        Some(target) => {
+            end_to_end.target(&format!("≤ {target}×"), e2e.is_some_and(|v| v <= target))
+        }
+        None => end_to_end,
+    });
+    s.figures.push(
+        Figure::new(
+            &format!("overhead.{}.cpu", w.key),
+            &format!("CPU with ÷ without montrace, {}", w.label),
+            "ratio",
+            cpu,
+            cpu.map_or("n/a".into(), times),
+        )
+        .runs(cpu_ratios),
+    );
+    s.figures.push(Figure::new(
+        &format!("overhead.{}.best_of_each", w.key),
+        &format!("fastest run with ÷ fastest without, {}", w.label),
+        "ratio",
+        best,
+        best.map_or("n/a".into(), times),
+    ));
+    let tree_growth = median(&pair_ratios(&r.traced_tree_cpu, &r.bare_cpu));
+    let agent_share = median(&pair_ratios(&r.agent_cpu, &r.bare_cpu));
+    s.figures.push(Figure::new(
+        &format!("overhead.{}.tree_cpu", w.key),
+        &format!("the tree's own CPU with ÷ without montrace, {}", w.label),
+        "ratio",
+        tree_growth,
+        tree_growth.map_or("n/a".into(), times),
+    ));
+    s.figures.push(Figure::new(
+        &format!("overhead.{}.agent_cpu_share", w.key),
+        &format!("montrace's CPU ÷ the tree's CPU without it, {}", w.label),
+        "share",
+        agent_share,
+        agent_share.map_or("n/a".into(), percent),
+    ));
+    if r.lost > 0.0 {
+        s.notes
+            .push(format!("{}: {} events were lost.", w.label, r.lost));
+    }
+    format!(
+        "{}: montrace's own CPU came to {} of the workload's, and the workload's own CPU \
+         was {} of what it was without montrace",
+        w.label,
+        agent_share.map_or("n/a".into(), percent),
+        tree_growth.map_or("n/a".into(), times),
+    )
 }
 
 const OVERHEAD_NOTE: &str = "**Where the overhead comes from.** montrace needs CPU of its own \

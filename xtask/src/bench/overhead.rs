@@ -375,6 +375,81 @@ fn ensure_bpftool(ctx: &Ctx) -> Result<()> {
     .context("apt-get install bpftool failed")
 }
 
+/// A thread that reads the statistics of montrace's programs loaded after `newest_before` into
+/// `seen` every 100 ms, until `stop`.
+fn watch_new_programs(
+    newest_before: u64,
+    seen: Arc<Mutex<ProgStats>>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            for prog in bpftool_programs().unwrap_or_default() {
+                let (Some(id), Some(name)) = (prog["id"].as_u64(), prog["name"].as_str()) else {
+                    continue;
+                };
+                if id <= newest_before || !PROGRAMS.contains(&name) {
+                    continue;
+                }
+                let cnt = prog["run_cnt"].as_f64().unwrap_or(0.0);
+                let ns = prog["run_time_ns"].as_f64().unwrap_or(0.0);
+                seen.lock().unwrap().insert(id, (name.to_string(), cnt, ns));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
+
+/// The (runs, ns) of the first program of each name in `seen` (by id, the first loaded).
+fn first_of_each_name(seen: &ProgStats) -> BTreeMap<String, (f64, f64)> {
+    let mut by_name: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (name, cnt, ns) in seen.values() {
+        by_name.entry(name.clone()).or_insert((*cnt, *ns));
+    }
+    by_name
+}
+
+/// Time per run of a program that ran `cnt` times for `ns` in all.
+fn per_run(cnt: f64, ns: f64) -> Option<f64> {
+    (cnt > 0.0).then(|| ns / cnt)
+}
+
+fn show_ns(v: Option<f64>) -> String {
+    v.map_or("n/a".to_string(), |v| format!("{} ns", sig(v, 3)))
+}
+
+/// A row and a figure per program; the (runs, ns) of all of them and of the lifecycle ones
+/// (fork, exec, exit).
+fn program_rows(
+    s: &mut Section,
+    by_name: &BTreeMap<String, (f64, f64)>,
+) -> ((f64, f64), (f64, f64)) {
+    let (mut all_cnt, mut all_ns) = (0.0, 0.0);
+    let (mut lifecycle_cnt, mut lifecycle_ns) = (0.0, 0.0);
+    for (name, &(cnt, ns)) in by_name {
+        all_cnt += cnt;
+        all_ns += ns;
+        if ["fork", "exec", "exit"].iter().any(|l| name.starts_with(l)) {
+            lifecycle_cnt += cnt;
+            lifecycle_ns += ns;
+        }
+        s.rows.push(vec![
+            format!("`{name}`"),
+            format!("{cnt:.0}"),
+            format!("{} ms", sig(ns / 1e6, 3)),
+            show_ns(per_run(cnt, ns)),
+        ]);
+        s.figures.push(Figure::new(
+            &format!("ebpf.{name}.ns_per_run"),
+            &format!("eBPF {name}: time per run"),
+            "ns",
+            per_run(cnt, ns),
+            show_ns(per_run(cnt, ns)),
+        ));
+    }
+    ((all_cnt, all_ns), (lifecycle_cnt, lifecycle_ns))
+}
+
 fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
     let t = &ctx.tools;
     let p = &ctx.plan;
@@ -391,27 +466,7 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
     // run goes; the last reading before montrace unloads them holds (nearly) all of the storm.
     let seen: Arc<Mutex<ProgStats>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let poller = {
-        let seen = Arc::clone(&seen);
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                for prog in bpftool_programs().unwrap_or_default() {
-                    let (Some(id), Some(name)) = (prog["id"].as_u64(), prog["name"].as_str())
-                    else {
-                        continue;
-                    };
-                    if id <= newest_before || !PROGRAMS.contains(&name) {
-                        continue;
-                    }
-                    let cnt = prog["run_cnt"].as_f64().unwrap_or(0.0);
-                    let ns = prog["run_time_ns"].as_f64().unwrap_or(0.0);
-                    seen.lock().unwrap().insert(id, (name.to_string(), cnt, ns));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
+    let poller = watch_new_programs(newest_before, Arc::clone(&seen), Arc::clone(&stop));
     let out = t.fresh("mt-ebpf");
     let storm = format!(
         "{} {} 2 0 exec {}; sleep 0.5",
@@ -428,10 +483,7 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
 
     // The first programs of each name loaded after the start are this run's (another montrace
     // started at the same moment could add more; they would come later).
-    let mut by_name: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for (name, cnt, ns) in seen.lock().unwrap().values() {
-        by_name.entry(name.clone()).or_insert((*cnt, *ns));
-    }
+    let by_name = first_of_each_name(&seen.lock().unwrap());
     let mut s = Section {
         id: "ebpf",
         title: "3. Overhead: the eBPF programs in the kernel".into(),
@@ -455,31 +507,7 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
         ],
         ..Section::default()
     };
-    let per_run = |cnt: f64, ns: f64| (cnt > 0.0).then(|| ns / cnt);
-    let show_ns = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{} ns", sig(v, 3)));
-    let (mut all_cnt, mut all_ns) = (0.0, 0.0);
-    let (mut lifecycle_cnt, mut lifecycle_ns) = (0.0, 0.0);
-    for (name, &(cnt, ns)) in &by_name {
-        all_cnt += cnt;
-        all_ns += ns;
-        if ["fork", "exec", "exit"].iter().any(|l| name.starts_with(l)) {
-            lifecycle_cnt += cnt;
-            lifecycle_ns += ns;
-        }
-        s.rows.push(vec![
-            format!("`{name}`"),
-            format!("{cnt:.0}"),
-            format!("{} ms", sig(ns / 1e6, 3)),
-            show_ns(per_run(cnt, ns)),
-        ]);
-        s.figures.push(Figure::new(
-            &format!("ebpf.{name}.ns_per_run"),
-            &format!("eBPF {name}: time per run"),
-            "ns",
-            per_run(cnt, ns),
-            show_ns(per_run(cnt, ns)),
-        ));
-    }
+    let ((all_cnt, all_ns), (lifecycle_cnt, lifecycle_ns)) = program_rows(&mut s, &by_name);
     s.rows.push(vec![
         "all".into(),
         format!("{all_cnt:.0}"),

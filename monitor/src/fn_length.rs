@@ -24,7 +24,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("xtask:bench/agent.rs:measure", "not split yet"),
     ("xtask:bench/agent.rs:throughput_section", "not split yet"),
     ("xtask:bench/gate.rs:measure", "not split yet"),
-    ("xtask:bench/agent.rs:startup_section", "not split yet"),
 ];
 
 /// A function found in the source: its name, first line (1-based) and lines spanned.

@@ -1094,6 +1094,18 @@ fn throughput_section(
     s
 }
 
+/// What montrace's wall time adds after the command's own (nscount's), in ms: finishing, from
+/// the tree's end to montrace's exit (tables, run.json, summary, report), less the start-up.
+fn finish_ms(finishing: &[AgentRun]) -> Vec<f64> {
+    finishing
+        .iter()
+        .filter_map(|r| {
+            let startup = opt_num(&r.run_json, "/startup_ms")?;
+            Some(r.cost.wall_s * 1e3 - r.command_wall_s? * 1e3 - startup)
+        })
+        .collect()
+}
+
 fn startup_section(ctx: &Ctx, fixed: &[AgentRun], finishing: &[AgentRun]) -> Section {
     let startup: Vec<f64> = fixed
         .iter()
@@ -1104,15 +1116,7 @@ fn startup_section(ctx: &Ctx, fixed: &[AgentRun], finishing: &[AgentRun]) -> Sec
         .filter_map(|r| num(&r.run_json, "/ebpf_load_ms").ok())
         .collect();
     let e2e: Vec<f64> = fixed.iter().map(|r| r.cost.wall_s * 1e3).collect();
-    // What montrace's wall time adds after the command's own (nscount's): finishing, from the
-    // tree's end to montrace's exit (tables, run.json, summary, report), less the start-up.
-    let finish: Vec<f64> = finishing
-        .iter()
-        .filter_map(|r| {
-            let startup = opt_num(&r.run_json, "/startup_ms")?;
-            Some(r.cost.wall_s * 1e3 - r.command_wall_s? * 1e3 - startup)
-        })
-        .collect();
+    let finish = finish_ms(finishing);
     let m = median(&startup);
     let met = m.is_some_and(|v| v <= 30.0);
     let finish_met = median(&finish).is_some_and(|v| v <= 30.0);

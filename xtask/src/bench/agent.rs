@@ -763,9 +763,6 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
         peers,
         ..
     } = sampling;
-    let na = || "n/a".to_string();
-    let range =
-        |v: &[f64]| min_max(v).map_or(na(), |(lo, hi)| format!("{}–{}", percent(lo), percent(hi)));
     let mut s = Section {
         id: "agent_grid",
         title: "4. Agent cost: share of a core by processes and rate, next to psrecord".into(),
@@ -807,48 +804,7 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
                     None => continue,
                 }
             };
-            let steady_values: Vec<f64> =
-                runs.iter().filter_map(|r| r.cost.steady_share()).collect();
-            let st = median(&steady_values);
-            let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
-            let whole = median(&whole_values);
-            s.rows.push(vec![
-                format!("{procs}"),
-                format!("montrace, {}", rate.label()),
-                st.map_or(na(), percent),
-                range(&steady_values),
-                whole.map_or(na(), percent),
-                med(runs, |r| r.cost.wall_s).map_or(na(), secs),
-                med(runs, |r| r.rows.procfs_samples)
-                    .map_or(na(), |v| format!("{v:.0} process-samples")),
-                med(runs, |r| r.cost.peak_rss_bytes).map_or(na(), mib),
-                runs.len().to_string(),
-            ]);
-            let key = format!("agent.grid.{procs}.{}", rate.key());
-            let what = format!(
-                "{procs} processes at {}, `--memory-detail full`",
-                rate.label()
-            );
-            s.figures.push(
-                Figure::new(
-                    &format!("{key}.steady"),
-                    &format!("agent CPU in steady state, {what}"),
-                    "share of one core",
-                    st,
-                    st.map_or(na(), percent),
-                )
-                .runs(steady_values),
-            );
-            s.figures.push(
-                Figure::new(
-                    &format!("{key}.whole"),
-                    &format!("agent CPU over the whole run, {what}"),
-                    "share of one core",
-                    whole,
-                    whole.map_or(na(), percent),
-                )
-                .runs(whole_values),
-            );
+            grid_cell_rows(&mut s, procs, rate, runs);
         }
         let runs: &[PeerRun] = if procs == p.sampler_procs {
             peer
@@ -858,53 +814,7 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
                 None => continue,
             }
         };
-        let steady_values: Vec<f64> = runs.iter().filter_map(|r| r.cost.steady_share()).collect();
-        let st = median(&steady_values);
-        let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
-        let whole = median(&whole_values);
-        let wall = median(&runs.iter().map(|r| r.cost.wall_s).collect::<Vec<_>>());
-        let samples = median(&runs.iter().map(|r| r.samples).collect::<Vec<_>>());
-        s.rows.push(vec![
-            format!("{procs}"),
-            "psrecord, 0.1 s".into(),
-            st.map_or(na(), percent),
-            range(&steady_values),
-            whole.map_or(na(), percent),
-            wall.map_or(na(), secs),
-            match (samples, wall) {
-                (Some(n), Some(w)) => format!("{n:.0} tree samples ({} a second)", sig(n / w, 2)),
-                _ => na(),
-            },
-            median(
-                &runs
-                    .iter()
-                    .map(|r| r.cost.peak_rss_bytes)
-                    .collect::<Vec<_>>(),
-            )
-            .map_or(na(), mib),
-            runs.len().to_string(),
-        ]);
-        let key = format!("agent.grid.{procs}.psrecord");
-        s.figures.push(
-            Figure::new(
-                &format!("{key}.steady"),
-                &format!("psrecord's own CPU in steady state, {procs} processes at 0.1 s"),
-                "share of one core",
-                st,
-                st.map_or(na(), percent),
-            )
-            .runs(steady_values),
-        );
-        s.figures.push(
-            Figure::new(
-                &format!("{key}.whole"),
-                &format!("psrecord's own CPU over the whole run, {procs} processes at 0.1 s"),
-                "share of one core",
-                whole,
-                whole.map_or(na(), percent),
-            )
-            .runs(whole_values),
-        );
+        grid_peer_rows(&mut s, procs, runs);
     }
     let changed = cells
         .iter()
@@ -925,6 +835,110 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
         ));
     }
     s
+}
+
+/// The lowest and highest of some shares of a core.
+fn share_range(v: &[f64]) -> String {
+    min_max(v).map_or("n/a".to_string(), |(lo, hi)| {
+        format!("{}–{}", percent(lo), percent(hi))
+    })
+}
+
+/// A montrace cell of the grid (`procs` processes at `rate`): its row and figures.
+fn grid_cell_rows(s: &mut Section, procs: usize, rate: Rate, runs: &[AgentRun]) {
+    let na = || "n/a".to_string();
+    let steady_values: Vec<f64> = runs.iter().filter_map(|r| r.cost.steady_share()).collect();
+    let st = median(&steady_values);
+    let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
+    let whole = median(&whole_values);
+    s.rows.push(vec![
+        format!("{procs}"),
+        format!("montrace, {}", rate.label()),
+        st.map_or(na(), percent),
+        share_range(&steady_values),
+        whole.map_or(na(), percent),
+        med(runs, |r| r.cost.wall_s).map_or(na(), secs),
+        med(runs, |r| r.rows.procfs_samples).map_or(na(), |v| format!("{v:.0} process-samples")),
+        med(runs, |r| r.cost.peak_rss_bytes).map_or(na(), mib),
+        runs.len().to_string(),
+    ]);
+    let key = format!("agent.grid.{procs}.{}", rate.key());
+    let what = format!(
+        "{procs} processes at {}, `--memory-detail full`",
+        rate.label()
+    );
+    s.figures.push(
+        Figure::new(
+            &format!("{key}.steady"),
+            &format!("agent CPU in steady state, {what}"),
+            "share of one core",
+            st,
+            st.map_or(na(), percent),
+        )
+        .runs(steady_values),
+    );
+    s.figures.push(
+        Figure::new(
+            &format!("{key}.whole"),
+            &format!("agent CPU over the whole run, {what}"),
+            "share of one core",
+            whole,
+            whole.map_or(na(), percent),
+        )
+        .runs(whole_values),
+    );
+}
+
+/// psrecord's row and figures next to `procs` processes.
+fn grid_peer_rows(s: &mut Section, procs: usize, runs: &[PeerRun]) {
+    let na = || "n/a".to_string();
+    let steady_values: Vec<f64> = runs.iter().filter_map(|r| r.cost.steady_share()).collect();
+    let st = median(&steady_values);
+    let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
+    let whole = median(&whole_values);
+    let wall = median(&runs.iter().map(|r| r.cost.wall_s).collect::<Vec<_>>());
+    let samples = median(&runs.iter().map(|r| r.samples).collect::<Vec<_>>());
+    s.rows.push(vec![
+        format!("{procs}"),
+        "psrecord, 0.1 s".into(),
+        st.map_or(na(), percent),
+        share_range(&steady_values),
+        whole.map_or(na(), percent),
+        wall.map_or(na(), secs),
+        match (samples, wall) {
+            (Some(n), Some(w)) => format!("{n:.0} tree samples ({} a second)", sig(n / w, 2)),
+            _ => na(),
+        },
+        median(
+            &runs
+                .iter()
+                .map(|r| r.cost.peak_rss_bytes)
+                .collect::<Vec<_>>(),
+        )
+        .map_or(na(), mib),
+        runs.len().to_string(),
+    ]);
+    let key = format!("agent.grid.{procs}.psrecord");
+    s.figures.push(
+        Figure::new(
+            &format!("{key}.steady"),
+            &format!("psrecord's own CPU in steady state, {procs} processes at 0.1 s"),
+            "share of one core",
+            st,
+            st.map_or(na(), percent),
+        )
+        .runs(steady_values),
+    );
+    s.figures.push(
+        Figure::new(
+            &format!("{key}.whole"),
+            &format!("psrecord's own CPU over the whole run, {procs} processes at 0.1 s"),
+            "share of one core",
+            whole,
+            whole.map_or(na(), percent),
+        )
+        .runs(whole_values),
+    );
 }
 
 fn throughput_section(

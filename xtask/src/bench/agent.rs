@@ -994,41 +994,7 @@ fn throughput_section(
             rows_per_cpu.extend(ratio(r.rows.total(), r.cost.cpu_s));
             rows_per_wall.extend(ratio(r.rows.total(), r.cost.wall_s));
         }
-        let best_made = min_max(&made).map(|(_, hi)| hi);
-        let best_recorded = min_max(&recorded).map(|(_, hi)| hi);
-        s.rows.push(vec![
-            storm.label().into(),
-            best_made.map_or("n/a".into(), |v| format!("{v:.0}")),
-            best_recorded.map_or("n/a".into(), |v| format!("{v:.0}")),
-            format!("{lost:.0}"),
-            match (best_recorded, best_made) {
-                (Some(r), Some(m)) => ratio(r, m).map_or("n/a".into(), times),
-                _ => "n/a".into(),
-            },
-        ]);
-        s.figures.push(
-            Figure::new(
-                &format!("throughput.{}.events_per_s", storm.arg()),
-                &format!("events/s recorded, {} storm (best run)", storm.label()),
-                "events/s",
-                best_recorded,
-                best_recorded.map_or("n/a".into(), |v| format!("{v:.0}")),
-            )
-            .runs(recorded),
-        );
-        s.figures.push(
-            Figure::new(
-                &format!("throughput.{}.bare_events_per_s", storm.arg()),
-                &format!(
-                    "events/s the {} storm makes alone (best run)",
-                    storm.label()
-                ),
-                "events/s",
-                best_made,
-                best_made.map_or("n/a".into(), |v| format!("{v:.0}")),
-            )
-            .runs(made),
-        );
+        throughput_rows(&mut s, storm, made, recorded, lost);
     }
     let met = best_zero_loss.is_some_and(|v| v >= 50_000.0);
     s.figures.push(
@@ -1090,22 +1056,66 @@ fn throughput_section(
         ));
     }
     if !met {
-        s.notes.push(format!(
-            "**Why the target is missed.** It needs 50,000 events/s; the fastest storm on both \
-             cores of this machine makes {} events/s alone (see the table): this machine cannot \
-             create processes fast enough to reach the target, with or without montrace. What the \
-             numbers do show: whether an event was lost at the highest rate this machine makes, \
-             and montrace's CPU cost per event (section 4), which bounds how many events a core \
-             can consume.",
-            s.figures
-                .iter()
-                .filter(|f| f.key.ends_with("bare_events_per_s"))
-                .filter_map(|f| f.value)
-                .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
-                .map_or("n/a".into(), |v| format!("{v:.0}"))
-        ));
+        s.notes.push(missed_note(&s));
     }
     s
+}
+
+/// A storm's row and figures: the best rate it made alone and the best recorded under montrace.
+fn throughput_rows(s: &mut Section, storm: &Storm, made: Vec<f64>, recorded: Vec<f64>, lost: f64) {
+    let best_made = min_max(&made).map(|(_, hi)| hi);
+    let best_recorded = min_max(&recorded).map(|(_, hi)| hi);
+    s.rows.push(vec![
+        storm.label().into(),
+        best_made.map_or("n/a".into(), |v| format!("{v:.0}")),
+        best_recorded.map_or("n/a".into(), |v| format!("{v:.0}")),
+        format!("{lost:.0}"),
+        match (best_recorded, best_made) {
+            (Some(r), Some(m)) => ratio(r, m).map_or("n/a".into(), times),
+            _ => "n/a".into(),
+        },
+    ]);
+    s.figures.push(
+        Figure::new(
+            &format!("throughput.{}.events_per_s", storm.arg()),
+            &format!("events/s recorded, {} storm (best run)", storm.label()),
+            "events/s",
+            best_recorded,
+            best_recorded.map_or("n/a".into(), |v| format!("{v:.0}")),
+        )
+        .runs(recorded),
+    );
+    s.figures.push(
+        Figure::new(
+            &format!("throughput.{}.bare_events_per_s", storm.arg()),
+            &format!(
+                "events/s the {} storm makes alone (best run)",
+                storm.label()
+            ),
+            "events/s",
+            best_made,
+            best_made.map_or("n/a".into(), |v| format!("{v:.0}")),
+        )
+        .runs(made),
+    );
+}
+
+/// Why the throughput target is missed: the fastest storm alone is slower than the target.
+fn missed_note(s: &Section) -> String {
+    format!(
+        "**Why the target is missed.** It needs 50,000 events/s; the fastest storm on both \
+         cores of this machine makes {} events/s alone (see the table): this machine cannot \
+         create processes fast enough to reach the target, with or without montrace. What the \
+         numbers do show: whether an event was lost at the highest rate this machine makes, \
+         and montrace's CPU cost per event (section 4), which bounds how many events a core \
+         can consume.",
+        s.figures
+            .iter()
+            .filter(|f| f.key.ends_with("bare_events_per_s"))
+            .filter_map(|f| f.value)
+            .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
+            .map_or("n/a".into(), |v| format!("{v:.0}"))
+    )
 }
 
 /// What montrace's wall time adds after the command's own (nscount's), in ms: finishing, from

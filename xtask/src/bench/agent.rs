@@ -192,21 +192,41 @@ fn mib(bytes: f64) -> String {
 }
 
 pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
-    let p = &ctx.plan;
-    let sleeps = |n: usize| {
-        vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            format!(
-                "i=0; while [ $i -lt {n} ]; do sleep {d} & i=$((i+1)); done; wait",
-                d = p.sampler_s
-            ),
-        ]
-    };
-    let many = sleeps(p.sampler_procs);
-    let one = vec!["sleep".to_string(), p.sampler_s.to_string()];
-    let window = Some(p.window());
+    let (mut fixed, finishing, bare, mut traced) = fixed_and_storm_runs(ctx)?;
+    let mut sampling = sampling_runs(ctx)?;
+    {
+        let mut all: Vec<&mut AgentRun> = Vec::new();
+        for runs in traced.iter_mut() {
+            all.extend(runs.iter_mut());
+        }
+        all.extend(sampling.full.iter_mut());
+        all.extend(sampling.basic.iter_mut());
+        all.extend(sampling.base.iter_mut());
+        all.extend(fixed.iter_mut());
+        for cell in sampling.cells.iter_mut() {
+            all.extend(cell.runs.iter_mut());
+        }
+        count_rows(&mut all)?;
+    }
+    Ok(vec![
+        agent_section(ctx, &fixed, &traced, &sampling),
+        grid_section(ctx, &sampling),
+        throughput_section(ctx, &bare, &traced, &fixed),
+        startup_section(ctx, &fixed, &finishing),
+    ])
+}
 
+/// The empty runs, the 2,000-process loops (finish time) and the storms, alone and under
+/// montrace: `reps` of each.
+type FixedRuns = (
+    Vec<AgentRun>,
+    Vec<AgentRun>,
+    Vec<Vec<BareRun>>,
+    Vec<Vec<AgentRun>>,
+);
+
+fn fixed_and_storm_runs(ctx: &Ctx) -> Result<FixedRuns> {
+    let p = &ctx.plan;
     let mut fixed = Vec::new();
     let mut finishing = Vec::new();
     let loop_2000 = vec![
@@ -216,8 +236,6 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     ];
     let mut bare: Vec<Vec<BareRun>> = vec![Vec::new(), Vec::new()];
     let mut traced: Vec<Vec<AgentRun>> = vec![Vec::new(), Vec::new()];
-    let (mut full, mut basic, mut base) = (Vec::new(), Vec::new(), Vec::new());
-    let mut peer: Vec<PeerRun> = Vec::new();
     for rep in 0..p.reps {
         ctx.progress(&format!("agent: empty run and storms (run {})", rep + 1));
         fixed.push(agent_run(
@@ -244,6 +262,30 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             )?);
         }
     }
+    Ok((fixed, finishing, bare, traced))
+}
+
+/// `n` `sleep` processes started by a shell loop, for the sampling runs.
+fn sleeps(ctx: &Ctx, n: usize) -> Vec<String> {
+    vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!(
+            "i=0; while [ $i -lt {n} ]; do sleep {d} & i=$((i+1)); done; wait",
+            d = ctx.plan.sampler_s
+        ),
+    ]
+}
+
+/// The sampling runs: `sampler_procs` processes at 10 Hz (full and basic detail), one process,
+/// psrecord beside, and the grid of process counts and rates.
+fn sampling_runs(ctx: &Ctx) -> Result<Sampling> {
+    let p = &ctx.plan;
+    let many = sleeps(ctx, p.sampler_procs);
+    let one = vec!["sleep".to_string(), p.sampler_s.to_string()];
+    let window = Some(p.window());
+    let (mut full, mut basic, mut base) = (Vec::new(), Vec::new(), Vec::new());
+    let mut peer: Vec<PeerRun> = Vec::new();
     // The grid: every process count at 1 Hz and 10 Hz, and under psrecord. Its headline cell
     // (`sampler_procs` at 10 Hz, full detail) is the `full` runs, and psrecord at
     // `sampler_procs` is `peer`: `reps` runs each; the other cells `grid_reps`. One run of
@@ -318,7 +360,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
                         "--memory-detail",
                         "full",
                     ],
-                    &sleeps(cell.procs),
+                    &sleeps(ctx, cell.procs),
                     false,
                     window,
                 )?);
@@ -328,38 +370,18 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
                     "agent: grid, psrecord watching {n} processes (run {})",
                     rep + 1
                 ));
-                runs.push(psrecord_run(ctx, &sleeps(*n), window)?);
+                runs.push(psrecord_run(ctx, &sleeps(ctx, *n), window)?);
             }
         }
     }
-    {
-        let mut all: Vec<&mut AgentRun> = Vec::new();
-        for runs in traced.iter_mut() {
-            all.extend(runs.iter_mut());
-        }
-        all.extend(full.iter_mut());
-        all.extend(basic.iter_mut());
-        all.extend(base.iter_mut());
-        all.extend(fixed.iter_mut());
-        for cell in cells.iter_mut() {
-            all.extend(cell.runs.iter_mut());
-        }
-        count_rows(&mut all)?;
-    }
-    let sampling = Sampling {
+    Ok(Sampling {
         full,
         basic,
         base,
         peer,
         cells,
         peers,
-    };
-    Ok(vec![
-        agent_section(ctx, &fixed, &traced, &sampling),
-        grid_section(ctx, &sampling),
-        throughput_section(ctx, &bare, &traced, &fixed),
-        startup_section(ctx, &fixed, &finishing),
-    ])
+    })
 }
 
 fn med(runs: &[AgentRun], f: impl Fn(&AgentRun) -> f64) -> Option<f64> {

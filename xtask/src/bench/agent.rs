@@ -216,8 +216,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     ])
 }
 
-/// The empty runs, the 2,000-process loops (finish time) and the storms, alone and under
-/// montrace: `reps` of each.
+/// (empty runs, 2,000-process loops, each storm alone, each storm under montrace).
 type FixedRuns = (
     Vec<AgentRun>,
     Vec<AgentRun>,
@@ -225,6 +224,8 @@ type FixedRuns = (
     Vec<Vec<AgentRun>>,
 );
 
+/// The empty runs, the 2,000-process loops (finish time) and the storms, alone and under
+/// montrace: `reps` of each, one of each in turn.
 fn fixed_and_storm_runs(ctx: &Ctx) -> Result<FixedRuns> {
     let p = &ctx.plan;
     let mut fixed = Vec::new();

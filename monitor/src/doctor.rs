@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use crate::{
+    host,
     kernel::btf,
     kernel::ebpf::{Probes, TracepointChoice},
     kernel::features,
@@ -13,7 +14,6 @@ use crate::{
     sampling::cgroup::RunCgroup,
     sampling::gpu::GpuMode,
     sampling::gpu::GpuMonitor,
-    sampling::host,
 };
 
 /// One line of the doctor's answer.

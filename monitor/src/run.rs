@@ -20,12 +20,12 @@ use crate::{
         session::{self, Root, Session},
         Source,
     },
+    host,
     kernel::ebpf::KernelBtf,
     kernel::ebpf::Probes,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
     sampling::gpu::GpuStatus,
-    sampling::host,
     store::run_json::{self, RunInfo},
     store::userfs,
     tracking::polling::{self, Poller},
@@ -302,7 +302,7 @@ struct MachineWindow {
 impl MachineWindow {
     fn open() -> MachineWindow {
         MachineWindow {
-            busy: host::machine_busy_cpu_s(),
+            busy: crate::sampling::sampler::machine_busy_cpu_s(),
             own_s: host::own_cpu_s(),
             started: std::time::Instant::now(),
         }
@@ -310,7 +310,7 @@ impl MachineWindow {
 
     fn other_share(&self, info: &RunInfo) -> Option<f64> {
         let (before, cpus) = self.busy?;
-        let (after, _) = host::machine_busy_cpu_s()?;
+        let (after, _) = crate::sampling::sampler::machine_busy_cpu_s()?;
         let tree_s = (info.totals.cpu_user_ns + info.totals.cpu_system_ns) as f64 / 1e9;
         plan::other_cpu_share(
             after - before,

@@ -40,7 +40,7 @@ use crate::{
     follow::live::LiveLine,
     follow::marks::{MarkReceiver, MarkServer},
     follow::recorder::Recorder,
-    sampling::host,
+    host,
     store::summary_json,
     tracking::polling::Poller,
 };

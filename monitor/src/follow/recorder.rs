@@ -73,9 +73,9 @@ fn smaps_wanted(
 
 use crate::{
     follow::limits,
+    host,
     kernel::decode::{self, KernelEvent, WaitTotals},
     sampling::gpu::{GpuMonitor, GpuSummary},
-    sampling::host,
     sampling::rates,
     sampling::sampler::{
         self,
@@ -1224,7 +1224,7 @@ mod tests {
         let clock = Clock {
             boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
         };
-        let start_boot_ns = host::proc_start_boot_ns(pid).unwrap();
+        let start_boot_ns = crate::sampling::procstat::proc_start_boot_ns(pid).unwrap();
         let mut tracker = Tracker::new(clock);
         tracker.add_root(pid, start_boot_ns, "true");
         let dir = tempfile::tempdir().unwrap();
@@ -1276,7 +1276,7 @@ mod tests {
         let clock = Clock {
             boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
         };
-        let start = host::proc_start_boot_ns(own).unwrap();
+        let start = crate::sampling::procstat::proc_start_boot_ns(own).unwrap();
         let burn = || {
             let until = std::time::Instant::now() + Duration::from_millis(50);
             let mut x = 0u64;
@@ -1365,7 +1365,11 @@ mod tests {
             boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
         };
         let mut tracker = Tracker::new(clock);
-        tracker.add_root(own, host::proc_start_boot_ns(own).unwrap(), "test");
+        tracker.add_root(
+            own,
+            crate::sampling::procstat::proc_start_boot_ns(own).unwrap(),
+            "test",
+        );
         let dir = tempfile::tempdir().unwrap();
         let mut recorder = Recorder::create(
             dir.path(),

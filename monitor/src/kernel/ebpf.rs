@@ -281,7 +281,7 @@ pub struct WaitsMap(HashMap<MapData, u32, TaskWaits>);
 impl WaitsMap {
     /// Each process's live threads' totals, up to now: one walk of the map.
     pub fn read(&self) -> Result<std::collections::HashMap<u32, WaitTotals>, aya::maps::MapError> {
-        let now = crate::sampling::host::boottime_ns();
+        let now = crate::host::boottime_ns();
         // A thread that exits during the walk is skipped, not an error.
         let threads: Vec<TaskWaits> = self
             .0
@@ -299,10 +299,7 @@ impl WaitsMap {
     /// entry (it has not left a CPU since it was tracked, or it has exited).
     pub fn thread(&self, tid: u32) -> Result<Option<WaitTotals>, aya::maps::MapError> {
         match self.0.get(&tid, 0) {
-            Ok(w) => Ok(Some(WaitTotals::of_thread(
-                &w,
-                crate::sampling::host::boottime_ns(),
-            ))),
+            Ok(w) => Ok(Some(WaitTotals::of_thread(&w, crate::host::boottime_ns()))),
             Err(aya::maps::MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(e),
         }
@@ -327,18 +324,16 @@ impl Probes {
             ..kernel.offsets
         }));
         // Prepared before waiting for the loader, whose parse is the longest step (start-up).
-        let object =
-            if crate::kernel::object::allows_unpreallocated_maps(&crate::sampling::host::uname().1)
-            {
-                Some(crate::kernel::object::with_map_flags(
-                    OBJECT,
-                    &crate::kernel::object::UNPREALLOCATED_MAPS,
-                    crate::kernel::object::BPF_F_NO_PREALLOC,
-                )?)
-            } else {
-                None
-            };
-        let tasks = crate::sampling::host::pid_max().unwrap_or(u32::MAX);
+        let object = if crate::kernel::object::allows_unpreallocated_maps(&crate::host::uname().1) {
+            Some(crate::kernel::object::with_map_flags(
+                OBJECT,
+                &crate::kernel::object::UNPREALLOCATED_MAPS,
+                crate::kernel::object::BPF_F_NO_PREALLOC,
+            )?)
+        } else {
+            None
+        };
+        let tasks = crate::host::pid_max().unwrap_or(u32::MAX);
         let mut loader = take_preloaded().unwrap_or_default();
         loader
             .override_global("OFFSETS", offsets, true)

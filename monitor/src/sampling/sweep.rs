@@ -18,7 +18,7 @@ impl KernelSweep {
     /// One pass of the iterator over every task, stamped as it returns.
     pub fn read(iter: &mut TaskIter) -> std::io::Result<KernelSweep> {
         let samples = iter.sweep();
-        let at = super::host::realtime_ns();
+        let at = crate::host::realtime_ns();
         Ok(KernelSweep {
             figures: crate::kernel::decode::live_figures(&samples?),
             at,

@@ -903,5 +903,18 @@ fn io_error(path: &Path, error: ProcError) -> ReadError {
 
 pub mod tree_memory;
 
+/// The machine's busy CPU time since boot, in seconds over all CPUs (/proc/stat's `cpu` line:
+/// everything but idle and iowait), and the number of online CPUs; None when unreadable.
+pub fn machine_busy_cpu_s() -> Option<(f64, usize)> {
+    let cpu = ProcReader::new().read_system().ok()?.cpu;
+    let busy = cpu.user + cpu.nice + cpu.system + cpu.irq + cpu.softirq + cpu.steal;
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    Some((
+        busy as f64 / crate::host::ticks_per_second() as f64,
+        cpus.max(1) as usize,
+    ))
+}
+
 #[cfg(test)]
 mod tests;

@@ -54,7 +54,7 @@ impl SweepWaits {
         if let Some(live) = kernel {
             return Some(Ok(live.waits));
         }
-        Some(self.from_map(
+        Some(self.live_in_map(
             pid,
             threads,
             |tid| map.thread(tid).map_err(|e| e.to_string()),
@@ -64,7 +64,7 @@ impl SweepWaits {
 
     /// [`SweepWaits::live`] from the map's two reads: one thread's totals (none when it has not
     /// left a CPU yet), and every live thread's summed by process.
-    fn from_map(
+    fn live_in_map(
         &mut self,
         pid: u32,
         threads: u32,
@@ -104,13 +104,13 @@ mod tests {
         let mut sweep = SweepWaits::default();
         let mut reads = 0;
         let no_read = || -> Result<HashMap<u32, WaitTotals>, String> { panic!("read") };
-        let one = sweep.from_map(7, 1, |tid| Ok(Some(waits(u64::from(tid)))), no_read);
+        let one = sweep.live_in_map(7, 1, |tid| Ok(Some(waits(u64::from(tid)))), no_read);
         assert_eq!(one, Ok(waits(7)));
         // A thread that has not left a CPU yet has waited nothing.
-        assert_eq!(sweep.from_map(8, 1, |_| Ok(None), no_read), Ok(waits(0)));
+        assert_eq!(sweep.live_in_map(8, 1, |_| Ok(None), no_read), Ok(waits(0)));
         let all = HashMap::from([(10, waits(100)), (11, waits(110))]);
         for (pid, want) in [(10, 100), (11, 110), (12, 0)] {
-            let got = sweep.from_map(
+            let got = sweep.live_in_map(
                 pid,
                 3,
                 |_| panic!("thread"),
@@ -127,9 +127,9 @@ mod tests {
     #[test]
     fn a_failed_read_of_the_map_is_the_answer_for_the_rest_of_the_sweep() {
         let mut sweep = SweepWaits::default();
-        let failed = sweep.from_map(10, 2, |_| panic!("thread"), || Err("gone".into()));
+        let failed = sweep.live_in_map(10, 2, |_| panic!("thread"), || Err("gone".into()));
         assert_eq!(failed, Err("gone".to_string()));
-        let again = sweep.from_map(11, 2, |_| panic!("thread"), || panic!("read twice"));
+        let again = sweep.live_in_map(11, 2, |_| panic!("thread"), || panic!("read twice"));
         assert_eq!(again, Err("gone".to_string()));
     }
 

@@ -17,11 +17,11 @@ use crate::{
         session::{self, Root, Session},
         Source,
     },
+    host,
     kernel::decode::{self, KernelEvent},
     kernel::ebpf::Probes,
     kernel::privilege,
     run,
-    sampling::host,
     store::run_json,
     store::summary_json,
     tracking::polling::Poller,
@@ -77,7 +77,7 @@ pub(crate) struct Target {
 impl Target {
     /// None when there is no such process.
     fn open(pid: u32) -> Option<Target> {
-        let start_boot_ns = host::proc_start_boot_ns(pid).ok()?;
+        let start_boot_ns = crate::sampling::procstat::proc_start_boot_ns(pid).ok()?;
         let handle = crate::follow::pidfd::Handle::open(pid, start_boot_ns)?;
         Some(Target {
             handle,

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use crate::{
+    host,
     kernel::btf,
     kernel::ebpf::{Probes, TracepointChoice},
     kernel::features,
@@ -13,7 +14,6 @@ use crate::{
     sampling::cgroup::RunCgroup,
     sampling::gpu::GpuMode,
     sampling::gpu::GpuMonitor,
-    sampling::host,
 };
 
 /// One line of the doctor's answer.
@@ -153,9 +153,14 @@ pub fn judge(f: &Facts) -> (Vec<Check>, String) {
             },
         });
     }
+    (checks, verdict(f))
+}
+
+/// The one line doctor ends with: what `montrace run` does here (pure).
+fn verdict(f: &Facts) -> String {
     // A run uses the agent where it is named, or where it cannot load the programs itself.
     let through_agent = f.agent.as_ref().filter(|a| a.named || f.ebpf.is_err());
-    let verdict = match (through_agent, &f.ebpf) {
+    match (through_agent, &f.ebpf) {
         (Some(a), _) if a.named && a.mode.is_err() => format!(
             "montrace run here: fails: {} names {}, which does not answer (start the agent, or \
              unset {0})",
@@ -180,8 +185,7 @@ pub fn judge(f: &Facts) -> (Vec<Check>, String) {
         (_, Err(_)) => "montrace run here: polling /proc every --interval (processes shorter \
                         than that may be missed); see above for what exact tracking needs"
             .into(),
-    };
-    (checks, verdict)
+    }
 }
 
 /// Makes every check for real, and undoes what it made.

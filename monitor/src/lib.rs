@@ -7,14 +7,15 @@
 //!                  │                  follow::session (one recording, shared by both)
 //!                  │
 //!   kernel (btf, ebpf, decode, privilege) ──events──> tracking (tracker, polling)
-//!   sampling (sampler, rates, cgroup, gpu, host) ─────────────┐        │
+//!   sampling (sampler, rates, cgroup, gpu, sweep) ────────────┐        │
 //!                  └─> follow (the loop, its decisions, recorder) <────┘
 //!                                 └─> store (records, schema, writer, run_json, summary_json,
 //!                                             userfs) ─> the run directory
 //!   analysis (report, compare, export) <── the run directory
 //! ```
 //! `doctor` says which mode a run gets; `term` writes to the terminal without ever failing;
-//! `units` parses and formats durations, sizes and times.
+//! `units` parses and formats durations, sizes and times; `host` reads the clocks and the host's
+//! facts.
 //! `commands` holds one entry point per subcommand, whose errors `main` says once;
 //! `exit_code` holds every exit status; `store::model` the types run.json embeds. No import runs
 //! upward between these folders (the layers and their test: `layers.rs`).
@@ -26,7 +27,10 @@ pub mod commands;
 pub mod doctor;
 pub mod exit_code;
 pub mod fleet;
+#[cfg(test)]
+mod fn_length;
 pub mod follow;
+pub mod host;
 pub mod kernel;
 #[cfg(test)]
 mod layers;

@@ -20,12 +20,12 @@ use crate::{
         session::{self, Root, Session},
         Source,
     },
+    host,
     kernel::ebpf::KernelBtf,
     kernel::ebpf::Probes,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
     sampling::gpu::GpuStatus,
-    sampling::host,
     store::run_json::{self, RunInfo},
     store::userfs,
     tracking::polling::{self, Poller},
@@ -302,7 +302,7 @@ struct MachineWindow {
 impl MachineWindow {
     fn open() -> MachineWindow {
         MachineWindow {
-            busy: host::machine_busy_cpu_s(),
+            busy: crate::sampling::sampler::machine_busy_cpu_s(),
             own_s: host::own_cpu_s(),
             started: std::time::Instant::now(),
         }
@@ -310,7 +310,7 @@ impl MachineWindow {
 
     fn other_share(&self, info: &RunInfo) -> Option<f64> {
         let (before, cpus) = self.busy?;
-        let (after, _) = host::machine_busy_cpu_s()?;
+        let (after, _) = crate::sampling::sampler::machine_busy_cpu_s()?;
         let tree_s = (info.totals.cpu_user_ns + info.totals.cpu_system_ns) as f64 / 1e9;
         plan::other_cpu_share(
             after - before,
@@ -466,34 +466,8 @@ fn record(
         child_sigmask,
     )?;
     let root_pid = held.pid;
-    let (loaded, added) = std::thread::scope(|scope| {
-        // Before exec, so the cgroup's totals include everything the command does.
-        let adding = cgroup.as_ref().and_then(|cgroup| {
-            std::thread::Builder::new()
-                .name("cgroup-add".into())
-                .spawn_scoped(scope, move || cgroup.add(root_pid))
-                .ok()
-        });
-        let loaded = if offsets.agent.is_some() {
-            // The agent loads; a granted binary keeps none of its capabilities for the run.
-            if privilege::capable_user() {
-                privilege::drop_all()
-                    .context("dropping capabilities: the agent follows the tree")
-                    .map(|()| (None, None))
-            } else {
-                Ok((None, None))
-            }
-        } else {
-            offsets
-                .get(args)
-                .and_then(|offsets| load_probes(args, offsets, last, started.0))
-        };
-        let added = match adding {
-            Some(thread) => thread.join().ok(),
-            None => cgroup.as_ref().map(|cgroup| cgroup.add(root_pid)),
-        };
-        (loaded, added)
-    });
+    let (loaded, added) =
+        load_beside_cgroup_add(args, offsets, cgroup.as_ref(), root_pid, last, started.0);
     // A failure drops the held command, which then exits without running anything.
     let (mut probes, ring) = loaded?;
     // The tree's memory figure comes from the run cgroup only where the command is in it.
@@ -507,18 +481,7 @@ fn record(
     if let Some(probes) = &mut probes {
         probes.track(root_pid)?;
     }
-    // The agent follows the tree from here (before the command runs anything), or montrace
-    // polls /proc, said once.
-    let agent = match offsets.agent.take().map(|agent| agent.follow(root_pid)) {
-        Some(Ok(stream)) => Some(stream),
-        Some(Err(err)) => {
-            no_ebpf(args, &format!("{err:#}"))?;
-            polling::become_subreaper()
-                .context("becoming the subreaper of the command's orphans")?;
-            None
-        }
-        None => None,
-    };
+    let agent = agent_follows(args, offsets, root_pid)?;
     // A repetition starts from nothing: its peaks and energy are its own.
     let mut monitor = gpu.monitor_mut();
     if let Some(monitor) = monitor.as_deref_mut() {
@@ -567,6 +530,74 @@ fn record(
             cgroup: cgroup_report,
         },
     ))
+}
+
+/// What [`load_probes`] gives: the probes and their ring buffer, none where the agent or
+/// polling follows the tree.
+type Loaded = anyhow::Result<(Option<Probes>, Option<crate::kernel::ebpf::Events>)>;
+
+/// Whether the command went into the run cgroup, none where there is no run cgroup.
+type Added = Option<Result<(), crate::sampling::cgroup::CgroupError>>;
+
+/// Loads the programs (or drops a granted user's capabilities where the agent follows the tree)
+/// while `root_pid` is moved into the run cgroup beside, on a thread of its own: the move waits
+/// for the kernel (start-up).
+fn load_beside_cgroup_add(
+    args: &RunArgs,
+    offsets: &mut EbpfOffsets,
+    cgroup: Option<&RunCgroup>,
+    root_pid: u32,
+    last: bool,
+    started_boot_ns: u64,
+) -> (Loaded, Added) {
+    std::thread::scope(|scope| {
+        // Before exec, so the cgroup's totals include everything the command does.
+        let adding = cgroup.and_then(|cgroup| {
+            std::thread::Builder::new()
+                .name("cgroup-add".into())
+                .spawn_scoped(scope, move || cgroup.add(root_pid))
+                .ok()
+        });
+        let loaded = if offsets.agent.is_some() {
+            // The agent loads; a granted binary keeps none of its capabilities for the run.
+            if privilege::capable_user() {
+                privilege::drop_all()
+                    .context("dropping capabilities: the agent follows the tree")
+                    .map(|()| (None, None))
+            } else {
+                Ok((None, None))
+            }
+        } else {
+            offsets
+                .get(args)
+                .and_then(|offsets| load_probes(args, offsets, last, started_boot_ns))
+        };
+        let added = match adding {
+            Some(thread) => thread.join().ok(),
+            None => cgroup.map(|cgroup| cgroup.add(root_pid)),
+        };
+        (loaded, added)
+    })
+}
+
+/// The agent follows the tree from here (before the command runs anything), or montrace polls
+/// /proc, said once: the agent's stream, none where there is no agent.
+fn agent_follows(
+    args: &RunArgs,
+    offsets: &mut EbpfOffsets,
+    root_pid: u32,
+) -> anyhow::Result<Option<crate::follow::agent::Stream>> {
+    let stream = match offsets.agent.take().map(|agent| agent.follow(root_pid)) {
+        Some(Ok(stream)) => Some(stream),
+        Some(Err(err)) => {
+            no_ebpf(args, &format!("{err:#}"))?;
+            polling::become_subreaper()
+                .context("becoming the subreaper of the command's orphans")?;
+            None
+        }
+        None => None,
+    };
+    Ok(stream)
 }
 
 /// Loads and attaches the eBPF programs (when `offsets` says montrace can) for a run that started

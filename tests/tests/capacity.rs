@@ -128,6 +128,9 @@ fn a_run_inside_a_limited_cgroup_is_measured_against_its_limits() {
         "the summary says so: {run:?}"
     );
     let lines = sweeps(&stream);
+    // Timing: the loop lives the 1 s of its `timeout` (the timer never fires early), swept every
+    // 100 ms: about 10 sweeps, 5 of them need montrace on a CPU 5 times in that second (a busy
+    // machine delays a sweep, never skips one).
     assert!(lines.len() >= 5, "{lines:?}");
     let mut busy = 0;
     for line in &lines {
@@ -144,6 +147,9 @@ fn a_run_inside_a_limited_cgroup_is_measured_against_its_limits() {
             busy += 1;
         }
     }
+    // Busy: the loop is runnable the whole second and its cgroup grants half a core (CFS
+    // bandwidth: 50 ms of every 100 ms period), so each 100 ms interval holds CPU of it unless a
+    // neighbour starves it; 3 of about 10 intervals above 10 % leave room for that.
     assert!(busy >= 3, "the loop was sampled busy: {lines:?}");
 
     // The command stayed in the limited cgroup (a run cgroup at the top would have lifted the

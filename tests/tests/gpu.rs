@@ -260,6 +260,9 @@ fn the_trees_gpu_processes_are_attributed_exactly_and_others_not_at_all() {
         let bytes = (mib + 500) * MIB;
         assert_eq!(rows.u64(i, "lo"), Some(bytes), "pid {pid}: {rows:?}");
         assert_eq!(rows.u64(i, "hi"), Some(bytes), "pid {pid}: {rows:?}");
+        // Timing: the workload holds its memory for its 2 s (`--seconds`, a sleep that never
+        // returns early), swept every 100 ms: about 20 rows each. A busy machine delays a sweep,
+        // never skips one; 5 needs montrace on a CPU 5 times in those 2 s.
         assert!(rows.u64(i, "n").unwrap() >= 5, "{rows:?}");
     }
     let json = run.run_json();
@@ -372,6 +375,10 @@ fn the_gpu_mem_limit_stops_the_tree() {
         |_| {},
     );
     run.assert_code(124);
+    // Timing: an upper bound, not a race. The limit is over at the first sweep after the
+    // workload takes its memory (1,524 MiB against 1 GiB) and the tree has 1 s of grace; 15 s is
+    // half the workload's own 30 s, so only the limit can have ended it, however busy the
+    // machine.
     assert!(started.elapsed() < Duration::from_secs(15), "{run:?}");
     let breach = &run.run_json()["limit_breach"];
     assert_eq!(breach["limit"], "gpu-mem", "{breach}");
@@ -425,6 +432,10 @@ fn a_lost_gpu_ends_its_sampling_with_a_note_and_the_run_completes() {
         "{rows:?} lost {lost}"
     );
     assert_eq!(devices[0]["samples"].as_u64(), rows.u64(0, "n"));
+    // Timing: GPU 0 is lost 400 ms after the command started (the test's sleep never returns
+    // early), swept every 50 ms from montrace's start: about 8 rows before; GPU 1 goes on for the
+    // command's remaining 1.1 s at least, about 20 more. A busy machine delays sweeps, never
+    // skips one; the margins are 3 of 8 and 5 of 20.
     assert!(rows.u64(0, "n").unwrap() >= 3, "{rows:?}");
     assert!(
         rows.u64(1, "n").unwrap() > rows.u64(0, "n").unwrap() + 5,
@@ -566,6 +577,8 @@ fn driver_failures_are_nulls_or_reasons_never_a_lost_run() {
          count(temperature_c) AS temp FROM read_parquet('{}')",
         parquet(&run, "gpu")
     ));
+    // Timing: `sleep 0.3` lives at least 300 ms, swept at once and every 50 ms: about 7 rows; a
+    // busy machine delays sweeps, never skips one.
     assert!(rows.u64(0, "n").unwrap() >= 3, "{rows:?}");
     assert_eq!(rows.u64(0, "power"), Some(0), "{rows:?}");
     assert_eq!(rows.u64(0, "used"), Some(0), "no v2 memory query: {rows:?}");

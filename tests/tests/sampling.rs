@@ -406,6 +406,10 @@ fn the_task_iterator_reads_what_proc_shows() {
         .into_iter()
         .filter(|s| s.pid == pid && s.source == "procfs" && s.time > at)
         .collect();
+    // Timing: the program sleeps 1.5 s after it says its pid (sleep and usleep never return
+    // early), the test reads /proc 150 ms in, so at least 1.35 s of 100 ms sweeps follow: about
+    // 13. A busy machine only delays a sweep (the timer waits for the late one, it does not
+    // skip); 5 needs montrace to get the CPU 5 times in 1.35 s.
     assert!(still.len() >= 5, "{still:?}");
     let s = &still[0];
     assert_eq!(s.rss_bytes, Some(field(24) * page), "{s:?} {stat}");
@@ -460,6 +464,9 @@ fn samples_from_procfs_reads_the_text_files() {
         .into_iter()
         .filter(|s| s.source == "procfs")
         .collect();
+    // Timing: `sleep 0.3` lives at least 300 ms (nanosleep never returns early) and montrace
+    // sweeps at once and then 50 ms after each sweep: about 7. A busy machine delays sweeps,
+    // never skips one; 3 needs montrace on a CPU 3 times in 300 ms.
     assert!(rows.len() >= 3, "{rows:?}");
     // Clock ticks.
     assert!(rows.iter().all(|s| s.cpu_ns() % (10 * MS) == 0), "{rows:?}");

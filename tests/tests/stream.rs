@@ -74,6 +74,7 @@ fn the_stream_has_every_sweep_process_and_mark_and_a_final_line() {
         .iter()
         .map(|l| tests::rfc3339_ns(l["time"].as_str().unwrap()))
         .collect();
+    // No race: the command ended only after the test had seen two sweep lines.
     assert!(system.len() >= 2, "{system:?}");
     assert_eq!(sweeps, system, "one sweep line per row of system.parquet");
     let marks = of_type(&all, "mark");

@@ -30,7 +30,7 @@ pub fn bench(args: BenchArgs) -> Exit {
         }
     }
     let out = args.out.clone().unwrap_or_else(|| {
-        let now = crate::sampling::host::realtime_ns();
+        let now = crate::host::realtime_ns();
         PathBuf::from("montrace-bench").join(crate::units::compact_utc(now))
     });
     if let Err(err) = userfs::create_dir_all(&out) {

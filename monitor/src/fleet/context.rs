@@ -212,7 +212,7 @@ impl Capture {
 /// directory's git files (as the user: see `userfs`). `git` carries what git itself answered,
 /// if anything (see [`dirty_check`]).
 pub fn gather(cpus: usize, dirty: Option<bool>) -> Context {
-    let (host, kernel) = crate::sampling::host::uname();
+    let (host, kernel) = crate::host::uname();
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     let git = std::env::current_dir()
         .ok()

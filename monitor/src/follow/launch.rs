@@ -238,7 +238,7 @@ pub fn spawn_held(
     let mut env_ptrs: Vec<*const libc::c_char> = c_env.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
     let ids = identity.map(|id| (id.uid, id.gid, id.groups.clone()));
-    let open_files_limit = crate::sampling::host::original_open_files_limit();
+    let open_files_limit = crate::host::original_open_files_limit();
 
     let (barrier_r, barrier_w) = pipe().context("creating the start barrier")?;
     let (status_r, status_w) = pipe().context("creating the exec status pipe")?;

@@ -31,7 +31,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{sampling::host, store::records::MarkKind};
+use crate::{host, store::records::MarkKind};
 
 /// The environment variable that holds the socket's path in the command's environment.
 pub const SOCKET_ENV: &str = "MONTRACE_MARK_SOCKET";

@@ -40,7 +40,7 @@ use crate::{
     follow::live::LiveLine,
     follow::marks::{MarkReceiver, MarkServer},
     follow::recorder::Recorder,
-    sampling::host,
+    host,
     store::summary_json,
     tracking::polling::Poller,
 };
@@ -174,12 +174,7 @@ impl Inputs {
     fn drain(&mut self, recorder: &mut Recorder<'_>, root_pid: u32) -> Option<i32> {
         self.take_from_agent(recorder);
         if let Some(ring) = &mut self.ring {
-            let ring = ring.get_mut();
-            while let Some(item) = ring.next() {
-                recorder.guarded(|r| r.on_record(&item));
-                self.taken += 1;
-            }
-            recorder.guarded(Recorder::store_finished);
+            take_ring(ring.get_mut(), &mut self.taken, recorder);
             return None;
         }
         let poller = self.poller.as_mut()?;
@@ -209,6 +204,16 @@ impl Inputs {
         recorder.guarded(Recorder::store_finished);
         root_status
     }
+}
+
+/// Takes in every record in the ring buffer now (counted in `taken`), then stores the processes
+/// they finished.
+fn take_ring(ring: &mut RingBuf<MapData>, taken: &mut u64, recorder: &mut Recorder<'_>) {
+    while let Some(item) = ring.next() {
+        recorder.guarded(|r| r.on_record(&item));
+        *taken += 1;
+    }
+    recorder.guarded(Recorder::store_finished);
 }
 
 impl Inputs {
@@ -325,16 +330,7 @@ pub async fn follow(
             let _ = status_tx.send(launch::wait_status(root_pid));
         });
     }
-    let started = Instant::now()
-        - Duration::from_nanos(host::boottime_ns().saturating_sub(cfg.started_boot_ns));
-    let mut f = Follower::new(
-        cfg,
-        started,
-        Instant::now(),
-        Box::new(|tracked: &[pidfd::Identity], signal| {
-            pidfd::signal_tree(tracked, signal);
-        }),
-    );
+    let (mut f, started) = start_follower(cfg);
     let live = LiveLine::new(opts.quiet);
     let mut ticks = Ticks::new(opts);
     let ebpf = inputs.events;
@@ -352,12 +348,7 @@ pub async fn follow(
         tokio::select! {
             guard = readable(inputs.ring.as_mut()) => {
                 let mut guard = guard?;
-                let ring = guard.get_inner_mut();
-                while let Some(item) = ring.next() {
-                    recorder.guarded(|r| r.on_record(&item));
-                    inputs.taken += 1;
-                }
-                recorder.guarded(Recorder::store_finished);
+                take_ring(guard.get_inner_mut(), &mut inputs.taken, recorder);
                 guard.clear_ready();
             }
             guard = agent_readable(inputs.agent.as_mut()) => {
@@ -429,17 +420,8 @@ pub async fn follow(
                 }
             }
         }
-        let now = Instant::now();
-        let unbreached = f.outcome.breach.is_none();
-        f.check_limits(recorder, now);
-        if let (true, Some(breach)) = (unbreached, &f.outcome.breach) {
-            recorder.stream_breach(breach);
-        }
-        if f.is_done(recorder) {
+        if after_wake(&mut f, recorder) == Next::Stop {
             break;
-        }
-        if let Some(notice) = f.lingering_notice(recorder, now) {
-            crate::say!("{notice}");
         }
     }
     live.clear();
@@ -449,6 +431,39 @@ pub async fn follow(
     }
     outcome.marks_dropped = inputs.marks_dropped();
     Ok(outcome)
+}
+
+/// The loop's state machine, and when montrace started (`cfg.started_boot_ns`, as an instant).
+fn start_follower<'c, 's>(cfg: &'c FollowConfig<'c>) -> (Follower<'c, 's>, Instant) {
+    let started = Instant::now()
+        - Duration::from_nanos(host::boottime_ns().saturating_sub(cfg.started_boot_ns));
+    let f = Follower::new(
+        cfg,
+        started,
+        Instant::now(),
+        Box::new(|tracked: &[pidfd::Identity], signal| {
+            pidfd::signal_tree(tracked, signal);
+        }),
+    );
+    (f, started)
+}
+
+/// After every wake-up of the loop: the limits (a breach is streamed when it happens), then
+/// whether the tree is done, else a lingering tree said once.
+fn after_wake(f: &mut Follower, recorder: &mut Recorder) -> Next {
+    let now = Instant::now();
+    let unbreached = f.outcome.breach.is_none();
+    f.check_limits(recorder, now);
+    if let (true, Some(breach)) = (unbreached, &f.outcome.breach) {
+        recorder.stream_breach(breach);
+    }
+    if f.is_done(recorder) {
+        return Next::Stop;
+    }
+    if let Some(notice) = f.lingering_notice(recorder, now) {
+        crate::say!("{notice}");
+    }
+    Next::Continue
 }
 
 /// The loop's timers.

@@ -12,7 +12,7 @@ use std::{
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
-use crate::sampling::host;
+use crate::host;
 
 /// A tracked process: its pid and its start time (ns since boot, as the kernel or /proc gave it).
 pub type Identity = (u32, u64);
@@ -81,7 +81,8 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
 
 /// Whether `pid` is, right now, the process that started at `start_boot_ns`.
 pub fn same_process(pid: u32, start_boot_ns: u64) -> bool {
-    host::proc_start_boot_ns(pid).is_ok_and(|now| host::same_start_ns(now, start_boot_ns))
+    crate::sampling::procstat::proc_start_boot_ns(pid)
+        .is_ok_and(|now| host::same_start_ns(now, start_boot_ns))
 }
 
 /// The tracked processes that are gone: no longer in /proc, or their pid now another process's.
@@ -204,7 +205,7 @@ mod tests {
     #[test]
     fn a_process_is_itself_only_with_its_own_start_time() {
         let me = std::process::id();
-        let start = host::proc_start_boot_ns(me).unwrap();
+        let start = crate::sampling::procstat::proc_start_boot_ns(me).unwrap();
         assert!(same_process(me, start));
         assert!(!same_process(me, start + 10_000_000_000));
         assert!(Handle::open(me, start).is_some());
@@ -220,7 +221,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let start = host::proc_start_boot_ns(pid).unwrap();
+        let start = crate::sampling::procstat::proc_start_boot_ns(pid).unwrap();
         // A wrong start time (as after a reuse): nothing is sent.
         assert_eq!(
             signal_tree(&[(pid, start + 10_000_000_000)], libc::SIGTERM),

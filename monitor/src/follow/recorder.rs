@@ -73,15 +73,18 @@ fn smaps_wanted(
 
 use crate::{
     follow::limits,
-    kernel::decode::{self, KernelEvent},
+    host,
+    kernel::decode::{self, KernelEvent, WaitTotals},
     sampling::gpu::{GpuMonitor, GpuSummary},
-    sampling::host,
     sampling::rates,
     sampling::sampler::{
         self,
         tree_memory::{self, SweepMemory, TreeMemorySource},
-        HandleCache, MemoryDetail, ProcReader, ProcessHandle, ReadError, SystemReading,
+        HandleCache, MemoryDetail, ProcReader, ProcessHandle, ReadError, SmapsReading,
+        SystemReading,
     },
+    sampling::sweep::{self, KernelSweep, SweepWaits},
+    store::records::SampleRecord,
     store::run_json,
     store::writer,
     tracking::tracker::Tracker,
@@ -577,19 +580,31 @@ impl<'g> Recorder<'g> {
         // Rows reach back one interval, or a few for a process left unread: a run of days
         // keeps 256 to 512 intervals, not one per sweep.
         self.load.fold_older(256);
-        // The live threads of multi-threaded processes, read once per sweep when first needed
-        // (a single-threaded process's thread is looked up as it is read).
-        let mut threads_waits = None;
-        let mut sweep = Vec::new();
         let shares = self.sharing_parents();
-        // The whole tree's figures in one binary read, where montrace's task iterator runs.
-        let kernel = self.task_iter.as_mut().map(|iter| {
-            let figures = iter.sweep();
-            (figures, host::realtime_ns())
-        });
-        let kernel = match kernel {
-            Some((Ok(samples), at)) => Some((crate::kernel::decode::live_figures(&samples), at)),
-            Some((Err(err), _)) => {
+        let kernel = self.kernel_sweep();
+        let mut waits = SweepWaits::default();
+        let mut sweep = Vec::new();
+        for key in self.tracker.live_processes() {
+            let at = SweepAt {
+                now,
+                boot_to_wall_ns: clock.boot_to_wall_ns,
+                shares: &shares,
+                kernel: kernel.as_ref(),
+            };
+            if let Some(sample) = self.sample_process(key, &at, &mut waits) {
+                sweep.push(sample);
+            }
+        }
+        self.handles.end_sweep();
+        self.end_sweep(sweep, &shares, now);
+    }
+
+    /// The whole tree's figures in one binary read, where montrace's task iterator runs; a
+    /// failed read is said once, and the sweeps read /proc from then on.
+    fn kernel_sweep(&mut self) -> Option<KernelSweep> {
+        match KernelSweep::read(self.task_iter.as_mut()?) {
+            Ok(kernel) => Some(kernel),
+            Err(err) => {
                 crate::say!(
                     "montrace: warning: montrace's task iterator cannot be read ({err}); the \
                      sweeps read /proc from now on"
@@ -597,175 +612,193 @@ impl<'g> Recorder<'g> {
                 self.task_iter = None;
                 None
             }
-            None => None,
+        }
+    }
+
+    /// One live process's row of this sweep, with what the next sweep needs kept; None where it
+    /// is gone, a zombie, or no longer the tree's (its pid reused).
+    fn sample_process(
+        &mut self,
+        key: (u32, i64),
+        at: &SweepAt<'_>,
+        waits: &mut SweepWaits,
+    ) -> Option<SampleRecord> {
+        let (pid, start_time_ns) = key;
+        let now = at.now;
+        let cached = self.smaps.get(&key).copied();
+        let full = self.detail == MemoryDetail::Full;
+        let start_boot_ns = (start_time_ns - at.boot_to_wall_ns).max(0) as u64;
+        let tree_changed_ns = self.tree_changed_ns;
+        let pss_counts = self.memory_source == TreeMemorySource::Pss;
+        let sharing_changed = self.families.changed_at(pid);
+        // The address space as this sweep sees it, by the RSS just read.
+        let image = |rss_bytes| tree_memory::SmapsImage {
+            rss_bytes,
+            exec_count: self.tracker.live_record(pid).map_or(0, |r| r.exec_count),
+            shares_with: at.shares.get(&pid).copied(),
         };
-        for (pid, start_time_ns) in self.tracker.live_processes() {
-            let key = (pid, start_time_ns);
-            let cached = self.smaps.get(&key).copied();
-            let full = self.detail == MemoryDetail::Full;
-            let start_boot_ns = (start_time_ns - clock.boot_to_wall_ns).max(0) as u64;
-            let tree_changed_ns = self.tree_changed_ns;
-            let pss_counts = self.memory_source == TreeMemorySource::Pss;
-            let sharing_changed = self.families.changed_at(pid);
-            // The address space as this sweep sees it, by the RSS just read.
-            let image = |rss_bytes| tree_memory::SmapsImage {
-                rss_bytes,
-                exec_count: self.tracker.live_record(pid).map_or(0, |r| r.exec_count),
-                shares_with: shares.get(&pid).copied(),
-            };
-            // What `want_smaps` answered, if the reader asked (it does not for a process with
-            // no address space): cached figures stand for this sweep only where it said no.
-            let asked = std::cell::Cell::new(None);
-            let want_smaps = |rss| {
-                let want = full
-                    && smaps_wanted(
-                        cached.as_ref(),
-                        &image(rss),
-                        now,
-                        tree_changed_ns,
-                        sharing_changed,
-                        pss_counts,
-                    );
-                asked.set(Some(want));
-                want
-            };
-            let from_kernel = kernel
-                .as_ref()
-                .and_then(|(figures, at)| Some((figures.get(&pid)?, *at)));
-            let reading = match self.handles.take(key) {
-                Some(handle) => Ok(handle),
-                None => self.reader.open_process(pid),
+        // What `want_smaps` answered, if the reader asked (it does not for a process with
+        // no address space): cached figures stand for this sweep only where it said no.
+        let asked = std::cell::Cell::new(None);
+        let want_smaps = |rss| {
+            let want = full
+                && smaps_wanted(
+                    cached.as_ref(),
+                    &image(rss),
+                    now,
+                    tree_changed_ns,
+                    sharing_changed,
+                    pss_counts,
+                );
+            asked.set(Some(want));
+            want
+        };
+        let from_kernel = at.kernel.and_then(|k| k.of(pid));
+        let tracker = &self.tracker;
+        let reader = &mut self.reader;
+        let reading = match self.handles.take(key) {
+            Some(handle) => Ok(handle),
+            None => reader.open_process(pid),
+        }
+        .and_then(|mut handle| {
+            let reading = reader.read_merged(
+                &mut handle,
+                from_kernel.map(|(live, _)| live),
+                || tracker.exited_threads(pid),
+                start_boot_ns,
+                want_smaps,
+            )?;
+            Ok((handle, reading))
+        });
+        // When the CPU figure was read: the iterator's pass, or /proc/PID/stat, the first
+        // file read.
+        let measured = from_kernel.map_or_else(host::realtime_ns, |(_, at)| at);
+        let (handle, mut reading) = match reading {
+            Ok(read) => read,
+            // It exited since the last drain; its exit event brings its last figures.
+            Err(ReadError::Gone(_)) => return None,
+            Err(err) => {
+                crate::say!("montrace: warning: {err}");
+                return None;
             }
-            .and_then(|mut handle| {
-                let reading = match from_kernel {
-                    Some((live, _)) => {
-                        let exited = self.tracker.exited_threads(pid);
-                        let mut reading =
-                            self.reader
-                                .reading_from_kernel(pid, live, &exited, start_boot_ns);
-                        self.reader.complete_kernel_reading(
-                            &mut handle,
-                            &mut reading,
-                            want_smaps,
-                        )?;
-                        reading
-                    }
-                    None => self.reader.read_open_process(&mut handle, want_smaps)?,
+        };
+        // A zombie has exited: its figures are final, and its exit event (sent at its last
+        // context switch, which can come a moment after /proc shows it dead, and reaches the
+        // ring buffer later still) brings them exactly. A row read from the zombie would be
+        // stamped after the exit, so the exit row, which must be the process's last, would
+        // land before it (and show no CPU share, no time having passed).
+        if matches!(reading.state, 'Z' | 'X') {
+            return None;
+        }
+        // A pid reused by a process outside the tree since the exit was queued is not ours.
+        if !host::same_start(reading.start_ticks, start_boot_ns) {
+            return None;
+        }
+        // The handle is this process's for good (see `ProcessHandle`): the next sweep
+        // reads through it.
+        self.handles.keep(key, handle);
+        let fresh = reading.smaps;
+        // The same address space as at the last read, read lately: the same USS/PSS/swap,
+        // repeated. None where a wanted read brought nothing (no address space now).
+        reading.smaps =
+            tree_memory::row_smaps(reading.vms_bytes, fresh, asked.get(), cached.as_ref());
+        let seen = image(reading.rss_bytes);
+        self.keep_smaps(key, fresh.is_some(), reading.smaps, seen, now);
+        let mut sample = rates::process_sample(
+            &reading,
+            now,
+            measured,
+            start_time_ns,
+            self.previous.get(&key),
+        );
+        let live = waits.live(
+            self.waits.as_ref(),
+            from_kernel.map(|(live, _)| live),
+            pid,
+            reading.threads,
+        );
+        self.add_waits(&mut sample, key, live, measured);
+        self.account(key, &sample, measured);
+        Some(sample)
+    }
+
+    /// The address space's figures of the row, kept for the next sweeps where they were read now
+    /// (`fresh`), forgotten where the row has none (no address space now).
+    fn keep_smaps(
+        &mut self,
+        key: (u32, i64),
+        fresh: bool,
+        smaps: Option<SmapsReading>,
+        image: tree_memory::SmapsImage,
+        now: i64,
+    ) {
+        match (fresh, smaps) {
+            (true, Some(smaps)) => {
+                let seen = tree_memory::SmapsSeen {
+                    image,
+                    read_at: now,
+                    smaps,
                 };
-                Ok((handle, reading))
-            });
-            // When the CPU figure was read: the iterator's pass, or /proc/PID/stat, the first
-            // file read.
-            let measured = from_kernel.map_or_else(host::realtime_ns, |(_, at)| at);
-            let (handle, mut reading) = match reading {
-                Ok(read) => read,
-                // It exited since the last drain; its exit event brings its last figures.
-                Err(ReadError::Gone(_)) => continue,
-                Err(err) => {
-                    crate::say!("montrace: warning: {err}");
-                    continue;
-                }
-            };
-            // A zombie has exited: its figures are final, and its exit event (sent at its last
-            // context switch, which can come a moment after /proc shows it dead, and reaches the
-            // ring buffer later still) brings them exactly. A row read from the zombie would be
-            // stamped after the exit, so the exit row, which must be the process's last, would
-            // land before it (and show no CPU share, no time having passed).
-            if matches!(reading.state, 'Z' | 'X') {
-                continue;
+                self.smaps.insert(key, seen);
             }
-            // A pid reused by a process outside the tree since the exit was queued is not ours.
-            if !host::same_start(reading.start_ticks, start_boot_ns) {
-                continue;
+            (_, None) => {
+                self.smaps.remove(&key);
             }
-            // The handle is this process's for good (see `ProcessHandle`): the next sweep
-            // reads through it.
-            self.handles.keep(key, handle);
-            let fresh = reading.smaps;
-            // The same address space as at the last read, read lately: the same USS/PSS/swap,
-            // repeated. None where a wanted read brought nothing (no address space now).
-            reading.smaps =
-                tree_memory::row_smaps(reading.vms_bytes, fresh, asked.get(), cached.as_ref());
-            match (fresh, reading.smaps) {
-                (Some(_), Some(smaps)) => {
-                    let seen = tree_memory::SmapsSeen {
-                        image: image(reading.rss_bytes),
-                        read_at: now,
-                        smaps,
-                    };
-                    self.smaps.insert(key, seen);
-                }
-                (_, None) => {
-                    self.smaps.remove(&key);
-                }
-                (None, Some(_)) => {}
-            }
-            let mut sample = rates::process_sample(
-                &reading,
-                now,
+            // Cached figures repeated: kept as they were read.
+            (false, Some(_)) => {}
+        }
+    }
+
+    /// The waiting times of the process's live threads (`live`, from the task iterator's pass or
+    /// the waits map) plus its exited threads', onto its row. A map that cannot be read is said
+    /// once, and the samples go on without waits.
+    fn add_waits(
+        &mut self,
+        sample: &mut SampleRecord,
+        (pid, start_time_ns): (u32, i64),
+        live: Option<Result<WaitTotals, String>>,
+        measured: i64,
+    ) {
+        match live {
+            Some(Ok(live)) => rates::add_waits(
+                sample,
+                sweep::process_waits(self.tracker.exited_thread_waits(pid), &live),
                 measured,
                 start_time_ns,
-                self.previous.get(&key),
-            );
-            if let Some((live, _)) = from_kernel.filter(|_| self.waits.is_some()) {
-                // The iterator read its threads' waiting times in the same pass.
-                let mut waits = self.tracker.exited_thread_waits(pid);
-                waits.add(&live.waits);
-                rates::add_waits(
-                    &mut sample,
-                    waits,
-                    measured,
-                    start_time_ns,
-                    self.previous.get(&key),
+                self.previous.get(&(pid, start_time_ns)),
+            ),
+            Some(Err(err)) => {
+                crate::say!(
+                    "montrace: warning: the waiting times of live threads cannot be \
+                     read ({err}); samples go on without them (processes.parquet keeps \
+                     the exact figures at exit)"
                 );
-            } else if let Some(map) = &self.waits {
-                let live = if reading.threads == 1 {
-                    map.thread(pid)
-                        .map(Option::unwrap_or_default)
-                        .map_err(|e| e.to_string())
-                } else {
-                    match threads_waits.get_or_insert_with(|| map.read().map_err(|e| e.to_string()))
-                    {
-                        Ok(by_process) => Ok(by_process.get(&pid).copied().unwrap_or_default()),
-                        Err(e) => Err(e.clone()),
-                    }
-                };
-                match live {
-                    Ok(live) => {
-                        let mut waits = self.tracker.exited_thread_waits(pid);
-                        waits.add(&live);
-                        rates::add_waits(
-                            &mut sample,
-                            waits,
-                            measured,
-                            start_time_ns,
-                            self.previous.get(&key),
-                        );
-                    }
-                    Err(err) => {
-                        crate::say!(
-                            "montrace: warning: the waiting times of live threads cannot be \
-                             read ({err}); samples go on without them (processes.parquet keeps \
-                             the exact figures at exit)"
-                        );
-                        self.waits = None;
-                    }
-                }
+                self.waits = None;
             }
-            let since = self.previous.get(&key).map_or(start_time_ns, |p| p.time_ns);
-            add_to_load(&mut self.load, &sample, since, measured);
-            let cpu = (sample.cpu_user_ns, sample.cpu_system_ns);
-            let before = start_time_ns < self.began_ns && !self.handed_over.contains(&key);
-            self.cpu_seen
-                .entry(key)
-                .and_modify(|(_, last)| *last = cpu)
-                .or_insert((if before { cpu } else { (0, 0) }, cpu));
-            self.previous
-                .insert(key, rates::Previous::of(&sample, measured));
-            sweep.push(sample);
+            None => {}
         }
-        self.handles.end_sweep();
-        let memory = self.sweep_memory(&sweep, &shares);
+    }
+
+    /// A row taken: into the tree's load (the critical path), the CPU seen of the process, and
+    /// the reading the next row's rates start from.
+    fn account(&mut self, key: (u32, i64), sample: &SampleRecord, measured: i64) {
+        let start_time_ns = key.1;
+        let since = self.previous.get(&key).map_or(start_time_ns, |p| p.time_ns);
+        add_to_load(&mut self.load, sample, since, measured);
+        let cpu = (sample.cpu_user_ns, sample.cpu_system_ns);
+        let before = start_time_ns < self.began_ns && !self.handed_over.contains(&key);
+        self.cpu_seen
+            .entry(key)
+            .and_modify(|(_, last)| *last = cpu)
+            .or_insert((if before { cpu } else { (0, 0) }, cpu));
+        self.previous
+            .insert(key, rates::Previous::of(sample, measured));
+    }
+
+    /// The sweep's rows taken: the tree's memory, the stream's line, the exporters, the files;
+    /// then the GPUs and the system, stamped `now` as well.
+    fn end_sweep(&mut self, sweep: Vec<SampleRecord>, shares: &HashMap<u32, u32>, now: i64) {
+        let memory = self.sweep_memory(&sweep, shares);
         let figure = self.tree_memory_figure(&memory);
         let tree_memory = (figure, memory.uss, memory.pss);
         self.memory_peaks
@@ -774,29 +807,7 @@ impl<'g> Recorder<'g> {
         self.last_sweep_cpu_percent = Some(sweep.iter().filter_map(|s| s.cpu_percent).sum());
         self.sample_rows += sweep.len() as u64;
         if self.stream.is_some() {
-            let sum = |f: fn(&crate::store::records::SampleRecord) -> Option<u64>| {
-                sweep.iter().filter_map(f).reduce(|a, b| a + b)
-            };
-            let line = crate::follow::stream::Line::Sweep {
-                time: crate::units::rfc3339(now),
-                elapsed_s: self.created.elapsed().as_secs_f64(),
-                live: self.tracker.live_count(),
-                started: self.tracker.processes_started(),
-                cpu_percent: self.last_sweep_cpu_percent.unwrap_or(0.0),
-                cpu_percent_of_capacity: self
-                    .capacity
-                    .cpu_share_percent(self.last_sweep_cpu_percent.unwrap_or(0.0)),
-                rss_bytes: self.last_sweep_rss.unwrap_or(0),
-                rss_percent_of_capacity: self
-                    .capacity
-                    .memory_share_percent(self.last_sweep_rss.unwrap_or(0)),
-                uss_bytes: memory.uss,
-                pss_bytes: memory.pss,
-                read_bytes: sum(|s| s.read_bytes).unwrap_or(0),
-                write_bytes: sum(|s| s.write_bytes).unwrap_or(0),
-                gpu_memory_bytes: self.gpu.as_ref().and_then(|g| g.last_tree_memory_bytes()),
-            };
-            self.stream_lines([line]);
+            self.stream_sweep(&sweep, &memory, now);
         }
         self.export(Some(&sweep));
         self.write(|r| sweep.into_iter().try_for_each(|s| r.samples.push(s)));
@@ -825,6 +836,32 @@ impl<'g> Recorder<'g> {
             }
             Err(err) => crate::say!("montrace: warning: {err}"),
         }
+    }
+
+    /// The stream's line of a sweep (`--stream`).
+    fn stream_sweep(&mut self, sweep: &[SampleRecord], memory: &SweepMemory, now: i64) {
+        let sum =
+            |f: fn(&SampleRecord) -> Option<u64>| sweep.iter().filter_map(f).reduce(|a, b| a + b);
+        let line = crate::follow::stream::Line::Sweep {
+            time: crate::units::rfc3339(now),
+            elapsed_s: self.created.elapsed().as_secs_f64(),
+            live: self.tracker.live_count(),
+            started: self.tracker.processes_started(),
+            cpu_percent: self.last_sweep_cpu_percent.unwrap_or(0.0),
+            cpu_percent_of_capacity: self
+                .capacity
+                .cpu_share_percent(self.last_sweep_cpu_percent.unwrap_or(0.0)),
+            rss_bytes: self.last_sweep_rss.unwrap_or(0),
+            rss_percent_of_capacity: self
+                .capacity
+                .memory_share_percent(self.last_sweep_rss.unwrap_or(0)),
+            uss_bytes: memory.uss,
+            pss_bytes: memory.pss,
+            read_bytes: sum(|s| s.read_bytes).unwrap_or(0),
+            write_bytes: sum(|s| s.write_bytes).unwrap_or(0),
+            gpu_memory_bytes: self.gpu.as_ref().and_then(|g| g.last_tree_memory_bytes()),
+        };
+        self.stream_lines([line]);
     }
 
     /// The run cgroup's stall shares since the last sweep, when it keeps them.
@@ -1023,6 +1060,17 @@ fn memory_source_without_cgroup(detail: MemoryDetail) -> TreeMemorySource {
     }
 }
 
+/// What every process of one sweep is read with.
+struct SweepAt<'a> {
+    /// The sweep's time (wall clock, ns): every row of it is stamped with it.
+    now: i64,
+    boot_to_wall_ns: i64,
+    /// Who shares an address space with whom (see `sharing_parents`).
+    shares: &'a HashMap<u32, u32>,
+    /// The task iterator's pass, where it runs.
+    kernel: Option<&'a KernelSweep>,
+}
+
 /// Adds a sample row, which covers `from_ns..to_ns`, to the tree's load.
 fn add_to_load(
     load: &mut crate::analysis::critical::Load,
@@ -1176,7 +1224,7 @@ mod tests {
         let clock = Clock {
             boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
         };
-        let start_boot_ns = host::proc_start_boot_ns(pid).unwrap();
+        let start_boot_ns = crate::sampling::procstat::proc_start_boot_ns(pid).unwrap();
         let mut tracker = Tracker::new(clock);
         tracker.add_root(pid, start_boot_ns, "true");
         let dir = tempfile::tempdir().unwrap();
@@ -1228,7 +1276,7 @@ mod tests {
         let clock = Clock {
             boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
         };
-        let start = host::proc_start_boot_ns(own).unwrap();
+        let start = crate::sampling::procstat::proc_start_boot_ns(own).unwrap();
         let burn = || {
             let until = std::time::Instant::now() + Duration::from_millis(50);
             let mut x = 0u64;
@@ -1317,7 +1365,11 @@ mod tests {
             boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
         };
         let mut tracker = Tracker::new(clock);
-        tracker.add_root(own, host::proc_start_boot_ns(own).unwrap(), "test");
+        tracker.add_root(
+            own,
+            crate::sampling::procstat::proc_start_boot_ns(own).unwrap(),
+            "test",
+        );
         let dir = tempfile::tempdir().unwrap();
         let mut recorder = Recorder::create(
             dir.path(),

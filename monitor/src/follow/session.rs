@@ -27,9 +27,9 @@ use crate::{
         stream::Stream,
         FollowConfig, Options, Outcome, Source,
     },
+    host,
     kernel::ebpf::{Events, KernelBtf, Load, Probes, TrackingMode},
     sampling::gpu::{GpuMonitor, GpuStatus},
-    sampling::host,
     store::run_json::{CgroupReport, RunInfo},
     tracking::tracker::{Clock, Tracker},
 };
@@ -134,8 +134,8 @@ impl<'o, 'r> Session<'o, 'r> {
             boot_to_wall_ns: host::boot_to_wall_ns(),
         });
         if let Root::Launched { pid, program, .. } = config.root {
-            let approx_start =
-                host::proc_start_boot_ns(pid).unwrap_or_else(|_| host::boottime_ns());
+            let approx_start = crate::sampling::procstat::proc_start_boot_ns(pid)
+                .unwrap_or_else(|_| host::boottime_ns());
             tracker.add_root(pid, approx_start, &program.to_string_lossy());
         }
         let mut recorder = Recorder::create(

@@ -185,7 +185,7 @@ impl<'c, 's> Follower<'c, 's> {
                 limit: limit.name().to_string(),
                 threshold: limit.threshold(),
                 value,
-                time: units::rfc3339(crate::sampling::host::realtime_ns()),
+                time: units::rfc3339(crate::host::realtime_ns()),
                 elapsed_s: elapsed.as_secs_f64(),
             });
             (self.send)(&recorder.tracker.live_identities(), libc::SIGTERM);

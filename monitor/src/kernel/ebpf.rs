@@ -281,7 +281,7 @@ pub struct WaitsMap(HashMap<MapData, u32, TaskWaits>);
 impl WaitsMap {
     /// Each process's live threads' totals, up to now: one walk of the map.
     pub fn read(&self) -> Result<std::collections::HashMap<u32, WaitTotals>, aya::maps::MapError> {
-        let now = crate::sampling::host::boottime_ns();
+        let now = crate::host::boottime_ns();
         // A thread that exits during the walk is skipped, not an error.
         let threads: Vec<TaskWaits> = self
             .0
@@ -299,10 +299,7 @@ impl WaitsMap {
     /// entry (it has not left a CPU since it was tracked, or it has exited).
     pub fn thread(&self, tid: u32) -> Result<Option<WaitTotals>, aya::maps::MapError> {
         match self.0.get(&tid, 0) {
-            Ok(w) => Ok(Some(WaitTotals::of_thread(
-                &w,
-                crate::sampling::host::boottime_ns(),
-            ))),
+            Ok(w) => Ok(Some(WaitTotals::of_thread(&w, crate::host::boottime_ns()))),
             Err(aya::maps::MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(e),
         }
@@ -327,18 +324,16 @@ impl Probes {
             ..kernel.offsets
         }));
         // Prepared before waiting for the loader, whose parse is the longest step (start-up).
-        let object =
-            if crate::kernel::object::allows_unpreallocated_maps(&crate::sampling::host::uname().1)
-            {
-                Some(crate::kernel::object::with_map_flags(
-                    OBJECT,
-                    &crate::kernel::object::UNPREALLOCATED_MAPS,
-                    crate::kernel::object::BPF_F_NO_PREALLOC,
-                )?)
-            } else {
-                None
-            };
-        let tasks = crate::sampling::host::pid_max().unwrap_or(u32::MAX);
+        let object = if crate::kernel::object::allows_unpreallocated_maps(&crate::host::uname().1) {
+            Some(crate::kernel::object::with_map_flags(
+                OBJECT,
+                &crate::kernel::object::UNPREALLOCATED_MAPS,
+                crate::kernel::object::BPF_F_NO_PREALLOC,
+            )?)
+        } else {
+            None
+        };
+        let tasks = crate::host::pid_max().unwrap_or(u32::MAX);
         let mut loader = take_preloaded().unwrap_or_default();
         loader
             .override_global("OFFSETS", offsets, true)
@@ -658,35 +653,7 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Arc<Btf>, iter_now: bool) -> anyhow:
     }
     // Popped from the end: the largest last in the Vec.
     jobs.sort_by_key(|(rank, _)| std::cmp::Reverse(*rank));
-    let count = jobs.len();
-    let queue = std::sync::Mutex::new(jobs.into_iter().map(|(_, job)| job).collect::<Vec<_>>());
-    let work = || {
-        let mut done = Vec::new();
-        loop {
-            let next = match queue.lock() {
-                Ok(mut queue) => queue.pop(),
-                Err(_) => None,
-            };
-            match next {
-                Some(job) => done.push(job.run(btf)),
-                None => return done,
-            }
-        }
-    };
-    let mut done = std::thread::scope(|scope| {
-        let other = std::thread::Builder::new()
-            .name("bpf-load".into())
-            .spawn_scoped(scope, work);
-        let mut done = work();
-        if let Ok(other) = other {
-            done.extend(other.join().unwrap_or_default());
-        }
-        done
-    });
-    // A job lost with a panicked thread is not done.
-    if done.len() != count {
-        bail!("a thread loading the eBPF programs failed");
-    }
+    let mut done = run_on_two_threads(jobs.into_iter().map(|(_, job)| job).collect(), btf)?;
     let mut loaded = BtfLoaded {
         core: Ok(()),
         net: Ok(()),
@@ -745,6 +712,42 @@ fn load_btf_programs(ebpf: &mut Ebpf, btf: &Arc<Btf>, iter_now: bool) -> anyhow:
         unload_net(ebpf);
     }
     Ok(loaded)
+}
+
+/// Runs `jobs` on this thread and one more, each taking the next from the end of the Vec as it
+/// finishes one: what each did, in the order they finished. An error where a job was lost with
+/// a panicked thread.
+fn run_on_two_threads(jobs: Vec<Job<'_>>, btf: &Arc<Btf>) -> anyhow::Result<Vec<Done>> {
+    let count = jobs.len();
+    let queue = std::sync::Mutex::new(jobs);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let next = match queue.lock() {
+                Ok(mut queue) => queue.pop(),
+                Err(_) => None,
+            };
+            match next {
+                Some(job) => done.push(job.run(btf)),
+                None => return done,
+            }
+        }
+    };
+    let done = std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("bpf-load".into())
+            .spawn_scoped(scope, work);
+        let mut done = work();
+        if let Ok(other) = other {
+            done.extend(other.join().unwrap_or_default());
+        }
+        done
+    });
+    // A job lost with a panicked thread is not done.
+    if done.len() != count {
+        bail!("a thread loading the eBPF programs failed");
+    }
+    Ok(done)
 }
 
 /// Detaches and unloads the socket-bytes programs (when the others could not be attached, or

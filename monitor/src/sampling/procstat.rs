@@ -1,5 +1,5 @@
 //! The one parser of `/proc/PID/stat`, for the sampler (every sweep, in place, allocation-free),
-//! the poller (the tree without eBPF) and the host's start-time reads.
+//! the poller (the tree without eBPF) and a process's start time (`proc_start_boot_ns`).
 //!
 //! comm (field 2) is whatever bytes the process chose, spaces and ')' included, so fields are
 //! counted after the LAST ')'. Field numbers are those of proc_pid_stat(5).
@@ -107,9 +107,41 @@ pub fn parse_u64(digits: &[u8]) -> Option<u64> {
     })
 }
 
+/// Start time of a process, ns since boot, from /proc/PID/stat (clock-tick resolution).
+pub fn proc_start_boot_ns(pid: u32) -> std::io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat_start_ticks(&stat)
+        .map(|ticks| ticks * 1_000_000_000 / crate::host::ticks_per_second())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("malformed /proc/{pid}/stat"),
+            )
+        })
+}
+
+/// Field 22 (starttime) of /proc/PID/stat; comm (field 2) may hold spaces and parentheses,
+/// so fields are counted after its last ')'.
+pub fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
+    parse(stat.as_bytes()).map(|s| s.start_ticks)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn stat_start_time_survives_odd_comm() {
+        let stat = "1234 (we ird) (x)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10";
+        assert_eq!(parse_stat_start_ticks(stat), Some(98765));
+        assert_eq!(parse_stat_start_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn own_start_time_is_in_the_past() {
+        let start = proc_start_boot_ns(std::process::id()).unwrap();
+        assert!(start > 0 && start <= crate::host::boottime_ns());
+    }
 
     /// Shaped like a real /proc/PID/stat; comm has a space and a ')' to check the parser finds
     /// the last one. utime 250, stime 75 ticks; 4 threads; starttime 206709; vsize 12345344

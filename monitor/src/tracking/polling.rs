@@ -91,7 +91,7 @@ impl Poller {
             montrace_pid: std::process::id(),
             // SAFETY: sysconf has no memory-safety preconditions.
             tick_ns: 1_000_000_000 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64),
-            page_size: crate::sampling::host::page_size(),
+            page_size: crate::host::page_size(),
             members: HashMap::new(),
         }
     }

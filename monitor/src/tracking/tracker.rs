@@ -209,7 +209,7 @@ impl Tracker {
             Some(seen)
                 if seen.seen_in_proc
                     && start_ns != 0
-                    && crate::sampling::host::same_start_ns(
+                    && crate::host::same_start_ns(
                         seen.record.start_time_ns as u64,
                         record.start_time_ns as u64,
                     ) =>

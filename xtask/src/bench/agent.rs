@@ -192,21 +192,42 @@ fn mib(bytes: f64) -> String {
 }
 
 pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
-    let p = &ctx.plan;
-    let sleeps = |n: usize| {
-        vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            format!(
-                "i=0; while [ $i -lt {n} ]; do sleep {d} & i=$((i+1)); done; wait",
-                d = p.sampler_s
-            ),
-        ]
-    };
-    let many = sleeps(p.sampler_procs);
-    let one = vec!["sleep".to_string(), p.sampler_s.to_string()];
-    let window = Some(p.window());
+    let (mut fixed, finishing, bare, mut traced) = fixed_and_storm_runs(ctx)?;
+    let mut sampling = sampling_runs(ctx)?;
+    {
+        let mut all: Vec<&mut AgentRun> = Vec::new();
+        for runs in traced.iter_mut() {
+            all.extend(runs.iter_mut());
+        }
+        all.extend(sampling.full.iter_mut());
+        all.extend(sampling.basic.iter_mut());
+        all.extend(sampling.base.iter_mut());
+        all.extend(fixed.iter_mut());
+        for cell in sampling.cells.iter_mut() {
+            all.extend(cell.runs.iter_mut());
+        }
+        count_rows(&mut all)?;
+    }
+    Ok(vec![
+        agent_section(ctx, &fixed, &traced, &sampling),
+        grid_section(ctx, &sampling),
+        throughput_section(ctx, &bare, &traced, &fixed),
+        startup_section(ctx, &fixed, &finishing),
+    ])
+}
 
+/// (empty runs, 2,000-process loops, each storm alone, each storm under montrace).
+type FixedRuns = (
+    Vec<AgentRun>,
+    Vec<AgentRun>,
+    Vec<Vec<BareRun>>,
+    Vec<Vec<AgentRun>>,
+);
+
+/// The empty runs, the 2,000-process loops (finish time) and the storms, alone and under
+/// montrace: `reps` of each, one of each in turn.
+fn fixed_and_storm_runs(ctx: &Ctx) -> Result<FixedRuns> {
+    let p = &ctx.plan;
     let mut fixed = Vec::new();
     let mut finishing = Vec::new();
     let loop_2000 = vec![
@@ -216,8 +237,6 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     ];
     let mut bare: Vec<Vec<BareRun>> = vec![Vec::new(), Vec::new()];
     let mut traced: Vec<Vec<AgentRun>> = vec![Vec::new(), Vec::new()];
-    let (mut full, mut basic, mut base) = (Vec::new(), Vec::new(), Vec::new());
-    let mut peer: Vec<PeerRun> = Vec::new();
     for rep in 0..p.reps {
         ctx.progress(&format!("agent: empty run and storms (run {})", rep + 1));
         fixed.push(agent_run(
@@ -244,6 +263,30 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             )?);
         }
     }
+    Ok((fixed, finishing, bare, traced))
+}
+
+/// `n` `sleep` processes started by a shell loop, for the sampling runs.
+fn sleeps(ctx: &Ctx, n: usize) -> Vec<String> {
+    vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!(
+            "i=0; while [ $i -lt {n} ]; do sleep {d} & i=$((i+1)); done; wait",
+            d = ctx.plan.sampler_s
+        ),
+    ]
+}
+
+/// The sampling runs: `sampler_procs` processes at 10 Hz (full and basic detail), one process,
+/// psrecord beside, and the grid of process counts and rates.
+fn sampling_runs(ctx: &Ctx) -> Result<Sampling> {
+    let p = &ctx.plan;
+    let many = sleeps(ctx, p.sampler_procs);
+    let one = vec!["sleep".to_string(), p.sampler_s.to_string()];
+    let window = Some(p.window());
+    let (mut full, mut basic, mut base) = (Vec::new(), Vec::new(), Vec::new());
+    let mut peer: Vec<PeerRun> = Vec::new();
     // The grid: every process count at 1 Hz and 10 Hz, and under psrecord. Its headline cell
     // (`sampler_procs` at 10 Hz, full detail) is the `full` runs, and psrecord at
     // `sampler_procs` is `peer`: `reps` runs each; the other cells `grid_reps`. One run of
@@ -318,7 +361,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
                         "--memory-detail",
                         "full",
                     ],
-                    &sleeps(cell.procs),
+                    &sleeps(ctx, cell.procs),
                     false,
                     window,
                 )?);
@@ -328,38 +371,18 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
                     "agent: grid, psrecord watching {n} processes (run {})",
                     rep + 1
                 ));
-                runs.push(psrecord_run(ctx, &sleeps(*n), window)?);
+                runs.push(psrecord_run(ctx, &sleeps(ctx, *n), window)?);
             }
         }
     }
-    {
-        let mut all: Vec<&mut AgentRun> = Vec::new();
-        for runs in traced.iter_mut() {
-            all.extend(runs.iter_mut());
-        }
-        all.extend(full.iter_mut());
-        all.extend(basic.iter_mut());
-        all.extend(base.iter_mut());
-        all.extend(fixed.iter_mut());
-        for cell in cells.iter_mut() {
-            all.extend(cell.runs.iter_mut());
-        }
-        count_rows(&mut all)?;
-    }
-    let sampling = Sampling {
+    Ok(Sampling {
         full,
         basic,
         base,
         peer,
         cells,
         peers,
-    };
-    Ok(vec![
-        agent_section(ctx, &fixed, &traced, &sampling),
-        grid_section(ctx, &sampling),
-        throughput_section(ctx, &bare, &traced, &fixed),
-        startup_section(ctx, &fixed, &finishing),
-    ])
+    })
 }
 
 fn med(runs: &[AgentRun], f: impl Fn(&AgentRun) -> f64) -> Option<f64> {
@@ -455,6 +478,65 @@ fn agent_section(
         ],
         ..Section::default()
     };
+    let na = || "n/a".to_string();
+    s.rows.push(agent_row(
+        "empty run (`/bin/true`)".into(),
+        fixed,
+        "1 process".into(),
+        "".into(),
+        false,
+    ));
+    storm_rows(&mut s, fixed, storms);
+    sampled_rows(ctx, &mut s, full, basic, base);
+    psrecord_rows(ctx, &mut s, peer);
+    let all: Vec<f64> = fixed
+        .iter()
+        .chain(storms.iter().flatten())
+        .chain(full)
+        .chain(basic)
+        .chain(base)
+        .chain(sampling.cells.iter().flat_map(|c| &c.runs))
+        .map(|r| r.cost.peak_rss_bytes)
+        .collect();
+    let peak = min_max(&all).map(|(_, hi)| hi);
+    s.figures.push(Figure::new(
+        "agent.peak_rss",
+        "agent peak RSS (largest of all runs, the grid's included)",
+        "bytes",
+        peak,
+        peak.map_or(na(), mib),
+    ));
+    s.notes.push(agent_note(
+        steady(base).map_or(na(), percent),
+        p.sampler_procs,
+    ));
+    let changed = full
+        .iter()
+        .chain(basic)
+        .chain(base)
+        .filter(|r| r.cost.threads_changed())
+        .count()
+        + peer.iter().filter(|r| r.cost.threads_changed()).count();
+    if changed > 0 {
+        s.notes.push(format!(
+            "In {changed} run(s) the monitor's thread count changed inside the steady-state \
+             window: a thread that ended there took its CPU out of the window's sum, so those \
+             runs' steady-state shares may be low (every run is in bench/results.json)."
+        ));
+    }
+    s.notes.push(EVENTS_NOTE.into());
+    s
+}
+
+/// A row of the agent's table: its CPU, wall time, shares of a core (the whole run's only
+/// `with_share`), work, cost per 1,000 and peak RSS.
+fn agent_row(
+    label: String,
+    runs: &[AgentRun],
+    work: String,
+    per: String,
+    with_share: bool,
+) -> Vec<String> {
     let cpu = |runs: &[AgentRun]| med(runs, |r| r.cost.cpu_s);
     let wall = |runs: &[AgentRun]| med(runs, |r| r.cost.wall_s);
     let share = |runs: &[AgentRun]| med(runs, |r| r.cost.whole_share());
@@ -462,33 +544,29 @@ fn agent_section(
     let na = || "n/a".to_string();
     // The empty run's share of a core says nothing (it is all start-up and finish); storms have
     // no steady state to measure.
-    let row = |label: String, runs: &[AgentRun], work: String, per: String, with_share: bool| {
-        vec![
-            label,
-            cpu(runs).map_or(na(), secs),
-            wall(runs).map_or(na(), secs),
-            steady(runs).map_or(String::new(), percent),
-            if with_share {
-                share(runs).map_or(na(), percent)
-            } else {
-                "".to_string()
-            },
-            work,
-            per,
-            rss(runs).map_or(na(), mib),
-        ]
-    };
-    s.rows.push(row(
-        "empty run (`/bin/true`)".into(),
-        fixed,
-        "1 process".into(),
-        "".into(),
-        false,
-    ));
+    vec![
+        label,
+        cpu(runs).map_or(na(), secs),
+        wall(runs).map_or(na(), secs),
+        steady(runs).map_or(String::new(), percent),
+        if with_share {
+            share(runs).map_or(na(), percent)
+        } else {
+            "".to_string()
+        },
+        work,
+        per,
+        rss(runs).map_or(na(), mib),
+    ]
+}
+
+/// The storms' rows and their CPU per 1,000 lifecycle events (over the empty run's).
+fn storm_rows(s: &mut Section, fixed: &[AgentRun], storms: &[Vec<AgentRun>]) {
+    let na = || "n/a".to_string();
     for (storm, runs) in STORMS.iter().zip(storms) {
         let (per, values) = per_thousand(runs, fixed, |r| r.rows.events);
         let events = med(runs, |r| r.rows.events).unwrap_or(0.0);
-        s.rows.push(row(
+        s.rows.push(agent_row(
             format!("storm: {}", storm.label()),
             runs,
             format!("{events:.0} events"),
@@ -506,10 +584,24 @@ fn agent_section(
             .runs(values),
         );
     }
+}
+
+/// The sampling runs' rows and figures (full and basic memory detail, over the one-process
+/// baseline), and the baseline's own.
+fn sampled_rows(
+    ctx: &Ctx,
+    s: &mut Section,
+    full: &[AgentRun],
+    basic: &[AgentRun],
+    base: &[AgentRun],
+) {
+    let p = &ctx.plan;
+    let na = || "n/a".to_string();
+    let share = |runs: &[AgentRun]| med(runs, |r| r.cost.whole_share());
     for (detail, runs) in [("full", full), ("basic", basic)] {
         let (per, values) = per_thousand(runs, base, |r| r.rows.procfs_samples);
         let samples = med(runs, |r| r.rows.procfs_samples).unwrap_or(0.0);
-        s.rows.push(row(
+        s.rows.push(agent_row(
             format!(
                 "{} processes sampled, `--memory-detail {detail}`",
                 p.sampler_procs
@@ -568,7 +660,7 @@ fn agent_section(
             .runs(runs.iter().map(|r| r.cost.whole_share()).collect()),
         );
     }
-    s.rows.push(row(
+    s.rows.push(agent_row(
         "1 process sampled (the baseline of the samples)".into(),
         base,
         format!(
@@ -591,6 +683,12 @@ fn agent_section(
             base.iter().filter_map(|r| r.cost.steady_share()),
         )),
     );
+}
+
+/// psrecord's row and its figures: the peer watching the same processes.
+fn psrecord_rows(ctx: &Ctx, s: &mut Section, peer: &[PeerRun]) {
+    let p = &ctx.plan;
+    let na = || "n/a".to_string();
     let peer_share = median(
         &peer
             .iter()
@@ -645,43 +743,6 @@ fn agent_section(
         )
         .runs(peer.iter().map(|r| r.cost.whole_share()).collect()),
     );
-    let all: Vec<f64> = fixed
-        .iter()
-        .chain(storms.iter().flatten())
-        .chain(full)
-        .chain(basic)
-        .chain(base)
-        .chain(sampling.cells.iter().flat_map(|c| &c.runs))
-        .map(|r| r.cost.peak_rss_bytes)
-        .collect();
-    let peak = min_max(&all).map(|(_, hi)| hi);
-    s.figures.push(Figure::new(
-        "agent.peak_rss",
-        "agent peak RSS (largest of all runs, the grid's included)",
-        "bytes",
-        peak,
-        peak.map_or(na(), mib),
-    ));
-    s.notes.push(agent_note(
-        base_steady.map_or(na(), percent),
-        p.sampler_procs,
-    ));
-    let changed = full
-        .iter()
-        .chain(basic)
-        .chain(base)
-        .filter(|r| r.cost.threads_changed())
-        .count()
-        + peer.iter().filter(|r| r.cost.threads_changed()).count();
-    if changed > 0 {
-        s.notes.push(format!(
-            "In {changed} run(s) the monitor's thread count changed inside the steady-state \
-             window: a thread that ended there took its CPU out of the window's sum, so those \
-             runs' steady-state shares may be low (every run is in bench/results.json)."
-        ));
-    }
-    s.notes.push(EVENTS_NOTE.into());
-    s
 }
 
 fn agent_note(base_steady: String, procs: usize) -> String {
@@ -725,9 +786,6 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
         peers,
         ..
     } = sampling;
-    let na = || "n/a".to_string();
-    let range =
-        |v: &[f64]| min_max(v).map_or(na(), |(lo, hi)| format!("{}–{}", percent(lo), percent(hi)));
     let mut s = Section {
         id: "agent_grid",
         title: "4. Agent cost: share of a core by processes and rate, next to psrecord".into(),
@@ -769,48 +827,7 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
                     None => continue,
                 }
             };
-            let steady_values: Vec<f64> =
-                runs.iter().filter_map(|r| r.cost.steady_share()).collect();
-            let st = median(&steady_values);
-            let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
-            let whole = median(&whole_values);
-            s.rows.push(vec![
-                format!("{procs}"),
-                format!("montrace, {}", rate.label()),
-                st.map_or(na(), percent),
-                range(&steady_values),
-                whole.map_or(na(), percent),
-                med(runs, |r| r.cost.wall_s).map_or(na(), secs),
-                med(runs, |r| r.rows.procfs_samples)
-                    .map_or(na(), |v| format!("{v:.0} process-samples")),
-                med(runs, |r| r.cost.peak_rss_bytes).map_or(na(), mib),
-                runs.len().to_string(),
-            ]);
-            let key = format!("agent.grid.{procs}.{}", rate.key());
-            let what = format!(
-                "{procs} processes at {}, `--memory-detail full`",
-                rate.label()
-            );
-            s.figures.push(
-                Figure::new(
-                    &format!("{key}.steady"),
-                    &format!("agent CPU in steady state, {what}"),
-                    "share of one core",
-                    st,
-                    st.map_or(na(), percent),
-                )
-                .runs(steady_values),
-            );
-            s.figures.push(
-                Figure::new(
-                    &format!("{key}.whole"),
-                    &format!("agent CPU over the whole run, {what}"),
-                    "share of one core",
-                    whole,
-                    whole.map_or(na(), percent),
-                )
-                .runs(whole_values),
-            );
+            grid_cell_rows(&mut s, procs, rate, runs);
         }
         let runs: &[PeerRun] = if procs == p.sampler_procs {
             peer
@@ -820,53 +837,7 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
                 None => continue,
             }
         };
-        let steady_values: Vec<f64> = runs.iter().filter_map(|r| r.cost.steady_share()).collect();
-        let st = median(&steady_values);
-        let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
-        let whole = median(&whole_values);
-        let wall = median(&runs.iter().map(|r| r.cost.wall_s).collect::<Vec<_>>());
-        let samples = median(&runs.iter().map(|r| r.samples).collect::<Vec<_>>());
-        s.rows.push(vec![
-            format!("{procs}"),
-            "psrecord, 0.1 s".into(),
-            st.map_or(na(), percent),
-            range(&steady_values),
-            whole.map_or(na(), percent),
-            wall.map_or(na(), secs),
-            match (samples, wall) {
-                (Some(n), Some(w)) => format!("{n:.0} tree samples ({} a second)", sig(n / w, 2)),
-                _ => na(),
-            },
-            median(
-                &runs
-                    .iter()
-                    .map(|r| r.cost.peak_rss_bytes)
-                    .collect::<Vec<_>>(),
-            )
-            .map_or(na(), mib),
-            runs.len().to_string(),
-        ]);
-        let key = format!("agent.grid.{procs}.psrecord");
-        s.figures.push(
-            Figure::new(
-                &format!("{key}.steady"),
-                &format!("psrecord's own CPU in steady state, {procs} processes at 0.1 s"),
-                "share of one core",
-                st,
-                st.map_or(na(), percent),
-            )
-            .runs(steady_values),
-        );
-        s.figures.push(
-            Figure::new(
-                &format!("{key}.whole"),
-                &format!("psrecord's own CPU over the whole run, {procs} processes at 0.1 s"),
-                "share of one core",
-                whole,
-                whole.map_or(na(), percent),
-            )
-            .runs(whole_values),
-        );
+        grid_peer_rows(&mut s, procs, runs);
     }
     let changed = cells
         .iter()
@@ -887,6 +858,110 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
         ));
     }
     s
+}
+
+/// The lowest and highest of some shares of a core.
+fn share_range(v: &[f64]) -> String {
+    min_max(v).map_or("n/a".to_string(), |(lo, hi)| {
+        format!("{}–{}", percent(lo), percent(hi))
+    })
+}
+
+/// A montrace cell of the grid (`procs` processes at `rate`): its row and figures.
+fn grid_cell_rows(s: &mut Section, procs: usize, rate: Rate, runs: &[AgentRun]) {
+    let na = || "n/a".to_string();
+    let steady_values: Vec<f64> = runs.iter().filter_map(|r| r.cost.steady_share()).collect();
+    let st = median(&steady_values);
+    let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
+    let whole = median(&whole_values);
+    s.rows.push(vec![
+        format!("{procs}"),
+        format!("montrace, {}", rate.label()),
+        st.map_or(na(), percent),
+        share_range(&steady_values),
+        whole.map_or(na(), percent),
+        med(runs, |r| r.cost.wall_s).map_or(na(), secs),
+        med(runs, |r| r.rows.procfs_samples).map_or(na(), |v| format!("{v:.0} process-samples")),
+        med(runs, |r| r.cost.peak_rss_bytes).map_or(na(), mib),
+        runs.len().to_string(),
+    ]);
+    let key = format!("agent.grid.{procs}.{}", rate.key());
+    let what = format!(
+        "{procs} processes at {}, `--memory-detail full`",
+        rate.label()
+    );
+    s.figures.push(
+        Figure::new(
+            &format!("{key}.steady"),
+            &format!("agent CPU in steady state, {what}"),
+            "share of one core",
+            st,
+            st.map_or(na(), percent),
+        )
+        .runs(steady_values),
+    );
+    s.figures.push(
+        Figure::new(
+            &format!("{key}.whole"),
+            &format!("agent CPU over the whole run, {what}"),
+            "share of one core",
+            whole,
+            whole.map_or(na(), percent),
+        )
+        .runs(whole_values),
+    );
+}
+
+/// psrecord's row and figures next to `procs` processes.
+fn grid_peer_rows(s: &mut Section, procs: usize, runs: &[PeerRun]) {
+    let na = || "n/a".to_string();
+    let steady_values: Vec<f64> = runs.iter().filter_map(|r| r.cost.steady_share()).collect();
+    let st = median(&steady_values);
+    let whole_values: Vec<f64> = runs.iter().map(|r| r.cost.whole_share()).collect();
+    let whole = median(&whole_values);
+    let wall = median(&runs.iter().map(|r| r.cost.wall_s).collect::<Vec<_>>());
+    let samples = median(&runs.iter().map(|r| r.samples).collect::<Vec<_>>());
+    s.rows.push(vec![
+        format!("{procs}"),
+        "psrecord, 0.1 s".into(),
+        st.map_or(na(), percent),
+        share_range(&steady_values),
+        whole.map_or(na(), percent),
+        wall.map_or(na(), secs),
+        match (samples, wall) {
+            (Some(n), Some(w)) => format!("{n:.0} tree samples ({} a second)", sig(n / w, 2)),
+            _ => na(),
+        },
+        median(
+            &runs
+                .iter()
+                .map(|r| r.cost.peak_rss_bytes)
+                .collect::<Vec<_>>(),
+        )
+        .map_or(na(), mib),
+        runs.len().to_string(),
+    ]);
+    let key = format!("agent.grid.{procs}.psrecord");
+    s.figures.push(
+        Figure::new(
+            &format!("{key}.steady"),
+            &format!("psrecord's own CPU in steady state, {procs} processes at 0.1 s"),
+            "share of one core",
+            st,
+            st.map_or(na(), percent),
+        )
+        .runs(steady_values),
+    );
+    s.figures.push(
+        Figure::new(
+            &format!("{key}.whole"),
+            &format!("psrecord's own CPU over the whole run, {procs} processes at 0.1 s"),
+            "share of one core",
+            whole,
+            whole.map_or(na(), percent),
+        )
+        .runs(whole_values),
+    );
 }
 
 fn throughput_section(
@@ -942,41 +1017,7 @@ fn throughput_section(
             rows_per_cpu.extend(ratio(r.rows.total(), r.cost.cpu_s));
             rows_per_wall.extend(ratio(r.rows.total(), r.cost.wall_s));
         }
-        let best_made = min_max(&made).map(|(_, hi)| hi);
-        let best_recorded = min_max(&recorded).map(|(_, hi)| hi);
-        s.rows.push(vec![
-            storm.label().into(),
-            best_made.map_or("n/a".into(), |v| format!("{v:.0}")),
-            best_recorded.map_or("n/a".into(), |v| format!("{v:.0}")),
-            format!("{lost:.0}"),
-            match (best_recorded, best_made) {
-                (Some(r), Some(m)) => ratio(r, m).map_or("n/a".into(), times),
-                _ => "n/a".into(),
-            },
-        ]);
-        s.figures.push(
-            Figure::new(
-                &format!("throughput.{}.events_per_s", storm.arg()),
-                &format!("events/s recorded, {} storm (best run)", storm.label()),
-                "events/s",
-                best_recorded,
-                best_recorded.map_or("n/a".into(), |v| format!("{v:.0}")),
-            )
-            .runs(recorded),
-        );
-        s.figures.push(
-            Figure::new(
-                &format!("throughput.{}.bare_events_per_s", storm.arg()),
-                &format!(
-                    "events/s the {} storm makes alone (best run)",
-                    storm.label()
-                ),
-                "events/s",
-                best_made,
-                best_made.map_or("n/a".into(), |v| format!("{v:.0}")),
-            )
-            .runs(made),
-        );
+        throughput_rows(&mut s, storm, made, recorded, lost);
     }
     let met = best_zero_loss.is_some_and(|v| v >= 50_000.0);
     s.figures.push(
@@ -1038,22 +1079,78 @@ fn throughput_section(
         ));
     }
     if !met {
-        s.notes.push(format!(
-            "**Why the target is missed.** It needs 50,000 events/s; the fastest storm on both \
-             cores of this machine makes {} events/s alone (see the table): this machine cannot \
-             create processes fast enough to reach the target, with or without montrace. What the \
-             numbers do show: whether an event was lost at the highest rate this machine makes, \
-             and montrace's CPU cost per event (section 4), which bounds how many events a core \
-             can consume.",
-            s.figures
-                .iter()
-                .filter(|f| f.key.ends_with("bare_events_per_s"))
-                .filter_map(|f| f.value)
-                .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
-                .map_or("n/a".into(), |v| format!("{v:.0}"))
-        ));
+        s.notes.push(missed_note(&s));
     }
     s
+}
+
+/// A storm's row and figures: the best rate it made alone and the best recorded under montrace.
+fn throughput_rows(s: &mut Section, storm: &Storm, made: Vec<f64>, recorded: Vec<f64>, lost: f64) {
+    let best_made = min_max(&made).map(|(_, hi)| hi);
+    let best_recorded = min_max(&recorded).map(|(_, hi)| hi);
+    s.rows.push(vec![
+        storm.label().into(),
+        best_made.map_or("n/a".into(), |v| format!("{v:.0}")),
+        best_recorded.map_or("n/a".into(), |v| format!("{v:.0}")),
+        format!("{lost:.0}"),
+        match (best_recorded, best_made) {
+            (Some(r), Some(m)) => ratio(r, m).map_or("n/a".into(), times),
+            _ => "n/a".into(),
+        },
+    ]);
+    s.figures.push(
+        Figure::new(
+            &format!("throughput.{}.events_per_s", storm.arg()),
+            &format!("events/s recorded, {} storm (best run)", storm.label()),
+            "events/s",
+            best_recorded,
+            best_recorded.map_or("n/a".into(), |v| format!("{v:.0}")),
+        )
+        .runs(recorded),
+    );
+    s.figures.push(
+        Figure::new(
+            &format!("throughput.{}.bare_events_per_s", storm.arg()),
+            &format!(
+                "events/s the {} storm makes alone (best run)",
+                storm.label()
+            ),
+            "events/s",
+            best_made,
+            best_made.map_or("n/a".into(), |v| format!("{v:.0}")),
+        )
+        .runs(made),
+    );
+}
+
+/// Why the throughput target is missed: the fastest storm alone is slower than the target.
+fn missed_note(s: &Section) -> String {
+    format!(
+        "**Why the target is missed.** It needs 50,000 events/s; the fastest storm on both \
+         cores of this machine makes {} events/s alone (see the table): this machine cannot \
+         create processes fast enough to reach the target, with or without montrace. What the \
+         numbers do show: whether an event was lost at the highest rate this machine makes, \
+         and montrace's CPU cost per event (section 4), which bounds how many events a core \
+         can consume.",
+        s.figures
+            .iter()
+            .filter(|f| f.key.ends_with("bare_events_per_s"))
+            .filter_map(|f| f.value)
+            .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
+            .map_or("n/a".into(), |v| format!("{v:.0}"))
+    )
+}
+
+/// What montrace's wall time adds after the command's own (nscount's), in ms: finishing, from
+/// the tree's end to montrace's exit (tables, run.json, summary, report), less the start-up.
+fn finish_ms(finishing: &[AgentRun]) -> Vec<f64> {
+    finishing
+        .iter()
+        .filter_map(|r| {
+            let startup = opt_num(&r.run_json, "/startup_ms")?;
+            Some(r.cost.wall_s * 1e3 - r.command_wall_s? * 1e3 - startup)
+        })
+        .collect()
 }
 
 fn startup_section(ctx: &Ctx, fixed: &[AgentRun], finishing: &[AgentRun]) -> Section {
@@ -1066,15 +1163,7 @@ fn startup_section(ctx: &Ctx, fixed: &[AgentRun], finishing: &[AgentRun]) -> Sec
         .filter_map(|r| num(&r.run_json, "/ebpf_load_ms").ok())
         .collect();
     let e2e: Vec<f64> = fixed.iter().map(|r| r.cost.wall_s * 1e3).collect();
-    // What montrace's wall time adds after the command's own (nscount's): finishing, from the
-    // tree's end to montrace's exit (tables, run.json, summary, report), less the start-up.
-    let finish: Vec<f64> = finishing
-        .iter()
-        .filter_map(|r| {
-            let startup = opt_num(&r.run_json, "/startup_ms")?;
-            Some(r.cost.wall_s * 1e3 - r.command_wall_s? * 1e3 - startup)
-        })
-        .collect();
+    let finish = finish_ms(finishing);
     let m = median(&startup);
     let met = m.is_some_and(|v| v <= 30.0);
     let finish_met = median(&finish).is_some_and(|v| v <= 30.0);

@@ -91,8 +91,9 @@ fn compare_once(ctx: &Ctx, e: &Experiment, i: usize) -> Result<(i32, Vec<String>
     Ok((code, regressed))
 }
 
-pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
-    let n = if ctx.plan.quick { 10 } else { 20 };
+/// The gate's experiments: A/A on a build and on CPU burners, A/B with 10% more CPU and with
+/// 20% more peak memory.
+fn experiments(ctx: &Ctx) -> [Experiment; 4] {
     let burn = ctx.tools.helper("burn");
     let mem = ctx.tools.helper("mem");
     let build = ctx.tools.make_build().join(" ");
@@ -101,7 +102,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     // other core, so CPU grows by 10% and wall time stays.
     let pair = |extra: u32| format!("{burn} {extra} & {burn} 200; wait");
     let hold = |mib: u32| format!("{mem} {mib} 0 200 0 /dev/null");
-    let experiments = [
+    [
         Experiment {
             key: "aa_build",
             label: "A/A: a small C build (`make clean` before each run)",
@@ -134,7 +135,12 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
             prepare: None,
             expect_regression: Some("peak_rss_bytes"),
         },
-    ];
+    ]
+}
+
+pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
+    let n = if ctx.plan.quick { 10 } else { 20 };
+    let experiments = experiments(ctx);
     let mut rows = Vec::new();
     let mut figures = Vec::new();
     let mut aa_fails = 0;

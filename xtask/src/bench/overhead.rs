@@ -115,111 +115,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     };
     let mut cpu_notes = Vec::new();
     for (w, r) in workloads.iter().zip(&results) {
-        let ratios = pair_ratios(&r.traced, &r.bare);
-        let ratio = median(&ratios);
-        let best = match (min_max(&r.traced), min_max(&r.bare)) {
-            (Some((with, _)), Some((without, _))) => ratio_of(with, without),
-            _ => None,
-        };
-        let e2e = median(&pair_ratios(&r.traced_e2e, &r.bare_e2e));
-        let cpu_ratios = pair_ratios(&r.traced_cpu, &r.bare_cpu);
-        let cpu = median(&cpu_ratios);
-        let met = ratio.is_some_and(|v| v <= w.target);
-        let spread = min_max(&ratios).map_or("n/a".into(), |(lo, hi)| {
-            format!("{}–{}", times(lo), times(hi))
-        });
-        s.rows.push(vec![
-            w.label.clone(),
-            median(&r.bare).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
-            median(&r.traced).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
-            ratio.map_or("n/a".into(), times),
-            spread,
-            best.map_or("n/a".into(), times),
-            e2e.map_or("n/a".into(), times),
-            cpu.map_or("n/a".into(), times),
-            format!("≤ {}×", w.target),
-            met_word(met).into(),
-        ]);
-        // Pairs that disagree by more than 10 % say more about the machine than about montrace.
-        let noisy = min_max(&ratios).is_some_and(|(lo, hi)| hi - lo > 0.10);
-        let display = match (ratio, min_max(&ratios)) {
-            (Some(v), Some((lo, hi))) if noisy => {
-                format!("{} (noisy: pairs {}–{})", times(v), times(lo), times(hi))
-            }
-            (Some(v), _) => times(v),
-            _ => "n/a".into(),
-        };
-        s.figures.push(
-            Figure::new(
-                &format!("overhead.{}", w.key),
-                &format!("overhead, {}", w.label),
-                "ratio",
-                ratio,
-                display,
-            )
-            .runs(ratios)
-            .target(&format!("≤ {}×", w.target), met),
-        );
-        let end_to_end = Figure::new(
-            &format!("overhead.{}.end_to_end", w.key),
-            &format!("overhead end to end, {}", w.label),
-            "ratio",
-            e2e,
-            e2e.map_or("n/a".into(), times),
-        )
-        .runs(pair_ratios(&r.traced_e2e, &r.bare_e2e));
-        // The performance issue's target for the whole `montrace run` of a build: start-up and
-        // finish included.
-        s.figures.push(match w.end_to_end_target {
-            Some(target) => {
-                end_to_end.target(&format!("≤ {target}×"), e2e.is_some_and(|v| v <= target))
-            }
-            None => end_to_end,
-        });
-        s.figures.push(
-            Figure::new(
-                &format!("overhead.{}.cpu", w.key),
-                &format!("CPU with ÷ without montrace, {}", w.label),
-                "ratio",
-                cpu,
-                cpu.map_or("n/a".into(), times),
-            )
-            .runs(cpu_ratios),
-        );
-        s.figures.push(Figure::new(
-            &format!("overhead.{}.best_of_each", w.key),
-            &format!("fastest run with ÷ fastest without, {}", w.label),
-            "ratio",
-            best,
-            best.map_or("n/a".into(), times),
-        ));
-        let tree_growth = median(&pair_ratios(&r.traced_tree_cpu, &r.bare_cpu));
-        let agent_share = median(&pair_ratios(&r.agent_cpu, &r.bare_cpu));
-        s.figures.push(Figure::new(
-            &format!("overhead.{}.tree_cpu", w.key),
-            &format!("the tree's own CPU with ÷ without montrace, {}", w.label),
-            "ratio",
-            tree_growth,
-            tree_growth.map_or("n/a".into(), times),
-        ));
-        s.figures.push(Figure::new(
-            &format!("overhead.{}.agent_cpu_share", w.key),
-            &format!("montrace's CPU ÷ the tree's CPU without it, {}", w.label),
-            "share",
-            agent_share,
-            agent_share.map_or("n/a".into(), percent),
-        ));
-        cpu_notes.push(format!(
-            "{}: montrace's own CPU came to {} of the workload's, and the workload's own CPU \
-             was {} of what it was without montrace",
-            w.label,
-            agent_share.map_or("n/a".into(), percent),
-            tree_growth.map_or("n/a".into(), times),
-        ));
-        if r.lost > 0.0 {
-            s.notes
-                .push(format!("{}: {} events were lost.", w.label, r.lost));
-        }
+        cpu_notes.push(workload_rows(&mut s, w, r));
     }
     if s.figures
         .iter()
@@ -232,6 +128,115 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     }
     let ebpf = ebpf_cost(ctx)?;
     Ok(vec![s, ebpf])
+}
+
+/// A workload's row and figures; its note on where the CPU went, for when a target is missed.
+fn workload_rows(s: &mut Section, w: &Timed, r: &Pairs) -> String {
+    let ratios = pair_ratios(&r.traced, &r.bare);
+    let ratio = median(&ratios);
+    let best = match (min_max(&r.traced), min_max(&r.bare)) {
+        (Some((with, _)), Some((without, _))) => ratio_of(with, without),
+        _ => None,
+    };
+    let e2e = median(&pair_ratios(&r.traced_e2e, &r.bare_e2e));
+    let cpu_ratios = pair_ratios(&r.traced_cpu, &r.bare_cpu);
+    let cpu = median(&cpu_ratios);
+    let met = ratio.is_some_and(|v| v <= w.target);
+    let spread = min_max(&ratios).map_or("n/a".into(), |(lo, hi)| {
+        format!("{}–{}", times(lo), times(hi))
+    });
+    s.rows.push(vec![
+        w.label.clone(),
+        median(&r.bare).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
+        median(&r.traced).map_or("n/a".into(), |v| format!("{} s", sig(v, 3))),
+        ratio.map_or("n/a".into(), times),
+        spread,
+        best.map_or("n/a".into(), times),
+        e2e.map_or("n/a".into(), times),
+        cpu.map_or("n/a".into(), times),
+        format!("≤ {}×", w.target),
+        met_word(met).into(),
+    ]);
+    // Pairs that disagree by more than 10 % say more about the machine than about montrace.
+    let noisy = min_max(&ratios).is_some_and(|(lo, hi)| hi - lo > 0.10);
+    let display = match (ratio, min_max(&ratios)) {
+        (Some(v), Some((lo, hi))) if noisy => {
+            format!("{} (noisy: pairs {}–{})", times(v), times(lo), times(hi))
+        }
+        (Some(v), _) => times(v),
+        _ => "n/a".into(),
+    };
+    s.figures.push(
+        Figure::new(
+            &format!("overhead.{}", w.key),
+            &format!("overhead, {}", w.label),
+            "ratio",
+            ratio,
+            display,
+        )
+        .runs(ratios)
+        .target(&format!("≤ {}×", w.target), met),
+    );
+    let end_to_end = Figure::new(
+        &format!("overhead.{}.end_to_end", w.key),
+        &format!("overhead end to end, {}", w.label),
+        "ratio",
+        e2e,
+        e2e.map_or("n/a".into(), times),
+    )
+    .runs(pair_ratios(&r.traced_e2e, &r.bare_e2e));
+    // The performance issue's target for the whole `montrace run` of a build: start-up and
+    // finish included.
+    s.figures.push(match w.end_to_end_target {
+        Some(target) => {
+            end_to_end.target(&format!("≤ {target}×"), e2e.is_some_and(|v| v <= target))
+        }
+        None => end_to_end,
+    });
+    s.figures.push(
+        Figure::new(
+            &format!("overhead.{}.cpu", w.key),
+            &format!("CPU with ÷ without montrace, {}", w.label),
+            "ratio",
+            cpu,
+            cpu.map_or("n/a".into(), times),
+        )
+        .runs(cpu_ratios),
+    );
+    s.figures.push(Figure::new(
+        &format!("overhead.{}.best_of_each", w.key),
+        &format!("fastest run with ÷ fastest without, {}", w.label),
+        "ratio",
+        best,
+        best.map_or("n/a".into(), times),
+    ));
+    let tree_growth = median(&pair_ratios(&r.traced_tree_cpu, &r.bare_cpu));
+    let agent_share = median(&pair_ratios(&r.agent_cpu, &r.bare_cpu));
+    s.figures.push(Figure::new(
+        &format!("overhead.{}.tree_cpu", w.key),
+        &format!("the tree's own CPU with ÷ without montrace, {}", w.label),
+        "ratio",
+        tree_growth,
+        tree_growth.map_or("n/a".into(), times),
+    ));
+    s.figures.push(Figure::new(
+        &format!("overhead.{}.agent_cpu_share", w.key),
+        &format!("montrace's CPU ÷ the tree's CPU without it, {}", w.label),
+        "share",
+        agent_share,
+        agent_share.map_or("n/a".into(), percent),
+    ));
+    if r.lost > 0.0 {
+        s.notes
+            .push(format!("{}: {} events were lost.", w.label, r.lost));
+    }
+    format!(
+        "{}: montrace's own CPU came to {} of the workload's, and the workload's own CPU \
+         was {} of what it was without montrace",
+        w.label,
+        agent_share.map_or("n/a".into(), percent),
+        tree_growth.map_or("n/a".into(), times),
+    )
 }
 
 const OVERHEAD_NOTE: &str = "**Where the overhead comes from.** montrace needs CPU of its own \
@@ -370,6 +375,81 @@ fn ensure_bpftool(ctx: &Ctx) -> Result<()> {
     .context("apt-get install bpftool failed")
 }
 
+/// A thread that reads the statistics of montrace's programs loaded after `newest_before` into
+/// `seen` every 100 ms, until `stop`.
+fn watch_new_programs(
+    newest_before: u64,
+    seen: Arc<Mutex<ProgStats>>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            for prog in bpftool_programs().unwrap_or_default() {
+                let (Some(id), Some(name)) = (prog["id"].as_u64(), prog["name"].as_str()) else {
+                    continue;
+                };
+                if id <= newest_before || !PROGRAMS.contains(&name) {
+                    continue;
+                }
+                let cnt = prog["run_cnt"].as_f64().unwrap_or(0.0);
+                let ns = prog["run_time_ns"].as_f64().unwrap_or(0.0);
+                seen.lock().unwrap().insert(id, (name.to_string(), cnt, ns));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
+
+/// The (runs, ns) of the first program of each name in `seen` (by id, the first loaded).
+fn first_of_each_name(seen: &ProgStats) -> BTreeMap<String, (f64, f64)> {
+    let mut by_name: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (name, cnt, ns) in seen.values() {
+        by_name.entry(name.clone()).or_insert((*cnt, *ns));
+    }
+    by_name
+}
+
+/// Time per run of a program that ran `cnt` times for `ns` in all.
+fn per_run(cnt: f64, ns: f64) -> Option<f64> {
+    (cnt > 0.0).then(|| ns / cnt)
+}
+
+fn show_ns(v: Option<f64>) -> String {
+    v.map_or("n/a".to_string(), |v| format!("{} ns", sig(v, 3)))
+}
+
+/// A row and a figure per program; the (runs, ns) of all of them and of the lifecycle ones
+/// (fork, exec, exit).
+fn program_rows(
+    s: &mut Section,
+    by_name: &BTreeMap<String, (f64, f64)>,
+) -> ((f64, f64), (f64, f64)) {
+    let (mut all_cnt, mut all_ns) = (0.0, 0.0);
+    let (mut lifecycle_cnt, mut lifecycle_ns) = (0.0, 0.0);
+    for (name, &(cnt, ns)) in by_name {
+        all_cnt += cnt;
+        all_ns += ns;
+        if ["fork", "exec", "exit"].iter().any(|l| name.starts_with(l)) {
+            lifecycle_cnt += cnt;
+            lifecycle_ns += ns;
+        }
+        s.rows.push(vec![
+            format!("`{name}`"),
+            format!("{cnt:.0}"),
+            format!("{} ms", sig(ns / 1e6, 3)),
+            show_ns(per_run(cnt, ns)),
+        ]);
+        s.figures.push(Figure::new(
+            &format!("ebpf.{name}.ns_per_run"),
+            &format!("eBPF {name}: time per run"),
+            "ns",
+            per_run(cnt, ns),
+            show_ns(per_run(cnt, ns)),
+        ));
+    }
+    ((all_cnt, all_ns), (lifecycle_cnt, lifecycle_ns))
+}
+
 fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
     let t = &ctx.tools;
     let p = &ctx.plan;
@@ -386,27 +466,7 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
     // run goes; the last reading before montrace unloads them holds (nearly) all of the storm.
     let seen: Arc<Mutex<ProgStats>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let poller = {
-        let seen = Arc::clone(&seen);
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                for prog in bpftool_programs().unwrap_or_default() {
-                    let (Some(id), Some(name)) = (prog["id"].as_u64(), prog["name"].as_str())
-                    else {
-                        continue;
-                    };
-                    if id <= newest_before || !PROGRAMS.contains(&name) {
-                        continue;
-                    }
-                    let cnt = prog["run_cnt"].as_f64().unwrap_or(0.0);
-                    let ns = prog["run_time_ns"].as_f64().unwrap_or(0.0);
-                    seen.lock().unwrap().insert(id, (name.to_string(), cnt, ns));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
+    let poller = watch_new_programs(newest_before, Arc::clone(&seen), Arc::clone(&stop));
     let out = t.fresh("mt-ebpf");
     let storm = format!(
         "{} {} 2 0 exec {}; sleep 0.5",
@@ -423,10 +483,7 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
 
     // The first programs of each name loaded after the start are this run's (another montrace
     // started at the same moment could add more; they would come later).
-    let mut by_name: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for (name, cnt, ns) in seen.lock().unwrap().values() {
-        by_name.entry(name.clone()).or_insert((*cnt, *ns));
-    }
+    let by_name = first_of_each_name(&seen.lock().unwrap());
     let mut s = Section {
         id: "ebpf",
         title: "3. Overhead: the eBPF programs in the kernel".into(),
@@ -450,31 +507,7 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
         ],
         ..Section::default()
     };
-    let per_run = |cnt: f64, ns: f64| (cnt > 0.0).then(|| ns / cnt);
-    let show_ns = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{} ns", sig(v, 3)));
-    let (mut all_cnt, mut all_ns) = (0.0, 0.0);
-    let (mut lifecycle_cnt, mut lifecycle_ns) = (0.0, 0.0);
-    for (name, &(cnt, ns)) in &by_name {
-        all_cnt += cnt;
-        all_ns += ns;
-        if ["fork", "exec", "exit"].iter().any(|l| name.starts_with(l)) {
-            lifecycle_cnt += cnt;
-            lifecycle_ns += ns;
-        }
-        s.rows.push(vec![
-            format!("`{name}`"),
-            format!("{cnt:.0}"),
-            format!("{} ms", sig(ns / 1e6, 3)),
-            show_ns(per_run(cnt, ns)),
-        ]);
-        s.figures.push(Figure::new(
-            &format!("ebpf.{name}.ns_per_run"),
-            &format!("eBPF {name}: time per run"),
-            "ns",
-            per_run(cnt, ns),
-            show_ns(per_run(cnt, ns)),
-        ));
-    }
+    let ((all_cnt, all_ns), (lifecycle_cnt, lifecycle_ns)) = program_rows(&mut s, &by_name);
     s.rows.push(vec![
         "all".into(),
         format!("{all_cnt:.0}"),

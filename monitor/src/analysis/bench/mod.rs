@@ -365,34 +365,7 @@ impl Bench<'_> {
                     .map_err(|e| e.to_string()))
             })
             .unwrap_or_else(|e| Err(e.to_string()));
-        let rep_status = summary
-            .as_ref()
-            .ok()
-            .map(|s| s.repetitions.first().map(|r| r.exit_status));
-        let failure = match (code, rep_status) {
-            (0, Some(Some(0))) => None,
-            // No repetition: the --prepare hook failed before the command.
-            (_, Some(None)) => Some((
-                EXIT_BENCH_HOOK_FAILED,
-                format!("its --prepare hook failed (exit {code})"),
-            )),
-            (_, Some(Some(status))) if status != 0 => Some((
-                EXIT_BENCH_COMMAND_FAILED,
-                format!("the {} command failed (exit {status})", arm.name()),
-            )),
-            // The command succeeded, montrace run did not: the --cleanup hook failed.
-            (_, Some(Some(_))) => Some((
-                EXIT_BENCH_HOOK_FAILED,
-                format!("its --cleanup hook failed (exit {code})"),
-            )),
-            (_, None) => Some((
-                EXIT_MONTRACE_FAILED,
-                format!(
-                    "montrace run failed (exit {code}), no summary: {}",
-                    summary.as_ref().err().map_or("", String::as_str)
-                ),
-            )),
-        };
+        let failure = failure_of(arm, code, &summary);
         if let Some((exit, why)) = failure {
             crate::say!(
                 "montrace bench: {}: {why}: no further runs, no verdict",
@@ -452,6 +425,44 @@ impl Bench<'_> {
             path.display(),
             tail.join("\n")
         );
+    }
+}
+
+/// Why a run ends the series, with the exit status it ends with: from montrace run's exit `code`
+/// and the summary it left (its first repetition's exit status; none when the hook before it
+/// failed). None when the run counts.
+fn failure_of(
+    arm: Arm,
+    code: i32,
+    summary: &Result<summary_json::Summary, String>,
+) -> Option<(i32, String)> {
+    let rep_status = summary
+        .as_ref()
+        .ok()
+        .map(|s| s.repetitions.first().map(|r| r.exit_status));
+    match (code, rep_status) {
+        (0, Some(Some(0))) => None,
+        // No repetition: the --prepare hook failed before the command.
+        (_, Some(None)) => Some((
+            EXIT_BENCH_HOOK_FAILED,
+            format!("its --prepare hook failed (exit {code})"),
+        )),
+        (_, Some(Some(status))) if status != 0 => Some((
+            EXIT_BENCH_COMMAND_FAILED,
+            format!("the {} command failed (exit {status})", arm.name()),
+        )),
+        // The command succeeded, montrace run did not: the --cleanup hook failed.
+        (_, Some(Some(_))) => Some((
+            EXIT_BENCH_HOOK_FAILED,
+            format!("its --cleanup hook failed (exit {code})"),
+        )),
+        (_, None) => Some((
+            EXIT_MONTRACE_FAILED,
+            format!(
+                "montrace run failed (exit {code}), no summary: {}",
+                summary.as_ref().err().map_or("", String::as_str)
+            ),
+        )),
     }
 }
 

@@ -576,41 +576,6 @@ pub fn build_report(
             }
         }
     }
-    let info = |side: &Side| {
-        let git = side
-            .runs
-            .first()
-            .and_then(|(_, s)| s.context.as_ref())
-            .and_then(|c| c.git.as_ref());
-        SideInfo {
-            source: side.source.display().to_string(),
-            command: side
-                .runs
-                .first()
-                .map(|(_, s)| s.command.clone())
-                .unwrap_or_default(),
-            runs: side.runs.len(),
-            samples: side.samples(),
-            directory: None,
-            commit: git.and_then(|g| g.commit.clone()),
-            dirty: git.and_then(|g| g.dirty),
-            dataset_runs: if side.from_dataset {
-                side.runs
-                    .iter()
-                    .flat_map(|(_, s)| {
-                        let git = s.context.as_ref().and_then(|c| c.git.as_ref());
-                        s.repetitions.iter().map(move |r| DatasetRun {
-                            run_id: r.run_id.clone(),
-                            commit: git.and_then(|g| g.commit.clone()),
-                            branch: git.and_then(|g| g.branch.clone()),
-                        })
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        }
-    };
     let mut commands: Vec<&str> = Vec::new();
     for (_, summary) in baseline.runs.iter().chain(&candidate.runs) {
         if !commands.contains(&summary.command.as_str()) {
@@ -635,7 +600,7 @@ pub fn build_report(
             ),
         );
     }
-    let (baseline, candidate) = (info(baseline), info(candidate));
+    let (baseline, candidate) = (side_info(baseline), side_info(candidate));
     Report {
         baseline,
         candidate,
@@ -644,6 +609,44 @@ pub fn build_report(
         warnings,
         name: None,
         series: None,
+    }
+}
+
+/// What the report says of a side: where it came from, its command, runs and samples, the
+/// commit its first run was of, and a dataset's runs one by one.
+fn side_info(side: &Side) -> SideInfo {
+    let git = side
+        .runs
+        .first()
+        .and_then(|(_, s)| s.context.as_ref())
+        .and_then(|c| c.git.as_ref());
+    SideInfo {
+        source: side.source.display().to_string(),
+        command: side
+            .runs
+            .first()
+            .map(|(_, s)| s.command.clone())
+            .unwrap_or_default(),
+        runs: side.runs.len(),
+        samples: side.samples(),
+        directory: None,
+        commit: git.and_then(|g| g.commit.clone()),
+        dirty: git.and_then(|g| g.dirty),
+        dataset_runs: if side.from_dataset {
+            side.runs
+                .iter()
+                .flat_map(|(_, s)| {
+                    let git = s.context.as_ref().and_then(|c| c.git.as_ref());
+                    s.repetitions.iter().map(move |r| DatasetRun {
+                        run_id: r.run_id.clone(),
+                        commit: git.and_then(|g| g.commit.clone()),
+                        branch: git.and_then(|g| g.branch.clone()),
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 

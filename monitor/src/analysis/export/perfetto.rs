@@ -453,7 +453,21 @@ pub fn write_trace(dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
         process(p, tree.rows + k, &mut events)?;
     }
 
-    // Counters: per process (memory, CPU%), the tree's memory per sweep.
+    sample_counters(dir, &tree, &track, &us, &mut events)?;
+    machine_counters(&tree, &us, &mut events)?;
+    events.out.write_all(b"]}")?;
+    Ok(())
+}
+
+/// The counters of the samples: per process (memory, CPU%), the tree's memory per sweep.
+/// `us` turns a time into the trace's microseconds.
+fn sample_counters(
+    dir: &Path,
+    tree: &Tree,
+    track: &[u64],
+    us: &dyn Fn(i64) -> f64,
+    events: &mut Events<'_>,
+) -> anyhow::Result<()> {
     let mut sums: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
     load::for_each_batch(dir, "samples", |c| {
         let time = c.req_times_ns("time")?;
@@ -507,7 +521,15 @@ pub fn write_trace(dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
             "args": {"rss_MiB": mib(rss), "uss_MiB": mib(uss)}}),
         )?;
     }
-    // The machine: memory and CPU, the GPUs, and the marks as instant events.
+    Ok(())
+}
+
+/// The machine: memory and CPU, the GPUs, and the marks as instant events.
+fn machine_counters(
+    tree: &Tree,
+    us: &dyn Fn(i64) -> f64,
+    events: &mut Events<'_>,
+) -> anyhow::Result<()> {
     for s in &tree.system {
         if let Some(used) = s.mem_used_bytes {
             events.push(
@@ -543,7 +565,6 @@ pub fn write_trace(dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
             "args": {"label": mark.label, "kind": mark.kind}}),
         )?;
     }
-    events.out.write_all(b"]}")?;
     Ok(())
 }
 

@@ -14,6 +14,7 @@ pub mod downsample;
 pub mod model;
 pub mod plots;
 pub mod render;
+#[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
 pub mod timeline;
 
@@ -23,6 +24,7 @@ use anyhow::Context as _;
 
 use crate::cli::ReportFormat;
 
+#[cfg(any(test, feature = "synthetic"))]
 pub use synthetic::{add_synthetic_gpu, add_synthetic_gpu_processes, synthetic_run};
 
 /// The file names written into the run directory.

@@ -489,35 +489,7 @@ pub fn network(data: &RunData, model: &Model) -> PlotResult<Option<Plot>> {
     if per_group.iter().flatten().all(|b| b.total() == 0) {
         return Ok(None);
     }
-    let mut order: Vec<usize> = (0..per_group.len())
-        .filter(|&g| per_group[g].is_some_and(|b| b.total() > 0))
-        .collect();
-    order.sort_by_key(|&g| (std::cmp::Reverse(per_group[g].map_or(0, |b| b.total())), g));
-    let rest = order.split_off(order.len().min(model::TOP_GROUPS));
-    // (name, colour, bytes) per bar pair, largest first.
-    let mut bars: Vec<(String, RGBColor, SocketBytes)> = order
-        .iter()
-        .map(|&g| {
-            let (r, gg, b) = color_rgb(Some(g));
-            (
-                model.groups[g].name.clone(),
-                RGBColor(r, gg, b),
-                per_group[g].unwrap_or_default(),
-            )
-        })
-        .collect();
-    if !rest.is_empty() {
-        let mut other = SocketBytes::default();
-        for &g in &rest {
-            other.add(&per_group[g].unwrap_or_default());
-        }
-        let (r, g, b) = color_rgb(None);
-        bars.push((
-            format!("other ({} groups)", rest.len()),
-            RGBColor(r, g, b),
-            other,
-        ));
-    }
+    let bars = network_bars(model, &per_group);
     let x_data = bars
         .iter()
         .map(|(_, _, b)| (b.inet_sent + b.unix_sent).max(b.inet_received + b.unix_received) as f64)
@@ -620,6 +592,43 @@ pub fn network(data: &RunData, model: &Model) -> PlotResult<Option<Plot>> {
         ),
         svg,
     }))
+}
+
+/// (name, colour, bytes) per bar pair, largest first: the [`model::TOP_GROUPS`] groups with the
+/// most socket bytes, then "other" for the rest.
+fn network_bars(
+    model: &Model,
+    per_group: &[Option<SocketBytes>],
+) -> Vec<(String, RGBColor, SocketBytes)> {
+    let mut order: Vec<usize> = (0..per_group.len())
+        .filter(|&g| per_group[g].is_some_and(|b| b.total() > 0))
+        .collect();
+    order.sort_by_key(|&g| (std::cmp::Reverse(per_group[g].map_or(0, |b| b.total())), g));
+    let rest = order.split_off(order.len().min(model::TOP_GROUPS));
+    let mut bars: Vec<(String, RGBColor, SocketBytes)> = order
+        .iter()
+        .map(|&g| {
+            let (r, gg, b) = color_rgb(Some(g));
+            (
+                model.groups[g].name.clone(),
+                RGBColor(r, gg, b),
+                per_group[g].unwrap_or_default(),
+            )
+        })
+        .collect();
+    if !rest.is_empty() {
+        let mut other = SocketBytes::default();
+        for &g in &rest {
+            other.add(&per_group[g].unwrap_or_default());
+        }
+        let (r, g, b) = color_rgb(None);
+        bars.push((
+            format!("other ({} groups)", rest.len()),
+            RGBColor(r, g, b),
+            other,
+        ));
+    }
+    bars
 }
 
 /// A line per group of `series` with the marks, or None when no point is above 0.
@@ -846,15 +855,7 @@ fn stacked_private(
     }
     let n = model.sweeps.len();
     let xs: Vec<f64> = model.sweeps.iter().map(|&t| model.secs(t)).collect();
-    // Cumulative sums, bottom layer first; one set of indices for all layers keeps them stacked.
-    let mut cum: Vec<Vec<f64>> = Vec::with_capacity(layers.len());
-    let mut running = vec![0.0; n];
-    for layer in &layers {
-        for (r, p) in running.iter_mut().zip(&layer.points) {
-            *r += p.1;
-        }
-        cum.push(running.clone());
-    }
+    let mut cum = cumulative(&layers, n);
     let tree = tree_uss_at_sweeps(data, model);
     let deduplicated = tree.iter().any(Option::is_some);
     scale_to_tree(&mut cum, &tree);
@@ -866,11 +867,7 @@ fn stacked_private(
         false => cum.last().cloned().unwrap_or_default(),
     };
     let keep = min_max_indices(&xs, &total, BUCKETS);
-    let (peak_i, peak) =
-        total.iter().copied().enumerate().fold(
-            (0, 0.0),
-            |best, (i, v)| if v > best.1 { (i, v) } else { best },
-        );
+    let (peak_i, peak) = first_peak(&total);
     let (hline, machine_note) = machine_memory_line(data, peak);
     let y_max = hline.unwrap_or(0.0).max(peak).max(1.0) * 1.12;
     let (div, suffix) = scale(Unit::Bytes, y_max);
@@ -958,6 +955,28 @@ fn stacked_private(
         ),
         svg,
     }))
+}
+
+/// Cumulative sums of the layers' values at each of `n` sweeps, bottom layer first; one set of
+/// indices for all layers keeps them stacked.
+fn cumulative(layers: &[Series], n: usize) -> Vec<Vec<f64>> {
+    let mut cum: Vec<Vec<f64>> = Vec::with_capacity(layers.len());
+    let mut running = vec![0.0; n];
+    for layer in layers {
+        for (r, p) in running.iter_mut().zip(&layer.points) {
+            *r += p.1;
+        }
+        cum.push(running.clone());
+    }
+    cum
+}
+
+/// The index and value of the first highest of `values` (0, 0.0 when none is above 0).
+fn first_peak(values: &[f64]) -> (usize, f64) {
+    values.iter().copied().enumerate().fold(
+        (0, 0.0),
+        |best, (i, v)| if v > best.1 { (i, v) } else { best },
+    )
 }
 
 /// system.parquet's `tree_uss_bytes` at each of the model's sweeps (None where the sweep has no

@@ -145,11 +145,19 @@ pub fn synthetic_run(
     let duration_ns = duration.as_nanos().max(1) as i64;
     let interval_ns = interval.as_nanos().max(1_000_000) as i64;
     let specs = specs(processes.max(1), duration_ns);
+    write_processes(dir, &specs)?;
+    write_sweeps(dir, &specs, duration, interval)?;
+    write_marks(dir, duration_ns)?;
+    write_run_info(dir, &specs, duration_ns, interval_ns)
+}
+
+/// processes.parquet and events.parquet: each process with its fork, exec and exit.
+fn write_processes(dir: &Path, specs: &[Spec]) -> anyhow::Result<()> {
     let path = |s: &Spec| format!("/usr/bin/{}", s.exe);
 
     let mut table = PartedTable::processes(dir)?;
     let mut events = PartedTable::events(dir)?;
-    for s in &specs {
+    for s in specs {
         let parent = s.parent.map(|p| &specs[p]);
         let cpu = s.cpu_ns_at(s.end);
         table.push(ProcessRecord {
@@ -215,8 +223,16 @@ pub fn synthetic_run(
     }
     table.finish()?;
     events.finish()?;
+    Ok(())
+}
 
-    // Sweeps: every live process at every interval, then its exit row.
+/// samples.parquet and system.parquet: every live process at every sweep, then its exit row.
+fn write_sweeps(
+    dir: &Path,
+    specs: &[Spec],
+    duration: Duration,
+    interval: Duration,
+) -> anyhow::Result<()> {
     let mut samples = PartedTable::samples(dir)?;
     let mut system = PartedTable::system(dir)?;
     let mut by_start: Vec<usize> = (0..specs.len()).collect();
@@ -226,41 +242,18 @@ pub fn synthetic_run(
     let mut live: Vec<usize> = Vec::new();
     let mut last: Vec<Option<(i64, u64)>> = vec![None; specs.len()];
     let (mut next_start, mut next_end) = (0, 0);
-    let sample = |s: &Spec, t: i64, prev: Option<(i64, u64)>, source| {
-        let cpu = s.cpu_ns_at(t);
-        let (t_prev, cpu_prev) = prev.unwrap_or((s.start, 0));
-        let rss = s.rss_at(t);
-        let uss = (rss as f64 * s.private) as u64;
-        let procfs = source == SampleSource::Procfs;
-        SampleRecord {
-            time_ns: t,
-            pid: s.pid,
-            start_time_ns: s.start,
-            source,
-            cpu_user_ns: cpu * 9 / 10,
-            cpu_system_ns: cpu - cpu * 9 / 10,
-            cpu_percent: (t > t_prev)
-                .then(|| (cpu - cpu_prev.min(cpu)) as f64 / (t - t_prev) as f64 * 100.0),
-            rss_bytes: Some(rss),
-            uss_bytes: procfs.then_some(uss),
-            pss_bytes: procfs.then_some(uss + (rss - uss) / 3),
-            swap_bytes: procfs.then_some(0),
-            vms_bytes: procfs.then_some(rss * 4),
-            threads: procfs.then_some(1),
-            fds: procfs.then_some(4),
-            minor_faults: Some(rss / 4096),
-            major_faults: Some(0),
-            state: Some(if procfs { "R" } else { "X" }.to_string()),
-            ..Default::default()
-        }
-    };
-    let end = T0 + duration_ns;
+    let end = T0 + duration.as_nanos().max(1) as i64;
     for t in sweep_times(duration, interval) {
         // Exits up to this sweep, in time order, with their exit rows.
         while next_end < by_end.len() && specs[by_end[next_end]].end <= t {
             let i = by_end[next_end];
             if specs[i].start <= t {
-                samples.push(sample(&specs[i], specs[i].end, last[i], SampleSource::Exit))?;
+                samples.push(sample_row(
+                    &specs[i],
+                    specs[i].end,
+                    last[i],
+                    SampleSource::Exit,
+                ))?;
             }
             live.retain(|&j| j != i);
             next_end += 1;
@@ -274,7 +267,7 @@ pub fn synthetic_run(
         }
         let mut used = 0;
         for &i in &live {
-            let row = sample(&specs[i], t, last[i], SampleSource::Procfs);
+            let row = sample_row(&specs[i], t, last[i], SampleSource::Procfs);
             last[i] = Some((t, row.cpu_user_ns + row.cpu_system_ns));
             used += row.rss_bytes.unwrap_or(0);
             samples.push(row)?;
@@ -306,12 +299,51 @@ pub fn synthetic_run(
     // Processes that end after the last sweep (between it and the end of the run).
     for &i in &by_end[next_end..] {
         if specs[i].start <= end {
-            samples.push(sample(&specs[i], specs[i].end, last[i], SampleSource::Exit))?;
+            samples.push(sample_row(
+                &specs[i],
+                specs[i].end,
+                last[i],
+                SampleSource::Exit,
+            ))?;
         }
     }
     samples.finish()?;
     system.finish()?;
+    Ok(())
+}
 
+/// The sample row of `s` at `t`, its CPU rate since the previous row (`prev`: time, CPU).
+fn sample_row(s: &Spec, t: i64, prev: Option<(i64, u64)>, source: SampleSource) -> SampleRecord {
+    let cpu = s.cpu_ns_at(t);
+    let (t_prev, cpu_prev) = prev.unwrap_or((s.start, 0));
+    let rss = s.rss_at(t);
+    let uss = (rss as f64 * s.private) as u64;
+    let procfs = source == SampleSource::Procfs;
+    SampleRecord {
+        time_ns: t,
+        pid: s.pid,
+        start_time_ns: s.start,
+        source,
+        cpu_user_ns: cpu * 9 / 10,
+        cpu_system_ns: cpu - cpu * 9 / 10,
+        cpu_percent: (t > t_prev)
+            .then(|| (cpu - cpu_prev.min(cpu)) as f64 / (t - t_prev) as f64 * 100.0),
+        rss_bytes: Some(rss),
+        uss_bytes: procfs.then_some(uss),
+        pss_bytes: procfs.then_some(uss + (rss - uss) / 3),
+        swap_bytes: procfs.then_some(0),
+        vms_bytes: procfs.then_some(rss * 4),
+        threads: procfs.then_some(1),
+        fds: procfs.then_some(4),
+        minor_faults: Some(rss / 4096),
+        major_faults: Some(0),
+        state: Some(if procfs { "R" } else { "X" }.to_string()),
+        ..Default::default()
+    }
+}
+
+/// marks.parquet: a compile begin and end and a link point.
+fn write_marks(dir: &Path, duration_ns: i64) -> anyhow::Result<()> {
     let mut marks = PartedTable::marks(dir)?;
     for (k, (label, kind)) in [
         ("compile", MarkKind::Begin),
@@ -330,9 +362,18 @@ pub fn synthetic_run(
         })?;
     }
     marks.finish()?;
+    Ok(())
+}
 
+/// run.json, written through the same type `montrace run` writes and `report` reads.
+fn write_run_info(
+    dir: &Path,
+    specs: &[Spec],
+    duration_ns: i64,
+    interval_ns: i64,
+) -> anyhow::Result<()> {
+    let end = T0 + duration_ns;
     let cpu: u64 = specs.iter().map(|s| s.cpu_ns_at(s.end)).sum();
-    // Written through the same type `montrace run` writes and `report` reads.
     let totals = crate::store::run_json::TreeTotals {
         cpu_user_ns: cpu * 9 / 10,
         cpu_system_ns: cpu - cpu * 9 / 10,

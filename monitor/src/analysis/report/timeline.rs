@@ -565,7 +565,28 @@ fn strip(data: &RunData, model: &Model, strip: Strip<'_>, ticks_left: &mut usize
             xml_escape(&truncate(&row_label(data, model, row), label_chars))
         );
     }
-    // Marks.
+    mark_lines(&mut out, data, &x, (top, bottom), strip.mark_labels);
+    if let Some((cut_rows, cut_processes)) = strip.cut {
+        let _ = write!(
+            out,
+            r##"<text x="4" y="{:.1}" fill="#a00">… {cut_rows} more rows ({cut_processes} processes) not drawn</text>"##,
+            bottom + ROW - 4.0,
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
+
+/// The marks' lines from `top` to `bottom` (each with its text as tooltip), and their labels when
+/// `labels`; `x` places a time.
+fn mark_lines(
+    out: &mut String,
+    data: &RunData,
+    x: &dyn Fn(i64) -> f64,
+    (top, bottom): (f64, f64),
+    labels: bool,
+) {
+    let plot_w = WIDTH - LABEL_WIDTH - RIGHT;
     for (k, mark) in super::drawn_marks(&data.marks).into_iter().enumerate() {
         let px = x(mark.time_ns);
         let right_side = px > LABEL_WIDTH + 0.8 * plot_w;
@@ -574,7 +595,7 @@ fn strip(data: &RunData, model: &Model, strip: Strip<'_>, ticks_left: &mut usize
             r##"<g><title>{}</title><line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{bottom:.1}" stroke="#c0392b" stroke-width="1" stroke-dasharray="4 3"/>"##,
             xml_escape(&super::mark_text(mark)),
         );
-        if strip.mark_labels {
+        if labels {
             let _ = write!(
                 out,
                 r##"<text x="{:.1}" y="{:.1}" text-anchor="{}" fill="#c0392b">{}</text>"##,
@@ -588,15 +609,6 @@ fn strip(data: &RunData, model: &Model, strip: Strip<'_>, ticks_left: &mut usize
         }
         out.push_str("</g>");
     }
-    if let Some((cut_rows, cut_processes)) = strip.cut {
-        let _ = write!(
-            out,
-            r##"<text x="4" y="{:.1}" fill="#a00">… {cut_rows} more rows ({cut_processes} processes) not drawn</text>"##,
-            bottom + ROW - 4.0,
-        );
-    }
-    out.push_str("</svg>");
-    out
 }
 
 fn critical(model: &Model, process: usize) -> bool {

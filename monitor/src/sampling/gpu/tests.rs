@@ -600,7 +600,7 @@ fn real_nvml_samples_a_gpu() {
     }
     let mut status = GpuMonitor::open(GpuMode::Require).expect("--gpu require works here");
     let gpus = status.monitor_mut().unwrap();
-    let now = crate::sampling::host::realtime_ns();
+    let now = crate::host::realtime_ns();
     let me = std::process::id();
     let (rows, processes) = gpus.sample(now, |pid| (pid == me).then_some(0));
     std::thread::sleep(std::time::Duration::from_millis(200));

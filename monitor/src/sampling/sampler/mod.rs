@@ -421,6 +421,25 @@ impl ProcReader {
         }
     }
 
+    /// One process's reading for a sweep, from the sources merged: the figures of montrace's task
+    /// iterator where its pass saw the process (`kernel`; `exited` gives its exited threads'
+    /// figures, which the pass no longer sees), completed from /proc; else all from /proc.
+    pub fn read_merged(
+        &mut self,
+        handle: &mut ProcessHandle,
+        kernel: Option<&crate::kernel::decode::LiveFigures>,
+        exited: impl FnOnce() -> crate::kernel::decode::ExitStats,
+        start_boot_ns: u64,
+        want_smaps: impl FnOnce(u64) -> bool,
+    ) -> Result<ProcessReading, ReadError> {
+        let Some(live) = kernel else {
+            return self.read_open_process(handle, want_smaps);
+        };
+        let mut reading = self.reading_from_kernel(handle.pid, live, &exited(), start_boot_ns);
+        self.complete_kernel_reading(handle, &mut reading, want_smaps)?;
+        Ok(reading)
+    }
+
     /// What only /proc has, for a process whose other figures came from the kernel (montrace's
     /// task iterator): its open descriptors where the program could not count them, and
     /// smaps_rollup when `want_smaps(rss_bytes)` says so (RSS moved) and it has an address
@@ -883,6 +902,19 @@ fn io_error(path: &Path, error: ProcError) -> ReadError {
 }
 
 pub mod tree_memory;
+
+/// The machine's busy CPU time since boot, in seconds over all CPUs (/proc/stat's `cpu` line:
+/// everything but idle and iowait), and the number of online CPUs; None when unreadable.
+pub fn machine_busy_cpu_s() -> Option<(f64, usize)> {
+    let cpu = ProcReader::new().read_system().ok()?.cpu;
+    let busy = cpu.user + cpu.nice + cpu.system + cpu.irq + cpu.softirq + cpu.steal;
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    Some((
+        busy as f64 / crate::host::ticks_per_second() as f64,
+        cpus.max(1) as usize,
+    ))
+}
 
 #[cfg(test)]
 mod tests;

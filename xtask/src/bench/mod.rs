@@ -327,6 +327,8 @@ fn report_section(ctx: &Ctx) -> Result<Section> {
             "--release",
             "-p",
             "monitor",
+            "--features",
+            "synthetic",
             "--example",
             "synthetic_run",
         ]),
@@ -364,8 +366,8 @@ fn report_section(ctx: &Ctx) -> Result<Section> {
         method: format!(
             "`montrace report RUN --format html` on a synthetic run of 5,000 short processes and 10 \
              minutes of samples at 200 ms, written through montrace's own Parquet writer by \
-             `cargo run --release -p monitor --example synthetic_run -- DIR 5000 600 200`; median \
-             of {} runs, loading the Parquet files included.",
+             `cargo run --release -p monitor --features synthetic --example synthetic_run -- \
+             DIR 5000 600 200`; median of {} runs, loading the Parquet files included.",
             times.len()
         ),
         columns: vec!["figure".into(), "value".into(), "target".into(), "".into()],

@@ -1,6 +1,8 @@
-//! Small reads of the host: clocks, uname, page size, capabilities, /proc start times, and
-//! handing files back to the invoking user.
-use std::io;
+//! Small reads of the host: clocks, uname, page size, pid_max, open-files limit, capabilities.
+//!
+//! At the bottom of the layers (`layers.rs`), beside `units` and `term`: the kernel tier stamps
+//! and sizes its maps with these facts (boottime clock, uname, pid_max), and every stage above
+//! reads the same clocks. It uses nothing of the crate.
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     // SAFETY: zeroed timespec is a valid out-parameter.
@@ -98,7 +100,7 @@ pub fn open_files_limit() -> u64 {
     }
 }
 
-fn ticks_per_second() -> u64 {
+pub fn ticks_per_second() -> u64 {
     // SAFETY: as above.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz > 0 {
@@ -144,25 +146,6 @@ pub fn same_start_ns(from_proc_ns: u64, start_boot_ns: u64) -> bool {
     from_proc_ns.abs_diff(start_boot_ns) <= 2 * (1_000_000_000 / ticks_per_second())
 }
 
-/// Start time of a process, ns since boot, from /proc/PID/stat (clock-tick resolution).
-pub fn proc_start_boot_ns(pid: u32) -> io::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_stat_start_ticks(&stat)
-        .map(|ticks| ticks * 1_000_000_000 / ticks_per_second())
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("malformed /proc/{pid}/stat"),
-            )
-        })
-}
-
-/// Field 22 (starttime) of /proc/PID/stat; comm (field 2) may hold spaces and parentheses,
-/// so fields are counted after its last ')'.
-pub fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
-    super::procstat::parse(stat.as_bytes()).map(|s| s.start_ticks)
-}
-
 /// Whether this process may load tracing eBPF programs: root, or CAP_BPF + CAP_PERFMON, or
 /// CAP_SYS_ADMIN in its effective set.
 pub fn can_load_ebpf() -> bool {
@@ -182,22 +165,6 @@ pub fn can_load_ebpf() -> bool {
     caps & CAP_SYS_ADMIN != 0 || (caps & CAP_BPF != 0 && caps & CAP_PERFMON != 0)
 }
 
-/// The machine's busy CPU time since boot, in seconds over all CPUs (/proc/stat's `cpu` line:
-/// everything but idle and iowait), and the number of online CPUs; None when unreadable.
-pub fn machine_busy_cpu_s() -> Option<(f64, usize)> {
-    let cpu = crate::sampling::sampler::ProcReader::new()
-        .read_system()
-        .ok()?
-        .cpu;
-    let busy = cpu.user + cpu.nice + cpu.system + cpu.irq + cpu.softirq + cpu.steal;
-    // SAFETY: sysconf has no preconditions.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    Some((
-        busy as f64 / ticks_per_second() as f64,
-        cpus.max(1) as usize,
-    ))
-}
-
 /// montrace's own CPU time so far (user + system of every thread), in seconds.
 pub fn own_cpu_s() -> f64 {
     // SAFETY: zeroed rusage is a valid out-parameter.
@@ -215,23 +182,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_start_time_survives_odd_comm() {
-        let stat = "1234 (we ird) (x)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10";
-        assert_eq!(parse_stat_start_ticks(stat), Some(98765));
-        assert_eq!(parse_stat_start_ticks("garbage"), None);
-    }
-
-    #[test]
     fn start_times_match_within_a_tick() {
         let tick = 1_000_000_000 / ticks_per_second();
         assert!(same_start(100, 100 * tick + tick / 2));
         assert!(!same_start(100, 110 * tick));
-    }
-
-    #[test]
-    fn own_start_time_is_in_the_past() {
-        let start = proc_start_boot_ns(std::process::id()).unwrap();
-        assert!(start > 0 && start <= boottime_ns());
     }
 
     #[test]

@@ -14,23 +14,47 @@ use std::{
 use crate::{montrace_bin, require_root};
 
 /// A copy of the montrace binary under test in a directory every user can enter and run from
-/// (`/tmp/montrace-bin-<pid>/montrace`, mode 0755), made once per test process.
+/// (`/tmp/montrace-bin-<size>-<mtime>/montrace`, mode 0755), made once per build of the binary
+/// and shared by the test processes (each used to make its own: 300 MB of /tmp per process, never
+/// removed).
 pub fn reachable_montrace() -> PathBuf {
     static COPY: OnceLock<PathBuf> = OnceLock::new();
     COPY.get_or_init(|| {
-        let dir = PathBuf::from(format!("/tmp/montrace-bin-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).expect("creating the directory for the binary's copy");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(montrace_bin())
+            .unwrap_or_else(|e| panic!("{}: {e}", montrace_bin().display()));
+        let dir = PathBuf::from(format!(
+            "/tmp/montrace-bin-{}-{}.{}",
+            meta.size(),
+            meta.mtime(),
+            meta.mtime_nsec()
+        ));
         let copy = dir.join("montrace");
-        std::fs::copy(montrace_bin(), &copy).unwrap_or_else(|e| {
-            panic!(
-                "copying {} to {} so another user can run it: {e}",
-                montrace_bin().display(),
-                copy.display()
+        if !copy.is_file() {
+            // Made whole under a name of this process's, then renamed into place: another test
+            // process finds either no directory or a complete copy.
+            let staging = PathBuf::from(format!("{}.{}", dir.display(), std::process::id()));
+            let _ = std::fs::remove_dir_all(&staging);
+            std::fs::create_dir(&staging).expect("creating the directory for the binary's copy");
+            std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::copy(montrace_bin(), staging.join("montrace")).unwrap_or_else(|e| {
+                panic!(
+                    "copying {} to {} so another user can run it: {e}",
+                    montrace_bin().display(),
+                    staging.display()
+                )
+            });
+            std::fs::set_permissions(
+                staging.join("montrace"),
+                std::fs::Permissions::from_mode(0o755),
             )
-        });
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+            .unwrap();
+            if std::fs::rename(&staging, &dir).is_err() {
+                // Another process put its copy there first.
+                let _ = std::fs::remove_dir_all(&staging);
+            }
+        }
+        assert!(copy.is_file(), "no copy at {}", copy.display());
         assert_reachable(&copy);
         copy
     })

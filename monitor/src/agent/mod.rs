@@ -105,6 +105,7 @@ pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
             iter_later: false,
             // Trees of any age: each client's is its own.
             tree_born_after_ns: 0,
+            track_all: false,
         },
     )?;
     probes.free_loader();

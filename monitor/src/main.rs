@@ -68,6 +68,7 @@ fn dispatch(command: Command) -> Exit {
         Command::Mark(args) => commands::mark::mark(args),
         Command::Setcap(args) => commands::setcap::setcap(args),
         Command::Agent(args) => commands::agent::agent(args),
+        Command::History(args) => commands::history::history(args),
         Command::Doctor => commands::doctor::doctor(),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;

@@ -158,7 +158,16 @@ pub fn prepare_dir(dir: &Path) -> anyhow::Result<()> {
         Ok(_) => {}
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("cannot make {} root's alone (0700)", dir.display()))
+        .with_context(|| format!("cannot make {} root's alone (0700)", dir.display()))?;
+    // A write that an agent killed left half done (its temporary name): never a history file.
+    for entry in std::fs::read_dir(dir)?.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(".exits-") && name.ends_with(".tmp") {
+            drop(std::fs::remove_file(entry.path()));
+        }
+    }
+    Ok(())
 }
 
 /// What one write did.

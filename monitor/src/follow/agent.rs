@@ -1,6 +1,6 @@
 //! The resident agent's protocol, the routing of its events, and its client's end (issue 33).
 //!
-//! `montrace agent` (monitor/src/agent.rs) loads the eBPF programs once and keeps them. A run
+//! `montrace agent` (monitor/src/agent/) loads the eBPF programs once and keeps them. A run
 //! whose binary may not load them (a wheel's copy, a container's, an ordinary user's) asks the
 //! agent instead, over a unix socket:
 //!

@@ -542,19 +542,22 @@ async fn answer_history(
     if until_ns < question.since_ns {
         return refuse(stream, "--until is before --since").await;
     }
-    {
+    let room = {
         let mut s = shared.borrow_mut();
         let total: usize = s.answering.values().sum();
         let mine = s.answering.get(&uid).copied().unwrap_or(0);
-        if total >= MAX_HISTORY_ANSWERS || mine >= MAX_HISTORY_ANSWERS_PER_USER {
-            drop(s);
-            return refuse(
-                stream,
-                "the agent answers as many history questions as it may at once; try again",
-            )
-            .await;
+        let room = total < MAX_HISTORY_ANSWERS && mine < MAX_HISTORY_ANSWERS_PER_USER;
+        if room {
+            *s.answering.entry(uid).or_default() += 1;
         }
-        *s.answering.entry(uid).or_default() += 1;
+        room
+    };
+    if !room {
+        return refuse(
+            stream,
+            "the agent answers as many history questions as it may at once; try again",
+        )
+        .await;
     }
     let ask = query::Ask {
         uid,
@@ -566,10 +569,11 @@ async fn answer_history(
             .map_or(DEFAULT_HISTORY_ROWS, |l| l as usize)
             .min(query::MAX_ROWS),
     };
+    let mode = shared.borrow().mode;
     let found = tokio::task::spawn_blocking(move || query::answer(&dir, &ask)).await;
     let wrote = async {
         let found = found.map_err(|e| format!("the history could not be read: {e}"))?;
-        if !answer(&mut stream, &Reply::accepted(shared.borrow().mode)).await {
+        if !answer(&mut stream, &Reply::accepted(mode)).await {
             return Err(String::new());
         }
         let end = protocol::HistoryEnd {

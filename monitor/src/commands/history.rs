@@ -40,7 +40,10 @@ pub fn history(args: HistoryArgs) -> Exit {
             .map_err(|e| anyhow::anyhow!("the agent sent a row montrace cannot read: {e}"))?;
         let written = match args.format {
             // The widths need every row: held (at most the agent's limit).
-            HistoryFormat::Table => Ok(table.push(table_cells(&row))),
+            HistoryFormat::Table => {
+                table.push(table_cells(&row));
+                Ok(())
+            }
             HistoryFormat::Csv => writeln!(out, "{}", csv_line(&row)),
             HistoryFormat::Json => out.write_all(line).and_then(|()| out.write_all(b"\n")),
         };

@@ -157,9 +157,9 @@ pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
             "montrace agent: the flight recorder writes every process that exits on this \
              machine to {} (a file every {}, at most {} kept, none older than {})",
             history.dir.display(),
-            crate::units::format_seconds_ns(history.period.as_nanos() as u64),
+            whole_units(history.period),
             crate::units::format_bytes(history.max_bytes),
-            crate::units::format_seconds_ns(history.max_age.as_nanos() as u64),
+            whole_units(history.max_age),
         );
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -177,6 +177,19 @@ pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
     served?;
     crate::say!("montrace agent: stopped; the programs are unloaded");
     Ok(())
+}
+
+/// `30d`, `12h`, `5m` for a whole number of them, else seconds (`0.200s`): the durations the
+/// agent's start-up line says.
+fn whole_units(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    let whole = duration.subsec_nanos() == 0 && secs > 0;
+    match secs {
+        s if whole && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if whole && s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if whole && s % 60 == 0 => format!("{}m", s / 60),
+        _ => crate::units::format_seconds_ns(duration.as_nanos() as u64),
+    }
 }
 
 /// The listening socket: its directory made when missing, a stale socket of an agent that is
@@ -738,6 +751,15 @@ mod tests {
 
     const STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nPid:\t42\n\
                           PPid:\t40\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n";
+
+    #[test]
+    fn durations_are_said_in_whole_units() {
+        assert_eq!(whole_units(Duration::from_secs(30 * 86_400)), "30d");
+        assert_eq!(whole_units(Duration::from_secs(7_200)), "2h");
+        assert_eq!(whole_units(Duration::from_secs(60)), "1m");
+        assert_eq!(whole_units(Duration::from_millis(200)), "0.200s");
+        assert_eq!(whole_units(Duration::from_secs(90)), "90.000s");
+    }
 
     #[test]
     fn status_gives_the_parent_and_every_uid() {

@@ -283,6 +283,12 @@ pub struct ExitEvent {
     pub net_known: u32,
     pub net: NetBytes,
     pub comm: [u8; COMM_LEN],
+    /// The exiting thread's real uid (`bpf_get_current_uid_gid`) and cgroup v2 id
+    /// (`bpf_get_current_cgroup_id`, the inode number of its cgroup's directory): who ran it and
+    /// where, for the agent's flight recorder.
+    pub uid: u32,
+    pub _pad: u32,
+    pub cgroup_id: u64,
 }
 
 /// Kernel struct field offsets, computed in userspace from `/sys/kernel/btf/vmlinux` and written

@@ -60,6 +60,8 @@ fn handle(task: usize, group_dead: bool) {
     let tgid = task::tgid(task);
     // SAFETY: value copied out at once.
     let start_ns = match unsafe { TRACKED.get(&tgid) } {
+        // Seeded by the agent's whole-machine mode from /proc, without its start time.
+        Some(start) if *start == 0 && crate::track_all() => task::start_ns(task),
         Some(start) => *start,
         None => return,
     };
@@ -122,6 +124,10 @@ fn handle(task: usize, group_dead: bool) {
         }
         let _ = NET.remove(&tid);
         (*e).net_known = crate::net_attached() as u32;
+        // The exiting task is the current one at this tracepoint.
+        (*e).uid = aya_ebpf::helpers::bpf_get_current_uid_gid() as u32;
+        (*e)._pad = 0;
+        (*e).cgroup_id = aya_ebpf::helpers::generated::bpf_get_current_cgroup_id();
         // Sent at the thread's final context switch, with its CPU time complete then; if the
         // pending map is full, now, with what the scheduler has accounted so far.
         if PENDING.insert(&tid, &*e, 0).is_err() {

@@ -65,6 +65,14 @@ fn handle(parent: usize, child: usize) {
     // SAFETY: the map value is a plain u64 copied out at once.
     let parent_start = match unsafe { TRACKED.get(&parent_tgid) } {
         Some(start) => *start,
+        // The whole machine: any new user process (a kernel thread's flags say PF_KTHREAD).
+        None if crate::track_all() => {
+            const PF_KTHREAD: u32 = 0x0020_0000;
+            if task::read::<u32>(child, off!(task_flags)) & PF_KTHREAD != 0 {
+                return;
+            }
+            task::start_ns(parent)
+        }
         None => return,
     };
     let child_start = task::start_ns(child);

@@ -32,6 +32,20 @@ use monitor_common::{
 #[no_mangle]
 static OFFSETS: Offsets = unsafe { core::mem::zeroed() };
 
+/// 1 for the resident agent's whole-machine mode (`montrace agent --history`), written by the
+/// loader before load like `OFFSETS`: every user process forked is tracked, not only the
+/// children of tracked ones (kernel threads never are), and an exit of a process seeded without
+/// its start time reads it from the task. 0 (every `run` and `attach`): only the trees put in
+/// `TRACKED`.
+#[no_mangle]
+static TRACK_ALL: u32 = 0;
+
+pub(crate) fn track_all() -> bool {
+    // SAFETY: a read of a static the loader patched into .rodata; volatile so that the compiler
+    // cannot fold its zero initial value.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(TRACK_ALL)) != 0 }
+}
+
 /// Lifecycle events for the agent.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);

@@ -216,6 +216,7 @@ fn load_probes(
                 iter_later: false,
                 // The tree is older than montrace.
                 tree_born_after_ns: 0,
+                track_all: false,
             },
             args.record.quiet,
             false,

@@ -56,6 +56,9 @@ pub enum Command {
     /// Batch jobs: `montrace slurm task` records one task of a Slurm job step (what the SPANK
     /// plugin of dist/slurm runs as every task; docs/cluster.md)
     Slurm(SlurmArgs),
+    /// What ran on this machine and what it used, one row per process that exited, from the
+    /// agent's flight recorder (`montrace agent --history`): yours only (root: everyone's)
+    History(HistoryArgs),
     /// Say which tracking mode a run would get here, and why: kernel, BTF, capabilities,
     /// cgroups, NVIDIA GPUs
     Doctor,
@@ -143,6 +146,96 @@ pub struct AgentArgs {
     /// through /proc); a client that takes none for 5 s is cut too; the others go on
     #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = crate::units::parse_bytes)]
     pub client_buffer: u64,
+
+    /// Keep the flight recorder: every process that exits on the machine (kernel threads
+    /// aside), with its exit figures, uid and cgroup, in rolling Parquet files under DIR
+    /// (default /var/lib/montrace; made root's alone, 0700), which `montrace history` asks
+    /// about. The programs then follow every user process, not only the clients' trees
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "/var/lib/montrace")]
+    pub history: Option<PathBuf>,
+
+    /// With --history: the most bytes its files take; the oldest go first
+    #[arg(long, value_name = "BYTES", default_value = "1GiB", value_parser = crate::units::parse_bytes)]
+    pub history_max_bytes: u64,
+
+    /// With --history: how long a row is kept (e.g. 30d, 12h)
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_age)]
+    pub history_max_age: Duration,
+
+    /// With --history: how long rows wait in memory before they are written as a file (what a
+    /// crash of the agent can lose at most)
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_history_period)]
+    pub history_period: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// From when: a duration before now (3h, 90m, 2d) or a UTC time (2026-11-26T03:12:00Z)
+    #[arg(long, value_name = "WHEN", default_value = "1h", value_parser = parse_when)]
+    pub since: i64,
+
+    /// Until when (default: now), as --since
+    #[arg(long, value_name = "WHEN", value_parser = parse_when)]
+    pub until: Option<i64>,
+
+    /// Only the processes for which every term holds: FIELD OP VALUE, e.g. `comm=make`,
+    /// `cpu>1s`, `exit!=0`, `rss>=1GiB`, `cmd~train.py` (fields: pid, ppid, uid, comm, exe, cmd,
+    /// cgroup, exit, signal, cpu, user, sys, wall, rss, read, write; `~` is contains)
+    #[arg(long = "where", value_name = "FILTER")]
+    pub filter: Option<String>,
+
+    /// How to print the rows (json: one object a line)
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: HistoryFormat,
+
+    /// The most rows to print (the agent answers at most 100000)
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub limit: u32,
+}
+
+/// `montrace history --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HistoryFormat {
+    Table,
+    Csv,
+    Json,
+}
+
+/// A duration that may be given in days too (`30d`): what `--history-max-age` and `--since`
+/// take.
+fn parse_age(text: &str) -> Result<Duration, String> {
+    match text.trim().strip_suffix('d') {
+        Some(days) => {
+            let days: f64 = days
+                .parse()
+                .map_err(|_| format!("`{text}` is not a duration: use e.g. 30d, 12h, 90m"))?;
+            units::parse_duration(&format!("{}h", days * 24.0))
+        }
+        None => units::parse_duration(text),
+    }
+}
+
+fn parse_history_period(text: &str) -> Result<Duration, String> {
+    let period = units::parse_duration(text)?;
+    if period < Duration::from_millis(100) {
+        return Err(format!(
+            "--history-period {text} is too short: use at least 100ms"
+        ));
+    }
+    Ok(period)
+}
+
+/// `--since`/`--until`: a UTC time, or a duration before now; ns since the Unix epoch.
+fn parse_when(text: &str) -> Result<i64, String> {
+    if let Some(ns) = units::parse_rfc3339(text.trim()) {
+        return Ok(ns);
+    }
+    let ago =
+        parse_age(text).map_err(|e| format!("{e} (or give a UTC time: 2026-11-26T03:12:00Z)"))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Ok(now.saturating_sub(ago).as_nanos() as i64)
 }
 
 #[derive(Debug, Args)]

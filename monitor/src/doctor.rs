@@ -208,6 +208,7 @@ pub fn gather() -> Facts {
                 tracepoints: TracepointChoice::Auto,
                 iter_later: false,
                 tree_born_after_ns: 0,
+                track_all: false,
             },
         )
         .map(|(mut probes, _ring)| {

@@ -74,6 +74,7 @@ fn dispatch(command: Command) -> Exit {
         Command::Agent(args) => commands::agent::agent(args),
         // A job's task, as the job's user: recorded as `run` (privilege handled there).
         Command::Slurm(args) => commands::slurm::slurm(args),
+        Command::History(args) => commands::history::history(args),
         Command::Doctor => commands::doctor::doctor(),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;

@@ -624,6 +624,7 @@ fn load_probes(
                 // privilege (root) rather than dropping it before the command starts.
                 iter_later: !privilege::capable_user(),
                 tree_born_after_ns: started_boot_ns,
+                track_all: false,
             },
             args.record.quiet,
             args.require_ebpf,

@@ -54,6 +54,13 @@ impl Agent {
         self.child.as_ref().expect("the agent runs").id()
     }
 
+    /// Kills the agent outright (SIGKILL): no flush, no clean-up.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("the agent runs");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
     /// Stops the agent (SIGTERM) and returns what it printed and its exit status.
     pub fn stop(&mut self) -> std::process::Output {
         let child = self.child.take().expect("the agent runs");

@@ -422,3 +422,359 @@ for i in range(2000):
     }
     assert_eq!(fds(), before, "descriptors left open in the agent");
 }
+
+/// The flight recorder's directory for an agent of this test process (the agent makes it).
+fn history_dir() -> PathBuf {
+    PathBuf::from(format!("/tmp/montrace-history-{}", std::process::id()))
+}
+
+/// `montrace history --format json ARGS` through the agent at `socket`, as `user` with their
+/// plain copy `bin` (None: root with the test's binary): its rows, and how it ended.
+fn history_as(
+    user: Option<(&TestUser, &Path)>,
+    socket: &Path,
+    args: &[&str],
+) -> (Vec<serde_json::Value>, Finished) {
+    let mut cmd = match user {
+        Some((user, bin)) => {
+            let mut cmd = user.command(bin);
+            cmd.current_dir(&user.home);
+            cmd
+        }
+        None => Command::new(montrace_bin()),
+    };
+    cmd.env("MONTRACE_AGENT_SOCKET", socket)
+        .args(["history", "--format", "json"])
+        .args(args);
+    let done = run_with_timeout(&mut cmd, run_timeout());
+    let rows = done
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}\n{done:?}")))
+        .collect();
+    (rows, done)
+}
+
+fn pids_of(rows: &[serde_json::Value]) -> Vec<u64> {
+    let mut pids: Vec<u64> = rows.iter().map(|r| r["pid"].as_u64().unwrap()).collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Asks until `want` holds of the rows (the recorder writes a file every period), at most
+/// the run timeout; the last rows.
+fn history_until(
+    user: Option<(&TestUser, &Path)>,
+    socket: &Path,
+    args: &[&str],
+    want: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + run_timeout();
+    loop {
+        let (rows, done) = history_as(user, socket, args);
+        assert_eq!(done.code(), 0, "{done:?}");
+        if want(&rows) || Instant::now() > deadline {
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Alice's processes of a run through the agent are in her history with the very exit figures
+/// of her run's processes.parquet (one exit record makes both); Bob's, which he ran without
+/// montrace at all, are recorded too (the whole machine is), and each sees only their own,
+/// whatever the request says; root sees both, through the agent and in the files directly.
+#[test]
+fn the_flight_recorder_keeps_each_users_processes_for_them_alone() {
+    let dir = history_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    let history = dir.to_str().unwrap();
+    let agent = Agent::start_with(&["--history", history, "--history-period", "200ms"]);
+    let alice = TestUser::create("aha");
+    let bob = TestUser::create("ahb");
+    let alices_bin = plain_copy(&alice);
+    let bobs_bin = plain_copy(&bob);
+    let alice_asks = Some((&alice, alices_bin.as_path()));
+    let bob_asks = Some((&bob, bobs_bin.as_path()));
+    let out = alice.home.join("run");
+    let run = run_as(
+        &alice,
+        &alices_bin,
+        &agent.socket,
+        &out,
+        "/bin/true; /bin/true",
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    // Alice's run has her tree alone (the programs follow the whole machine now).
+    let rows = read_processes(&out);
+    assert_eq!(rows.len(), 3, "{run:?}");
+    let trues: Vec<_> = rows
+        .into_iter()
+        .filter(|p| p.has_filename("/bin/true"))
+        .collect();
+    assert_eq!(trues.len(), 2, "{run:?}");
+    let mut bobs = bob.command("sh");
+    bobs.args(["-c", "/bin/true; exit 7"]);
+    assert_eq!(run_with_timeout(&mut bobs, run_timeout()).code(), 7);
+
+    // Alice: her two /bin/true, with the run's exact exit figures.
+    let since = ["--since", "10m", "--where", "exe=/bin/true"];
+    let want: Vec<u64> = {
+        let mut p: Vec<u64> = trues.iter().map(|p| u64::from(p.pid)).collect();
+        p.sort_unstable();
+        p
+    };
+    let rows = history_until(alice_asks, &agent.socket, &since, |rows| {
+        pids_of(rows) == want
+    });
+    assert_eq!(pids_of(&rows), want, "{rows:?}");
+    for p in &trues {
+        let row = rows
+            .iter()
+            .find(|r| r["pid"] == p.pid)
+            .unwrap_or_else(|| panic!("no row of {}: {rows:?}", p.pid));
+        assert_eq!(row["uid"], alice.uid, "{row}");
+        assert_eq!(row["cpu_user_ns"].as_u64(), p.cpu_user_ns, "{row} {p:?}");
+        assert_eq!(
+            row["cpu_system_ns"].as_u64(),
+            p.cpu_system_ns,
+            "{row} {p:?}"
+        );
+        assert!(p.cpu_ns() > 0, "{p:?}");
+        assert_eq!(
+            row["peak_rss_bytes"].as_u64(),
+            p.peak_rss_bytes,
+            "{row} {p:?}"
+        );
+        assert_eq!(row["exit_code"], 0, "{row}");
+        // The run's clock and the agent's convert the same boot time to wall time apart by
+        // at most what the two clocks drifted between their readings.
+        let start = row["start_ns"].as_i64().unwrap();
+        assert!((start - p.start_time).abs() < 1_000_000, "{row} {p:?}");
+    }
+    // Everything Alice sees is hers.
+    let (all_of_alices, _) = history_as(alice_asks, &agent.socket, &["--since", "10m"]);
+    assert!(all_of_alices.iter().all(|r| r["uid"] == alice.uid));
+
+    // Bob: his own shell that exited 7, which no montrace ran; none of Alice's.
+    let sevens = history_until(
+        bob_asks,
+        &agent.socket,
+        &["--since", "10m", "--where", "exit=7"],
+        |rows| !rows.is_empty(),
+    );
+    assert!(
+        sevens
+            .iter()
+            .any(|r| r["comm"] == "sh" && r["uid"] == bob.uid),
+        "{sevens:?}"
+    );
+    let (bobs_view, _) = history_as(bob_asks, &agent.socket, &["--since", "10m"]);
+    assert!(
+        bobs_view.iter().all(|r| r["uid"] == bob.uid),
+        "{bobs_view:?}"
+    );
+    assert!(!bobs_view
+        .iter()
+        .any(|r| want.contains(&r["pid"].as_u64().unwrap())));
+    let uid_filter = format!("uid={}", alice.uid);
+    let (asked_for_alices, done) = history_as(
+        bob_asks,
+        &agent.socket,
+        &["--since", "10m", "--where", &uid_filter],
+    );
+    assert_eq!(done.code(), 0, "{done:?}");
+    assert!(asked_for_alices.is_empty(), "{asked_for_alices:?}");
+    // Crafted requests: a uid in the question is refused, not read; a huge or malformed one
+    // gets its reason.
+    for (request, expected) in [
+        (
+            format!(
+                "{{\"version\":1,\"history\":{{\"since_ns\":0,\"uid\":{}}}}}\n",
+                alice.uid
+            ),
+            "not a montrace agent request",
+        ),
+        (
+            format!(
+                "{{\"version\":1,\"history\":{{\"since_ns\":0,\"where\":\"{}\"}}}}\n",
+                "pid=1 ".repeat(300)
+            ),
+            "at most 1024 bytes",
+        ),
+        (
+            format!(
+                "{{\"version\":1,\"history\":{{\"since_ns\":0,\"where\":\"{}\"}}}}\n",
+                "x".repeat(5000)
+            ),
+            "at most 4096 bytes",
+        ),
+        (
+            "{\"version\":1,\"history\":{\"since_ns\":0,\"where\":\"color=red\"}}\n".into(),
+            "not a field",
+        ),
+        (
+            "{\"version\":1,\"history\":{\"since_ns\":\"yesterday\"}}\n".into(),
+            "not a montrace agent request",
+        ),
+    ] {
+        let why = refused_for(&ask_as(&bob, &agent.socket, &request));
+        assert!(why.contains(expected), "{request:?}: {why}");
+    }
+    let (_, bad) = history_as(bob_asks, &agent.socket, &["--where", "color=red"]);
+    assert_eq!(bad.code(), 2, "{bad:?}");
+    assert!(bad.stderr.contains("not a field"), "{bad:?}");
+
+    // Root: both.
+    let (roots, _) = history_as(
+        None,
+        &agent.socket,
+        &["--since", "10m", "--where", "exe=/bin/true"],
+    );
+    assert!(
+        want.iter().all(|p| pids_of(&roots).contains(p)),
+        "{roots:?}"
+    );
+    let (roots, _) = history_as(
+        None,
+        &agent.socket,
+        &["--since", "10m", "--where", "exit=7"],
+    );
+    assert!(roots.iter().any(|r| r["uid"] == bob.uid), "{roots:?}");
+
+    // The files are root's alone (root reads them with DuckDB: the killed agent's test).
+    let meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700));
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A history file older than --history-max-age goes at the next write, and past
+/// --history-max-bytes the oldest go until the rest fit; the newer stay.
+#[test]
+fn the_flight_recorders_retention_drops_the_oldest_files() {
+    let dir = history_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let hour = 3_600_000_000_000i64;
+    let name = |t: i64| format!("exits-{t:019}-{t:019}.parquet");
+    let (too_old, big, recent) = (
+        name(now - 40 * 24 * hour),
+        name(now - 2 * hour),
+        name(now - hour),
+    );
+    std::fs::write(dir.join(&too_old), b"old").unwrap();
+    std::fs::write(dir.join(&big), vec![0u8; 8 << 20]).unwrap();
+    std::fs::write(dir.join(&recent), b"recent").unwrap();
+    let history = dir.to_str().unwrap();
+    let agent = Agent::start_with(&[
+        "--history",
+        history,
+        "--history-period",
+        "200ms",
+        "--history-max-bytes",
+        "8MiB",
+        "--history-max-age",
+        "30d",
+    ]);
+    let deadline = Instant::now() + run_timeout();
+    let names = || -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    // Any process's exit makes a write; this test's own /bin/true at least.
+    while names().contains(&too_old) || names().contains(&big) {
+        assert!(
+            Instant::now() < deadline,
+            "no write removed anything: {:?}",
+            names()
+        );
+        let _ = Command::new("/bin/true").status();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left = names();
+    assert!(!left.contains(&too_old), "{left:?}");
+    assert!(!left.contains(&big), "{left:?}");
+    assert!(left.contains(&recent), "{left:?}");
+    assert!(
+        left.iter().any(|n| *n > recent),
+        "the agent's own file: {left:?}"
+    );
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An agent killed (SIGKILL) while processes exit and files are written leaves only whole
+/// files: DuckDB reads every `*.parquet` there, and a new agent on the same directory answers.
+#[test]
+fn an_agent_killed_mid_write_leaves_readable_history() {
+    let dir = history_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    let history = dir.to_str().unwrap();
+    let mut agent = Agent::start_with(&["--history", history, "--history-period", "100ms"]);
+    let mut churn = Command::new("sh")
+        .args([
+            "-c",
+            "i=0; while [ $i -lt 4000 ]; do /bin/true; i=$((i+1)); done",
+        ])
+        .spawn()
+        .unwrap();
+    let count = || {
+        std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + run_timeout();
+    while count() < 3 {
+        assert!(Instant::now() < deadline, "no files written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    agent.kill();
+    churn.kill().unwrap();
+    churn.wait().unwrap();
+    // Root reads the files with DuckDB, with the query docs/history.md shows (its uid, program
+    // and directory this test's): every /bin/true a whole row, its exact CPU time there.
+    let sql = format!(
+        "SELECT pid, comm, cpu_user_ns + cpu_system_ns AS cpu_ns, peak_rss_bytes \
+         FROM '{history}/*.parquet' WHERE uid = 0 AND filename = '/bin/true' \
+         AND end_time > now() - INTERVAL 3 HOUR ORDER BY cpu_ns DESC"
+    );
+    let found = tests::duckdb_query(&sql);
+    let n = found.rows.len() as u64;
+    assert!(n > 0, "{found:#?}");
+    for i in 0..found.rows.len() {
+        assert!(found.u64(i, "cpu_ns").unwrap() > 0, "{found:#?}");
+        assert_eq!(found.str(i, "comm"), Some("true"), "{found:#?}");
+    }
+    // A new agent takes the directory as it is, and answers from the files the first left.
+    drop(agent);
+    let agent = Agent::start_with(&["--history", history, "--history-period", "100ms"]);
+    let (rows, done) = history_as(
+        None,
+        &agent.socket,
+        &["--since", "10m", "--limit", "100000"],
+    );
+    assert_eq!(done.code(), 0, "{done:?}");
+    assert!(!done.stderr.contains("could not be read"), "{done:?}");
+    let trues = rows.iter().filter(|r| r["filename"] == "/bin/true").count() as u64;
+    assert!(
+        trues >= n.min(100_000),
+        "{trues} rows of /bin/true, {n} in the files"
+    );
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,6 +11,12 @@ pub fn agent(args: AgentArgs) -> Exit {
         ring_buffer_bytes: args.ring_buffer_size,
         tracepoints: args.tracepoints,
         client_buffer: usize::try_from(args.client_buffer).unwrap_or(usize::MAX),
+        history: args.history.map(|dir| agent::history::recorder::Options {
+            dir,
+            period: args.history_period,
+            max_bytes: args.history_max_bytes,
+            max_age: args.history_max_age,
+        }),
     })?;
     Ok(0)
 }

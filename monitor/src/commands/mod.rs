@@ -16,6 +16,7 @@ pub mod bench;
 pub mod compare;
 pub mod doctor;
 pub mod export;
+pub mod history;
 pub mod mark;
 pub mod publish;
 pub mod report;

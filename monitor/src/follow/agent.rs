@@ -1,6 +1,6 @@
 //! The resident agent's protocol, the routing of its events, and its client's end (issue 33).
 //!
-//! `montrace agent` (monitor/src/agent.rs) loads the eBPF programs once and keeps them. A run
+//! `montrace agent` (monitor/src/agent/) loads the eBPF programs once and keeps them. A run
 //! whose binary may not load them (a wheel's copy, a container's, an ordinary user's) asks the
 //! agent instead, over a unix socket:
 //!
@@ -51,6 +51,40 @@ pub struct Request {
     /// None: a greeting (`montrace doctor`), answered with the agent's mode, nothing followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow: Option<u32>,
+    /// A question to the flight recorder (`montrace history`); never with `follow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryRequest>,
+}
+
+/// `montrace history`'s question. Whose processes it sees is the agent's to say (the asker's
+/// uid from SO_PEERCRED; root's: all): no field names a user.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryRequest {
+    /// Processes alive at some moment from `since_ns` to `until_ns` (wall-clock ns since the
+    /// Unix epoch; no `until_ns`: now).
+    pub since_ns: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ns: Option<i64>,
+    /// `--where` (agent::history::filter), as the user wrote it.
+    #[serde(default, rename = "where", skip_serializing_if = "String::is_empty")]
+    pub filter: String,
+    /// The most rows wanted (the agent holds to its own limit too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// The last line of a history answer, after its rows (one JSON object a line).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEnd {
+    /// Always true: what tells this line from a row.
+    pub end: bool,
+    pub rows: usize,
+    /// More rows matched than the answer holds.
+    pub truncated: bool,
+    /// History files the agent could not read (the rows of the others are there).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 /// The agent's answer to a request.
@@ -100,6 +134,9 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     }
     if request.follow == Some(0) {
         return Err("pid 0 cannot be followed".into());
+    }
+    if request.follow.is_some() && request.history.is_some() {
+        return Err("one request asks one thing: follow or history, not both".into());
     }
     Ok(request)
 }
@@ -384,18 +421,88 @@ pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
 /// Sends the one request (`follow`) and reads the answer's line, waiting at most
 /// [`REPLY_WAIT`]: the line, and what came after it (records already sent).
 fn exchange(stream: &mut UnixStream, follow: Option<u32>) -> io::Result<(Vec<u8>, Vec<u8>)> {
-    let mut line = serde_json::to_vec(&Request {
-        version: PROTOCOL_VERSION,
-        follow,
-    })?;
-    line.push(b'\n');
-    stream.set_read_timeout(Some(REPLY_WAIT))?;
-    stream.write_all(&line)?;
+    send_request(
+        stream,
+        &Request {
+            version: PROTOCOL_VERSION,
+            follow,
+            history: None,
+        },
+    )?;
     let mut reply = Vec::new();
     let mut reader = io::BufReader::new((&*stream).take(MAX_REQUEST_BYTES as u64));
     reader.read_until(b'\n', &mut reply)?;
     let rest = reader.buffer().to_vec();
     Ok((reply, rest))
+}
+
+/// Writes one request line, the answer's wait set.
+fn send_request(stream: &mut UnixStream, request: &Request) -> io::Result<()> {
+    let mut line = serde_json::to_vec(request)?;
+    line.push(b'\n');
+    stream.set_read_timeout(Some(REPLY_WAIT))?;
+    stream.write_all(&line)
+}
+
+/// The longest line of a history answer a client reads (a row is a few hundred bytes: its argv
+/// is cut at 512).
+const MAX_HISTORY_LINE: u64 = 1 << 20;
+/// How long a client waits for the agent's history answer (it reads every file it must).
+const HISTORY_WAIT: Duration = Duration::from_secs(120);
+
+/// Asks the agent at `path` for its history (`montrace history`): each row's JSON line to
+/// `each`, then what the last line said.
+pub fn history(
+    path: &Path,
+    request: HistoryRequest,
+    mut each: impl FnMut(&[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<HistoryEnd> {
+    let mut stream = UnixStream::connect(path).map_err(|e| {
+        anyhow::anyhow!("cannot reach the montrace agent at {}: {e}", path.display())
+    })?;
+    send_request(
+        &mut stream,
+        &Request {
+            version: PROTOCOL_VERSION,
+            follow: None,
+            history: Some(request),
+        },
+    )?;
+    stream.set_read_timeout(Some(HISTORY_WAIT))?;
+    let mut reader = io::BufReader::new(&stream);
+    let mut line = Vec::new();
+    let mut first = true;
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take(MAX_HISTORY_LINE)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 || !line.ends_with(b"\n") {
+            anyhow::bail!(
+                "the montrace agent at {} closed its answer before its end",
+                path.display()
+            );
+        }
+        let text = line.trim_ascii_end();
+        if first {
+            first = false;
+            let reply: Reply = serde_json::from_slice(text)
+                .map_err(|e| anyhow::anyhow!("the montrace agent answered something else ({e})"))?;
+            if !reply.ok {
+                anyhow::bail!(
+                    "the montrace agent at {} refused: {}",
+                    path.display(),
+                    reply.error.unwrap_or_default()
+                );
+            }
+            continue;
+        }
+        if text.starts_with(br#"{"end":"#) {
+            return serde_json::from_slice(text)
+                .map_err(|e| anyhow::anyhow!("the montrace agent's last line: {e}"));
+        }
+        each(text)?;
+    }
 }
 
 impl Stream {
@@ -594,14 +701,16 @@ mod tests {
             parse_request(br#"{"version":1,"follow":42}"#),
             Ok(Request {
                 version: 1,
-                follow: Some(42)
+                follow: Some(42),
+                history: None,
             })
         );
         assert_eq!(
             parse_request(br#"{"version":1}"#),
             Ok(Request {
                 version: 1,
-                follow: None
+                follow: None,
+                history: None,
             })
         );
         assert!(parse_request(br#"{"version":2,"follow":42}"#)
@@ -610,6 +719,24 @@ mod tests {
         assert!(parse_request(br#"{"version":1,"follow":0}"#).is_err());
         assert!(parse_request(br#"{"version":1,"follow":1,"uid":0}"#).is_err());
         assert!(parse_request(b"garbage").is_err());
+        // A history question names no user: a uid in it is refused, not read.
+        let asked = parse_request(br#"{"version":1,"history":{"since_ns":5,"where":"comm=make"}}"#)
+            .unwrap();
+        assert_eq!(
+            asked.history,
+            Some(HistoryRequest {
+                since_ns: 5,
+                until_ns: None,
+                filter: "comm=make".into(),
+                limit: None,
+            })
+        );
+        assert!(parse_request(br#"{"version":1,"history":{"since_ns":5,"uid":0}}"#).is_err());
+        assert!(
+            parse_request(br#"{"version":1,"follow":3,"history":{"since_ns":5}}"#)
+                .unwrap_err()
+                .contains("not both")
+        );
         assert!(parse_request(&vec![b' '; MAX_REQUEST_BYTES + 1]).is_err());
     }
 }

@@ -671,6 +671,7 @@ mod tests {
                 unix_received: 15,
             },
             comm: comm("sh"),
+            ..ExitEvent::default()
         };
         match decode(&bytes_of(&e), 4096).unwrap() {
             KernelEvent::Exit {

@@ -164,6 +164,9 @@ pub struct Load {
     /// `Offsets::tree_born_after_ns`: when the run started (boot ns), or 0 for a tree that is
     /// older (`attach`).
     pub tree_born_after_ns: u64,
+    /// The resident agent's whole-machine mode (its flight recorder): every user process is
+    /// tracked (the programs' `TRACK_ALL`); false for every run and attach.
+    pub track_all: bool,
 }
 
 pub struct Probes {
@@ -173,6 +176,9 @@ pub struct Probes {
     /// aya's loader, until [`Probes::free_loader`].
     loader: Option<EbpfLoader<'static>>,
     pub mode: TrackingMode,
+    /// Loaded with [`Load::track_all`]: [`Probes::track`] keeps an entry the programs made, and
+    /// [`Probes::untrack`] leaves every process tracked.
+    track_all: bool,
     tracked: HashMap<MapData, u32, u64>,
     stats: PerCpuArray<MapData, u64>,
     /// Time spent loading and attaching.
@@ -315,6 +321,7 @@ impl Probes {
             tracepoints: choice,
             iter_later,
             tree_born_after_ns,
+            track_all,
         } = *how;
         // Leaked (a few hundred bytes a load) so that the loader that borrows them can be freed
         // on a thread of its own.
@@ -337,6 +344,7 @@ impl Probes {
         let mut loader = take_preloaded().unwrap_or_default();
         loader
             .override_global("OFFSETS", offsets, true)
+            .override_global("TRACK_ALL", if track_all { &1u32 } else { &0u32 }, true)
             .map_max_entries("EVENTS", ring_buffer_bytes);
         for (map, most) in PID_MAPS {
             loader.map_max_entries(map, most.min(tasks).max(1));
@@ -415,6 +423,7 @@ impl Probes {
             _ebpf: ebpf,
             loader: Some(loader),
             mode,
+            track_all,
             tracked,
             stats,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
@@ -462,15 +471,30 @@ impl Probes {
 
     /// Starts following `pid`: its forks, execs and exit from now on.
     pub fn track(&mut self, pid: u32) -> anyhow::Result<()> {
+        // The whole machine's programs track every process already, with its start time (which
+        // an insert of 0 would lose): only a process they missed (the map full) is added.
+        const BPF_NOEXIST: u64 = 1;
+        if self.track_all {
+            return match self.tracked.insert(pid, 0, BPF_NOEXIST) {
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
+                {
+                    Ok(())
+                }
+                other => other.with_context(|| format!("cannot add pid {pid} to the tracked map")),
+            };
+        }
         self.tracked
             .insert(pid, 0, 0)
             .with_context(|| format!("cannot add pid {pid} to the tracked map"))
     }
 
     /// Stops following `pid` (the agent, for a client that is gone): its forks are no longer
-    /// followed. A pid not in the map is no error.
+    /// followed. A pid not in the map is no error. The whole machine's programs keep it.
     pub fn untrack(&mut self, pid: u32) {
-        drop(self.tracked.remove(&pid));
+        if !self.track_all {
+            drop(self.tracked.remove(&pid));
+        }
     }
 
     pub fn lost(&self) -> anyhow::Result<LostEvents> {

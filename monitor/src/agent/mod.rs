@@ -15,6 +15,13 @@
 //! (`ptrace_scope` 0). The pid is checked through a pidfd: it is opened first, the checks read
 //! /proc, and the pidfd is asked afterwards whether that process still lives, so a pid reused
 //! in between is never followed.
+//!
+//! With `--history DIR` the programs follow the whole machine (every user process, kernel
+//! threads never), the clients still each get only their own tree, and every process that
+//! exits becomes a row of the flight recorder ([`history`]); `montrace history` asks about
+//! them over the same socket, each user seeing only their own processes (root all).
+pub mod history;
+
 use std::{
     cell::RefCell,
     collections::HashMap,
@@ -41,6 +48,7 @@ use crate::{
     sampling::host,
     store::model::TrackingMode,
 };
+use history::{query, recorder::Recorder};
 
 /// How often the ring is read for records sent without a wake-up (the programs wake the reader
 /// only once a quarter of the ring is full): the delay a client's run may see at its end.
@@ -54,6 +62,17 @@ const MAX_CLIENTS: usize = 4096;
 /// Connections of one user that have not asked yet; more of that user's are refused at once, so
 /// that one user holding connections open blocks only their own runs, never another user's.
 const MAX_ASKING_PER_USER: usize = 256;
+/// History questions answered at once (read, filtered and written), over all users, and by
+/// one user: more are refused, so that questions cannot take the agent's memory, and one user
+/// cannot keep every other's from an answer.
+const MAX_HISTORY_ANSWERS: usize = 4;
+const MAX_HISTORY_ANSWERS_PER_USER: usize = 2;
+/// How long writing one history answer to its client may take.
+const HISTORY_WRITE_WAIT: Duration = Duration::from_secs(30);
+/// The rows of an answer when the question names no limit.
+const DEFAULT_HISTORY_ROWS: usize = 10_000;
+/// How often the recorder's buffered rows are looked at (written when due).
+const HISTORY_TICK: Duration = Duration::from_millis(100);
 /// How long the loop waits when accepting fails (out of descriptors: the connections waiting
 /// in the backlog stay there until one closes).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -65,6 +84,8 @@ pub struct Options {
     pub tracepoints: TracepointChoice,
     /// The most bytes waiting for one client before it is cut (`--client-buffer`).
     pub client_buffer: usize,
+    /// The flight recorder (`--history`), when it is on: then the whole machine is tracked.
+    pub history: Option<history::recorder::Options>,
 }
 
 /// Where the agent listens: `--socket`, else `MONTRACE_AGENT_SOCKET`, else the default.
@@ -93,7 +114,11 @@ pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
         ring_buffer_bytes,
         tracepoints,
         client_buffer,
+        history,
     } = options;
+    if let Some(history) = &history {
+        history::recorder::prepare_dir(&history.dir)?;
+    }
     // A descriptor per connection: the soft limit (1,024 on most machines) up to the hard one.
     host::raise_open_files_limit();
     let kernel = KernelBtf::read().context("reading the kernel's BTF")?;
@@ -105,9 +130,17 @@ pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
             iter_later: false,
             // Trees of any age: each client's is its own.
             tree_born_after_ns: 0,
+            track_all: history.is_some(),
         },
     )?;
     probes.free_loader();
+    if history.is_some() {
+        // The programs add every process forked from now on; those alive already are added
+        // here (an exit then reads its start time from the task).
+        for pid in history::recorder::live_user_processes() {
+            drop(probes.track(pid));
+        }
+    }
     let mode = probes.mode;
     let ring = events.into_ring()?;
     let listener = bind(&socket)?;
@@ -119,17 +152,44 @@ pub fn serve_until_stopped(options: Options) -> anyhow::Result<()> {
         mode.described(),
         socket.display()
     );
+    if let Some(history) = &history {
+        crate::say!(
+            "montrace agent: the flight recorder writes every process that exits on this \
+             machine to {} (a file every {}, at most {} kept, none older than {})",
+            history.dir.display(),
+            whole_units(history.period),
+            crate::units::format_bytes(history.max_bytes),
+            whole_units(history.max_age),
+        );
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
         .context("starting the event loop")?;
     let local = tokio::task::LocalSet::new();
-    let served = local.block_on(&runtime, serve(listener, ring, probes, mode, client_buffer));
+    let recorder = history.map(Recorder::new);
+    let served = local.block_on(
+        &runtime,
+        serve(listener, ring, probes, mode, client_buffer, recorder),
+    );
     drop(std::fs::remove_file(&socket));
     served?;
     crate::say!("montrace agent: stopped; the programs are unloaded");
     Ok(())
+}
+
+/// `30d`, `12h`, `5m` for a whole number of them, else seconds (`0.200s`): the durations the
+/// agent's start-up line says.
+fn whole_units(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    let whole = duration.subsec_nanos() == 0 && secs > 0;
+    match secs {
+        s if whole && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if whole && s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if whole && s % 60 == 0 => format!("{}m", s / 60),
+        _ => crate::units::format_seconds_ns(duration.as_nanos() as u64),
+    }
 }
 
 /// The listening socket: its directory made when missing, a stale socket of an agent that is
@@ -184,6 +244,12 @@ struct Shared {
     outbox_limit: usize,
     /// Connections that have not asked yet, by uid.
     asking: HashMap<u32, usize>,
+    /// The flight recorder, when it is on.
+    recorder: Option<Recorder>,
+    /// A recorder's file being written (one at a time).
+    writing: bool,
+    /// History answers under way, by uid.
+    answering: HashMap<u32, usize>,
 }
 
 impl Shared {
@@ -205,6 +271,7 @@ async fn serve(
     probes: Probes,
     mode: TrackingMode,
     outbox_limit: usize,
+    recorder: Option<Recorder>,
 ) -> anyhow::Result<()> {
     let listener = UnixListener::from_std(listener).context("watching the socket")?;
     // SAFETY: the ring buffer owns its map fd and keeps it open and unchanged until the AsyncFd
@@ -219,7 +286,12 @@ async fn serve(
         clients: HashMap::new(),
         outbox_limit,
         asking: HashMap::new(),
+        recorder,
+        writing: false,
+        answering: HashMap::new(),
     }));
+    let mut history_tick = tokio::time::interval(HISTORY_TICK);
+    history_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut drain_tick = tokio::time::interval(DRAIN_EVERY);
@@ -262,11 +334,81 @@ async fn serve(
                 guard.clear_ready();
             }
             _ = drain_tick.tick() => drain(ring.get_mut(), &shared),
+            _ = history_tick.tick() => write_history(&shared, false),
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
         }
     }
+    // What the ring still holds, then every row buffered, written before the programs go.
+    drain(ring.get_mut(), &shared);
+    write_history(&shared, true);
     Ok(())
+}
+
+/// Writes the recorder's rows when they are due (`all`: every one, now, the agent stopping), on
+/// a thread of the blocking pool; one file at a time.
+fn write_history(shared: &Rc<RefCell<Shared>>, all: bool) {
+    let (rows, options, lost) = {
+        let mut s = shared.borrow_mut();
+        if s.writing && !all {
+            return;
+        }
+        let lost = s.probes.lost().ok();
+        let Some(recorder) = s.recorder.as_mut() else {
+            return;
+        };
+        let rows = if all {
+            recorder.take_all()
+        } else {
+            match recorder.take_due(std::time::Instant::now()) {
+                Some(rows) => rows,
+                None => return,
+            }
+        };
+        if rows.is_empty() {
+            return;
+        }
+        let lost_rows = std::mem::take(&mut recorder.lost_rows);
+        let options = recorder.options.clone();
+        s.writing = true;
+        (rows, options, lost.map(|l| (l, lost_rows)))
+    };
+    if let Some((lost, lost_rows)) = lost {
+        if lost.ringbuf_full + lost.track_map_full + lost_rows > 0 {
+            crate::say!(
+                "montrace agent: so far {} events did not fit the ring, {} processes the tracked \
+                 map; {} rows were not kept (a slow write)",
+                lost.ringbuf_full,
+                lost.track_map_full,
+                lost_rows
+            );
+        }
+    }
+    let job = move || history::recorder::write(&options, &rows);
+    if all {
+        report_written(job());
+        shared.borrow_mut().writing = false;
+        return;
+    }
+    let shared = Rc::clone(shared);
+    tokio::task::spawn_local(async move {
+        let written = tokio::task::spawn_blocking(job).await;
+        report_written(written.unwrap_or_else(|e| Err(anyhow::anyhow!("the writer failed: {e}"))));
+        shared.borrow_mut().writing = false;
+    });
+}
+
+fn report_written(written: anyhow::Result<history::recorder::Written>) {
+    match written {
+        Ok(w) if !w.removed.is_empty() => crate::say!(
+            "montrace agent: history: {} rows in {}; retention removed {}",
+            w.rows,
+            w.file,
+            w.removed.join(", ")
+        ),
+        Ok(_) => {}
+        Err(err) => crate::say!("montrace agent: history: the rows could not be written: {err:#}"),
+    }
 }
 
 /// Every record in the ring now, each to its tree's client; a client whose outbox is full is cut.
@@ -274,6 +416,9 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<
     let mut shared = shared.borrow_mut();
     let limit = shared.outbox_limit;
     while let Some(record) = ring.next() {
+        if let Some(recorder) = shared.recorder.as_mut() {
+            recorder.record(&record);
+        }
         let Some(owner) = shared.routes.route(&record) else {
             continue;
         };
@@ -325,6 +470,9 @@ async fn client(
         Ok(Err(why)) => return refuse(stream, &why).await,
         Err(_) => return refuse(stream, "no request in time").await,
     };
+    if let Some(question) = request.history {
+        return answer_history(stream, cred.uid(), question, shared).await;
+    }
     let Some(pid) = request.follow else {
         // A greeting: the mode, and nothing followed.
         let mode = shared.borrow().mode;
@@ -377,6 +525,103 @@ async fn client(
         }
     }
     shared.borrow_mut().cut(id);
+}
+
+/// A history question: read and filtered on a thread of the blocking pool (the event loop goes
+/// on serving every other client), the rows the asker may see written back, then the end line.
+async fn answer_history(
+    mut stream: UnixStream,
+    uid: u32,
+    question: protocol::HistoryRequest,
+    shared: Rc<RefCell<Shared>>,
+) {
+    let Some(dir) = shared
+        .borrow()
+        .recorder
+        .as_ref()
+        .map(|r| r.options.dir.clone())
+    else {
+        return refuse(
+            stream,
+            "this agent keeps no history (it was started without --history)",
+        )
+        .await;
+    };
+    let filter = match history::filter::parse(&question.filter) {
+        Ok(filter) => filter,
+        Err(why) => return refuse(stream, &format!("--where: {why}")).await,
+    };
+    let until_ns = question.until_ns.unwrap_or(i64::MAX);
+    if until_ns < question.since_ns {
+        return refuse(stream, "--until is before --since").await;
+    }
+    let room = {
+        let mut s = shared.borrow_mut();
+        let total: usize = s.answering.values().sum();
+        let mine = s.answering.get(&uid).copied().unwrap_or(0);
+        let room = total < MAX_HISTORY_ANSWERS && mine < MAX_HISTORY_ANSWERS_PER_USER;
+        if room {
+            *s.answering.entry(uid).or_default() += 1;
+        }
+        room
+    };
+    if !room {
+        return refuse(
+            stream,
+            "the agent answers as many history questions as it may at once; try again",
+        )
+        .await;
+    }
+    let ask = query::Ask {
+        uid,
+        since_ns: question.since_ns,
+        until_ns,
+        filter,
+        limit: question
+            .limit
+            .map_or(DEFAULT_HISTORY_ROWS, |l| l as usize)
+            .min(query::MAX_ROWS),
+    };
+    let mode = shared.borrow().mode;
+    let found = tokio::task::spawn_blocking(move || query::answer(&dir, &ask)).await;
+    let wrote = async {
+        let found = found.map_err(|e| format!("the history could not be read: {e}"))?;
+        if !answer(&mut stream, &Reply::accepted(mode)).await {
+            return Err(String::new());
+        }
+        let end = protocol::HistoryEnd {
+            end: true,
+            rows: found.rows,
+            truncated: found.truncated,
+            unreadable: found.unreadable,
+        };
+        let mut tail = serde_json::to_vec(&end).unwrap_or_default();
+        tail.push(b'\n');
+        let written = tokio::time::timeout(HISTORY_WRITE_WAIT, async {
+            stream.write_all(&found.lines).await?;
+            stream.write_all(&tail).await
+        })
+        .await;
+        match written {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(String::new()),
+        }
+    };
+    let result: Result<(), String> = wrote.await;
+    {
+        let mut s = shared.borrow_mut();
+        if let Some(n) = s.answering.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                s.answering.remove(&uid);
+            }
+        }
+    }
+    if let Err(why) = result {
+        if !why.is_empty() {
+            refuse(stream, &why).await;
+        }
+    }
 }
 
 /// The request line: at most [`protocol::MAX_REQUEST_BYTES`] and its newline.
@@ -506,6 +751,15 @@ mod tests {
 
     const STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nPid:\t42\n\
                           PPid:\t40\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n";
+
+    #[test]
+    fn durations_are_said_in_whole_units() {
+        assert_eq!(whole_units(Duration::from_secs(30 * 86_400)), "30d");
+        assert_eq!(whole_units(Duration::from_secs(7_200)), "2h");
+        assert_eq!(whole_units(Duration::from_secs(60)), "1m");
+        assert_eq!(whole_units(Duration::from_millis(200)), "0.200s");
+        assert_eq!(whole_units(Duration::from_secs(90)), "90.000s");
+    }
 
     #[test]
     fn status_gives_the_parent_and_every_uid() {

@@ -243,8 +243,8 @@ fn functions(text: &str) -> (Vec<Function>, Vec<String>) {
     (out, test_mods)
 }
 
-/// Every .rs file under `dir`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every .rs file under `dir` (also the import check's, `layers`).
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.unwrap().path();
         if path.is_dir() {

@@ -66,18 +66,6 @@ fn layer(module: &str) -> Option<u8> {
     LAYERS.iter().find(|(m, _)| *m == module).map(|&(_, l)| l)
 }
 
-/// Every .rs file under `dir`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The files of modules declared under `#[cfg(test)]` (`mod tests;`, `mod fake;`): test code.
 fn test_only_files(files: &[(PathBuf, String)]) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
@@ -203,7 +191,7 @@ type Edges = BTreeMap<(String, String), Vec<String>>;
 
 fn import_edges(src: &Path) -> Edges {
     let mut paths = Vec::new();
-    rust_files(src, &mut paths);
+    crate::fn_length::rust_files(src, &mut paths);
     paths.sort();
     let files: Vec<(PathBuf, String)> = paths
         .into_iter()

@@ -183,6 +183,7 @@ pub fn show_job(job_id: &str) -> Option<JobRequest> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::context::tests::env;
 
     const RUNNING: &str = "JobId=3 JobName=bash UserId=slu1(1001) GroupId=slu1(1001) \
         MCS_label=N/A Priority=4294901757 Nice=0 Account=(null) QOS=(null) JobState=RUNNING \
@@ -224,13 +225,6 @@ mod tests {
         assert_eq!(slurm_bytes("512"), Some(512 << 20));
         assert_eq!(slurm_bytes("1.5G"), Some(3 << 29));
         assert_eq!(slurm_bytes("7X"), None);
-    }
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     #[test]

@@ -51,7 +51,9 @@ use crate::{
 use history::{query, recorder::Recorder};
 
 /// How often the ring is read for records sent without a wake-up (the programs wake the reader
-/// only once a quarter of the ring is full): the delay a client's run may see at its end.
+/// only once a quarter of the ring is full) while a client is followed: the delay a client's run
+/// may see at its end. With no client the ring is read at the recorder's tick (100 ms) or at
+/// its wake-ups only: an idle agent's 2 ms timer cost 1.9 % of a core on this machine.
 const DRAIN_EVERY: Duration = Duration::from_millis(2);
 /// How long a client has to send its request (it connects when the request is ready).
 const REQUEST_WAIT: Duration = Duration::from_secs(5);
@@ -333,8 +335,13 @@ async fn serve(
                 drain(guard.get_inner_mut(), &shared);
                 guard.clear_ready();
             }
-            _ = drain_tick.tick() => drain(ring.get_mut(), &shared),
-            _ = history_tick.tick() => write_history(&shared, false),
+            _ = drain_tick.tick(), if !shared.borrow().clients.is_empty() => {
+                drain(ring.get_mut(), &shared);
+            }
+            _ = history_tick.tick(), if shared.borrow().recorder.is_some() => {
+                drain(ring.get_mut(), &shared);
+                write_history(&shared, false);
+            }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
         }

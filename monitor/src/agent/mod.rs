@@ -252,6 +252,9 @@ struct Shared {
     writing: bool,
     /// History answers under way, by uid.
     answering: HashMap<u32, usize>,
+    /// Told when a client starts being followed: the loop then starts its drain timer (its
+    /// branch's condition is looked at only when the loop comes round).
+    following: Rc<Notify>,
 }
 
 impl Shared {
@@ -291,7 +294,9 @@ async fn serve(
         recorder,
         writing: false,
         answering: HashMap::new(),
+        following: Rc::new(Notify::new()),
     }));
+    let following = Rc::clone(&shared.borrow().following);
     let mut history_tick = tokio::time::interval(HISTORY_TICK);
     history_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -335,6 +340,7 @@ async fn serve(
                 drain(guard.get_inner_mut(), &shared);
                 guard.clear_ready();
             }
+            () = following.notified() => {}
             _ = drain_tick.tick(), if !shared.borrow().clients.is_empty() => {
                 drain(ring.get_mut(), &shared);
             }
@@ -498,6 +504,7 @@ async fn client(
                 wake: Rc::clone(&wake),
             };
             s.clients.insert(id, outbox);
+            s.following.notify_one();
             s.probes.track(pid).map_err(|e| format!("{e:#}"))
         })
     };

@@ -381,12 +381,16 @@ fn processes_running(exe: &Path) -> Vec<u32> {
 #[test]
 fn a_failure_after_the_fork_leaves_nothing_behind() {
     require_root();
-    // Programs already loaded are another montrace's (a resident agent on this machine, another
-    // test's run): only programs loaded after this point count as left behind.
+    // Programs already loaded, and processes of this binary already running, are another
+    // montrace's (a resident agent on this machine): only what appears after this point counts
+    // as left behind.
     let before: std::collections::HashSet<u64> = montrace_programs(&loaded_programs())
         .into_iter()
         .map(|(id, _)| id)
         .collect();
+    let bin = tests::montrace_bin();
+    let running_before: std::collections::HashSet<u32> =
+        processes_running(&bin).into_iter().collect();
     let tmp = tempfile::tempdir().unwrap();
     // A filesystem with room for 3 inodes: its root, the run directory, and the write test
     // montrace makes before it starts anything; the tables' parts directories, made once the
@@ -399,10 +403,12 @@ fn a_failure_after_the_fork_leaves_nothing_behind() {
     assert_eq!(run.code(), 125, "montrace failed: {run:?}");
     assert!(!marker.exists(), "the held command never ran: {run:?}");
     // Neither montrace nor the child it held is left, and nothing of montrace is in the kernel.
-    let bin = tests::montrace_bin();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let left = processes_running(&bin);
+        let left: Vec<u32> = processes_running(&bin)
+            .into_iter()
+            .filter(|pid| !running_before.contains(pid))
+            .collect();
         let programs: Vec<(u64, String)> = montrace_programs(&loaded_programs())
             .into_iter()
             .filter(|(id, _)| !before.contains(id))

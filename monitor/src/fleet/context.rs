@@ -312,6 +312,43 @@ fn git_of(dir: &std::path::Path) -> Option<(Option<String>, Option<String>)> {
     }
 }
 
+/// Runs `cmd` (no stdin, stderr dropped, its stdout read on a thread of its own so that a full
+/// pipe cannot hold it), waiting at most `limit`: its status and stdout, or None when it could
+/// not start or took longer (it is then killed). git's status and scontrol's answer go through
+/// it.
+pub(crate) fn output_within(
+    cmd: &mut std::process::Command,
+    limit: std::time::Duration,
+) -> Option<(std::process::ExitStatus, Vec<u8>)> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdout = child.stdout.take()?;
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut text).map(|_| text)
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
+    Some((status, reader.join().ok()?.ok()?))
+}
+
 /// Asks `git status` whether tracked files of the working directory's checkout were changed, on
 /// a thread, as the user (`as_user`: montrace under sudo; git refuses a checkout its user does
 /// not own), within 2 s. Only once the tree is done: the polling fallback reaps every child of
@@ -327,35 +364,12 @@ pub fn dirty_check(as_user: Option<(u32, u32)>) -> std::thread::JoinHandle<Optio
             "--porcelain",
             "--untracked-files=no",
         ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
         .env("GIT_TERMINAL_PROMPT", "0");
         if let Some((uid, gid)) = as_user {
             use std::os::unix::process::CommandExt as _;
             cmd.uid(uid).gid(gid);
         }
-        let mut child = cmd.spawn().ok()?;
-        let mut stdout = child.stdout.take()?;
-        let reader = std::thread::spawn(move || {
-            let mut text = Vec::new();
-            std::io::Read::read_to_end(&mut stdout, &mut text).map(|_| text)
-        });
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return None;
-                }
-            }
-        };
-        let text = reader.join().ok()?.ok()?;
+        let (status, text) = output_within(&mut cmd, std::time::Duration::from_secs(2))?;
         status.success().then_some(!text.is_empty())
     })
 }

@@ -151,33 +151,16 @@ pub fn is_plain_name(part: &str) -> bool {
 
 /// Asks `scontrol show job -o ID` (at most 2 s; None when scontrol is missing, slow or fails).
 pub fn show_job(job_id: &str) -> Option<JobRequest> {
-    use std::process::{Command, Stdio};
     if !job_id.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
         return None;
     }
-    let mut child = Command::new("scontrol")
-        .args(["show", "job", "-o", job_id])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => break,
-            Ok(Some(_)) | Err(_) => return None,
-            Ok(None) if std::time::Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
-        }
-    }
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut text).ok()?;
-    Some(parse_job(&text))
+    let mut cmd = std::process::Command::new("scontrol");
+    cmd.args(["show", "job", "-o", job_id]);
+    let (status, text) =
+        crate::fleet::context::output_within(&mut cmd, std::time::Duration::from_secs(2))?;
+    status
+        .success()
+        .then(|| parse_job(&String::from_utf8_lossy(&text)))
 }
 
 #[cfg(test)]

@@ -132,7 +132,15 @@ fn wait_with_timeout(cmd: &mut Command, timeout: Duration, during: impl FnOnce(u
     let mut child = cmd
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    during(child.id());
+    // A failing check in `during` must not leave the run behind (a montrace still waiting on
+    // its command, holding the test's files): its process group is killed, then the panic goes on.
+    let pid = child.id();
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| during(pid))) {
+        // SAFETY: plain syscall on the process group we created for this child.
+        unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+        let _ = child.wait();
+        std::panic::resume_unwind(panic);
+    }
     let status = loop {
         if let Some(status) = child.try_wait().expect("waiting for the command") {
             break status;

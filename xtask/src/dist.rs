@@ -40,17 +40,7 @@ pub fn dist(verbose: bool, wheel: bool) -> Result<()> {
 /// Builds the static binary and packs it, with its completions and man pages, into
 /// `target/dist/` ([`TARBALL`]); returns the tarball's path.
 pub fn build_tarball(verbose: bool) -> Result<PathBuf> {
-    let mut build = util::cargo();
-    build.args(["build", "--release", "-p", "monitor", "--target", TARGET]);
-    check_quietly(&mut build, verbose).context("building the static (musl) montrace failed")?;
-    let binary = util::target_dir()
-        .join(TARGET)
-        .join("release")
-        .join("montrace");
-    let elf = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
-    if let Some(why) = not_static(&elf) {
-        bail!("{} is not a static binary: {why}", binary.display());
-    }
+    let binary = build_static(verbose)?;
     let version = output_of(Command::new(&binary).arg("--version"))?;
     // "montrace 0.1.0"
     let version = version
@@ -101,6 +91,23 @@ pub fn build_tarball(verbose: bool) -> Result<PathBuf> {
     )
     .context("packing the tarball failed")?;
     Ok(tarball)
+}
+
+/// Builds the static (musl, release) montrace, checks that it is static, and returns its path
+/// (unstripped: the tarball strips its own copy).
+pub fn build_static(verbose: bool) -> Result<PathBuf> {
+    let mut build = util::cargo();
+    build.args(["build", "--release", "-p", "monitor", "--target", TARGET]);
+    check_quietly(&mut build, verbose).context("building the static (musl) montrace failed")?;
+    let binary = util::target_dir()
+        .join(TARGET)
+        .join("release")
+        .join("montrace");
+    let elf = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
+    if let Some(why) = not_static(&elf) {
+        bail!("{} is not a static binary: {why}", binary.display());
+    }
+    Ok(binary)
 }
 
 /// The install prefix's directories, relative to the tarball's top directory.

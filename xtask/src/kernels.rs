@@ -1,14 +1,14 @@
 //! The kernel tier (`cargo xtask test --kernels`, `--kernel NAME`): boots each kernel of
 //! [`KERNELS`] in a VM (virtme-ng and qemu: KVM where it works, TCG otherwise) on this machine's
 //! root filesystem, and runs inside it `montrace doctor` and an exactness subset of the
-//! end-to-end tests ([`SUBSET`]) against the debug build. docs/kernels.md is written from what
+//! end-to-end tests ([`SUBSET`]) against the static release build of `cargo xtask dist`. docs/kernels.md is written from what
 //! the VMs report ([`render_doc`]), never by hand. `$MONTRACE_KERNEL_TESTS` picks some tests of
 //! the subset by name ([`ONLY_VAR`]).
 //!
 //! Set-up installs the kernels (Debian packages, unpacked into [`CACHE`]), qemu, kmod (virtme-ng
 //! runs depmod), a static busybox (its initramfs) and virtme-ng (pip, in a venv of its own).
 
-use crate::util::{self, check};
+use crate::util;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -269,8 +269,10 @@ pub fn test(only: Option<&str>) -> Result<()> {
     if tests.is_empty() {
         bail!("${ONLY_VAR} picks none of the tier's tests");
     }
-    check(util::cargo().args(["build", "-p", "monitor"]))
-        .context("building montrace (debug) failed")?;
+    // The release artifact users install (the static binary of `cargo xtask dist`), not the
+    // debug build: without KVM the debug build's start-up alone took most of each test's 25 to
+    // 50 s, and what users run on these kernels is the release.
+    let montrace = crate::dist::build_static(false)?;
     let binaries = test_binaries()?;
     let kvm = kvm_works(kernels[0]);
     let mut outcomes = Vec::new();
@@ -283,7 +285,7 @@ pub fn test(only: Option<&str>) -> Result<()> {
             k.release(),
             if kvm { "KVM" } else { "TCG, no KVM" }
         );
-        let booted = boot(k, &binaries, kvm, &tests);
+        let booted = boot(k, &montrace, &binaries, kvm, &tests);
         let outcome = match (booted, last_outcome(k, &tests)) {
             (Ok(outcome), _) => outcome,
             // The VM stopped early: what it reached goes into the page, the rest as not run.
@@ -298,6 +300,48 @@ pub fn test(only: Option<&str>) -> Result<()> {
             if *status != Status::Pass {
                 failed.push(format!("{}: {test} ({status:?})", k.name));
             }
+        }
+        // What a CI log needs to tell why, since target/kernels is gone with the machine: each
+        // failed test's log, and the console's end when the VM stopped before the last test.
+        let out = out_dir(k);
+        for (test, status) in &outcome.tests {
+            if *status == Status::Fail {
+                let log = out.join(format!("{}.log", test.replace("::", ".")));
+                eprintln!("--- the end of {}:\n{}", log.display(), tail(&log, 60));
+            }
+        }
+        for test in std::fs::read_to_string(out.join("timed-out"))
+            .unwrap_or_default()
+            .lines()
+        {
+            let log = out.join(format!("{}.log", test.replace("::", ".")));
+            eprintln!(
+                "kernel tier: {test} ran past {} s once and was run again (what was running then \
+                 is in {}):\n{}",
+                TEST_LIMIT.as_secs(),
+                log.display(),
+                tail(&log, 40)
+            );
+        }
+        // A try still running at its limit left what the VM was doing then (a test that cannot be
+        // killed holds the script: the VM's limit ends it, and this is all there is).
+        for (test, _) in &outcome.tests {
+            let hung = out.join(format!("{}.log.hung", test.replace("::", ".")));
+            if hung.exists() {
+                eprintln!(
+                    "--- {} (what ran when {test} passed its limit):\n{}",
+                    hung.display(),
+                    tail(&hung, 200)
+                );
+            }
+        }
+        if outcome.tests.iter().any(|(_, s)| *s == Status::NotRun) {
+            let log = out.join("log");
+            eprintln!(
+                "--- the end of the VM's console ({}):\n{}",
+                log.display(),
+                tail(&log, 60)
+            );
         }
         eprintln!(
             "kernel tier: {} done in {:.0} s (log: {})",
@@ -352,6 +396,14 @@ fn test_binaries() -> Result<std::collections::HashMap<String, PathBuf>> {
     Ok(binaries)
 }
 
+/// The last `lines` lines of the file at `path` (what could be read of it).
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 fn out_dir(k: &Kernel) -> PathBuf {
     util::target_dir().join("kernels").join(k.name)
 }
@@ -379,6 +431,11 @@ fn vng_command(k: &Kernel, kvm: bool) -> Command {
     cmd.current_dir(util::workspace_root());
     cmd
 }
+
+/// How long one test may run in the VM (the slowest takes about 50 s without KVM here).
+const TEST_LIMIT: Duration = Duration::from_secs(240);
+/// How long the VM may run in all: every test of [`SUBSET`] near its slowest, and the boot.
+const VM_LIMIT: Duration = Duration::from_secs(1200);
 
 /// Whether qemu boots with KVM here (on some machines /dev/kvm exists and qemu aborts setting
 /// up the CPU: `failed to set MSR 0x10a`).
@@ -433,23 +490,56 @@ fn script(
     s += "uname -r > \"$OUT/release\"\n";
     s += "\"$MONTRACE_BIN\" doctor > \"$OUT/doctor\" 2>&1\n";
     s += ": > \"$OUT/results\"\n";
+    // One hung test must not take the VM's whole limit and leave the rest not run: each try has
+    // TEST_LIMIT. Past it, the test's log gets what was left running and where each process
+    // sleeps in the kernel, the montrace processes it left (in process groups of their own,
+    // which `timeout` does not signal) are killed, the test is named in `timed-out`, and it runs
+    // once more: a VM without KVM has stalled for minutes at a time (soft lockups), and the
+    // second try tells such a stall from a montrace that hangs (which hangs again).
+    s += &run_one(TEST_LIMIT);
     for (file, test) in tests {
         let exe = binaries
             .get(*file)
             .with_context(|| format!("no test binary for tests/tests/{file}.rs"))?;
-        s += &format!(
-            "{exe} --exact {test} --test-threads=1 > \"$OUT/{file}.{test}.log\" 2>&1; \
-             echo \"{file}::{test} $?\" >> \"$OUT/results\"\n",
-            exe = q(exe)
-        );
+        s += &format!("one {file} {test} {}\n", q(exe));
     }
     s += "echo done > \"$OUT/finished\"\n";
     Ok(s)
 }
 
+/// The script's `one FILE TEST EXE`: runs a test binary's one test with `limit` a try, at most
+/// two tries, and appends `FILE::TEST RC` to `$OUT/results` (see `script`).
+fn run_one(limit: Duration) -> String {
+    let limit = limit.as_secs();
+    format!(
+        "one() {{\n\
+         \x20 log=\"$OUT/$1.$2.log\"; : > \"$log\"\n\
+         \x20 for try in 1 2; do\n\
+         \x20   ( sleep {limit}; sleep 5; {{ echo \"== try $try still running {limit} s after its start\"\n\
+         \x20     ps -eo pid,ppid,stat,wchan:32,etime,args\n\
+         \x20     for p in $(pgrep -f \"$3|montrace\"); do echo \"== /proc/$p/stack\"; cat /proc/$p/stack; done\n\
+         \x20     echo l > /proc/sysrq-trigger; echo w > /proc/sysrq-trigger; sleep 2; dmesg | tail -n 400\n\
+         \x20   }} > \"$log.hung\" 2>&1 ) &\n\
+         \x20   watch=$!\n\
+         \x20   timeout -k 10 {limit} \"$3\" --exact \"$2\" --test-threads=1 >> \"$log\" 2>&1; rc=$?\n\
+         \x20   kill $watch 2>/dev/null\n\
+         \x20   [ $rc = 124 ] || [ $rc = 137 ] || break\n\
+         \x20   {{ echo \"== try $try killed after {limit} s; what was running:\"\n\
+         \x20     ps -eo pid,ppid,stat,wchan:32,etime,args\n\
+         \x20     for p in $(pgrep -f montrace); do echo \"== /proc/$p/stack\"; cat /proc/$p/stack; done\n\
+         \x20   }} >> \"$log\" 2>&1\n\
+         \x20   pkill -KILL -f \"$MONTRACE_BIN\"; sleep 1\n\
+         \x20   echo \"$1::$2\" >> \"$OUT/timed-out\"\n\
+         \x20 done\n\
+         \x20 echo \"$1::$2 $rc\" >> \"$OUT/results\"\n\
+         }}\n"
+    )
+}
+
 /// Boots `k`, runs the script, reads what it left.
 fn boot(
     k: &Kernel,
+    montrace: &Path,
     binaries: &std::collections::HashMap<String, PathBuf>,
     kvm: bool,
     tests: &[(&str, &str)],
@@ -464,9 +554,8 @@ fn boot(
     let out = out_dir(k);
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
-    let montrace = util::target_dir().join("debug/montrace");
     let script_path = out.join("run.sh");
-    std::fs::write(&script_path, script(&montrace, binaries, &out, tests)?)?;
+    std::fs::write(&script_path, script(montrace, binaries, &out, tests)?)?;
     std::fs::set_permissions(
         &script_path,
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -480,7 +569,7 @@ fn boot(
         .stdout(log.try_clone()?)
         .stderr(log);
     // TCG runs everything several times slower: a generous bound, for a hung VM only.
-    run_with_limit(&mut cmd, Duration::from_secs(1200))?;
+    run_with_limit(&mut cmd, VM_LIMIT)?;
     if !out.join("finished").exists() {
         bail!(
             "the VM of {} stopped before its script finished: see {}",
@@ -675,6 +764,59 @@ mod tests {
         assert_eq!(attach.len(), 1, "{attach:?}");
         assert_eq!(attach[0].0, "attach");
         assert!(chosen(Some(" , ")).is_empty());
+    }
+
+    /// The script's runner of one test: a test that hangs on its first try is killed after the
+    /// limit, named in `timed-out`, its log says what was running, and its second try's code is
+    /// its result; a failing test is not run again.
+    #[test]
+    fn a_hung_test_is_killed_logged_and_tried_once_more() {
+        let out = &std::env::temp_dir().join(format!("xtask-run-one-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(out);
+        std::fs::create_dir(out).unwrap();
+        let exe = |name: &str, body: &str| {
+            let path = out.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            path.display().to_string()
+        };
+        // Hangs the first time it runs, passes the second.
+        let flaky = exe(
+            "flaky",
+            &format!(
+                "[ -e {0}/ran ] && exit 0; : > {0}/ran; sleep 30",
+                out.display()
+            ),
+        );
+        let failing = exe("failing", "echo once >> \"$OUT/failing.count\"; exit 101");
+        let script = format!(
+            "OUT='{}'\nMONTRACE_BIN=no-such-montrace-xtask-test\n{}one f hangs_once '{flaky}'\n\
+             one f fails '{failing}'\n",
+            out.display(),
+            run_one(Duration::from_secs(1))
+        );
+        // From a file, as in the VM: `pkill -f` must not find the script's text in its own argv.
+        std::fs::write(out.join("run.sh"), &script).unwrap();
+        let status = Command::new("sh")
+            .arg(out.join("run.sh"))
+            .env("OUT", out)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+        assert_eq!(
+            parse_results(&read("results")),
+            vec![("f::hangs_once".into(), true), ("f::fails".into(), false)]
+        );
+        assert_eq!(read("timed-out"), "f::hangs_once\n");
+        assert!(
+            read("f.hangs_once.log").contains("== try 1 killed after 1 s; what was running:"),
+            "{}",
+            read("f.hangs_once.log")
+        );
+        assert_eq!(read("failing.count"), "once\n");
+        std::fs::remove_dir_all(out).unwrap();
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub fn kernel(verbose: bool, name: &str) -> Result<()> {
 }
 
 pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
+    header("set-up: what this machine lacks (cargo xtask setup)");
     crate::setup::setup(verbose)?;
 
     if tiers.unit {
@@ -85,8 +86,9 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         crate::kernels::test(None)?;
     }
 
+    header("done");
     eprintln!(
-        "\nxtask: all tests passed{}",
+        "xtask: all tests passed{}",
         gpu_outcome(tiers, no_real_gpu.as_deref())
     );
     Ok(())
@@ -205,8 +207,19 @@ fn gpu_presence(smi: &NvidiaSmi, ldconfig: Option<&str>) -> Result<(), String> {
     }
 }
 
+/// A tier's banner, with the time since the first banner: a CI log then shows where the
+/// suite's time went.
 pub(crate) fn header(title: &str) {
-    eprintln!("\n==== {title} ====");
+    static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let since = FIRST
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs();
+    eprintln!(
+        "\n==== {title} ==== [{}:{:02} since the first tier]",
+        since / 60,
+        since % 60
+    );
 }
 
 /// `CARGO_TARGET_<HOST TRIPLE>_RUNNER` for the host this xtask was built for.

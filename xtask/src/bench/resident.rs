@@ -156,7 +156,7 @@ fn section(
         })
     };
     let mut s = Section {
-        id: "resident",
+        id: "resident".into(),
         title: "13. The resident agent beside the standalone mode".into(),
         method: format!(
             "`montrace run -q --no-report -- /bin/true`, {reps} times each way, the three ways \

@@ -251,6 +251,25 @@ fn section(
     let startup_met = user_startup.is_some_and(|v| v <= STARTUP_TARGET_MS);
     let user_added = median(&walls.added[2]);
     let added_met = user_added.is_some_and(|v| v <= ADDED_WALL_TARGET_MS);
+    s.figures = figures(startup, walls, startup_met, added_met);
+    s.notes.push(format!(
+        "Through the agent, for an ordinary user: start-up {} ({} the {STARTUP_TARGET_MS} ms \
+         target), added wall {} ({} the {ADDED_WALL_TARGET_MS} ms target); standalone, as root: \
+         start-up {}, added wall {}.",
+        ms(user_startup),
+        met_word(startup_met),
+        ms(user_added),
+        met_word(added_met),
+        ms(median(&startup[0])),
+        ms(median(&walls.added[0])),
+    ));
+    s
+}
+
+/// The figures of section 13: each way's start-up, added wall and whole run, and the bare runs.
+fn figures(startup: &[Vec<f64>], walls: &Walls, startup_met: bool, added_met: bool) -> Vec<Figure> {
+    let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{} ms", sig(v, 3)));
+    let mut figures = Vec::new();
     let keys = [(0, "standalone"), (1, "root_agent"), (2, "user_agent")];
     for (i, key) in keys {
         let mut figure = Figure::new(
@@ -264,7 +283,7 @@ fn section(
         if i == 2 {
             figure = figure.target(&format!("≤ {STARTUP_TARGET_MS} ms"), startup_met);
         }
-        s.figures.push(figure);
+        figures.push(figure);
     }
     for (i, key) in keys {
         let mut figure = Figure::new(
@@ -278,10 +297,10 @@ fn section(
         if i == 2 {
             figure = figure.target(&format!("≤ {ADDED_WALL_TARGET_MS} ms"), added_met);
         }
-        s.figures.push(figure);
+        figures.push(figure);
     }
     for (i, key) in keys {
-        s.figures.push(
+        figures.push(
             Figure::new(
                 &format!("resident.{key}_wall_ms"),
                 &format!("whole run of /bin/true, {}", WAYS[i].1),
@@ -293,7 +312,7 @@ fn section(
         );
     }
     for (b, who) in [(0, "root"), (1, "user")] {
-        s.figures.push(
+        figures.push(
             Figure::new(
                 &format!("resident.bare_{who}_wall_ms"),
                 &format!("/bin/true alone, as {who}"),
@@ -304,16 +323,5 @@ fn section(
             .runs(walls.bare[b].clone()),
         );
     }
-    s.notes.push(format!(
-        "Through the agent, for an ordinary user: start-up {} ({} the {STARTUP_TARGET_MS} ms \
-         target), added wall {} ({} the {ADDED_WALL_TARGET_MS} ms target); standalone, as root: \
-         start-up {}, added wall {}.",
-        ms(user_startup),
-        met_word(startup_met),
-        ms(user_added),
-        met_word(added_met),
-        ms(median(&startup[0])),
-        ms(median(&walls.added[0])),
-    ));
-    s
+    figures
 }

@@ -9,9 +9,10 @@
 //! measured at: `Results::merge`), and BENCHMARKS.md is written again from the merged results.
 //!
 //! Layout: `tools` (the helpers in bench/workloads/, ways to run and read runs), one module per
-//! group of sections (`tree`: 1, 2, 7; `overhead`: 3; `agent`: 4, 5, 6; `gate`: 9; `resident`: 13,
-//! the resident agent of issue 33), `stats` (medians,
-//! ratios) and `report` (the results model, JSON and Markdown).
+//! group of sections (`tree`: 1, 2, 7; `overhead`: 3; `agent`: 4, 5, 6; `gate`: 9 and 9b;
+//! `fleet`: 10; `resident`: 13, the resident agent of issue 33; `slurm`: 14, the cost per job of
+//! issue 34, measured by a test of tests/tests/slurm.rs on its real cluster), `stats` (medians,
+//! ratios) and `report` (the results model, JSON and Markdown, and the merge of `--update`).
 
 mod agent;
 mod fleet;
@@ -19,6 +20,7 @@ mod gate;
 mod overhead;
 mod report;
 mod resident;
+mod slurm;
 mod stats;
 mod tools;
 mod tree;
@@ -67,11 +69,13 @@ pub enum Group {
     Fleet,
     /// 13. the resident agent beside the standalone mode: start-up and added wall
     Resident,
+    /// 14. Slurm: the cost per job (agent CPU, added wall, bytes a run), real daemons
+    Slurm,
 }
 
 impl Group {
     /// Every group, in the order a whole run measures them and BENCHMARKS.md shows them.
-    pub const ALL: [Group; 8] = [
+    pub const ALL: [Group; 9] = [
         Group::Tree,
         Group::Overhead,
         Group::Agent,
@@ -80,6 +84,7 @@ impl Group {
         Group::SharedRunner,
         Group::Fleet,
         Group::Resident,
+        Group::Slurm,
     ];
 
     /// The name `--only` takes, also each section's `group` in bench/results.json.
@@ -93,6 +98,7 @@ impl Group {
             Group::SharedRunner => "shared-runner",
             Group::Fleet => "fleet",
             Group::Resident => "resident",
+            Group::Slurm => "slurm",
         }
     }
 }
@@ -372,6 +378,7 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::SharedRunner => vec![gate::shared_runner(ctx)?],
         Group::Fleet => fleet::measure(ctx)?,
         Group::Resident => resident::measure(ctx)?,
+        Group::Slurm => slurm::measure(ctx)?,
     };
     let load = Load {
         before,

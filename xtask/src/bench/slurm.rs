@@ -59,9 +59,11 @@ fn method(jobs: f64, tasks: f64) -> String {
          `/bin/true` and one step, `srun -n1 /bin/true`: {tasks:.0} tasks (runs) a job. \
          `cargo xtask bench --only slurm` runs the measurement test `cost_per_job` of \
          tests/tests/slurm.rs, which asserts that every recorded job gave its two exact runs \
-         and that every run was published. Job wall: `sbatch --wait` from submission to its \
-         return, timed by the test (Slurm's own start and end times have a 1-second \
-         resolution, and `sacct` needs a slurmdbd this cluster lacks); step wall: `date \
+         and that every run was published. Job wall: from the test's `sbatch` to the start of \
+         the job's epilog on the node (the job's end; `sbatch --wait` returns only at its next \
+         poll, seconds later; Slurm's own start and end times have a 1-second resolution, and \
+         `sacct` needs a slurmdbd this cluster lacks): Slurm's scheduling included, the same \
+         both ways; step wall: `date \
          +%s%N` around the `srun` inside the job. Added: with less without, pair by pair. \
          Agent CPU: utime + stime of the agent (/proc/PID/stat) before the first job and \
          after the last run was published, over the recorded jobs (the opted-out ones ran \
@@ -164,7 +166,11 @@ fn section(raw: &Value) -> Result<Section> {
         id: "slurm".into(),
         title: "14. Slurm: the cost per job".into(),
         method: method(jobs, tasks),
-        columns: vec!["figure".into(), "median".into(), "min – max".into()],
+        columns: vec![
+            "figure".into(),
+            "median".into(),
+            "min – max (or the total)".into(),
+        ],
         ..Section::default()
     };
     for (key, label, unit, values) in series(raw, tasks) {
@@ -219,10 +225,9 @@ fn section(raw: &Value) -> Result<Section> {
         .filter_map(|(name, bytes)| Some(format!("{name} {}", show(bytes.as_f64()? / runs, b_))))
         .collect();
     s.notes.push(format!(
-        "The dataset's bytes a run, by table: {}. The job wall includes Slurm's own scheduling \
-         and the epilog of the job before (the same for both ways); what montrace adds is its \
-         own start and end in each task (its run directory, Parquet files, and the `scontrol` \
-         question for the job's labels).",
+        "The dataset's bytes a run, by table: {}. What montrace adds to a job is its own start \
+         and end in each of its tasks (its run directory, Parquet files, and the `scontrol` \
+         question for the job's labels), and the epilog's publishing after the job's end.",
         tables.join(", ")
     ));
     Ok(s)

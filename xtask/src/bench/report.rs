@@ -313,8 +313,8 @@ impl Results {
                 .map(|s| format!("\"{}\"", s.title))
                 .collect();
             md.push_str(&format!(
-                "Since then `{}` on {} (revision `{}`) measured again, and replaced, group{} {}: {}. \
-                 Each section says when and at which revision it was measured.\n\n",
+                "Since then `{}` on {} (revision `{}`) measured again, and replaced, group{} {}: \
+                 {}.\n\n",
                 u.command,
                 u.date_utc,
                 u.revision,
@@ -326,6 +326,9 @@ impl Results {
                     titles.join(", ")
                 },
             ));
+        }
+        if !self.updates.is_empty() {
+            md.push_str("Each section says when and at which revision it was measured.\n\n");
         }
         md.push_str(RERUN);
         md.push_str(

@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result};
 use serde_json::Value;
 
 pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
-    let jobs = ctx.plan.reps * 2;
+    let jobs = ctx.plan.reps * 4;
     ctx.progress(&format!(
         "14. slurm: a one-node cluster, {jobs} jobs with montrace and {jobs} without, interleaved"
     ));

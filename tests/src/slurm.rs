@@ -31,6 +31,21 @@ pub struct Cluster {
 pub struct Options {
     /// Whether the plugin is in plugstack.conf (without it, jobs run as Slurm alone runs them).
     pub without_plugin: bool,
+    /// Whether the epilog times itself (for the cost per job, `cargo xtask bench --only slurm`):
+    /// each run appends a line to [`Cluster::epilog_times`].
+    pub time_epilog: bool,
+}
+
+/// One run of the epilog, timed by the shell that runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpilogTime {
+    pub job: u32,
+    /// When it started (the job's end, on the node), ns since the epoch.
+    pub start_ns: u64,
+    pub wall_s: f64,
+    /// CPU of the epilog's processes (montrace slurm epilog and what it ran), user and system.
+    pub user_s: f64,
+    pub system_s: f64,
 }
 
 impl Cluster {
@@ -88,17 +103,27 @@ impl Cluster {
 
         let dataset = dir.join("dataset");
         let epilog = dir.join("epilog");
-        std::fs::write(
-            &epilog,
+        let publish = format!(
+            "{} slurm epilog --dir {} --dataset {} >>{}/log/epilog.log 2>&1",
+            montrace.display(),
+            jobs.display(),
+            dataset.display(),
+            dir.display()
+        );
+        let script = if options.time_epilog {
+            // `times`' second line: the CPU of the shell's children (montrace and its own), as
+            // `0m0.012000s 0m0.004000s`; run by this shell (in a pipe, a subshell would answer).
             format!(
-                "#!/bin/sh\nexec {} slurm epilog --dir {} --dataset {} >>{}/log/epilog.log 2>&1\n",
-                montrace.display(),
-                jobs.display(),
-                dataset.display(),
-                dir.display()
-            ),
-        )
-        .unwrap();
+                "#!/bin/sh\nstart=$(date +%s%N)\n{publish}\nrc=$?\nend=$(date +%s%N)\n\
+                 times >{d}/log/epilog.$$\n\
+                 echo \"$SLURM_JOB_ID $start $end $(tail -n 1 {d}/log/epilog.$$)\" >>{d}/log/epilog.times\n\
+                 rm -f {d}/log/epilog.$$\nexit $rc\n",
+                d = dir.display()
+            )
+        } else {
+            format!("#!/bin/sh\nexec {publish}\n")
+        };
+        std::fs::write(&epilog, script).unwrap();
         std::fs::set_permissions(&epilog, std::fs::Permissions::from_mode(0o755)).unwrap();
         let conf = dir.join("slurm.conf");
         std::fs::write(&conf, slurm_conf(&dir, &socket)).unwrap();
@@ -205,6 +230,14 @@ impl Cluster {
         }
     }
 
+    /// The epilog's runs so far, each timed by its shell ([`Options::time_epilog`]).
+    pub fn epilog_times(&self) -> Vec<EpilogTime> {
+        let text = std::fs::read_to_string(self.dir.join("log/epilog.times")).unwrap_or_default();
+        text.lines()
+            .map(|line| parse_epilog_time(line).unwrap_or_else(|| panic!("epilog.times: {line:?}")))
+            .collect()
+    }
+
     /// The daemons' logs, for a failing test's message.
     pub fn logs(&self) -> String {
         ["slurmctld.log", "slurmd.log", "epilog.log"]
@@ -258,8 +291,29 @@ impl Drop for Cluster {
     }
 }
 
+/// `JOB START_NS END_NS 0mU.UUs 0mS.SSs`, a line of the timed epilog.
+fn parse_epilog_time(line: &str) -> Option<EpilogTime> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let [job, start, end, user, system] = fields[..] else {
+        return None;
+    };
+    let ns = |s: &str| s.parse::<u64>().ok();
+    // `times` prints minutes and seconds: `1m2.500000s`.
+    let minsec = |s: &str| -> Option<f64> {
+        let (m, s) = s.strip_suffix('s')?.split_once('m')?;
+        Some(m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+    };
+    Some(EpilogTime {
+        job: job.parse().ok()?,
+        start_ns: ns(start)?,
+        wall_s: ns(end)?.checked_sub(ns(start)?)? as f64 / 1e9,
+        user_s: minsec(user)?,
+        system_s: minsec(system)?,
+    })
+}
+
 /// Every file under `dir` (none when it does not exist).
-fn walk(dir: &Path) -> Vec<PathBuf> {
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -391,4 +445,25 @@ fn cgroup_conf() -> String {
         "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
     };
     format!("{plugin}ConstrainRAMSpace=yes\nConstrainSwapSpace=yes\nAllowedSwapSpace=0\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timed_epilogs_line_reads_back() {
+        assert_eq!(
+            parse_epilog_time("42 1000000000 1250000000 0m0.012000s 1m0.500000s"),
+            Some(EpilogTime {
+                job: 42,
+                start_ns: 1_000_000_000,
+                wall_s: 0.25,
+                user_s: 0.012,
+                system_s: 60.5,
+            })
+        );
+        assert_eq!(parse_epilog_time("42 1000 900 0m0s 0m0s"), None);
+        assert_eq!(parse_epilog_time("42 1000 2000 0m0.0s"), None);
+    }
 }

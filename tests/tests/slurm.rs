@@ -249,3 +249,138 @@ fn a_job_killed_by_its_memory_limit_and_one_that_cannot_be_recorded_both_run() {
         "an opted-out job was recorded"
     );
 }
+
+/// The cost per job (BENCHMARKS.md's Slurm section, `cargo xtask bench --only slurm`): N jobs
+/// recorded by the plugin and N with `--montrace=off`, interleaved, on the same cluster. Each job
+/// is a batch script of 20 `/bin/true` and one step (`srun -n1 /bin/true`), so two tasks. It
+/// asserts that every recorded job gave its two exact runs, that no opted-out job was recorded,
+/// and that the epilogs published every run; where `$MONTRACE_BENCH_OUT` names a file it writes
+/// the raw measurements there as JSON. `$MONTRACE_BENCH_JOBS`: N (default 10).
+#[test]
+#[ignore = "a measurement: cargo xtask bench --only slurm"]
+fn cost_per_job() {
+    let jobs: usize = std::env::var("MONTRACE_BENCH_JOBS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10);
+    let cluster = Cluster::start_with(tests::slurm::Options {
+        time_epilog: true,
+        ..Default::default()
+    });
+    let user = TestUser::create("slb");
+    let agent_cpu = || agent_cpu_s(cluster.agent.pid());
+    // The step's wall, from inside the job: nanoseconds around `srun`, into the job's output.
+    let script = "i=0; while [ $i -lt 20 ]; do /bin/true; i=$((i+1)); done; \
+                  t0=$(date +%s%N); srun -n1 /bin/true; t1=$(date +%s%N); echo step_ns=$((t1-t0))";
+    let cpu_before = agent_cpu();
+    let mut measured = [Vec::new(), Vec::new()];
+    for i in 0..jobs * 2 {
+        let on = i % 2 == 0;
+        let out = user.home.join(format!("job-{i}.out"));
+        let mut args = vec!["-c1", "--mem=50M", "-o", out.to_str().unwrap()];
+        if !on {
+            args.push("--montrace=off");
+        }
+        let submitted_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let (job, done) = cluster.sbatch(&user, &args, script);
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        assert_eq!(done.code(), 0, "{done:?}\n{text}\n{}", cluster.logs());
+        let step_ns: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("step_ns="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("job {job}'s output: {text:?}"));
+        let dir = cluster.jobs.join(&user.name).join(job.to_string());
+        if on {
+            let runs = cluster.runs_of(&user, &job.to_string());
+            let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["0.0", "batch.0"], "job {job}");
+            let (_, step) = exact_run(&runs[0].1, &user);
+            assert_eq!(step.len(), 1, "{step:#?}");
+            assert!(step[0].has_filename("/bin/true"), "{step:#?}");
+            let (_, batch) = exact_run(&runs[1].1, &user);
+            let trues = batch.iter().filter(|r| r.has_filename("/bin/true")).count();
+            assert_eq!(trues, 20, "{batch:#?}");
+        } else {
+            assert!(!dir.exists(), "the opted-out job {job} was recorded");
+        }
+        measured[usize::from(!on)].push(serde_json::json!({
+            "job": job,
+            "submitted_ns": submitted_ns,
+            "step_s": step_ns as f64 / 1e9,
+            "run_dir_bytes": if on { Some(bytes_under(&dir)) } else { None },
+        }));
+    }
+    // The recorded jobs, two tasks each.
+    let runs = jobs * 2;
+    cluster.wait_for_published(runs);
+    let cpu_after = agent_cpu();
+    // Every job's epilog ran (an opted-out job's too: it publishes nothing).
+    // The job's wall as the node saw it end: from submission to its epilog's start (`sbatch
+    // --wait` itself returns only at its next poll of the job's state, seconds later).
+    let epilogs = cluster.epilog_times();
+    for m in measured.iter_mut().flatten() {
+        let job = m["job"].as_u64().unwrap() as u32;
+        let epilog = epilogs
+            .iter()
+            .find(|e| e.job == job)
+            .unwrap_or_else(|| panic!("no epilog for job {job}: {epilogs:?}"));
+        let submitted = m["submitted_ns"].as_u64().unwrap();
+        let wall = epilog.start_ns.checked_sub(submitted).unwrap() as f64 / 1e9;
+        m["submit_to_end_s"] = wall.into();
+    }
+    let tables: serde_json::Map<String, serde_json::Value> = std::fs::read_dir(&cluster.dataset)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, bytes_under(&p).into())
+        })
+        .collect();
+    assert!(tables.contains_key("runs"), "{tables:?}");
+    let report = serde_json::json!({
+        "jobs_per_way": jobs,
+        "tasks_per_job": 2,
+        "processes_per_job": 24,
+        "runs_published": runs,
+        "agent_cpu_s": cpu_after - cpu_before,
+        "on": measured[0],
+        "off": measured[1],
+        "epilogs": epilogs.iter().map(|e| serde_json::json!({
+            "job": e.job,
+            "recorded": measured[0].iter().any(|m| m["job"] == e.job),
+            "wall_s": e.wall_s,
+            "user_s": e.user_s,
+            "system_s": e.system_s,
+        })).collect::<Vec<_>>(),
+        "dataset_bytes": bytes_under(&cluster.dataset),
+        "dataset_tables": tables,
+    });
+    if let Some(path) = std::env::var_os("MONTRACE_BENCH_OUT") {
+        std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    }
+}
+
+/// utime + stime of a process, seconds (/proc/PID/stat).
+fn agent_cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's `(comm)`, which may hold spaces: state is the first.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+/// The bytes of every file under `dir` (their lengths, as `du -sb` counts them).
+fn bytes_under(dir: &Path) -> u64 {
+    tests::slurm::walk(dir)
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum()
+}

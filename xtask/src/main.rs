@@ -7,7 +7,8 @@
 //!   (`--kernels --no-boot`: docs/kernels.md again from the last boots).
 //! - `cargo xtask test --stress N`: the end-to-end suite N times, the second half beside noisy
 //!   neighbours (a CPU hog, an fsync writer, a page-cache filler, a memory toucher).
-//! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json.
+//! - `cargo xtask bench [--quick]`: the benchmark suite; writes BENCHMARKS.md and bench/results.json
+//!   (`--only GROUP,... --update`: measures some groups again and replaces only their sections).
 //! - `cargo xtask gpu-check`: release build, then montrace's GPU figures against nvidia-smi's.
 //! - `cargo xtask setcap [--to PATH]`: release build, install, and the install-time grant.
 //! - `cargo xtask wheel [--release]`: the Python wheel (the binary and the `montrace` package).

@@ -445,7 +445,7 @@ fn agent_section(
         &sampling.peer[..],
     );
     let mut s = Section {
-        id: "agent",
+        id: "agent".into(),
         title: "4. Agent cost: montrace's own CPU and memory".into(),
         method: format!(
             "montrace runs under `selfcost` (bench/workloads/selfcost.c), which waits for it to \
@@ -787,7 +787,7 @@ fn grid_section(ctx: &Ctx, sampling: &Sampling) -> Section {
         ..
     } = sampling;
     let mut s = Section {
-        id: "agent_grid",
+        id: "agent_grid".into(),
         title: "4. Agent cost: share of a core by processes and rate, next to psrecord".into(),
         method: format!(
             "montrace (`--memory-detail full`, `--no-report`) sampling N `sleep {s}` processes \
@@ -972,7 +972,7 @@ fn throughput_section(
 ) -> Section {
     let p = &ctx.plan;
     let mut s = Section {
-        id: "throughput",
+        id: "throughput".into(),
         title: "5. Throughput".into(),
         method: format!(
             "A C storm (bench/workloads/storm.c) of {} short processes from 2 workers, one per \
@@ -1174,7 +1174,7 @@ fn startup_section(ctx: &Ctx, fixed: &[AgentRun], finishing: &[AgentRun]) -> Sec
         })
     };
     let mut s = Section {
-        id: "startup",
+        id: "startup".into(),
         title: "6. Start-up".into(),
         method: format!(
             "`montrace run -- /bin/true`, {} times (the empty runs of section 4). `startup_ms` \

@@ -96,7 +96,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     let met = seconds.is_some_and(|s| s < 2.0);
     let secs = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.3} s"));
     let mut s = Section {
-        id: "fleet",
+        id: "fleet".into(),
         title: "10. A fleet's dataset".into(),
         method: format!(
             "One `make -s -j2` build of the generated project recorded by montrace, its run \

@@ -228,7 +228,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     let shared = shared_runner(ctx)?;
     Ok(vec![
         Section {
-            id: "gate",
+            id: "gate".into(),
             title: "9. CI gate error rates".into(),
             method: format!(
             "`montrace bench --repeat 5 --max-runs 20 --warmup 1` (pairs A B, B A ..., added until \
@@ -427,7 +427,7 @@ pub fn shared_runner(ctx: &Ctx) -> Result<Section> {
         );
     }
     Ok(Section {
-        id: "gate_shared",
+        id: "gate_shared".into(),
         title: "9b. CI gate on a shared runner".into(),
         method: format!(
             "Every comparison beside a CPU hog pinned to CPU 0 (one of the two cores): `montrace \

@@ -4,10 +4,15 @@
 //! how fast it goes (events and rows per second, start-up), next to psrecord; then writes
 //! `BENCHMARKS.md` and `bench/results.json`.
 //!
+//! `--only GROUP,...` measures some groups; with `--update` their sections replace those of
+//! bench/results.json (the others kept as they were, each with the date and revision it was
+//! measured at: `Results::merge`), and BENCHMARKS.md is written again from the merged results.
+//!
 //! Layout: `tools` (the helpers in bench/workloads/, ways to run and read runs), one module per
-//! group of sections (`tree`: 1, 2, 7; `overhead`: 3; `agent`: 4, 5, 6; `gate`: 9; `resident`: 13,
-//! the resident agent of issue 33), `stats` (medians,
-//! ratios) and `report` (the results model, JSON and Markdown).
+//! group of sections (`tree`: 1, 2, 7; `overhead`: 3; `agent`: 4, 5, 6; `gate`: 9 and 9b;
+//! `fleet`: 10; `resident`: 13, the resident agent of issue 33; `slurm`: 14, the cost per job of
+//! issue 34, measured by a test of tests/tests/slurm.rs on its real cluster), `stats` (medians,
+//! ratios) and `report` (the results model, JSON and Markdown, and the merge of `--update`).
 
 mod agent;
 mod fleet;
@@ -15,13 +20,14 @@ mod gate;
 mod overhead;
 mod report;
 mod resident;
+mod slurm;
 mod stats;
 mod tools;
 mod tree;
 
 use crate::util;
 use anyhow::{Context, Result};
-use report::{Figure, Load, Machine, Results, Section};
+use report::{Figure, Load, Machine, Results, Section, Update};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -32,9 +38,13 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Only these groups of sections; their results go to target/bench/ and stdout, and
-    /// BENCHMARKS.md and bench/results.json are left alone
+    /// BENCHMARKS.md and bench/results.json are left alone (but see --update)
     #[arg(long, value_enum, value_delimiter = ',', value_name = "GROUP,...")]
     pub only: Vec<Group>,
+    /// With --only: replace those groups' sections in bench/results.json (adding them where
+    /// absent) and rewrite BENCHMARKS.md from it, keeping every other section as it was
+    #[arg(long, requires = "only", conflicts_with = "quick")]
+    pub update: bool,
     /// Measure this montrace binary instead of building target/release/montrace
     #[arg(long, value_name = "PATH")]
     pub montrace: Option<PathBuf>,
@@ -57,8 +67,40 @@ pub enum Group {
     SharedRunner,
     /// 10. a fleet's dataset: 1,000 published runs, DuckDB's CPU per host per day
     Fleet,
-    /// 13. the resident agent beside the standalone mode: start-up and whole-run wall
+    /// 13. the resident agent beside the standalone mode: start-up and added wall
     Resident,
+    /// 14. Slurm: the cost per job (agent CPU, added wall, bytes a run), real daemons
+    Slurm,
+}
+
+impl Group {
+    /// Every group, in the order a whole run measures them and BENCHMARKS.md shows them.
+    pub const ALL: [Group; 9] = [
+        Group::Tree,
+        Group::Overhead,
+        Group::Agent,
+        Group::Report,
+        Group::Gate,
+        Group::SharedRunner,
+        Group::Fleet,
+        Group::Resident,
+        Group::Slurm,
+    ];
+
+    /// The name `--only` takes, also each section's `group` in bench/results.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Tree => "tree",
+            Group::Overhead => "overhead",
+            Group::Agent => "agent",
+            Group::Report => "report",
+            Group::Gate => "gate",
+            Group::SharedRunner => "shared-runner",
+            Group::Fleet => "fleet",
+            Group::Resident => "resident",
+            Group::Slurm => "slurm",
+        }
+    }
 }
 
 /// Sizes and repetitions.
@@ -177,17 +219,16 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
         verbose,
         start,
     };
+    let root = util::workspace_root();
+    // The results an update merges into, read first: a file it cannot read stops it before the
+    // measurements, not after.
+    let base = if args.update {
+        Some(read_results(&root.join("bench/results.json"))?)
+    } else {
+        None
+    };
     let groups: Vec<Group> = if args.only.is_empty() {
-        vec![
-            Group::Tree,
-            Group::Overhead,
-            Group::Agent,
-            Group::Report,
-            Group::Gate,
-            Group::SharedRunner,
-            Group::Fleet,
-            Group::Resident,
-        ]
+        Group::ALL.to_vec()
     } else {
         args.only.clone()
     };
@@ -195,61 +236,47 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
     for group in &groups {
         sections.extend(measure(&ctx, *group)?);
     }
-    // Timing figures taken while other work ran are noisy: measure them once more at the end
-    // (full runs only, when it still ends within 26 minutes even if the second pass takes twice
-    // as long as the first, as it does on a busy machine) and keep the quieter of the two.
-    let overhead_s = sections
-        .iter()
-        .find(|s| s.id == "overhead")
-        .map_or(0.0, |s| s.elapsed_s);
-    if !ctx.plan.quick
-        && groups.contains(&Group::Overhead)
-        && start.elapsed().as_secs_f64() + 2.0 * overhead_s < 26.0 * 60.0
-    {
-        let busy = |s: &[Section]| -> f64 {
-            s.iter()
-                .filter(|s| s.id == "overhead")
-                .filter_map(|s| s.load)
-                .map(|l| l.before[0].max(l.after[0]))
-                .fold(0.0, f64::max)
-        };
-        let first = busy(&sections);
-        if first >= 1.0 {
-            ctx.progress(&format!(
-                "the machine was busy during the overhead runs (load {first:.2}): measuring them again"
-            ));
-            let again = measure(&ctx, Group::Overhead)?;
-            if busy(&again) < first {
-                sections.retain(|s| s.id != "overhead" && s.id != "ebpf");
-                let at = sections
-                    .iter()
-                    .position(|s| s.id == "agent")
-                    .unwrap_or(sections.len());
-                for (i, s) in again.into_iter().enumerate() {
-                    sections.insert(at + i, s);
-                }
-            }
-        }
+    measure_busy_overhead_again(&ctx, &groups, &mut sections)?;
+    for s in &mut sections {
+        s.date_utc = date_utc.clone();
+        s.revision = revision.clone();
     }
 
     let mut command = "cargo xtask bench".to_string();
     if args.quick {
         command.push_str(" --quick");
     }
-    let results = Results {
-        command,
+    if !args.only.is_empty() {
+        let names: Vec<&str> = groups.iter().map(|g| g.name()).collect();
+        command.push_str(&format!(" --only {}", names.join(",")));
+    }
+    if args.update {
+        command.push_str(" --update");
+    }
+    let mut results = Results {
+        command: command.clone(),
         quick: args.quick,
-        date_utc,
-        revision,
+        date_utc: date_utc.clone(),
+        revision: revision.clone(),
         machine: machine(),
         nice,
         duration_s: start.elapsed().as_secs_f64(),
         sections,
+        updates: Vec::new(),
     };
-    let markdown = results.to_markdown() + &hand_kept_sections(util::workspace_root())?;
+    if let Some(base) = base {
+        results.updates.push(Update {
+            command,
+            date_utc,
+            revision,
+            groups: groups.iter().map(|g| g.name().to_string()).collect(),
+        });
+        let order: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
+        results = base.merge(results, &order);
+    }
+    let markdown = results.to_markdown() + &hand_kept_sections(root)?;
     let json = serde_json::to_string_pretty(&results.to_json())? + "\n";
-    if args.only.is_empty() {
-        let root = util::workspace_root();
+    if args.only.is_empty() || args.update {
         std::fs::create_dir_all(root.join("bench"))?;
         std::fs::write(root.join("BENCHMARKS.md"), &markdown).context("writing BENCHMARKS.md")?;
         std::fs::write(root.join("bench/results.json"), &json)
@@ -278,6 +305,66 @@ pub fn bench(verbose: bool, args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// Timing figures taken while other work ran are noisy: measures the overhead group once more at
+/// the end (full runs only, when it still ends within 26 minutes even if the second pass takes
+/// twice as long as the first, as it does on a busy machine) and keeps the quieter of the two.
+fn measure_busy_overhead_again(
+    ctx: &Ctx,
+    groups: &[Group],
+    sections: &mut Vec<Section>,
+) -> Result<()> {
+    let start = ctx.start;
+    let overhead_s = sections
+        .iter()
+        .find(|s| s.id == "overhead")
+        .map_or(0.0, |s| s.elapsed_s);
+    if !ctx.plan.quick
+        && groups.contains(&Group::Overhead)
+        && start.elapsed().as_secs_f64() + 2.0 * overhead_s < 26.0 * 60.0
+    {
+        let busy = |s: &[Section]| -> f64 {
+            s.iter()
+                .filter(|s| s.id == "overhead")
+                .filter_map(|s| s.load)
+                .map(|l| l.before[0].max(l.after[0]))
+                .fold(0.0, f64::max)
+        };
+        let first = busy(sections);
+        if first >= 1.0 {
+            ctx.progress(&format!(
+                "the machine was busy during the overhead runs (load {first:.2}): measuring them again"
+            ));
+            let again = measure(ctx, Group::Overhead)?;
+            if busy(&again) < first {
+                sections.retain(|s| s.group != Group::Overhead.name());
+                let at = sections
+                    .iter()
+                    .position(|s| s.id == "agent")
+                    .unwrap_or(sections.len());
+                for (i, s) in again.into_iter().enumerate() {
+                    sections.insert(at + i, s);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The results of a whole run that `--update` merges into.
+fn read_results(path: &std::path::Path) -> Result<Results> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {} (--update merges into it)", path.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let base = Results::from_json(&json).with_context(|| format!("reading {}", path.display()))?;
+    anyhow::ensure!(
+        !base.quick,
+        "{} holds a --quick run: rerun the whole suite before updating groups of it",
+        path.display()
+    );
+    Ok(base)
+}
+
 /// Measures one group, recording the load average around each of its sections.
 fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
     let before = tools::loadavg();
@@ -291,24 +378,15 @@ fn measure(ctx: &Ctx, group: Group) -> Result<Vec<Section>> {
         Group::SharedRunner => vec![gate::shared_runner(ctx)?],
         Group::Fleet => fleet::measure(ctx)?,
         Group::Resident => resident::measure(ctx)?,
+        Group::Slurm => slurm::measure(ctx)?,
     };
     let load = Load {
         before,
         after: tools::loadavg(),
     };
     let elapsed = start.elapsed().as_secs_f64();
-    let name = match group {
-        Group::Tree => "tree",
-        Group::Overhead => "overhead",
-        Group::Agent => "agent",
-        Group::Report => "report",
-        Group::Gate => "gate",
-        Group::SharedRunner => "shared-runner",
-        Group::Fleet => "fleet",
-        Group::Resident => "resident",
-    };
     for s in &mut sections {
-        s.group = name;
+        s.group = group.name().to_string();
         s.load = Some(load);
         s.elapsed_s = elapsed;
     }
@@ -361,7 +439,7 @@ fn report_section(ctx: &Ctx) -> Result<Section> {
     let mib = size / (1 << 20) as f64;
     let met = seconds < 5.0 && size < (10 << 20) as f64;
     Ok(Section {
-        id: "report",
+        id: "report".into(),
         title: "8. `montrace report` on a large run".into(),
         method: format!(
             "`montrace report RUN --format html` on a synthetic run of 5,000 short processes and 10 \
@@ -550,5 +628,26 @@ mod hand_kept_tests {
             "BENCHMARKS.md does not end with {} (each after a blank line)",
             super::HAND_KEPT.join(" and ")
         );
+    }
+
+    /// BENCHMARKS.md is what bench/results.json renders to: one source for both, and an
+    /// `--update` can rewrite BENCHMARKS.md from the JSON without losing a kept section's text.
+    /// On a difference, the rendering is left in target/bench/ to compare.
+    #[test]
+    fn benchmarks_md_is_bench_results_json_rendered() {
+        let root = crate::util::workspace_root();
+        let results = super::read_results(&root.join("bench/results.json")).unwrap();
+        let rendered = results.to_markdown() + &super::hand_kept_sections(root).unwrap();
+        let benchmarks = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
+        if rendered != benchmarks {
+            let dir = crate::util::target_dir().join("bench");
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("BENCHMARKS.rendered.md");
+            std::fs::write(&path, &rendered).unwrap();
+            panic!(
+                "BENCHMARKS.md is not bench/results.json rendered: compare it with {}",
+                path.display()
+            );
+        }
     }
 }

@@ -77,7 +77,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
         results.push(ab(ctx, w)?);
     }
     let mut s = Section {
-        id: "overhead",
+        id: "overhead".into(),
         title: "3. Overhead: wall time with ÷ without montrace".into(),
         method: format!(
             "Each workload runs {} times without and {} times with montrace (default settings: \
@@ -485,7 +485,7 @@ fn ebpf_cost(ctx: &Ctx) -> Result<Section> {
     // started at the same moment could add more; they would come later).
     let by_name = first_of_each_name(&seen.lock().unwrap());
     let mut s = Section {
-        id: "ebpf",
+        id: "ebpf".into(),
         title: "3. Overhead: the eBPF programs in the kernel".into(),
         method: format!(
             "With `kernel.bpf_stats_enabled=1` the kernel times every run of a BPF program. One \

@@ -281,7 +281,7 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
 
 fn completeness(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
     let mut s = Section {
-        id: "completeness",
+        id: "completeness".into(),
         title: "1. Completeness".into(),
         method: "Processes montrace recorded (`processes_started` in run.json, the rows of \
                  processes.parquet) against the processes the kernel created. The kernel's count \
@@ -351,7 +351,7 @@ const CPU_SLACK_NS: f64 = 1e6;
 
 fn cpu(workloads: &[Workload], mt: &[Vec<MtRun>]) -> Section {
     let mut s = Section {
-        id: "cpu",
+        id: "cpu".into(),
         title: "2. Accuracy: CPU of the tree".into(),
         method: "User + system CPU of the whole tree. Kernel: `getrusage(RUSAGE_SELF)` + \
                  `getrusage(RUSAGE_CHILDREN)` of `nscount`, taken after the namespace's init \
@@ -481,7 +481,7 @@ tree's CPU with the per-process figures as its breakdown.";
 
 fn peaks(p: &super::Plan, mt: &[MemRun], ps: &[MemRun]) -> Section {
     let mut s = Section {
-        id: "peak_rss",
+        id: "peak_rss".into(),
         title: "2. Accuracy: per-process peak RSS".into(),
         method: "One process touches N MiB of fresh memory, holds it 100 ms and writes its own \
                  `VmHWM` (`/proc/self/status`, the high-water mark of its address space) just \
@@ -546,7 +546,7 @@ fn spike_stats(runs: &[MemRun], exit_figure: bool) -> (usize, Option<f64>) {
 
 fn spikes(p: &super::Plan, at200: &[MemRun], at50: &[MemRun], ps: &[MemRun]) -> Section {
     let mut s = Section {
-        id: "spike",
+        id: "spike".into(),
         title: "2. Accuracy: a 150 ms memory spike".into(),
         method: format!(
             "A process sleeps 300 ms, touches {} MiB, holds it 150 ms, unmaps it, sleeps 300 ms \
@@ -609,7 +609,7 @@ fn spikes(p: &super::Plan, at200: &[MemRun], at50: &[MemRun], ps: &[MemRun]) -> 
 
 fn peer_tree(workloads: &[Workload], mt: &[Vec<MtRun>], ps: &[Vec<PsRun>]) -> Section {
     let mut s = Section {
-        id: "psrecord",
+        id: "psrecord".into(),
         title: "7. Side by side with psrecord: processes and CPU".into(),
         method: "The same workloads under psrecord's sampling loop \
                  (`psrecord --include-children --interval 0.1`; bench/psrecord_run.py calls \
@@ -692,7 +692,7 @@ fn peer_memory(
     spike_ps: &[MemRun],
 ) -> Section {
     let mut s = Section {
-        id: "psrecord_memory",
+        id: "psrecord_memory".into(),
         title: "7. Side by side with psrecord: peak memory".into(),
         method: "Peaks against the kernel's `VmHWM` (the runs of section 2).".into(),
         columns: vec![

@@ -277,6 +277,7 @@ pub fn test(only: Option<&str>) -> Result<()> {
     let kvm = kvm_works(kernels[0]);
     let mut outcomes = Vec::new();
     let mut failed = Vec::new();
+    let mut stalls = Vec::new();
     for k in &kernels {
         let started = Instant::now();
         eprintln!(
@@ -285,15 +286,39 @@ pub fn test(only: Option<&str>) -> Result<()> {
             k.release(),
             if kvm { "KVM" } else { "TCG, no KVM" }
         );
-        let booted = boot(k, &montrace, &binaries, kvm, &tests);
+        let booted = boot(k, &montrace, &binaries, kvm, &tests, true);
         let outcome = match (booted, last_outcome(k, &tests)) {
-            (Ok(outcome), _) => outcome,
-            // The VM stopped early: what it reached goes into the page, the rest as not run.
+            (Ok(()), Ok(outcome)) => outcome,
             (Err(err), Ok(outcome)) => {
-                failed.push(format!("{}: {err:#}", k.name));
-                outcome
+                // The VM stalled or stopped early (a VM without KVM has stalled for minutes,
+                // in the middle of a test that passes on every other boot): its console's end
+                // is printed, and the tests it did not run get one more boot. A montrace that
+                // stops the kernel stops that one too, and the tier fails.
+                let rest = not_run(&outcome, &tests);
+                let log = out_dir(k).join("log");
+                eprintln!(
+                    "kernel tier: {}: {err:#}; the end of its console ({}):\n{}",
+                    k.name,
+                    log.display(),
+                    tail(&log, 60)
+                );
+                if rest.is_empty() {
+                    failed.push(format!("{}: {err:#}", k.name));
+                    outcome
+                } else {
+                    eprintln!(
+                        "kernel tier: booting {} once more for the {} tests the first VM did not run",
+                        k.name,
+                        rest.len()
+                    );
+                    stalls.push(format!("{}: the first VM {err:#}", k.name));
+                    if let Err(err) = boot(k, &montrace, &binaries, kvm, &rest, false) {
+                        failed.push(format!("{}: the second VM: {err:#}", k.name));
+                    }
+                    last_outcome(k, &tests)?
+                }
             }
-            (Err(err), Err(_)) => return Err(err),
+            (Ok(()), Err(err)) | (Err(_), Err(err)) => return Err(err),
         };
         for (test, status) in &outcome.tests {
             eprintln!("  {status:?} {test}");
@@ -354,6 +379,9 @@ pub fn test(only: Option<&str>) -> Result<()> {
     if only.is_none() && picked.is_none() {
         write_doc(&outcomes)?;
     }
+    for stall in &stalls {
+        eprintln!("kernel tier: NOTE: {stall}; its tests ran in a second boot (see above)");
+    }
     if !failed.is_empty() {
         bail!(
             "kernel tier: {} failed:\n  {}",
@@ -396,6 +424,24 @@ fn test_binaries() -> Result<std::collections::HashMap<String, PathBuf>> {
     Ok(binaries)
 }
 
+/// The tests of `tests` that `outcome` has as not run, in their order.
+fn not_run(
+    outcome: &Outcome,
+    tests: &[(&'static str, &'static str)],
+) -> Vec<(&'static str, &'static str)> {
+    tests
+        .iter()
+        .copied()
+        .filter(|(file, test)| {
+            let name = format!("{file}::{test}");
+            outcome
+                .tests
+                .iter()
+                .any(|(t, status)| *t == name && *status == Status::NotRun)
+        })
+        .collect()
+}
+
 /// The last `lines` lines of the file at `path` (what could be read of it).
 fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read(path).unwrap_or_default();
@@ -434,8 +480,12 @@ fn vng_command(k: &Kernel, kvm: bool) -> Command {
 
 /// How long one test may run in the VM (the slowest takes about 50 s without KVM here).
 const TEST_LIMIT: Duration = Duration::from_secs(240);
-/// How long the VM may run in all: every test of [`SUBSET`] near its slowest, and the boot.
+/// How long a VM may run in all: every test of [`SUBSET`] near its slowest, and the boot.
 const VM_LIMIT: Duration = Duration::from_secs(1200);
+/// How long a VM may go without its tests showing progress before it is taken for stalled: a
+/// try past its limit leaves a `.hung` file at TEST_LIMIT + 5 s, so only a VM that runs
+/// nothing (a kernel stuck on every CPU) stays silent longer.
+const STALL_LIMIT: Duration = Duration::from_secs(TEST_LIMIT.as_secs() + 60);
 
 /// Whether qemu boots with KVM here (on some machines /dev/kvm exists and qemu aborts setting
 /// up the CPU: `failed to set MSR 0x10a`).
@@ -489,7 +539,6 @@ fn script(
     s += &format!("OUT={}\n", q(out));
     s += "uname -r > \"$OUT/release\"\n";
     s += "\"$MONTRACE_BIN\" doctor > \"$OUT/doctor\" 2>&1\n";
-    s += ": > \"$OUT/results\"\n";
     // One hung test must not take the VM's whole limit and leave the rest not run: each try has
     // TEST_LIMIT. Past it, the test's log gets what was left running and where each process
     // sleeps in the kernel, the montrace processes it left (in process groups of their own,
@@ -536,14 +585,17 @@ fn run_one(limit: Duration) -> String {
     )
 }
 
-/// Boots `k`, runs the script, reads what it left.
+/// Boots `k` and runs the script for `tests`. The first boot starts from an empty directory;
+/// a later one (the tests a stalled VM did not run) keeps what the first left: its results, and
+/// its console and the stalled test's log with `.1` appended.
 fn boot(
     k: &Kernel,
     montrace: &Path,
     binaries: &std::collections::HashMap<String, PathBuf>,
     kvm: bool,
     tests: &[(&str, &str)],
-) -> Result<Outcome> {
+    first: bool,
+) -> Result<()> {
     if !k.vmlinuz().exists() {
         bail!(
             "{} is not installed ({} missing): run `cargo xtask setup`",
@@ -552,8 +604,20 @@ fn boot(
         );
     }
     let out = out_dir(k);
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out)?;
+    if first {
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out)?;
+    } else {
+        let _ = std::fs::remove_file(out.join("finished"));
+        let mut names = vec!["log".to_owned()];
+        for (file, test) in tests {
+            names.push(format!("{file}.{test}.log"));
+            names.push(format!("{file}.{test}.log.hung"));
+        }
+        for name in names {
+            let _ = std::fs::rename(out.join(&name), out.join(format!("{name}.1")));
+        }
+    }
     let script_path = out.join("run.sh");
     std::fs::write(&script_path, script(montrace, binaries, &out, tests)?)?;
     std::fs::set_permissions(
@@ -568,8 +632,7 @@ fn boot(
         .arg(&script_path)
         .stdout(log.try_clone()?)
         .stderr(log);
-    // TCG runs everything several times slower: a generous bound, for a hung VM only.
-    run_with_limit(&mut cmd, VM_LIMIT)?;
+    run_vm(&mut cmd, &out, STALL_LIMIT, VM_LIMIT)?;
     if !out.join("finished").exists() {
         bail!(
             "the VM of {} stopped before its script finished: see {}",
@@ -577,7 +640,54 @@ fn boot(
             out.join("log").display()
         );
     }
-    last_outcome(k, tests)
+    Ok(())
+}
+
+/// Runs the VM until it ends. It is killed when the script has shown no progress (no file
+/// under `out` made or grown, the console aside) for `stall_limit` ([`STALL_LIMIT`]), or past
+/// `limit` ([`VM_LIMIT`]).
+fn run_vm(cmd: &mut Command, out: &Path, stall_limit: Duration, limit: Duration) -> Result<()> {
+    let mut child = cmd.spawn().with_context(|| util::describe(cmd))?;
+    let started = Instant::now();
+    let mut seen = progress(out);
+    let mut moved = Instant::now();
+    loop {
+        if child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        let now = progress(out);
+        if now != seen {
+            (seen, moved) = (now, Instant::now());
+        }
+        let why = if moved.elapsed() > stall_limit {
+            format!(
+                "stalled: nothing new from its tests for {} s",
+                stall_limit.as_secs()
+            )
+        } else if started.elapsed() > limit {
+            format!("ran past {} s", limit.as_secs())
+        } else {
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("the VM {why} (killed)");
+    }
+}
+
+/// How far the script has got: the files under `out` and their sizes, the console's aside (a
+/// stalled kernel keeps printing there).
+fn progress(out: &Path) -> (usize, u64) {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return (0, 0);
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name() != "log")
+        .fold((0, 0), |(n, bytes), e| {
+            (n + 1, bytes + e.metadata().map_or(0, |m| m.len()))
+        })
 }
 
 /// What `k`'s last boot left under target/kernels: its release, doctor's table and the results
@@ -816,6 +926,48 @@ mod tests {
             read("f.hangs_once.log")
         );
         assert_eq!(read("failing.count"), "once\n");
+        std::fs::remove_dir_all(out).unwrap();
+    }
+
+    /// A VM whose script keeps writing is left to run; one that goes silent (its console aside)
+    /// is killed once the stall limit passes, and says so.
+    #[test]
+    fn a_vm_is_killed_when_its_script_shows_no_progress() {
+        let out = &std::env::temp_dir().join(format!("xtask-run-vm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(out);
+        std::fs::create_dir(out).unwrap();
+        let started = Instant::now();
+        // Six results 0.4 s apart (2.4 s, each within the 1 s stall limit), then a console that
+        // keeps printing and nothing else.
+        let script = "for i in 1 2 3 4 5 6; do echo t$i >> results; sleep 0.4; done; \
+                      while :; do echo watchdog >> log; sleep 0.1; done";
+        let err = run_vm(
+            Command::new("sh").args(["-c", script]).current_dir(out),
+            out,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap_err();
+        let took = started.elapsed();
+        assert!(err.to_string().contains("stalled"), "{err:#}");
+        assert!(took > Duration::from_millis(3300), "killed after {took:?}");
+        assert_eq!(
+            std::fs::read_to_string(out.join("results"))
+                .unwrap()
+                .lines()
+                .count(),
+            6
+        );
+        // Finishing in time is no error.
+        run_vm(
+            Command::new("sh")
+                .args(["-c", "echo t > results"])
+                .current_dir(out),
+            out,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         std::fs::remove_dir_all(out).unwrap();
     }
 

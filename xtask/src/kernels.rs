@@ -286,88 +286,22 @@ pub fn test(only: Option<&str>) -> Result<()> {
             k.release(),
             if kvm { "KVM" } else { "TCG, no KVM" }
         );
-        let booted = boot(k, &montrace, &binaries, kvm, &tests, true);
-        let outcome = match (booted, last_outcome(k, &tests)) {
-            (Ok(()), Ok(outcome)) => outcome,
-            (Err(err), Ok(outcome)) => {
-                // The VM stalled or stopped early (a VM without KVM has stalled for minutes,
-                // in the middle of a test that passes on every other boot): its console's end
-                // is printed, and the tests it did not run get one more boot. A montrace that
-                // stops the kernel stops that one too, and the tier fails.
-                let rest = not_run(&outcome, &tests);
-                let log = out_dir(k).join("log");
-                eprintln!(
-                    "kernel tier: {}: {err:#}; the end of its console ({}):\n{}",
-                    k.name,
-                    log.display(),
-                    tail(&log, 60)
-                );
-                if rest.is_empty() {
-                    failed.push(format!("{}: {err:#}", k.name));
-                    outcome
-                } else {
-                    eprintln!(
-                        "kernel tier: booting {} once more for the {} tests the first VM did not run",
-                        k.name,
-                        rest.len()
-                    );
-                    stalls.push(format!("{}: the first VM {err:#}", k.name));
-                    if let Err(err) = boot(k, &montrace, &binaries, kvm, &rest, false) {
-                        failed.push(format!("{}: the second VM: {err:#}", k.name));
-                    }
-                    last_outcome(k, &tests)?
-                }
-            }
-            (Ok(()), Err(err)) | (Err(_), Err(err)) => return Err(err),
-        };
+        let outcome = boot_and_boot_again(
+            k,
+            &montrace,
+            &binaries,
+            kvm,
+            &tests,
+            &mut failed,
+            &mut stalls,
+        )?;
         for (test, status) in &outcome.tests {
             eprintln!("  {status:?} {test}");
             if *status != Status::Pass {
                 failed.push(format!("{}: {test} ({status:?})", k.name));
             }
         }
-        // What a CI log needs to tell why, since target/kernels is gone with the machine: each
-        // failed test's log, and the console's end when the VM stopped before the last test.
-        let out = out_dir(k);
-        for (test, status) in &outcome.tests {
-            if *status == Status::Fail {
-                let log = out.join(format!("{}.log", test.replace("::", ".")));
-                eprintln!("--- the end of {}:\n{}", log.display(), tail(&log, 60));
-            }
-        }
-        for test in std::fs::read_to_string(out.join("timed-out"))
-            .unwrap_or_default()
-            .lines()
-        {
-            let log = out.join(format!("{}.log", test.replace("::", ".")));
-            eprintln!(
-                "kernel tier: {test} ran past {} s once and was run again (what was running then \
-                 is in {}):\n{}",
-                TEST_LIMIT.as_secs(),
-                log.display(),
-                tail(&log, 40)
-            );
-        }
-        // A try still running at its limit left what the VM was doing then (a test that cannot be
-        // killed holds the script: the VM's limit ends it, and this is all there is).
-        for (test, _) in &outcome.tests {
-            let hung = out.join(format!("{}.log.hung", test.replace("::", ".")));
-            if hung.exists() {
-                eprintln!(
-                    "--- {} (what ran when {test} passed its limit):\n{}",
-                    hung.display(),
-                    tail(&hung, 200)
-                );
-            }
-        }
-        if outcome.tests.iter().any(|(_, s)| *s == Status::NotRun) {
-            let log = out.join("log");
-            eprintln!(
-                "--- the end of the VM's console ({}):\n{}",
-                log.display(),
-                tail(&log, 60)
-            );
-        }
+        print_logs(k, &outcome);
         eprintln!(
             "kernel tier: {} done in {:.0} s (log: {})",
             k.name,
@@ -390,6 +324,103 @@ pub fn test(only: Option<&str>) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Boots `k` for `tests`; when that VM stalls or stops early, prints its console's end and boots
+/// once more for the tests it did not run (what failed goes to `failed`, the first VM's stall
+/// to `stalls`). The outcome of every test.
+fn boot_and_boot_again(
+    k: &Kernel,
+    montrace: &Path,
+    binaries: &std::collections::HashMap<String, PathBuf>,
+    kvm: bool,
+    tests: &[(&'static str, &'static str)],
+    failed: &mut Vec<String>,
+    stalls: &mut Vec<String>,
+) -> Result<Outcome> {
+    let booted = boot(k, montrace, binaries, kvm, tests, true);
+    Ok(match (booted, last_outcome(k, tests)) {
+        (Ok(()), Ok(outcome)) => outcome,
+        (Err(err), Ok(outcome)) => {
+            // The VM stalled or stopped early (a VM without KVM has stalled for minutes,
+            // in the middle of a test that passes on every other boot): its console's end
+            // is printed, and the tests it did not run get one more boot. A montrace that
+            // stops the kernel stops that one too, and the tier fails.
+            let rest = not_run(&outcome, tests);
+            let log = out_dir(k).join("log");
+            eprintln!(
+                "kernel tier: {}: {err:#}; the end of its console ({}):\n{}",
+                k.name,
+                log.display(),
+                tail(&log, 60)
+            );
+            if rest.is_empty() {
+                failed.push(format!("{}: {err:#}", k.name));
+                outcome
+            } else {
+                eprintln!(
+                    "kernel tier: booting {} once more for the {} tests the first VM did not run",
+                    k.name,
+                    rest.len()
+                );
+                stalls.push(format!("{}: the first VM {err:#}", k.name));
+                if let Err(err) = boot(k, montrace, binaries, kvm, &rest, false) {
+                    failed.push(format!("{}: the second VM: {err:#}", k.name));
+                }
+                last_outcome(k, tests)?
+            }
+        }
+        (Ok(()), Err(err)) | (Err(_), Err(err)) => return Err(err),
+    })
+}
+
+/// What a CI log needs to tell why, since target/kernels is gone with the machine: each failed
+/// test's log, those of the tests that ran past their limit, and the console's end when the VM
+/// stopped before the last test.
+fn print_logs(k: &Kernel, outcome: &Outcome) {
+    let out = out_dir(k);
+    for (test, status) in &outcome.tests {
+        if *status == Status::Fail {
+            let log = out.join(format!("{}.log", test.replace("::", ".")));
+            eprintln!("--- the end of {}:\n{}", log.display(), tail(&log, 60));
+        }
+    }
+    for test in std::fs::read_to_string(out.join("timed-out"))
+        .unwrap_or_default()
+        .lines()
+    {
+        let log = out.join(format!("{}.log", test.replace("::", ".")));
+        eprintln!(
+            "kernel tier: {test} ran past {} s once and was run again (what was running then \
+             is in {}):\n{}",
+            TEST_LIMIT.as_secs(),
+            log.display(),
+            tail(&log, 40)
+        );
+    }
+    // A try still running at its limit left what the VM was doing then (a test that cannot be
+    // killed holds the script: the VM's limit ends it, and this is all there is).
+    for (test, _) in &outcome.tests {
+        for hung in ["hung", "hung.1"] {
+            let hung = out.join(format!("{}.log.{hung}", test.replace("::", ".")));
+            if !hung.exists() {
+                continue;
+            }
+            eprintln!(
+                "--- {} (what ran when {test} passed its limit):\n{}",
+                hung.display(),
+                tail(&hung, 200)
+            );
+        }
+    }
+    if outcome.tests.iter().any(|(_, s)| *s == Status::NotRun) {
+        let log = out.join("log");
+        eprintln!(
+            "--- the end of the VM's console ({}):\n{}",
+            log.display(),
+            tail(&log, 60)
+        );
+    }
 }
 
 /// The test executables of the `tests` crate, by test file, built now.

@@ -825,7 +825,8 @@ pub fn render_doc(outcomes: &[Outcome]) -> String {
     let mut s = String::from(DOC_HEADER);
     s += "\nThe kernel tier boots each kernel below in a VM (virtme-ng, qemu) on the test machine's root \
           filesystem and runs `montrace doctor` and an exactness subset of the end-to-end tests \
-          inside (`xtask/src/kernels.rs`). The machine's own kernel is covered by the end-to-end \
+          inside (`xtask/src/kernels.rs`), against the static release binary users install \
+          (`cargo xtask dist`). The machine's own kernel is covered by the end-to-end \
           tier. Add a kernel with one line in `KERNELS`.\n\n\
           Each kernel gets what it can give, feature by feature: montrace reads the tracepoints' \
           prototypes and the structs' layouts from the kernel's BTF, and leaves out one by one \

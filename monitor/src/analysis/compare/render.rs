@@ -133,7 +133,12 @@ pub(super) fn explain_paired(row: &Row, s: &Paired) -> String {
     );
     if row.decision.verdict == Verdict::Inconclusive {
         text.pop();
-        match more_pairs_needed(s, row.max_increase, row.decision.alpha) {
+        match more_pairs_needed(
+            s,
+            row.max_increase,
+            row.decision.alpha,
+            absolute_floor(row.unit),
+        ) {
             Some(n) => {
                 let _ = write!(
                     text,
@@ -722,7 +727,14 @@ pub fn render_json(report: &Report) -> String {
                 pairs: paired.map(|s| s.n),
                 pairs_needed: paired
                     .filter(|_| row.decision.verdict == Verdict::Inconclusive)
-                    .and_then(|s| more_pairs_needed(&s, row.max_increase, row.decision.alpha)),
+                    .and_then(|s| {
+                        more_pairs_needed(
+                            &s,
+                            row.max_increase,
+                            row.decision.alpha,
+                            absolute_floor(row.unit),
+                        )
+                    }),
             }
         })
         .collect();

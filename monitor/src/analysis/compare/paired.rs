@@ -544,7 +544,11 @@ mod tests {
         // and 1.3 (random sleeps; CI once). The half-width of the relative spread (e^0.3 - 1)
         // undershoots the log interval's there, so the count was "decided already" (None, and
         // no `pairs_needed` in verdict.json) while the verdict was inconclusive.
-        let pairs = [(0.2, 0.2 * 0.7f64.exp()), (0.2, 0.2 * 1f64.exp()), (0.2, 0.2 * 1.3f64.exp())];
+        let pairs = [
+            (0.2, 0.2 * 0.7f64.exp()),
+            (0.2, 0.2 * 1f64.exp()),
+            (0.2, 0.2 * 1.3f64.exp()),
+        ];
         let d = decide_paired(&pairs, 0.05, 0.99, 0.010);
         assert_eq!(d.verdict, Verdict::Inconclusive, "{d:?}");
         let Some(Method::Paired(s)) = d.method else {

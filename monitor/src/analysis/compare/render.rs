@@ -5,6 +5,19 @@ use super::*;
 // Rendering: pure functions of the report
 // ---------------------------------------------------------------------------------------------
 
+/// `montrace compare` and `bench` output formats (`--format`; cli.rs re-exports it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompareFormat {
+    /// A table for people.
+    Text,
+    /// Markdown, for a pull-request comment.
+    Md,
+    /// JSON, for machines.
+    Json,
+    /// Bencher Metric Format (JSON).
+    Bmf,
+}
+
 pub fn render(report: &Report, format: CompareFormat) -> String {
     match format {
         CompareFormat::Text => render_text(report),

@@ -221,8 +221,15 @@ impl Bench<'_> {
                         .map(|row| row.metric)
                         .collect::<Vec<_>>()
                         .join(", "),
-                    r.pairs_needed()
-                        .map_or(String::new(), |n| format!(", about {n} pairs would decide"))
+                    // The count is of pairs used: those left out as disturbed come on top.
+                    r.pairs_needed().map_or(String::new(), |n| {
+                        let kept = r.series.as_ref().map_or(k + 1, |s| s.kept);
+                        let more = n.saturating_sub(kept).max(1);
+                        format!(
+                            ", about {more} more pair{} would decide",
+                            if more == 1 { "" } else { "s" }
+                        )
+                    })
                 );
                 continue;
             }

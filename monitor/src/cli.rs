@@ -386,13 +386,8 @@ pub struct AttachArgs {
     pub record: RecordOptions,
 }
 
-/// `montrace report` formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReportFormat {
-    Html,
-    Md,
-    Both,
-}
+// `montrace report` formats: the report's own type (analysis::report).
+pub use crate::analysis::report::ReportFormat;
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
@@ -451,18 +446,8 @@ pub struct MarkArgs {
     pub end: bool,
 }
 
-/// `montrace compare` output formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum CompareFormat {
-    /// A table for people.
-    Text,
-    /// Markdown, for a pull-request comment.
-    Md,
-    /// JSON, for machines.
-    Json,
-    /// Bencher Metric Format (JSON).
-    Bmf,
-}
+// `montrace compare` output formats: the verdict's own type (analysis::compare).
+pub use crate::analysis::compare::CompareFormat;
 
 /// How a comparison decides and what it prints: shared by `compare` and `bench`.
 #[derive(Debug, Args)]

@@ -6,7 +6,10 @@ use anyhow::Context as _;
 
 use super::{CommandError, Exit};
 use crate::{
-    analysis::{bench, compare::parse_max},
+    analysis::{
+        bench::{self, BenchOptions},
+        compare::parse_max,
+    },
     cli::BenchArgs,
     store::userfs,
 };
@@ -45,5 +48,26 @@ pub fn bench(args: BenchArgs) -> Exit {
             out.display()
         )));
     }
-    Ok(bench::run(&args, &out, dirs, &limits)?)
+    Ok(bench::run(&options(args), &out, dirs, &limits)?)
+}
+
+/// The analysis' options from the command line.
+fn options(args: BenchArgs) -> BenchOptions {
+    BenchOptions {
+        baseline: args.baseline,
+        candidate: args.candidate,
+        repeat: args.repeat,
+        warmup: args.warmup,
+        prepare: args.prepare,
+        cleanup: args.cleanup,
+        export_json: args.export_json,
+        export_markdown: args.export_markdown,
+        confidence: args.gate.confidence,
+        format: args.gate.format,
+        max_runs: args.max_runs,
+        max_time: args.max_time,
+        name: args.name,
+        show_output: args.show_output,
+        allow_no_op: args.allow_no_op,
+    }
 }

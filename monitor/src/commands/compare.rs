@@ -7,12 +7,29 @@ use anyhow::Context as _;
 
 use super::{CommandError, Exit};
 use crate::{
-    analysis::compare::{prepare, render, CompareError},
+    analysis::compare::{parse_max, prepare, render, CompareError, CompareOptions},
     cli::CompareArgs,
 };
 
+/// The analysis' options from the command line: `--max` parsed, then the sides resolved (a
+/// usage error each).
+pub fn options(args: &CompareArgs) -> Result<CompareOptions, CommandError> {
+    let limits = parse_max(&args.gate.max).map_err(CommandError::usage)?;
+    let (baseline, candidate) = args.sides().map_err(CommandError::usage)?;
+    Ok(CompareOptions {
+        baseline: baseline.to_path_buf(),
+        candidate: candidate.to_path_buf(),
+        limits,
+        confidence: args.gate.confidence,
+        allow_different_commands: args.allow_different_commands,
+        conditions: args.conditions.clone(),
+        last: args.last,
+        any_host: args.any_host,
+    })
+}
+
 pub fn compare(args: CompareArgs) -> Exit {
-    let report = match prepare(&args) {
+    let report = match prepare(&options(&args)?) {
         Ok(report) => report,
         Err(CompareError::Usage(message)) => return Err(CommandError::usage(message)),
         Err(io) => return Err(anyhow::Error::from(io).into()),

@@ -18,9 +18,8 @@ use anyhow::Context as _;
 
 use crate::{
     analysis::compare::{
-        build_paired_report, render, Interference, PairInfo, Report, Series, Side,
+        build_paired_report, render, CompareFormat, Interference, PairInfo, Report, Series, Side,
     },
-    cli::{BenchArgs, CompareFormat},
     exit_code::{
         EXIT_BENCH_COMMAND_FAILED, EXIT_BENCH_HOOK_FAILED, EXIT_BENCH_NO_OP, EXIT_MONTRACE_FAILED,
     },
@@ -37,6 +36,33 @@ pub const LOG_FILE: &str = "bench.log";
 const LOG_TAIL_LINES: usize = 40;
 /// Runs a side at most when only `--max-time` bounds the series.
 const MAX_RUNS_BY_TIME: usize = 1000;
+
+/// What `montrace bench` runs and how, as the analysis takes it (`commands::bench` makes it
+/// from the command line).
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// The two commands (`/bin/sh -c`).
+    pub baseline: String,
+    pub candidate: String,
+    /// Pairs measured at least, and warm-up pairs before them.
+    pub repeat: u32,
+    pub warmup: u32,
+    /// Hooks before and after each run.
+    pub prepare: Option<String>,
+    pub cleanup: Option<String>,
+    /// Further copies of the verdict.
+    pub export_json: Option<PathBuf>,
+    pub export_markdown: Option<PathBuf>,
+    pub confidence: f64,
+    /// The verdict's format on stdout.
+    pub format: CompareFormat,
+    /// The adaptive budget: pairs in all, and time.
+    pub max_runs: Option<u32>,
+    pub max_time: Option<std::time::Duration>,
+    pub name: Option<String>,
+    pub show_output: bool,
+    pub allow_no_op: bool,
+}
 
 /// The benchmark's name when none is given: the two commands, where they are the same; else the
 /// baseline's words with those that differ replaced by `*` (`make -C ../baseline` and `make -C
@@ -61,7 +87,7 @@ pub fn common_name(baseline: &str, candidate: &str) -> String {
 
 /// Where a series is, as the edge runs it.
 struct Bench<'a> {
-    args: &'a BenchArgs,
+    args: &'a BenchOptions,
     out: PathBuf,
     dirs: [Option<PathBuf>; 2],
     log: std::fs::File,
@@ -79,7 +105,7 @@ struct Run {
 /// Runs the series of `montrace bench` into `out` (a new or empty directory; its arguments
 /// checked by `commands::bench`), the sides in `dirs` where given: the verdict's exit status.
 pub fn run(
-    args: &BenchArgs,
+    args: &BenchOptions,
     out: &Path,
     dirs: [Option<PathBuf>; 2],
     limits: &std::collections::BTreeMap<&'static str, f64>,
@@ -195,8 +221,15 @@ impl Bench<'_> {
                         .map(|row| row.metric)
                         .collect::<Vec<_>>()
                         .join(", "),
-                    r.pairs_needed()
-                        .map_or(String::new(), |n| format!(", about {n} pairs would decide"))
+                    // The count is of pairs used: those left out as disturbed come on top.
+                    r.pairs_needed().map_or(String::new(), |n| {
+                        let kept = r.series.as_ref().map_or(k + 1, |s| s.kept);
+                        let more = n.saturating_sub(kept).max(1);
+                        format!(
+                            ", about {more} more pair{} would decide",
+                            if more == 1 { "" } else { "s" }
+                        )
+                    })
                 );
                 continue;
             }
@@ -262,7 +295,7 @@ impl Bench<'_> {
             &side(Arm::Baseline),
             &side(Arm::Candidate),
             limits,
-            self.args.gate.confidence,
+            self.args.confidence,
             series,
         );
         report.name = Some(
@@ -301,7 +334,7 @@ impl Bench<'_> {
             Ok(())
         })
         .with_context(|| format!("cannot write the verdict into {}", self.out.display()))?;
-        let text = render(report, self.args.gate.format);
+        let text = render(report, self.args.format);
         let mut stdout = std::io::stdout().lock();
         stdout
             .write_all(text.as_bytes())

@@ -477,9 +477,12 @@ impl Report {
     pub fn pairs_needed(&self) -> Option<usize> {
         self.inconclusive()
             .filter_map(|row| match row.decision.method {
-                Some(Method::Paired(s)) => {
-                    more_pairs_needed(&s, row.max_increase, row.decision.alpha)
-                }
+                Some(Method::Paired(s)) => more_pairs_needed(
+                    &s,
+                    row.max_increase,
+                    row.decision.alpha,
+                    absolute_floor(row.unit),
+                ),
                 _ => None,
             })
             .max()

@@ -123,7 +123,7 @@ pub fn load_side(path: &Path) -> Result<Side, CompareError> {
 /// different commands are allowed) on the candidate's kind of host (unless `--any-host`),
 /// matching every `--where`, at most `--last`, each a sample.
 pub fn load_dataset_side(
-    args: &CompareArgs,
+    args: &CompareOptions,
     dataset_dir: &Path,
     candidate: &Side,
 ) -> Result<Side, CompareError> {

@@ -17,10 +17,7 @@ use std::{
 use crate::units::{format_bytes_signif as format_bytes, md_code};
 use serde::Serialize;
 
-use crate::{
-    cli::{CompareArgs, CompareFormat},
-    store::summary_json::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION},
-};
+use crate::store::summary_json::{Stats, Summary, METRICS, SUMMARY_FILE, SUMMARY_VERSION};
 
 use crate::exit_code::{EXIT_INCONCLUSIVE, EXIT_REGRESSED};
 
@@ -42,14 +39,30 @@ pub use stats::*;
 // The edge
 // ---------------------------------------------------------------------------------------------
 
-/// Everything up to the report: `--max`, both sides, their commands, the decisions.
-pub fn prepare(args: &CompareArgs) -> Result<Report, CompareError> {
-    let limits = parse_max(&args.gate.max).map_err(CompareError::Usage)?;
-    let (baseline, candidate) = args.sides().map_err(CompareError::Usage)?;
+/// What `montrace compare` compares and how, as the analysis takes it (`commands::compare`
+/// makes it from the command line: `--max` parsed, the sides resolved).
+#[derive(Clone, Debug)]
+pub struct CompareOptions {
+    pub baseline: PathBuf,
+    pub candidate: PathBuf,
+    /// Each metric's limit (see [`parse_max`]).
+    pub limits: BTreeMap<&'static str, f64>,
+    pub confidence: f64,
+    pub allow_different_commands: bool,
+    /// A dataset baseline: only its runs with these labels, its newest `last`, from any host
+    /// or only the candidate's kind.
+    pub conditions: Vec<(String, String)>,
+    pub last: u32,
+    pub any_host: bool,
+}
+
+/// Everything up to the report: both sides, their commands, the decisions.
+pub fn prepare(options: &CompareOptions) -> Result<Report, CompareError> {
+    let (baseline, candidate) = (&options.baseline, &options.candidate);
     let candidate = load_side(candidate).map_err(|e| e.of_side("candidate"))?;
     let baseline = if crate::fleet::dataset::is_dataset(baseline) {
-        load_dataset_side(args, baseline, &candidate).map_err(|e| e.of_side("baseline"))?
-    } else if !args.conditions.is_empty() || args.any_host {
+        load_dataset_side(options, baseline, &candidate).map_err(|e| e.of_side("baseline"))?
+    } else if !options.conditions.is_empty() || options.any_host {
         return Err(CompareError::Usage(format!(
             "--where and --any-host choose runs of a dataset written by `montrace publish`, and \
              {} is not one (it has no runs/ folder)",
@@ -58,11 +71,11 @@ pub fn prepare(args: &CompareArgs) -> Result<Report, CompareError> {
     } else {
         load_side(baseline).map_err(|e| e.of_side("baseline"))?
     };
-    check_commands(&baseline, &candidate, args.allow_different_commands)?;
+    check_commands(&baseline, &candidate, options.allow_different_commands)?;
     Ok(build_report(
         &baseline,
         &candidate,
-        &limits,
-        args.gate.confidence,
+        &options.limits,
+        options.confidence,
     ))
 }

@@ -24,7 +24,7 @@ use super::*;
 /// reveal 4 times in 5 (the usual 80 %).
 pub const DETECTION_POWER: f64 = 0.8;
 /// Pairs [`more_pairs_needed`] looks ahead at most; beyond it the answer is "many".
-pub const MAX_PAIRS_AHEAD: usize = 10_000;
+pub const MAX_PAIRS_AHEAD: usize = 1_000_000;
 
 /// The t value with P(T > t) = `p` for `df` degrees of freedom (0 < p < 1), by bisection on
 /// [`student_t_sf`], which is monotonic: ~60 steps to full precision.
@@ -83,6 +83,68 @@ pub struct Paired {
     pub detectable: f64,
     /// The baseline's mean, in the metric's unit (to express changes against the floor).
     pub base_mean: f64,
+    /// The per-pair differences (candidate - baseline) in the metric's unit: their mean and
+    /// standard deviation, for the floor rule (see [`decide_paired`]).
+    pub diff_mean: f64,
+    pub diff_sd: f64,
+    /// The scale the relative figures were computed on: logs of the pairs' ratios (true), or
+    /// differences over the baseline's mean; and the mean and standard deviation there. What
+    /// [`Paired::verdict_at`] needs to ask the same question of more pairs.
+    pub log_scale: bool,
+    pub scale_mean: f64,
+    pub scale_sd: f64,
+}
+
+impl Paired {
+    /// The one-sided bounds of the relative change, (low, high), that `n` pairs of the same mean
+    /// and spread would give at level `alpha`: [`paired_stats`]' `low` and `high` at `n = self.n`.
+    pub fn bounds_at(&self, n: usize, alpha: f64) -> (f64, f64) {
+        let half = t_quantile(alpha, (n - 1) as f64) * self.scale_sd / (n as f64).sqrt();
+        let relative = |x: f64| if self.log_scale { x.exp() - 1.0 } else { x };
+        (
+            relative(self.scale_mean - half),
+            relative(self.scale_mean + half),
+        )
+    }
+
+    /// The one-sided bounds of the mean difference in the metric's unit that `n` pairs of the
+    /// same mean and spread would give at level `alpha`.
+    pub fn difference_bounds_at(&self, n: usize, alpha: f64) -> (f64, f64) {
+        let half = t_quantile(alpha, (n - 1) as f64) * self.diff_sd / (n as f64).sqrt();
+        (self.diff_mean - half, self.diff_mean + half)
+    }
+
+    /// The verdict of a gated metric (limit `max_increase`, floor `floor` in its unit) that `n`
+    /// pairs of this mean and spread would get at level `alpha`: the rule of [`decide_paired`],
+    /// which calls it with `n = self.n`, and [`more_pairs_needed`] with more.
+    pub fn verdict_at(&self, n: usize, max_increase: f64, alpha: f64, floor: f64) -> Verdict {
+        let (low, high) = self.bounds_at(n, alpha);
+        let half = max_increase / 2.0;
+        let beyond_floor = self.change.abs() * self.base_mean > floor;
+        // The mean difference within the floor either way, with the same confidence: nothing
+        // that counts happened, however wide the interval of a near-zero figure's ratio (5 ms of
+        // CPU time) may be. One or two pairs that happened to land close prove nothing: the
+        // interval of so few is wide.
+        let (diff_low, diff_high) = self.difference_bounds_at(n, alpha);
+        let within_floor = diff_low >= -floor && diff_high <= floor;
+        if low > half && beyond_floor {
+            Verdict::Regressed
+        } else if high < -half && beyond_floor {
+            Verdict::Improved
+        } else if high <= max_increase + LIMIT_TOLERANCE || within_floor {
+            Verdict::Pass
+        } else {
+            Verdict::Inconclusive
+        }
+    }
+}
+
+/// The mean and sample standard deviation of `x` (at least 2 values).
+fn mean_sd(x: &[f64]) -> (f64, f64) {
+    let n = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / n;
+    let sd = (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    (mean, sd)
 }
 
 /// The paired statistics of `pairs` (baseline, candidate), None with fewer than 2 pairs or a
@@ -110,8 +172,9 @@ pub fn paired_stats(pairs: &[(f64, f64)], alpha: f64) -> Option<Paired> {
     };
     // Back from the scale of `d` to a relative change.
     let relative = |x: f64| if logs { x.exp() - 1.0 } else { x };
-    let mean = d.iter().sum::<f64>() / n as f64;
-    let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+    let (mean, sd) = mean_sd(&d);
+    let diffs: Vec<f64> = pairs.iter().map(|(b, c)| c - b).collect();
+    let (diff_mean, diff_sd) = mean_sd(&diffs);
     let se = sd / (n as f64).sqrt();
     let df = (n - 1) as f64;
     let t_alpha = t_quantile(alpha, df);
@@ -133,15 +196,22 @@ pub fn paired_stats(pairs: &[(f64, f64)], alpha: f64) -> Option<Paired> {
         p: student_t_sf(t, df),
         detectable: relative((t_alpha + t_quantile(1.0 - DETECTION_POWER, df)) * se),
         base_mean,
+        diff_mean,
+        diff_sd,
+        log_scale: logs,
+        scale_mean: mean,
+        scale_sd: sd,
     })
 }
 
 /// The paired verdict of one metric (lower is better), `max_increase` its limit L:
 /// regressed when the change is above L/2 with confidence and larger than `floor` (the metric's
-/// unit, see [`absolute_floor`]); pass when it is below L with confidence, or the runs of
-/// every pair are within the floor of each other; improved is the mirror of regressed; inconclusive otherwise. A baseline
-/// of 0 everywhere: pass when the candidate is 0 too, else an increase from nothing beyond
-/// every relative limit (regressed past the floor).
+/// unit, see [`absolute_floor`]); pass when it is below L with confidence, or when the mean
+/// per-pair difference is within ±floor with confidence (its interval in the metric's unit, at
+/// the same level: one or two pairs that happened to land close are not evidence); improved is
+/// the mirror of regressed; inconclusive otherwise (see [`Paired::verdict_at`]). A baseline of 0
+/// everywhere: pass when the candidate is 0 too, or within the floor with confidence; an increase
+/// from nothing past the floor is beyond every relative limit (regressed).
 pub fn decide_paired(
     pairs: &[(f64, f64)],
     max_increase: f64,
@@ -162,10 +232,11 @@ pub fn decide_paired(
     }
     let gated = max_increase.is_finite();
     let Some(s) = paired_stats(pairs, alpha) else {
+        let n = pairs.len();
         let base = pairs.iter().map(|p| p.0).sum::<f64>();
-        let cand_mean = pairs.iter().map(|p| p.1).sum::<f64>() / pairs.len() as f64;
+        let cand_mean = pairs.iter().map(|p| p.1).sum::<f64>() / n as f64;
         decision.method = Some(Method::Threshold);
-        decision.verdict = if pairs.len() < 2 {
+        decision.verdict = if n < 2 {
             Verdict::Inconclusive
         } else if cand_mean <= 0.0 {
             decision.ratio = Some(1.0);
@@ -173,34 +244,29 @@ pub fn decide_paired(
         } else if cand_mean > floor {
             Verdict::Regressed
         } else {
-            Verdict::Pass
+            // From nothing to a little: within the floor only with confidence.
+            let diffs: Vec<f64> = pairs.iter().map(|(b, c)| c - b).collect();
+            let (mean, sd) = mean_sd(&diffs);
+            let half = t_quantile(alpha, (n - 1) as f64) * sd / (n as f64).sqrt();
+            if mean - half >= -floor && mean + half <= floor {
+                Verdict::Pass
+            } else {
+                Verdict::Inconclusive
+            }
         };
         if base > 0.0 {
             // One pair: a ratio, no interval.
-            decision.ratio = Some(1.0 + (cand_mean * pairs.len() as f64 - base) / base);
+            decision.ratio = Some(1.0 + (cand_mean * n as f64 - base) / base);
         }
         if !gated {
             decision.verdict = Verdict::NotGated;
         }
         return decision;
     };
-    let limit = max_increase + LIMIT_TOLERANCE;
-    let half = max_increase / 2.0;
-    let beyond_floor = |relative: f64| relative.abs() * s.base_mean > floor;
-    // The two runs of every pair within the floor of each other: nothing that counts happened,
-    // however wide the interval of a near-zero figure's ratio (5 ms of CPU time over 2 pairs)
-    // may be. (Both ways: a candidate lower in every pair of a noisy metric proves nothing.)
-    let within_floor = pairs.iter().all(|(b, c)| (c - b).abs() <= floor);
-    decision.verdict = if !gated {
-        Verdict::NotGated
-    } else if s.low > half && beyond_floor(s.change) {
-        Verdict::Regressed
-    } else if s.high < -half && beyond_floor(s.change) {
-        Verdict::Improved
-    } else if s.high <= limit || within_floor {
-        Verdict::Pass
+    decision.verdict = if gated {
+        s.verdict_at(s.n, max_increase, alpha, floor)
     } else {
-        Verdict::Inconclusive
+        Verdict::NotGated
     };
     decision.ratio = Some(1.0 + s.change);
     decision.noise = Some(s.spread);
@@ -208,24 +274,20 @@ pub fn decide_paired(
     decision
 }
 
-/// How many pairs in all would likely decide an inconclusive metric: the count at which the
-/// interval, at the spread measured so far and centred on the change measured so far, clears
-/// either bound (its upper end below L, or its lower end above L/2). None when it is decided,
-/// or beyond [`MAX_PAIRS_AHEAD`].
-pub fn more_pairs_needed(s: &Paired, max_increase: f64, alpha: f64) -> Option<usize> {
-    if !max_increase.is_finite() || s.spread == 0.0 {
+/// How many pairs in all would likely decide an inconclusive metric: the smallest count at
+/// which [`Paired::verdict_at`] — the rule itself, floor included, at the mean and spread
+/// measured so far — is no longer inconclusive. None when it is decided already, or not before
+/// [`MAX_PAIRS_AHEAD`] (a change at the very edge of a bound).
+pub fn more_pairs_needed(s: &Paired, max_increase: f64, alpha: f64, floor: f64) -> Option<usize> {
+    if !max_increase.is_finite() {
         return None;
     }
-    // The nearer bound to clear: at least a quarter of the limit away, whatever the change.
-    let gap = (max_increase - s.change).max(s.change - max_increase / 2.0);
-    if gap <= 0.0 {
-        return None;
-    }
-    let decided = |n: usize| t_quantile(alpha, (n - 1) as f64) * s.spread / (n as f64).sqrt() < gap;
+    let decided = |n: usize| s.verdict_at(n, max_increase, alpha, floor) != Verdict::Inconclusive;
     if decided(s.n) {
         return None;
     }
-    // Doubling, then bisection: the half-width falls monotonically with n.
+    // Doubling, then bisection: both intervals narrow monotonically with n, so once decided, a
+    // larger count stays decided.
     let mut hi = s.n.max(2) * 2;
     while !decided(hi) {
         if hi >= MAX_PAIRS_AHEAD {
@@ -410,7 +472,7 @@ mod tests {
         let Some(Method::Paired(s3)) = d.method else {
             panic!()
         };
-        let needed = more_pairs_needed(&s3, 0.05, 0.05).expect("a count that decides");
+        let needed = more_pairs_needed(&s3, 0.05, 0.05, 0.010).expect("a count that decides");
         assert!(needed > 3, "{needed}");
         // The detectable change shrinks with more pairs.
         let s16 = paired_stats(&pairs(16), 0.05).unwrap();
@@ -420,7 +482,88 @@ mod tests {
         let Some(Method::Paired(s)) = d.method else {
             panic!()
         };
-        assert_eq!(more_pairs_needed(&s, 0.05, 0.05), None);
+        assert_eq!(more_pairs_needed(&s, 0.05, 0.05, 0.010), None);
+    }
+
+    /// Pairs of a near-zero figure (5 ms of CPU time) whose two runs differ by a millisecond or
+    /// so either way: the ratios swing by ±20 %, the differences stay far within the 10 ms floor.
+    fn near_zero(n: usize) -> Vec<(f64, f64)> {
+        let jitter = [
+            0.0010, -0.0008, 0.0012, -0.0011, 0.0007, -0.0009, 0.0011, -0.0010,
+        ];
+        (0..n)
+            .map(|i| (0.005, 0.005 + jitter[i % jitter.len()]))
+            .collect()
+    }
+
+    #[test]
+    fn few_pairs_within_the_floor_are_inconclusive_and_enough_of_them_pass() {
+        // Two pairs within the floor: the interval of their mean difference (t = 31.8 at 1 %
+        // with one degree of freedom) reaches past ±10 ms: that they landed close is luck.
+        let two = [(0.005, 0.0062), (0.006, 0.0048)];
+        let d = decide_paired(&two, 0.05, 0.99, 0.010);
+        assert_eq!(d.verdict, Verdict::Inconclusive, "{d:?}");
+        let Some(Method::Paired(s)) = d.method else {
+            panic!("{d:?}")
+        };
+        let (low, high) = s.difference_bounds_at(2, 0.01);
+        assert!(low < -0.010 && high > 0.010, "{low} {high}");
+        // And how many would decide: the floor rule counts.
+        let needed = more_pairs_needed(&s, 0.05, 0.01, 0.010).expect("a count that decides");
+        assert!((3..=8).contains(&needed), "{needed}");
+        // Enough pairs within the floor: the interval of the difference is within ±10 ms, and
+        // the metric passes, whatever its ratios' interval (wide at 5 ms).
+        let d = decide_paired(&near_zero(6), 0.05, 0.99, 0.010);
+        assert_eq!(d.verdict, Verdict::Pass, "{d:?}");
+        let Some(Method::Paired(s)) = d.method else {
+            panic!("{d:?}")
+        };
+        assert!(s.high > 0.05, "the ratio alone would not pass: {s:?}");
+        assert_eq!(more_pairs_needed(&s, 0.05, 0.01, 0.010), None);
+        // The count more_pairs_needed named decides, at the measured mean and spread.
+        assert_ne!(s.verdict_at(s.n, 0.05, 0.01, 0.010), Verdict::Inconclusive);
+    }
+
+    #[test]
+    fn a_real_change_beyond_the_floor_regresses_and_never_passes_as_within_it() {
+        // 5 ms of CPU becoming 25 ms (+20 ms, beyond the floor) in every pair, ±1 ms.
+        let pairs: Vec<(f64, f64)> = near_zero(4).iter().map(|&(b, c)| (b, c + 0.020)).collect();
+        let d = decide_paired(&pairs, 0.05, 0.99, 0.010);
+        assert_eq!(d.verdict, Verdict::Regressed, "{d:?}");
+        // +8 ms: within the floor at the point estimate but not with confidence over 3 pairs
+        // of ±1 ms: never regressed (under the floor), and not a pass by the floor either
+        // until the interval of the difference is inside it.
+        let pairs: Vec<(f64, f64)> = near_zero(3).iter().map(|&(b, c)| (b, c + 0.008)).collect();
+        let d = decide_paired(&pairs, 0.05, 0.99, 0.010);
+        assert_eq!(d.verdict, Verdict::Inconclusive, "{d:?}");
+    }
+
+    #[test]
+    fn the_pairs_needed_decide_on_the_scale_the_interval_is_computed() {
+        // A large change on the log scale: +172 % over 3 pairs whose log ratios are 0.7, 1.0
+        // and 1.3 (random sleeps; CI once). The half-width of the relative spread (e^0.3 - 1)
+        // undershoots the log interval's there, so the count was "decided already" (None, and
+        // no `pairs_needed` in verdict.json) while the verdict was inconclusive.
+        let pairs = [
+            (0.2, 0.2 * 0.7f64.exp()),
+            (0.2, 0.2 * 1f64.exp()),
+            (0.2, 0.2 * 1.3f64.exp()),
+        ];
+        let d = decide_paired(&pairs, 0.05, 0.99, 0.010);
+        assert_eq!(d.verdict, Verdict::Inconclusive, "{d:?}");
+        let Some(Method::Paired(s)) = d.method else {
+            panic!("{d:?}")
+        };
+        let needed = more_pairs_needed(&s, 0.05, 0.01, 0.010).expect("a count");
+        assert!(needed > 3, "{needed}");
+        assert_ne!(
+            s.verdict_at(needed, 0.05, 0.01, 0.010),
+            Verdict::Inconclusive
+        );
+        assert_eq!(
+            s.verdict_at(needed - 1, 0.05, 0.01, 0.010),
+            Verdict::Inconclusive
+        );
     }
 
     #[test]

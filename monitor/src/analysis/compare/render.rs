@@ -5,6 +5,19 @@ use super::*;
 // Rendering: pure functions of the report
 // ---------------------------------------------------------------------------------------------
 
+/// `montrace compare` and `bench` output formats (`--format`; cli.rs re-exports it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompareFormat {
+    /// A table for people.
+    Text,
+    /// Markdown, for a pull-request comment.
+    Md,
+    /// JSON, for machines.
+    Json,
+    /// Bencher Metric Format (JSON).
+    Bmf,
+}
+
 pub fn render(report: &Report, format: CompareFormat) -> String {
     match format {
         CompareFormat::Text => render_text(report),
@@ -133,7 +146,12 @@ pub(super) fn explain_paired(row: &Row, s: &Paired) -> String {
     );
     if row.decision.verdict == Verdict::Inconclusive {
         text.pop();
-        match more_pairs_needed(s, row.max_increase, row.decision.alpha) {
+        match more_pairs_needed(
+            s,
+            row.max_increase,
+            row.decision.alpha,
+            absolute_floor(row.unit),
+        ) {
             Some(n) => {
                 let _ = write!(
                     text,
@@ -722,7 +740,14 @@ pub fn render_json(report: &Report) -> String {
                 pairs: paired.map(|s| s.n),
                 pairs_needed: paired
                     .filter(|_| row.decision.verdict == Verdict::Inconclusive)
-                    .and_then(|s| more_pairs_needed(&s, row.max_increase, row.decision.alpha)),
+                    .and_then(|s| {
+                        more_pairs_needed(
+                            &s,
+                            row.max_increase,
+                            row.decision.alpha,
+                            absolute_floor(row.unit),
+                        )
+                    }),
             }
         })
         .collect();

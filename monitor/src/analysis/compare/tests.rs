@@ -1,5 +1,6 @@
 use super::*;
-use crate::commands::compare::compare;
+use crate::cli::CompareArgs;
+use crate::commands::compare::{compare, options};
 use crate::store::summary_json::Repetition;
 
 fn close(actual: f64, expected: f64, tolerance: f64) {
@@ -620,7 +621,7 @@ fn loads_a_run_directory_a_summary_file_and_a_directory_of_runs() {
     );
     assert_eq!(side.values("cpu_s"), [1.02, 0.98, 1.00, 1.02]);
 
-    let report = prepare(&args(&run, &many)).unwrap();
+    let report = prepare(&opts(&args(&run, &many))).unwrap();
     assert_eq!((report.candidate.runs, report.candidate.samples), (2, 4));
     let metrics: Vec<_> = report.rows.iter().map(|r| r.metric).collect();
     assert_eq!(metrics, ["wall_s", "cpu_s"]);
@@ -638,23 +639,40 @@ fn exit_status_says_whether_something_regressed() {
     let slow = write_run(&tmp.path().join("slow"), "make", &TWICE_THE_CPU);
     assert_eq!(compare(args(&base, &same)).unwrap(), 0);
     assert_eq!(compare(args(&base, &slow)).unwrap(), EXIT_REGRESSED);
-    let report = prepare(&args(&base, &slow)).unwrap();
+    let report = prepare(&opts(&args(&base, &slow))).unwrap();
     let regressed: Vec<_> = report.regressions().map(|r| r.metric).collect();
     assert_eq!(regressed, ["cpu_s"]);
     // A limit raised past the change lets it through.
     let mut lenient = args(&base, &slow);
     lenient.gate.max = vec!["cpu=+150%".into()];
-    assert_eq!(prepare(&lenient).unwrap().exit_code(), 0);
+    assert_eq!(prepare(&opts(&lenient)).unwrap().exit_code(), 0);
 }
 
+/// The options of `args` (`--max` and the sides good).
+fn opts(args: &CompareArgs) -> CompareOptions {
+    options(args).unwrap()
+}
+
+/// The usage error of `compare(args)`, found by the command line's conversion (`--max`, the
+/// sides) or by [`prepare`] (the runs).
 fn usage_error(args: CompareArgs) -> String {
-    let err = prepare(&args).unwrap_err();
-    let CompareError::Usage(message) = err else {
-        panic!("a usage error, not {err:?}");
-    };
+    let from_prepare = options(&args).ok().map(|options| {
+        let err = prepare(&options).unwrap_err();
+        let CompareError::Usage(message) = err else {
+            panic!("a usage error, not {err:?}");
+        };
+        message
+    });
     let err = compare(args).unwrap_err();
-    assert_eq!(err.exit_code(), crate::exit_code::EXIT_USAGE, "{message}");
-    assert_eq!(err.line(), format!("montrace: error: {message}"));
+    assert_eq!(err.exit_code(), crate::exit_code::EXIT_USAGE, "{err:?}");
+    let line = err.line();
+    let message = line
+        .strip_prefix("montrace: error: ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_string();
+    if let Some(from_prepare) = from_prepare {
+        assert_eq!(from_prepare, message);
+    }
     message
 }
 
@@ -737,7 +755,7 @@ fn different_commands_need_a_flag() {
 
     let mut allowed = args(&base, &ninja);
     allowed.allow_different_commands = true;
-    let report = prepare(&allowed).unwrap();
+    let report = prepare(&opts(&allowed)).unwrap();
     assert_eq!(report.exit_code(), 0);
     assert_eq!(
         report.warnings,
@@ -772,7 +790,7 @@ fn failed_and_stopped_runs_are_flagged() {
     );
     let cand = tmp.path().join("cand.json");
     fs::write(&cand, serde_json::to_string(&summary).unwrap()).unwrap();
-    let report = prepare(&args(&base, &cand)).unwrap();
+    let report = prepare(&opts(&args(&base, &cand))).unwrap();
     let path = cand.display();
     assert_eq!(
         report.warnings,
@@ -832,7 +850,7 @@ fn the_significance_level_is_shared_among_the_gated_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let base = write_run(&dir.path().join("a"), "x", &STEADY);
     let cand = write_run(&dir.path().join("b"), "x", &STEADY);
-    let report = prepare(&args(&base, &cand)).unwrap();
+    let report = prepare(&opts(&args(&base, &cand))).unwrap();
     // cpu_s has 2+ samples a side and a limit; wall_s is not gated: one test, the whole 5%.
     let cpu = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
     assert!(
@@ -842,7 +860,7 @@ fn the_significance_level_is_shared_among_the_gated_metrics() {
     );
     let mut gated = args(&base, &cand);
     gated.gate.max = vec!["wall=+10%".into()];
-    let report = prepare(&gated).unwrap();
+    let report = prepare(&opts(&gated)).unwrap();
     for row in &report.rows {
         assert!((row.decision.alpha - 0.025).abs() < 1e-12, "{row:?}");
     }

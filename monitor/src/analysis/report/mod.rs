@@ -22,8 +22,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::cli::ReportFormat;
-
 #[cfg(any(test, feature = "synthetic"))]
 pub use synthetic::{add_synthetic_gpu, add_synthetic_gpu_processes, synthetic_run};
 
@@ -98,6 +96,14 @@ pub fn prepare_data(mut data: load::RunData, by: model::GroupBy) -> Report {
         timeline_html,
         time_plot,
     }
+}
+
+/// `montrace report` formats (`--format`; cli.rs re-exports it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Html,
+    Md,
+    Both,
 }
 
 /// Writes the report of `run_dir` into it: `report.html` and/or `report.md` with its

@@ -533,19 +533,35 @@ fn kvm_works(k: &Kernel) -> bool {
 
 /// Runs `cmd`; false when it failed, an error past `limit` (it is killed).
 fn run_with_limit(cmd: &mut Command, limit: Duration) -> Result<bool> {
-    let mut child = cmd.spawn().with_context(|| util::describe(cmd))?;
+    let mut child = spawn_group(cmd)?;
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(status.success());
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_group(&mut child);
             bail!("{} ran past {} s", util::describe(cmd), limit.as_secs());
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Starts `cmd` (vng) as the leader of a process group of its own, so that [`kill_group`] ends
+/// the qemu it starts too.
+fn spawn_group(cmd: &mut Command) -> Result<std::process::Child> {
+    use std::os::unix::process::CommandExt as _;
+    cmd.process_group(0)
+        .spawn()
+        .with_context(|| util::describe(cmd))
+}
+
+/// Kills the process group [`spawn_group`] made and reaps its leader. Killing vng alone left its
+/// qemu running: a stalled VM kept both CPUs of this machine busy for an hour after the tier.
+fn kill_group(child: &mut std::process::Child) {
+    // SAFETY: kill(2) on the process group this tier created for the child.
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+    let _ = child.wait();
 }
 
 /// The script the VM runs: doctor, then each test of the subset, their output and results under
@@ -678,7 +694,7 @@ fn boot(
 /// under `out` made or grown, the console aside) for `stall_limit` ([`STALL_LIMIT`]), or past
 /// `limit` ([`VM_LIMIT`]).
 fn run_vm(cmd: &mut Command, out: &Path, stall_limit: Duration, limit: Duration) -> Result<()> {
-    let mut child = cmd.spawn().with_context(|| util::describe(cmd))?;
+    let mut child = spawn_group(cmd)?;
     let started = Instant::now();
     let mut seen = progress(out);
     let mut moved = Instant::now();
@@ -701,8 +717,7 @@ fn run_vm(cmd: &mut Command, out: &Path, stall_limit: Duration, limit: Duration)
             std::thread::sleep(Duration::from_secs(1));
             continue;
         };
-        let _ = child.kill();
-        let _ = child.wait();
+        kill_group(&mut child);
         bail!("the VM {why} (killed)");
     }
 }
@@ -971,7 +986,9 @@ mod tests {
         let started = Instant::now();
         // Six results 0.4 s apart (2.4 s, each within the 1 s stall limit), then a console that
         // keeps printing and nothing else.
-        let script = "for i in 1 2 3 4 5 6; do echo t$i >> results; sleep 0.4; done; \
+        // And a child of its own (qemu, under vng), which must not outlive it.
+        let script = "sleep 1000 & echo $! > child; \
+                      for i in 1 2 3 4 5 6; do echo t$i >> results; sleep 0.4; done; \
                       while :; do echo watchdog >> log; sleep 0.1; done";
         let err = run_vm(
             Command::new("sh").args(["-c", script]).current_dir(out),
@@ -989,6 +1006,13 @@ mod tests {
                 .lines()
                 .count(),
             6
+        );
+        let child = std::fs::read_to_string(out.join("child")).unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.trim()));
+        // Gone, or a zombie until init reaps it.
+        assert!(
+            stat.as_ref().map_or(true, |s| s.contains(") Z")),
+            "the script's child is alive: {stat:?}"
         );
         // Finishing in time is no error.
         run_vm(

@@ -130,6 +130,26 @@ pub fn run(
     bench.series(limits)
 }
 
+/// The progress line of an adaptive series still undecided after `pairs` pairs.
+fn say_undecided(pairs: usize, r: &Report) {
+    crate::say!(
+        "montrace bench: {pairs} pairs: undecided ({}){}",
+        r.inconclusive()
+            .map(|row| row.metric)
+            .collect::<Vec<_>>()
+            .join(", "),
+        // The count is of pairs used: those left out as disturbed come on top.
+        r.pairs_needed().map_or(String::new(), |n| {
+            let kept = r.series.as_ref().map_or(pairs, |s| s.kept);
+            let more = n.saturating_sub(kept).max(1);
+            format!(
+                ", about {more} more pair{} would decide",
+                if more == 1 { "" } else { "s" }
+            )
+        })
+    );
+}
+
 impl Bench<'_> {
     fn series(
         mut self,
@@ -214,23 +234,7 @@ impl Bench<'_> {
             let mut r = self.report(&runs, limits, series);
             let decided = r.outcome() != "inconclusive";
             if adaptive && !decided && k + 1 < max_pairs && !out_of_time {
-                crate::say!(
-                    "montrace bench: {} pairs: undecided ({}){}",
-                    k + 1,
-                    r.inconclusive()
-                        .map(|row| row.metric)
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    // The count is of pairs used: those left out as disturbed come on top.
-                    r.pairs_needed().map_or(String::new(), |n| {
-                        let kept = r.series.as_ref().map_or(k + 1, |s| s.kept);
-                        let more = n.saturating_sub(kept).max(1);
-                        format!(
-                            ", about {more} more pair{} would decide",
-                            if more == 1 { "" } else { "s" }
-                        )
-                    })
-                );
+                say_undecided(k + 1, &r);
                 continue;
             }
             if let Some(series) = &mut r.series {

@@ -502,9 +502,7 @@ impl Report {
     /// Runs a side that would likely decide every undecided metric (the largest count), when
     /// the comparison is unpaired and undecided.
     pub fn runs_needed(&self) -> Option<usize> {
-        self.inconclusive()
-            .filter_map(|row| row_runs_needed(row))
-            .max()
+        self.inconclusive().filter_map(row_runs_needed).max()
     }
 
     pub fn exit_code(&self) -> i32 {

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+import montrace
 
 
 @pytest.fixture
@@ -100,3 +104,34 @@ def limited_cgroup() -> Iterator[LimitedCgroup]:
         yield cgroup
     finally:
         cgroup.remove()
+
+
+def owners(path: Path) -> "set[int]":
+    """Every uid that owns something in ``path``."""
+    found = {path.stat().st_uid}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            found.add(os.lstat(os.path.join(root, name)).st_uid)
+    return found
+
+
+@pytest.fixture
+def agent() -> Iterator[Path]:
+    """`montrace agent` (the wheel's binary, as root) on a socket of its own; stopped after."""
+    directory = Path(tempfile.mkdtemp(prefix="montrace-agent-"))
+    os.chmod(directory, 0o755)
+    socket = directory / "agent.sock"
+    process = subprocess.Popen([montrace.binary(), "agent", "--socket", str(socket)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not socket.exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the agent made no socket"
+            time.sleep(0.02)
+        yield socket
+    finally:
+        process.terminate()
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        shutil.rmtree(directory, ignore_errors=True)

@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 
 import montrace
+from conftest import owners
 
 SCRIPT = r"""
 import json, subprocess, sys, montrace
@@ -41,14 +42,6 @@ print(json.dumps({
     "doctor": [found.binary, found.exact, found.mode, found.chosen_because],
 }))
 """
-
-
-def owners(path: Path) -> "set[int]":
-    found = {path.stat().st_uid}
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            found.add(os.lstat(os.path.join(root, name)).st_uid)
-    return found
 
 
 @pytest.fixture
@@ -120,31 +113,6 @@ def test_an_ordinary_user_with_a_granted_binary_on_path_tracks_exactly(user, cap
     assert figures["monitored"][0] == 42 and figures["monitored"][1] != "polling"
     assert "no eBPF" not in result.stderr
     assert owners(user.home / "run") == owners(user.home / "monitor") == {user.uid}
-
-
-@pytest.fixture
-def agent() -> Iterator[Path]:
-    """`montrace agent` (the wheel's binary, as root) on a socket of its own; stopped after."""
-    import subprocess
-    import time
-
-    directory = Path(tempfile.mkdtemp(prefix="montrace-agent-"))
-    os.chmod(directory, 0o755)
-    socket = directory / "agent.sock"
-    process = subprocess.Popen([montrace.binary(), "agent", "--socket", str(socket)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not socket.exists():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "the agent made no socket"
-            time.sleep(0.02)
-        yield socket
-    finally:
-        process.terminate()
-        out, err = process.communicate(timeout=60)
-        assert process.returncode == 0, err
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_an_ordinary_users_wheel_binary_records_exactly_through_the_agent(user, agent: Path) -> None:

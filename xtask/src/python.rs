@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// What the tests' environment installs beside the wheel: the test runner, the optional frame
-/// libraries, and MLflow with the sqlite backend's libraries (its file backend is retired).
+/// libraries, MLflow with the sqlite backend's libraries (its file backend is retired), and Parsl.
 pub const TEST_PACKAGES: &[&str] = &[
     "pytest",
     "pandas",
@@ -16,6 +16,9 @@ pub const TEST_PACKAGES: &[&str] = &[
     "mlflow-skinny",
     "sqlalchemy",
     "alembic",
+    // A real workflow engine: python/tests/test_parsl.py runs a Parsl HighThroughputExecutor
+    // workflow whose bash_app tasks are recorded by montrace.parsl.
+    "parsl",
 ];
 
 /// The extra the docs' environment installs with the wheel: what docs/python.md's install lines

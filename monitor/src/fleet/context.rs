@@ -106,6 +106,7 @@ fn kubernetes(
     namespace_file: Option<&str>,
 ) -> Option<Kubernetes> {
     let pod_uid = cgroup.lines().find_map(pod_uid_of);
+    let container_id = cgroup.lines().find_map(container_id_of);
     let in_pod = env.contains_key("KUBERNETES_SERVICE_HOST") || pod_uid.is_some();
     if !in_pod {
         return None;
@@ -119,25 +120,49 @@ fn kubernetes(
         }),
         pod: get("POD_NAME").or_else(|| get("HOSTNAME")),
         pod_uid,
+        container_id,
     })
 }
 
 /// The pod uid in one /proc/self/cgroup line: `pod<uid>` (cgroupfs, dashes) or
 /// `kubepods-...-pod<uid>.slice` (systemd, underscores for dashes).
 fn pod_uid_of(line: &str) -> Option<String> {
+    kubepods_path(line)?.split('/').find_map(pod_segment_uid)
+}
+
+/// The cgroup path of one /proc/self/cgroup line, when it is a pod's.
+fn kubepods_path(line: &str) -> Option<&str> {
     let path = line.splitn(3, ':').nth(2)?;
-    if !path.contains("kubepods") {
-        return None;
-    }
-    path.split('/').find_map(|part| {
-        let part = part.strip_suffix(".slice").unwrap_or(part);
-        let uid = part
-            .rsplit_once("-pod")
-            .map(|(_, u)| u)
-            .or_else(|| part.strip_prefix("pod"))?;
-        let uid = uid.replace('_', "-");
-        (uid.len() == 36 && uid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')).then_some(uid)
-    })
+    path.contains("kubepods").then_some(path)
+}
+
+/// The pod uid a path segment names, if it is the pod's own.
+fn pod_segment_uid(part: &str) -> Option<String> {
+    let part = part.strip_suffix(".slice").unwrap_or(part);
+    let uid = part
+        .rsplit_once("-pod")
+        .map(|(_, u)| u)
+        .or_else(|| part.strip_prefix("pod"))?;
+    let uid = uid.replace('_', "-");
+    (uid.len() == 36 && uid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')).then_some(uid)
+}
+
+/// The container id in one /proc/self/cgroup line of a pod: the 64 hex digits of the segment
+/// after the pod's, bare (cgroupfs) or as `<runtime>-<id>.scope` (systemd: `cri-containerd`,
+/// `crio`, `docker`). A runtime's own process (`crio-conmon-<id>.scope`) is not a container.
+fn container_id_of(line: &str) -> Option<String> {
+    let mut parts = kubepods_path(line)?
+        .split('/')
+        .skip_while(|part| pod_segment_uid(part).is_none());
+    parts.next()?; // the pod's own segment
+    let last = parts.next()?;
+    let id = match last.strip_suffix(".scope") {
+        None => last,
+        Some(unit) => ["cri-containerd-", "crio-", "docker-"]
+            .iter()
+            .find_map(|runtime| unit.strip_prefix(runtime))?,
+    };
+    (id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit())).then(|| id.to_string())
 }
 
 /// `--label KEY=VALUE`: a key of letters, digits, `_`, `-` and `.` (at most 64), a value of at
@@ -418,6 +443,7 @@ pub fn full_example() -> Context {
             namespace: some(),
             pod: some(),
             pod_uid: some(),
+            container_id: some(),
         }),
     }
 }
@@ -525,6 +551,33 @@ pub(crate) mod tests {
             Some("3f5e1c2a-1b2c-4d5e-8f90-0123456789ab")
         );
         assert_eq!(kubernetes(&env(&[]), "0::/user.slice\n", None), None);
+    }
+
+    #[test]
+    fn a_pods_container_id_from_either_cgroup_driver() {
+        let id = "6f1d9b0c2e7a4a8b9c0d1e2f3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d";
+        let pod = "3f5e1c2a-1b2c-4d5e-8f90-0123456789ab";
+        let systemd_pod = "kubepods-burstable-pod3f5e1c2a_1b2c_4d5e_8f90_0123456789ab.slice";
+        for line in [
+            format!("0::/kubepods/burstable/pod{pod}/{id}"),
+            format!("12:memory:/kubepods/besteffort/pod{pod}/{id}"),
+            format!("0::/kubepods.slice/kubepods-burstable.slice/{systemd_pod}/cri-containerd-{id}.scope"),
+            format!("0::/kubepods.slice/kubepods-burstable.slice/{systemd_pod}/crio-{id}.scope"),
+            format!("0::/kubepods.slice/{systemd_pod}/docker-{id}.scope"),
+        ] {
+            assert_eq!(container_id_of(&line).as_deref(), Some(id), "{line}");
+            let k = kubernetes(&env(&[]), &line, None).unwrap();
+            assert_eq!((k.pod_uid.as_deref(), k.container_id.as_deref()), (Some(pod), Some(id)));
+        }
+        for line in [
+            format!("0::/kubepods/burstable/pod{pod}"), // the pod itself
+            format!("0::/kubepods.slice/{systemd_pod}/crio-conmon-{id}.scope"), // the runtime's monitor
+            format!("0::/kubepods/burstable/pod{pod}/{}", &id[..12]),           // not a whole id
+            format!("0::/system.slice/docker-{id}.scope"), // a container, not a pod's
+            "0::/user.slice/user-1000.slice/session-2.scope".to_string(),
+        ] {
+            assert_eq!(container_id_of(&line), None, "{line}");
+        }
     }
 
     #[test]

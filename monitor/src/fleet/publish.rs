@@ -386,6 +386,8 @@ pub fn run_record(info: &RunInfo) -> RunRecord {
         slurm,
         k8s_namespace: k8s.namespace,
         k8s_pod: k8s.pod,
+        k8s_pod_uid: k8s.pod_uid,
+        k8s_container_id: k8s.container_id,
         wall_s: metric("wall_s").unwrap_or(info.duration_s),
         cpu_s: metric("cpu_s").unwrap_or(0.0),
         peak_rss_bytes: info.totals.peak_rss_bytes,

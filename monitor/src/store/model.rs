@@ -127,6 +127,11 @@ pub struct Kubernetes {
     pub pod: Option<String>,
     /// From the cgroup path (`.../kubepods.../pod<uid>/...`).
     pub pod_uid: Option<String>,
+    /// The container's id (64 hex digits) from the cgroup path: the segment after the pod's
+    /// (`<id>` with cgroupfs, `cri-containerd-<id>.scope`, `crio-<id>.scope`, `docker-<id>.scope`
+    /// with systemd), as `crictl ps` and `kubectl get pod -o yaml` (`containerID`) show it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
 }
 
 // ---- run.json `tree_memory_peaks` (summed by `sampling::sampler::tree_memory`)

@@ -353,6 +353,8 @@ pub struct RunRecord {
     pub slurm: crate::store::model::Slurm,
     pub k8s_namespace: Option<String>,
     pub k8s_pod: Option<String>,
+    pub k8s_pod_uid: Option<String>,
+    pub k8s_container_id: Option<String>,
     pub wall_s: f64,
     pub cpu_s: f64,
     pub peak_rss_bytes: Option<u64>,

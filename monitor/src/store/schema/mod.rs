@@ -234,6 +234,8 @@ static RUN_COLUMNS: &[Column<RunRecord>] = &[
     nullable("slurm_requested_gpus", U32(|r| r.slurm.requested_gpus)),
     nullable("k8s_namespace", Str(|r| r.k8s_namespace.as_deref())),
     nullable("k8s_pod", Str(|r| r.k8s_pod.as_deref())),
+    nullable("k8s_pod_uid", Str(|r| r.k8s_pod_uid.as_deref())),
+    nullable("k8s_container_id", Str(|r| r.k8s_container_id.as_deref())),
     required("wall_s", F64(|r| Some(r.wall_s))),
     required("cpu_s", F64(|r| Some(r.cpu_s))),
     nullable("peak_rss_bytes", U64(|r| r.peak_rss_bytes)),

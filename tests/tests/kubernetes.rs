@@ -1,0 +1,217 @@
+//! dist/kubernetes/montrace-agent.yaml, as far as this machine (no Kubernetes) can run it: the
+//! manifest is read as a cluster reads it (YAML), says what the agent needs (the node's pid
+//! namespace, the systemd unit's capabilities and no more, the socket's directory shared with
+//! the node), and the agent then runs with exactly the manifest's arguments and capabilities,
+//! serving an ordinary user's run made through a read-only mount of its socket's directory, as
+//! the example pod mounts it.
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use tests::{
+    montrace_bin, read_json, read_processes, run_timeout, run_with_timeout, users::TestUser,
+};
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+/// The manifest's documents, parsed by PyYAML (`cargo xtask setup` installs it) into JSON.
+fn manifest() -> Vec<serde_json::Value> {
+    let script =
+        "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))";
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script])
+        .arg(repo_file("dist/kubernetes/montrace-agent.yaml"));
+    let parsed = run_with_timeout(&mut cmd, run_timeout());
+    assert_eq!(parsed.code(), 0, "{parsed:?}");
+    serde_json::from_str::<Vec<serde_json::Value>>(&parsed.stdout).unwrap()
+}
+
+fn strings(value: &serde_json::Value) -> Vec<String> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {value}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The systemd unit's `CapabilityBoundingSet`, as Kubernetes names capabilities (no `CAP_`).
+fn unit_capabilities() -> Vec<String> {
+    let unit = std::fs::read_to_string(repo_file("dist/montrace-agent.service")).unwrap();
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit bounds the agent's capabilities");
+    let mut caps: Vec<String> = line
+        .split_whitespace()
+        .map(|c| c.strip_prefix("CAP_").unwrap().to_string())
+        .collect();
+    caps.sort();
+    caps
+}
+
+/// The mount of `container` whose volume (in `spec`) is the node's `host_path`: its path in the
+/// container and whether it is read-only.
+fn mount_of(
+    spec: &serde_json::Value,
+    container: &serde_json::Value,
+    host_path: &str,
+) -> (String, bool) {
+    let volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["hostPath"]["path"] == host_path)
+        .unwrap_or_else(|| panic!("no volume of {host_path}: {spec}"));
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .unwrap_or_else(|| panic!("{host_path} is not mounted: {container}"));
+    (
+        mount["mountPath"].as_str().unwrap().to_string(),
+        mount["readOnly"] == true,
+    )
+}
+
+#[test]
+fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only() {
+    tests::require_root();
+    let docs = manifest();
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k} in the manifest"))
+    };
+    let daemonset = kind("DaemonSet");
+    let spec = &daemonset["spec"]["template"]["spec"];
+    // The kernel's events and the agent's /proc checks name processes as the node does.
+    assert_eq!(spec["hostPID"], true, "{spec}");
+    let agent = &spec["containers"][0];
+    let args = strings(&agent["args"]);
+    assert_eq!(args, ["agent", "--socket", "/run/montrace/agent.sock"]);
+    // Exactly the systemd unit's capabilities, everything else dropped, no privileged mode.
+    let security = &agent["securityContext"];
+    let mut added = strings(&security["capabilities"]["add"]);
+    added.sort();
+    assert_eq!(added, unit_capabilities(), "{security}");
+    assert_eq!(strings(&security["capabilities"]["drop"]), ["ALL"]);
+    assert_eq!(security["privileged"], false);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    // The socket's directory is the node's, where the pods mount it from.
+    assert_eq!(
+        mount_of(spec, agent, "/run/montrace"),
+        ("/run/montrace".into(), false)
+    );
+    let pod = kind("Pod");
+    assert_eq!(pod["spec"]["hostPID"], true, "{pod}");
+    let job = &pod["spec"]["containers"][0];
+    assert_eq!(
+        mount_of(&pod["spec"], job, "/run/montrace"),
+        ("/run/montrace".into(), true)
+    );
+    assert_eq!(
+        job["securityContext"]["capabilities"]["drop"],
+        serde_json::json!(["ALL"])
+    );
+
+    // The agent as the manifest runs it: its arguments (the socket in a directory of the test's
+    // own, not the machine's /run/montrace) and only the manifest's capabilities.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let socket = dir.path().join("agent.sock");
+    let bounding: String = std::iter::once("-all".to_string())
+        .chain(added.iter().map(|c| format!("+{}", c.to_lowercase())))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut agent_cmd = Command::new("setpriv");
+    agent_cmd
+        .arg(format!("--bounding-set={bounding}"))
+        .arg("--inh-caps=-all")
+        .arg("--")
+        .arg(montrace_bin())
+        .args(&args[..2])
+        .arg(&socket)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut agent_process = agent_cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + run_timeout();
+    while !socket.exists() {
+        if let Some(status) = agent_process.try_wait().unwrap() {
+            panic!(
+                "the agent ended ({status}) before it made its socket: {:?}",
+                agent_process.wait_with_output()
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent made no socket"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    // An ordinary user's plain copy, through a read-only bind mount of the socket's directory
+    // (the pod's `readOnly: true`) in a mount namespace of its own.
+    let user = TestUser::create("k8s");
+    let bin = user.home.join("montrace");
+    std::fs::copy(montrace_bin(), &bin).unwrap();
+    std::os::unix::fs::chown(&bin, Some(user.uid), Some(user.gid)).unwrap();
+    let seen = user.home.join("agent-ro");
+    std::fs::create_dir(&seen).unwrap();
+    let out = user.home.join("run");
+    let script = format!(
+        "mount --bind {dir} {seen} && mount -o remount,bind,ro {seen} && \
+         exec setpriv --reuid={uid} --regid={gid} --clear-groups -- env -i HOME={home} \
+         PATH=/usr/bin:/bin MONTRACE_AGENT_SOCKET={seen}/agent.sock \
+         {bin} run --out {out} -- sh -c 'for i in $(seq 20); do /bin/true; done'",
+        dir = dir.path().display(),
+        seen = seen.display(),
+        uid = user.uid,
+        gid = user.gid,
+        home = user.home.display(),
+        bin = bin.display(),
+        out = out.display(),
+    );
+    let mut client = Command::new("unshare");
+    client
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .current_dir(&user.home);
+    let run = run_with_timeout(&mut client, run_timeout());
+    // SAFETY: plain kill(2) of the agent, our child.
+    unsafe { libc::kill(agent_process.id() as libc::pid_t, libc::SIGTERM) };
+    let stopped = agent_process.wait_with_output().unwrap();
+    assert_eq!(run.code(), 0, "{run:?}\nagent: {stopped:?}");
+    assert!(stopped.status.success(), "{stopped:?}");
+    let info = read_json(&out.join("run.json")).unwrap();
+    assert!(
+        matches!(
+            info["tracking_mode"].as_str(),
+            Some("tp_btf" | "tracepoint")
+        ),
+        "{info}\n{run:?}"
+    );
+    let rows = read_processes(&out);
+    // sh, seq and 20 /bin/true: each once, as only the kernel's events give.
+    assert_eq!(rows.len(), 22, "{run:?}");
+    assert_eq!(
+        rows.iter().filter(|p| p.has_filename("/bin/true")).count(),
+        20
+    );
+    assert_eq!(info["lost_events"]["ringbuf_full"], 0, "{info}");
+}

@@ -281,7 +281,13 @@ fn compare_takes_its_baseline_from_the_fleet() {
     };
     let same = candidate(150_000);
     let verdict = compare(&same, &["--where", "branch=main", "--last", "4"]);
-    assert_eq!(verdict.code(), 0, "the same work: {verdict:?}");
+    // The same work, 4 runs against 5 measured at other times: pass, or on a busy machine
+    // inconclusive (Welch's interval reaches past the limit) — never regressed.
+    let pass_or_inconclusive = |code: i32| code == 0 || code == 3;
+    assert!(
+        pass_or_inconclusive(verdict.code()),
+        "the same work: {verdict:?}"
+    );
     // The baseline is the 4 newest main runs: the dev runs (3x the work) are not in it.
     eprintln!("{}", verdict.stdout);
     assert!(verdict.stdout.contains("4 runs"), "{verdict:?}");
@@ -292,7 +298,7 @@ fn compare_takes_its_baseline_from_the_fleet() {
         .arg(&same.dir)
         .args(["--where", "branch=main", "--last", "4"]);
     let positional = run_with_timeout(&mut cmd, TIMEOUT);
-    assert_eq!(positional.code(), 0, "{positional:?}");
+    assert!(pass_or_inconclusive(positional.code()), "{positional:?}");
     assert!(positional.stdout.contains("4 runs"), "{positional:?}");
     // The verdict names the baseline's runs: the 4 newest of main, nothing else.
     let json = compare(

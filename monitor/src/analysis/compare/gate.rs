@@ -6,7 +6,9 @@ use super::*;
 /// 3: `outcome` (`pass`, `regressed`, `inconclusive`), the verdict `inconclusive`, the method
 /// `paired` with its interval (`change_low`, `change_high`), `detectable` and `pairs_needed`,
 /// `series` (bench: the pairs, their interference, the budget), the sides' `commit` and `dirty`.
-pub const COMPARE_JSON_VERSION: u32 = 3;
+/// 4: unpaired (`welch`) rows carry `change`, `change_low`, `change_high` and `detectable` of
+/// the means, may be `inconclusive`, and say `runs_needed` (a side) then.
+pub const COMPARE_JSON_VERSION: u32 = 4;
 
 /// Not gated: reported with its change, never failing the comparison (`--max METRIC=off`, and
 /// the default of every metric that is not counted exactly).
@@ -115,8 +117,9 @@ pub enum Verdict {
     Improved,
     /// A side has no value for this metric (e.g. no GPU): nothing to decide.
     NoData,
-    /// Paired (bench): the data cannot tell yet whether the change is under the limit or a
-    /// regression: more pairs would (see [`more_pairs_needed`]). Never reported as a pass.
+    /// The data cannot tell yet whether the change is under the limit or a regression: more
+    /// pairs (bench, see [`more_pairs_needed`]) or runs a side (compare, see
+    /// [`more_runs_needed`]) would. Never reported as a pass.
     Inconclusive,
 }
 
@@ -188,11 +191,15 @@ pub fn relative_noise(base: &Stats) -> Option<f64> {
 /// - The effect must exceed the larger of the limit and the metric's noise — its relative
 ///   standard deviation over the baseline's repetitions (the history): a change smaller than
 ///   the spread between identical runs is not worth failing a job for, however significant.
-/// - With at least 2 samples on each side, a regression must also be significant: Welch's
-///   one-sided t-test of "candidate mean > baseline mean" with p < 1 - `confidence`.
+/// - With at least 2 samples on each side, Welch's interval of the change of the means at level
+///   1 - `confidence` decides among pass, regressed, improved and inconclusive (see
+///   [`Unpaired::verdict_at`]): a regression needs the interval's lower bound above half the
+///   limit, the noise and the floor besides the effect size above, a pass its upper bound under
+///   the limit (or the difference within ±floor); a verdict the data cannot support is
+///   inconclusive, never a pass.
 /// - With fewer samples, the limit alone decides: regressed iff median ratio - 1 > `max_increase`.
 /// - An infinite `max_increase` ([`NOT_GATED`]) is reported as not gated, whatever the change.
-/// - Improved is the mirror image (significant, and a decrease larger than the limit).
+/// - Improved is the mirror image (a decrease larger than the limit).
 pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence: f64) -> Decision {
     decide_above(baseline, candidate, max_increase, confidence, 0.0)
 }
@@ -244,26 +251,30 @@ pub fn decide_above(
         None => (true, false),
     };
     let (above, below) = (above && big_enough, below && big_enough);
-    let (method, increased, decreased) = if base.n >= 2 && cand.n >= 2 {
-        let (t, df) = welch_t(&base, &cand);
-        let p = student_t_sf(t.abs(), df);
-        let significant = p < 1.0 - confidence;
-        (
-            Method::Welch { t, df, p },
-            significant && t > 0.0,
-            significant && t < 0.0,
-        )
-    } else {
-        (Method::Threshold, true, true)
-    };
-    let verdict = if !max_increase.is_finite() {
-        Verdict::NotGated
-    } else if above && increased {
-        Verdict::Regressed
-    } else if below && decreased {
-        Verdict::Improved
-    } else {
-        Verdict::Pass
+    let (method, verdict) = match Unpaired::of(&base, &cand) {
+        Some(s) => {
+            let (t, df) = welch_t(&base, &cand);
+            let p = student_t_sf(t.abs(), df);
+            let verdict = if max_increase.is_finite() {
+                s.verdict(max_increase, 1.0 - confidence, floor)
+            } else {
+                Verdict::NotGated
+            };
+            (Method::Welch { t, df, p }, verdict)
+        }
+        // A single run on a side has no spread: the limit alone decides.
+        None => (
+            Method::Threshold,
+            if !max_increase.is_finite() {
+                Verdict::NotGated
+            } else if above {
+                Verdict::Regressed
+            } else if below {
+                Verdict::Improved
+            } else {
+                Verdict::Pass
+            },
+        ),
     };
     Decision {
         verdict,
@@ -488,6 +499,12 @@ impl Report {
             .max()
     }
 
+    /// Runs a side that would likely decide every undecided metric (the largest count), when
+    /// the comparison is unpaired and undecided.
+    pub fn runs_needed(&self) -> Option<usize> {
+        self.inconclusive().filter_map(row_runs_needed).max()
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self.outcome() {
             "regressed" => EXIT_REGRESSED,
@@ -495,6 +512,28 @@ impl Report {
             _ => 0,
         }
     }
+}
+
+/// An unpaired row's Welch statistics, from its sides' figures (None with fewer than 2 samples
+/// a side, or when it is paired).
+pub fn row_unpaired(row: &Row) -> Option<Unpaired> {
+    match row.decision.method {
+        Some(Method::Welch { .. }) => Unpaired::of(row.baseline.as_ref()?, row.candidate.as_ref()?),
+        _ => None,
+    }
+}
+
+/// Runs a side that would likely decide an inconclusive unpaired row (see [`more_runs_needed`]).
+pub fn row_runs_needed(row: &Row) -> Option<usize> {
+    if row.decision.verdict != Verdict::Inconclusive {
+        return None;
+    }
+    more_runs_needed(
+        &row_unpaired(row)?,
+        row.max_increase,
+        row.decision.alpha,
+        absolute_floor(row.unit),
+    )
 }
 
 /// Decides every metric. `limits` holds each metric's largest allowed increase (see

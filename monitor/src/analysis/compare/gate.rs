@@ -7,7 +7,8 @@ use super::*;
 /// `paired` with its interval (`change_low`, `change_high`), `detectable` and `pairs_needed`,
 /// `series` (bench: the pairs, their interference, the budget), the sides' `commit` and `dirty`.
 /// 4: unpaired (`welch`) rows carry `change`, `change_low`, `change_high` and `detectable` of
-/// the means, may be `inconclusive`, and say `runs_needed` (a side) then.
+/// the means, may be `inconclusive`, and say `runs_needed` (a side) then; the same runs on
+/// both sides are decided by the method `same_runs` (change and bounds exactly 0).
 pub const COMPARE_JSON_VERSION: u32 = 4;
 
 /// Not gated: reported with its change, never failing the comparison (`--max METRIC=off`, and
@@ -158,6 +159,9 @@ pub enum Method {
     Threshold,
     /// Bench: the paired test over the A B / B A pairs (see [`decide_paired`]).
     Paired(Paired),
+    /// The same runs on both sides: the difference is exactly 0, nothing to test (see
+    /// [`same_runs_decision`]).
+    SameRuns,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -198,6 +202,8 @@ pub fn relative_noise(base: &Stats) -> Option<f64> {
 ///   the limit (or the difference within ±floor); a verdict the data cannot support is
 ///   inconclusive, never a pass.
 /// - With fewer samples, the limit alone decides: regressed iff median ratio - 1 > `max_increase`.
+/// - The same runs on both sides are not two samples: [`build_report`] passes them without a
+///   test (see [`same_runs_decision`]); this function sees values only.
 /// - An infinite `max_increase` ([`NOT_GATED`]) is reported as not gated, whatever the change.
 /// - Improved is the mirror image (a decrease larger than the limit).
 pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence: f64) -> Decision {
@@ -562,6 +568,7 @@ pub fn build_report(
         .count()
         .max(1);
     let per_metric_confidence = 1.0 - (1.0 - confidence) / tested as f64;
+    let overlap = overlap(baseline, candidate);
     let rows = METRICS
         .iter()
         .filter_map(|def| {
@@ -570,23 +577,53 @@ pub fn build_report(
                 return None;
             }
             let max_increase = limit_of(def.name);
+            let decision = decide_above(
+                &base,
+                &cand,
+                max_increase,
+                per_metric_confidence,
+                absolute_floor(def.unit),
+            );
             Some(Row {
                 metric: def.name,
                 unit: def.unit,
                 baseline: Stats::of(&base),
                 candidate: Stats::of(&cand),
                 max_increase,
-                decision: decide_above(
-                    &base,
-                    &cand,
-                    max_increase,
-                    per_metric_confidence,
-                    absolute_floor(def.unit),
-                ),
+                decision: match overlap {
+                    Overlap::Same => same_runs_decision(decision, max_increase),
+                    _ => decision,
+                },
             })
         })
         .collect();
+    let warnings = warnings(baseline, candidate, overlap);
+    let (baseline, candidate) = (side_info(baseline), side_info(candidate));
+    Report {
+        baseline,
+        candidate,
+        confidence,
+        rows,
+        warnings,
+        name: None,
+        series: None,
+    }
+}
+
+/// What makes a comparison less trustworthy: runs on both sides among others, failed or
+/// stopped runs, lost events, what the runs recorded themselves, different commands.
+fn warnings(baseline: &Side, candidate: &Side, overlap: Overlap) -> Vec<String> {
     let mut warnings = Vec::new();
+    if let Overlap::Shared(shared) = overlap {
+        warnings.push(format!(
+            "{shared} of the baseline's {} {} also the candidate's (the same runs): Welch's \
+             interval takes the sides as independent samples, so it is wider than the data \
+             warrant (more often inconclusive, not more often wrong); compare runs that are \
+             not shared",
+            plural(baseline.samples(), "sample"),
+            if shared == 1 { "is" } else { "are" }
+        ));
+    }
     for (side_name, side) in [("baseline", baseline), ("candidate", candidate)] {
         for (path, summary) in &side.runs {
             let failed = summary
@@ -642,16 +679,7 @@ pub fn build_report(
             ),
         );
     }
-    let (baseline, candidate) = (side_info(baseline), side_info(candidate));
-    Report {
-        baseline,
-        candidate,
-        confidence,
-        rows,
-        warnings,
-        name: None,
-        series: None,
-    }
+    warnings
 }
 
 /// What the report says of a side: where it came from, its command, runs and samples, the

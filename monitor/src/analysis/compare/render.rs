@@ -165,15 +165,17 @@ pub(super) fn explain_paired(row: &Row, s: &Paired) -> String {
     text
 }
 
-/// Why an unpaired metric is undecided: `interval of the mean change [-0.5%, +6.8%] at 99%:
-/// pass under +5%, regressed over +2.5%; detectable ±7.2% with 4 + 5 runs; about 14 runs a
-/// side would decide it`.
+/// Why an unpaired metric is undecided: `means +3.1%, interval [-0.5%, +6.8%] at 99%: pass
+/// under +5%, regressed over +2.5%; detectable ±7.2% with 4 + 5 runs; about 14 runs a side
+/// would decide it`. The change before it (and in the table) is the medians'; the interval is
+/// of the means' change, which is printed with it so that the two are not read as one.
 pub(super) fn explain_unpaired(row: &Row, s: &Unpaired) -> String {
     let alpha = row.decision.alpha;
     let (low, high) = s.bounds_at(s.n_base, s.n_cand, alpha);
     let mut text = format!(
-        "interval of the mean change [{}, {}] at {}%: pass under {}, regressed over +{}%; \
+        "means {}, interval [{}, {}] at {}%: pass under {}, regressed over +{}%; \
          detectable ±{:.1}% with {} + {} runs",
+        percent(s.relative(s.cand_mean - s.base_mean)),
         percent(low),
         percent(high),
         trim_float((1.0 - alpha) * 100.0, 2),
@@ -290,6 +292,10 @@ pub(super) fn conclusion(report: &Report) -> Vec<(String, Vec<String>)> {
         ));
     } else if regressed.is_empty() {
         lines.push(("no regression".into(), regressed));
+        // A run compared with itself: say why nothing was tested.
+        if (report.rows.iter()).any(|r| r.decision.method == Some(Method::SameRuns)) {
+            lines.push((SAME_RUNS_LINE.into(), Vec::new()));
+        }
     } else {
         lines.push((
             format!("{} regressed", plural(regressed.len(), "metric")),
@@ -314,6 +320,10 @@ pub(super) fn conclusion(report: &Report) -> Vec<(String, Vec<String>)> {
     }
     lines
 }
+
+/// The closing line of a comparison of the same runs on both sides.
+pub const SAME_RUNS_LINE: &str = "the same runs on both sides: every difference is exactly 0, \
+                                  so each gated metric passes without a test";
 
 /// How the verdicts were reached, in two lines.
 pub(super) fn rule(report: &Report) -> [String; 2] {
@@ -732,7 +742,8 @@ pub(super) struct JsonRow<'a> {
     /// metrics).
     alpha: f64,
     verdict: &'static str,
-    /// `welch`, `paired`, `threshold`, or null (no data).
+    /// `welch`, `paired`, `threshold`, `same_runs` (the same runs on both sides), or null (no
+    /// data).
     method: Option<&'static str>,
     /// Welch's or the paired t-test; null otherwise (and t when infinite).
     t: Option<f64>,
@@ -740,7 +751,7 @@ pub(super) struct JsonRow<'a> {
     p_value: Option<f64>,
     /// Paired and Welch: the mean change and its one-sided bounds at the metric's level
     /// (relative), the smallest change the series would reveal (80 % power); paired: the pairs
-    /// it used.
+    /// it used. The same runs on both sides: a change and bounds of exactly 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     change: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -772,19 +783,25 @@ pub fn render_json(report: &Report) -> String {
                 }
                 Some(Method::Paired(s)) => (Some("paired"), finite(s.t), finite(s.df), finite(s.p)),
                 Some(Method::Threshold) => (Some("threshold"), None, None, None),
+                Some(Method::SameRuns) => (Some("same_runs"), None, None, None),
                 None => (None, None, None, None),
             };
             let paired = match row.decision.method {
                 Some(Method::Paired(s)) => Some(s),
                 _ => None,
             };
-            // Welch: the same figures of the means, relative to the baseline's.
+            // Welch: the same figures of the means, relative to the baseline's. The same runs
+            // on both sides: a change of exactly 0, with nothing to detect.
             let unpaired = row_unpaired(row).map(|s| {
                 let (low, high) = s.bounds_at(s.n_base, s.n_cand, row.decision.alpha);
                 let change = s.relative(s.cand_mean - s.base_mean);
                 let detectable = s.detectable_at(s.n_base, s.n_cand, row.decision.alpha);
                 (change, low, high, detectable)
             });
+            let unpaired = match row.decision.method {
+                Some(Method::SameRuns) => Some((0.0, 0.0, 0.0, f64::NAN)),
+                _ => unpaired,
+            };
             JsonRow {
                 metric: row.metric,
                 unit: row.unit,

@@ -1218,3 +1218,156 @@ fn paired_snapshots() {
     );
     assert!(bmf["make -j2"].get("cpu_s").is_none(), "{bmf}");
 }
+
+/// One shell loop's (wall, cpu) over 3 repetitions on a fresh CI machine: CPU time ±20 %.
+const NOISY: [(f64, f64); 3] = [(0.30, 0.25), (0.42, 0.37), (0.35, 0.30)];
+
+/// A side of one run whose repetitions have these run ids and (wall, cpu) figures.
+fn side_of(summary_path: &str, reps: &[(&str, f64, f64)]) -> Side {
+    let reps = reps
+        .iter()
+        .enumerate()
+        .map(|(i, &(id, wall, cpu))| Repetition {
+            run_dir: format!("rep-{:03}", i + 1),
+            run_id: id.into(),
+            ..repetition(wall, cpu)
+        })
+        .collect();
+    let summary = Summary::new(
+        "make".into(),
+        vec!["make".into()],
+        "host".into(),
+        0,
+        reps,
+        None,
+    );
+    Side {
+        source: summary_path.into(),
+        runs: vec![(summary_path.into(), summary)],
+        different_commands_expected: false,
+        from_dataset: false,
+    }
+}
+
+#[test]
+fn identical_samples_that_are_the_same_runs_pass_without_a_test() {
+    // As two independent samples, Welch's interval of ±20 % noise over 3 runs reaches far past
+    // the +5 % limit: the same figures alone cannot be called.
+    let cpu: Vec<f64> = NOISY.iter().map(|&(_, cpu)| cpu).collect();
+    let welch = decide_above(&cpu, &cpu, 0.05, 0.95, absolute_floor("s"));
+    assert_eq!(welch.verdict, Verdict::Inconclusive, "{welch:?}");
+    // The same runs are one sample, not two: the difference is exactly 0.
+    let reps = [("r1", 0.30, 0.25), ("r2", 0.42, 0.37), ("r3", 0.35, 0.30)];
+    let side = side_of("base/summary.json", &reps);
+    assert_eq!(overlap(&side, &side), Overlap::Same);
+    let report = build_report(&side, &side, &parse_max(&[]).unwrap(), 0.95);
+    assert_eq!((report.outcome(), report.exit_code()), ("pass", 0));
+    let cpu_row = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert_eq!(
+        (cpu_row.decision.verdict, cpu_row.decision.method),
+        (Verdict::Pass, Some(Method::SameRuns))
+    );
+    // Not gated stays not gated; the figures shown are the runs' own.
+    let wall_row = report.rows.iter().find(|r| r.metric == "wall_s").unwrap();
+    assert_eq!(wall_row.decision.verdict, Verdict::NotGated);
+    assert_eq!(cpu_row.decision.ratio, Some(1.0));
+    assert_eq!(cpu_row.baseline.unwrap().n, 3);
+    // A copy of the run elsewhere is the same runs too: the run ids and figures say so.
+    let copy = side_of("elsewhere/summary.json", &reps);
+    assert_eq!(overlap(&side, &copy), Overlap::Same);
+}
+
+#[test]
+fn the_same_run_ids_with_other_figures_are_not_the_same_runs() {
+    let reps = [("r1", 0.30, 0.25), ("r2", 0.42, 0.37), ("r3", 0.35, 0.30)];
+    let side = side_of("base/summary.json", &reps);
+    // An edited copy (twice the CPU): Welch decides, as for any two sides.
+    let edited: Vec<_> = reps.iter().map(|&(id, w, c)| (id, w, c * 2.0)).collect();
+    let edited = side_of("slow/summary.json", &edited);
+    assert_eq!(overlap(&side, &edited), Overlap::None);
+    let report = build_report(&side, &edited, &parse_max(&[]).unwrap(), 0.95);
+    let cpu_row = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert!(
+        matches!(cpu_row.decision.method, Some(Method::Welch { .. })),
+        "{cpu_row:?}"
+    );
+    assert!(!render_text(&report).contains(SAME_RUNS_LINE));
+    // Without run ids (an old summary.json), the same figures from another file are another
+    // measurement: Welch decides them too.
+    let no_ids: Vec<_> = reps.iter().map(|&(_, w, c)| ("", w, c)).collect();
+    let (a, b) = (
+        side_of("a/summary.json", &no_ids),
+        side_of("b/summary.json", &no_ids),
+    );
+    assert_eq!(overlap(&a, &b), Overlap::None);
+    assert_eq!(overlap(&a, &a), Overlap::Same);
+}
+
+#[test]
+fn runs_on_both_sides_among_others_are_named_in_a_warning() {
+    let base = side_of(
+        "base/summary.json",
+        &[("r1", 2.0, 1.00), ("r2", 2.1, 1.02), ("r3", 1.9, 0.98)],
+    );
+    let cand = side_of(
+        "cand/summary.json",
+        &[("r3", 1.9, 0.98), ("r4", 2.0, 1.01), ("r5", 2.0, 0.99)],
+    );
+    assert_eq!(overlap(&base, &cand), Overlap::Shared(1));
+    let report = build_report(&base, &cand, &parse_max(&[]).unwrap(), 0.95);
+    // Welch still decides (conservatively); the report says why its interval is wide.
+    assert_eq!(report.outcome(), "pass", "{report:?}");
+    let cpu_row = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert!(matches!(
+        cpu_row.decision.method,
+        Some(Method::Welch { .. })
+    ));
+    assert_eq!(
+        report.warnings,
+        [
+            "1 of the baseline's 3 samples is also the candidate's (the same runs): Welch's \
+          interval takes the sides as independent samples, so it is wider than the data warrant \
+          (more often inconclusive, not more often wrong); compare runs that are not shared"
+        ]
+    );
+}
+
+#[test]
+fn a_run_compared_with_itself_passes_through_the_compare_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = write_run(&tmp.path().join("base"), "make", &NOISY);
+    // Another run of the same figures is a second sample: too noisy to call.
+    let other = write_run(&tmp.path().join("other"), "make", &NOISY);
+    assert_eq!(compare(args(&run, &other)).unwrap(), EXIT_INCONCLUSIVE);
+    // The run itself on both sides: exactly no change.
+    assert_eq!(compare(args(&run, &run)).unwrap(), 0);
+    let report = prepare(&opts(&args(&run, &run))).unwrap();
+    assert_eq!(report.outcome(), "pass");
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    let text = render_text(&report);
+    assert!(text.contains("no regression"), "{text}");
+    assert!(text.contains(SAME_RUNS_LINE), "{text}");
+    assert!(!text.contains("decided by the limit alone"), "{text}");
+    let md = render_md(&report);
+    assert!(md.contains(SAME_RUNS_LINE), "{md}");
+    let json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
+    assert_eq!(json["outcome"], "pass", "{json}");
+    let cpu = &json["metrics"][1];
+    assert_eq!(cpu["metric"], "cpu_s", "{json}");
+    assert_eq!(
+        (&cpu["verdict"], &cpu["method"]),
+        (&"pass".into(), &"same_runs".into())
+    );
+    assert_eq!(
+        (&cpu["change"], &cpu["change_low"], &cpu["change_high"]),
+        (&0.0.into(), &0.0.into(), &0.0.into())
+    );
+    assert!(cpu.get("detectable").is_none(), "{cpu}");
+    // A directory of runs against one of them: shared, not the same.
+    let many = tmp.path().join("many");
+    let one = write_run(&many.join("a"), "make", &NOISY);
+    write_run(&many.join("b"), "make", &STEADY);
+    let report = prepare(&opts(&args(&many, &one))).unwrap();
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    assert!(report.warnings[0].starts_with("3 of the baseline's 6 samples are also"));
+}

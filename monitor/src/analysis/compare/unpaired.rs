@@ -14,8 +14,84 @@
 //! Two series measured at different times may differ by the machine's drift alone, which no
 //! number of runs averages away: a regression must also clear the measured noise (the
 //! baseline's relative standard deviation), and the medians must have moved past both the
-//! limit and the noise (the effect size rule the gate always had). Pure.
+//! limit and the noise (the effect size rule the gate always had).
+//!
+//! Welch's interval is about two *independent* samples. The same runs on both sides (a run
+//! compared with itself) are not two samples but one: the difference of every metric is exactly
+//! 0, with no sampling uncertainty about it, so each gated metric passes without a test
+//! ([`same_runs_decision`]) and the report says why; an interval computed as if they were
+//! independent would be as wide as the runs' spread, and a run compared with itself would be
+//! inconclusive. Runs that are on both sides among others ([`Overlap::Shared`]) make the two
+//! means positively correlated, so Welch's interval is wider than the data warrant: not more
+//! often wrong, more often inconclusive; the report warns. Pure.
 use super::*;
+use crate::store::summary_json::Repetition;
+
+/// What one measurement is: its run id, or — in a summary.json written before run ids were
+/// kept — the file it was read from (as given) and the repetition's directory.
+fn measurement_id(summary_path: &Path, rep: &Repetition) -> String {
+    if rep.run_id.is_empty() {
+        format!("{}\0{}", summary_path.display(), rep.run_dir)
+    } else {
+        rep.run_id.clone()
+    }
+}
+
+/// A side's measurements, each its identity and its figures, in identity order.
+fn measurements(side: &Side) -> Vec<(String, &BTreeMap<String, f64>)> {
+    let mut out: Vec<_> = side
+        .runs
+        .iter()
+        .flat_map(|(path, summary)| {
+            summary
+                .repetitions
+                .iter()
+                .map(move |rep| (measurement_id(path, rep), &rep.metrics))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// How the measurements of two sides overlap. A measurement is on both sides when the same
+/// run (its run id) with the same figures is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overlap {
+    /// No measurement is on both sides: two independent samples, as Welch's test assumes.
+    None,
+    /// Both sides are the same measurements: every difference is exactly 0.
+    Same,
+    /// This many of the baseline's measurements are also the candidate's, among others.
+    Shared(usize),
+}
+
+/// How the measurements of `baseline` and `candidate` overlap (see [`Overlap`]).
+pub fn overlap(baseline: &Side, candidate: &Side) -> Overlap {
+    let (base, cand) = (measurements(baseline), measurements(candidate));
+    if !base.is_empty() && base == cand {
+        return Overlap::Same;
+    }
+    match base.iter().filter(|m| cand.contains(m)).count() {
+        0 => Overlap::None,
+        shared => Overlap::Shared(shared),
+    }
+}
+
+/// The decision of a metric whose two sides are the same measurements (see [`Overlap::Same`]):
+/// its difference is exactly 0, so a gated metric passes and an ungated one stays not gated;
+/// the figures of `decision` (the ratio of 1, the noise, the level) are kept.
+pub fn same_runs_decision(decision: Decision, max_increase: f64) -> Decision {
+    let verdict = match decision.verdict {
+        Verdict::NoData => Verdict::NoData,
+        _ if max_increase.is_finite() => Verdict::Pass,
+        _ => Verdict::NotGated,
+    };
+    Decision {
+        verdict,
+        method: decision.method.map(|_| Method::SameRuns),
+        ..decision
+    }
+}
 
 /// Welch's statistics of one metric over two unpaired samples (2+ values each), enough to ask
 /// the gate's question of the same means and spreads with more runs ([`Unpaired::verdict_at`]).

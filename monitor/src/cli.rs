@@ -470,7 +470,10 @@ pub struct GateOptions {
 #[command(
     after_help = "Exit status: 0 when nothing regressed, 1 when a metric regressed, 2 for usage \
                         errors (missing or unreadable files, different commands), 3 when the \
-                        runs could not decide whether a metric regressed (inconclusive)."
+                        runs could not decide whether a metric regressed (inconclusive). With 2+ \
+                        samples a side, Welch's interval of the change of the means decides; the \
+                        same runs on both sides (a run compared with itself) pass without a test: \
+                        their difference is exactly 0. See docs/ci.md."
 )]
 pub struct CompareArgs {
     /// BASELINE CANDIDATE, or CANDIDATE alone with --baseline. Each is a run directory, its

@@ -116,6 +116,14 @@ fn compare_fails_on_twice_the_cpu_and_passes_the_same_workload() {
         !report.lines().any(|l| l.trim_end().ends_with("REGRESSED")),
         "a metric regressed:\n{report}"
     );
+
+    // The same runs on both sides are one sample: exactly no change, a pass without a test.
+    let (code, report) = compare(&base.dir, &base.dir);
+    assert_eq!(code, 0, "a run against itself:\n{report}");
+    assert!(
+        report.contains("no regression") && report.contains("the same runs on both sides"),
+        "{report}"
+    );
 }
 
 #[test]

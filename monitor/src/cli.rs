@@ -457,7 +457,8 @@ pub struct GateOptions {
     /// (repeatable; metrics not named keep their defaults)
     #[arg(long = "max", value_name = "METRIC=+N%")]
     pub max: Vec<String>,
-    /// Confidence of Welch's t-test when both sides have at least 2 samples
+    /// Confidence of the gate's intervals (paired, or Welch's when both sides have at least 2
+    /// samples), shared among the gated metrics
     #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
     pub confidence: f64,
     /// Output format
@@ -468,8 +469,11 @@ pub struct GateOptions {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Exit status: 0 when nothing regressed, 1 when a metric regressed, 2 for usage \
-                        errors (missing or unreadable files, different commands), 3 when a \
-                        paired series could not decide (inconclusive)."
+                        errors (missing or unreadable files, different commands), 3 when the \
+                        runs could not decide whether a metric regressed (inconclusive). With 2+ \
+                        samples a side, Welch's interval of the change of the means decides; the \
+                        same runs on both sides (a run compared with itself) pass without a test: \
+                        their difference is exactly 0. See docs/ci.md."
 )]
 pub struct CompareArgs {
     /// BASELINE CANDIDATE, or CANDIDATE alone with --baseline. Each is a run directory, its

@@ -165,9 +165,18 @@ fn identical_runs_pass_in_every_format_and_bmf_gives_one_runs_figures() {
     );
     assert_eq!(run.code(), 0, "{run:?}");
     let base = run_dir.to_str().unwrap();
+    // The run against itself: one sample, not two, whose every difference is exactly 0 — a
+    // pass however noisy its 3 repetitions were (as two independent samples, ±26 % CPU noise
+    // over 3 runs gave a Welch interval of ±75 %: inconclusive).
     for format in ["text", "md", "json", "bmf"] {
         let cmp = montrace(tmp.path(), &["compare", base, base, "--format", format]);
         assert_eq!(cmp.code(), 0, "{format}: {cmp:?}");
+        if format == "text" || format == "md" {
+            assert!(
+                cmp.stdout.contains("the same runs on both sides"),
+                "{format}: {cmp:?}"
+            );
+        }
         if format == "text" {
             let wall = cmp
                 .stdout
@@ -180,6 +189,15 @@ fn identical_runs_pass_in_every_format_and_bmf_gives_one_runs_figures() {
         if format == "json" {
             let json: serde_json::Value = serde_json::from_str(&cmp.stdout).unwrap();
             assert_eq!(json["regressed"], false);
+            assert_eq!(json["outcome"], "pass", "{json}");
+            let cpu = json["metrics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["metric"] == "cpu_s")
+                .unwrap_or_else(|| panic!("{json}"));
+            assert_eq!(cpu["method"], "same_runs", "{json}");
+            assert_eq!(cpu["change"], 0.0, "{json}");
         }
     }
     let bmf = montrace(tmp.path(), &["export", "--format", "bmf", base]);

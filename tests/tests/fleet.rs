@@ -281,7 +281,13 @@ fn compare_takes_its_baseline_from_the_fleet() {
     };
     let same = candidate(150_000);
     let verdict = compare(&same, &["--where", "branch=main", "--last", "4"]);
-    assert_eq!(verdict.code(), 0, "the same work: {verdict:?}");
+    // The same work, 4 runs against 5 measured at other times: pass, or on a busy machine
+    // inconclusive (Welch's interval reaches past the limit) — never regressed.
+    let pass_or_inconclusive = |code: i32| code == 0 || code == 3;
+    assert!(
+        pass_or_inconclusive(verdict.code()),
+        "the same work: {verdict:?}"
+    );
     // The baseline is the 4 newest main runs: the dev runs (3x the work) are not in it.
     eprintln!("{}", verdict.stdout);
     assert!(verdict.stdout.contains("4 runs"), "{verdict:?}");
@@ -292,7 +298,7 @@ fn compare_takes_its_baseline_from_the_fleet() {
         .arg(&same.dir)
         .args(["--where", "branch=main", "--last", "4"]);
     let positional = run_with_timeout(&mut cmd, TIMEOUT);
-    assert_eq!(positional.code(), 0, "{positional:?}");
+    assert!(pass_or_inconclusive(positional.code()), "{positional:?}");
     assert!(positional.stdout.contains("4 runs"), "{positional:?}");
     // The verdict names the baseline's runs: the 4 newest of main, nothing else.
     let json = compare(
@@ -332,10 +338,40 @@ fn compare_takes_its_baseline_from_the_fleet() {
     // machine the same 150,000 loops measured 0.25 s and 0.37 s a minute apart (sd ±28 %), and
     // twice the work measured only 1.31 times the baseline's median, which Welch's test with
     // Bonferroni over 4 gated metrics could not call (p = 0.0196 > 0.0125).
+    // The unpaired rule asks more of a regression than a significant p: the interval's lower
+    // end must clear the baseline's noise, and a noisy candidate 4 times as long is 4 times as
+    // noisy in seconds. With 5 runs a side at ±28 % it is regressed about 94 times in 100 and
+    // inconclusive otherwise (simulated; at ±40 %, 66 in 100); never a pass (the sides swapped
+    // would be "improved", exit 0). The gate's power is compare.rs's test (a burner of exact
+    // CPU time); this one checks the verdict's direction and the baseline's runs.
     let heavier = candidate(600_000);
     let verdict = compare(&heavier, &["--where", "branch=main"]);
-    assert_eq!(verdict.code(), 1, "four times the CPU: {verdict:?}");
-    assert!(verdict.stdout.contains("cpu_s"), "{verdict:?}");
+    let cpu_line = verdict
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("cpu_s "))
+        .unwrap_or_else(|| panic!("no cpu_s row: {verdict:?}"));
+    match verdict.code() {
+        1 => assert!(cpu_line.ends_with("REGRESSED"), "{verdict:?}"),
+        3 => assert!(cpu_line.ends_with("INCONCLUSIVE"), "{verdict:?}"),
+        code => panic!("four times the CPU must not pass (exit {code}): {verdict:?}"),
+    }
+    // Without --last, the baseline is every main run (5), none of dev's.
+    let json = compare(&heavier, &["--where", "branch=main", "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let mut used: Vec<String> = json["baseline"]["dataset_runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{json}"))
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .collect();
+    let mut every_main: Vec<String> = runs[..5]
+        .iter()
+        .map(|r| r.run_json()["run_id"].as_str().unwrap().to_string())
+        .collect();
+    used.sort();
+    every_main.sort();
+    assert_eq!(used, every_main, "{json}");
     let none = compare(&same, &["--where", "branch=nope"]);
     assert_eq!(none.code(), 2, "{none:?}");
     assert!(none.stderr.contains("branch=nope"), "{none:?}");

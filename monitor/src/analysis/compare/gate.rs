@@ -6,7 +6,10 @@ use super::*;
 /// 3: `outcome` (`pass`, `regressed`, `inconclusive`), the verdict `inconclusive`, the method
 /// `paired` with its interval (`change_low`, `change_high`), `detectable` and `pairs_needed`,
 /// `series` (bench: the pairs, their interference, the budget), the sides' `commit` and `dirty`.
-pub const COMPARE_JSON_VERSION: u32 = 3;
+/// 4: unpaired (`welch`) rows carry `change`, `change_low`, `change_high` and `detectable` of
+/// the means, may be `inconclusive`, and say `runs_needed` (a side) then; the same runs on
+/// both sides are decided by the method `same_runs` (change and bounds exactly 0).
+pub const COMPARE_JSON_VERSION: u32 = 4;
 
 /// Not gated: reported with its change, never failing the comparison (`--max METRIC=off`, and
 /// the default of every metric that is not counted exactly).
@@ -115,8 +118,9 @@ pub enum Verdict {
     Improved,
     /// A side has no value for this metric (e.g. no GPU): nothing to decide.
     NoData,
-    /// Paired (bench): the data cannot tell yet whether the change is under the limit or a
-    /// regression: more pairs would (see [`more_pairs_needed`]). Never reported as a pass.
+    /// The data cannot tell yet whether the change is under the limit or a regression: more
+    /// pairs (bench, see [`more_pairs_needed`]) or runs a side (compare, see
+    /// [`more_runs_needed`]) would. Never reported as a pass.
     Inconclusive,
 }
 
@@ -155,6 +159,9 @@ pub enum Method {
     Threshold,
     /// Bench: the paired test over the A B / B A pairs (see [`decide_paired`]).
     Paired(Paired),
+    /// The same runs on both sides: the difference is exactly 0, nothing to test (see
+    /// [`same_runs_decision`]).
+    SameRuns,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -188,11 +195,17 @@ pub fn relative_noise(base: &Stats) -> Option<f64> {
 /// - The effect must exceed the larger of the limit and the metric's noise — its relative
 ///   standard deviation over the baseline's repetitions (the history): a change smaller than
 ///   the spread between identical runs is not worth failing a job for, however significant.
-/// - With at least 2 samples on each side, a regression must also be significant: Welch's
-///   one-sided t-test of "candidate mean > baseline mean" with p < 1 - `confidence`.
+/// - With at least 2 samples on each side, Welch's interval of the change of the means at level
+///   1 - `confidence` decides among pass, regressed, improved and inconclusive (see
+///   [`Unpaired::verdict_at`]): a regression needs the interval's lower bound above half the
+///   limit, the noise and the floor besides the effect size above, a pass its upper bound under
+///   the limit (or the difference within ±floor); a verdict the data cannot support is
+///   inconclusive, never a pass.
 /// - With fewer samples, the limit alone decides: regressed iff median ratio - 1 > `max_increase`.
+/// - The same runs on both sides are not two samples: [`build_report`] passes them without a
+///   test (see [`same_runs_decision`]); this function sees values only.
 /// - An infinite `max_increase` ([`NOT_GATED`]) is reported as not gated, whatever the change.
-/// - Improved is the mirror image (significant, and a decrease larger than the limit).
+/// - Improved is the mirror image (a decrease larger than the limit).
 pub fn decide(baseline: &[f64], candidate: &[f64], max_increase: f64, confidence: f64) -> Decision {
     decide_above(baseline, candidate, max_increase, confidence, 0.0)
 }
@@ -244,26 +257,30 @@ pub fn decide_above(
         None => (true, false),
     };
     let (above, below) = (above && big_enough, below && big_enough);
-    let (method, increased, decreased) = if base.n >= 2 && cand.n >= 2 {
-        let (t, df) = welch_t(&base, &cand);
-        let p = student_t_sf(t.abs(), df);
-        let significant = p < 1.0 - confidence;
-        (
-            Method::Welch { t, df, p },
-            significant && t > 0.0,
-            significant && t < 0.0,
-        )
-    } else {
-        (Method::Threshold, true, true)
-    };
-    let verdict = if !max_increase.is_finite() {
-        Verdict::NotGated
-    } else if above && increased {
-        Verdict::Regressed
-    } else if below && decreased {
-        Verdict::Improved
-    } else {
-        Verdict::Pass
+    let (method, verdict) = match Unpaired::of(&base, &cand) {
+        Some(s) => {
+            let (t, df) = welch_t(&base, &cand);
+            let p = student_t_sf(t.abs(), df);
+            let verdict = if max_increase.is_finite() {
+                s.verdict(max_increase, 1.0 - confidence, floor)
+            } else {
+                Verdict::NotGated
+            };
+            (Method::Welch { t, df, p }, verdict)
+        }
+        // A single run on a side has no spread: the limit alone decides.
+        None => (
+            Method::Threshold,
+            if !max_increase.is_finite() {
+                Verdict::NotGated
+            } else if above {
+                Verdict::Regressed
+            } else if below {
+                Verdict::Improved
+            } else {
+                Verdict::Pass
+            },
+        ),
     };
     Decision {
         verdict,
@@ -488,6 +505,12 @@ impl Report {
             .max()
     }
 
+    /// Runs a side that would likely decide every undecided metric (the largest count), when
+    /// the comparison is unpaired and undecided.
+    pub fn runs_needed(&self) -> Option<usize> {
+        self.inconclusive().filter_map(row_runs_needed).max()
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self.outcome() {
             "regressed" => EXIT_REGRESSED,
@@ -495,6 +518,28 @@ impl Report {
             _ => 0,
         }
     }
+}
+
+/// An unpaired row's Welch statistics, from its sides' figures (None with fewer than 2 samples
+/// a side, or when it is paired).
+pub fn row_unpaired(row: &Row) -> Option<Unpaired> {
+    match row.decision.method {
+        Some(Method::Welch { .. }) => Unpaired::of(row.baseline.as_ref()?, row.candidate.as_ref()?),
+        _ => None,
+    }
+}
+
+/// Runs a side that would likely decide an inconclusive unpaired row (see [`more_runs_needed`]).
+pub fn row_runs_needed(row: &Row) -> Option<usize> {
+    if row.decision.verdict != Verdict::Inconclusive {
+        return None;
+    }
+    more_runs_needed(
+        &row_unpaired(row)?,
+        row.max_increase,
+        row.decision.alpha,
+        absolute_floor(row.unit),
+    )
 }
 
 /// Decides every metric. `limits` holds each metric's largest allowed increase (see
@@ -523,6 +568,7 @@ pub fn build_report(
         .count()
         .max(1);
     let per_metric_confidence = 1.0 - (1.0 - confidence) / tested as f64;
+    let overlap = overlap(baseline, candidate);
     let rows = METRICS
         .iter()
         .filter_map(|def| {
@@ -531,23 +577,53 @@ pub fn build_report(
                 return None;
             }
             let max_increase = limit_of(def.name);
+            let decision = decide_above(
+                &base,
+                &cand,
+                max_increase,
+                per_metric_confidence,
+                absolute_floor(def.unit),
+            );
             Some(Row {
                 metric: def.name,
                 unit: def.unit,
                 baseline: Stats::of(&base),
                 candidate: Stats::of(&cand),
                 max_increase,
-                decision: decide_above(
-                    &base,
-                    &cand,
-                    max_increase,
-                    per_metric_confidence,
-                    absolute_floor(def.unit),
-                ),
+                decision: match overlap {
+                    Overlap::Same => same_runs_decision(decision, max_increase),
+                    _ => decision,
+                },
             })
         })
         .collect();
+    let warnings = warnings(baseline, candidate, overlap);
+    let (baseline, candidate) = (side_info(baseline), side_info(candidate));
+    Report {
+        baseline,
+        candidate,
+        confidence,
+        rows,
+        warnings,
+        name: None,
+        series: None,
+    }
+}
+
+/// What makes a comparison less trustworthy: runs on both sides among others, failed or
+/// stopped runs, lost events, what the runs recorded themselves, different commands.
+fn warnings(baseline: &Side, candidate: &Side, overlap: Overlap) -> Vec<String> {
     let mut warnings = Vec::new();
+    if let Overlap::Shared(shared) = overlap {
+        warnings.push(format!(
+            "{shared} of the baseline's {} {} also the candidate's (the same runs): Welch's \
+             interval takes the sides as independent samples, so it is wider than the data \
+             warrant (more often inconclusive, not more often wrong); compare runs that are \
+             not shared",
+            plural(baseline.samples(), "sample"),
+            if shared == 1 { "is" } else { "are" }
+        ));
+    }
     for (side_name, side) in [("baseline", baseline), ("candidate", candidate)] {
         for (path, summary) in &side.runs {
             let failed = summary
@@ -603,16 +679,7 @@ pub fn build_report(
             ),
         );
     }
-    let (baseline, candidate) = (side_info(baseline), side_info(candidate));
-    Report {
-        baseline,
-        candidate,
-        confidence,
-        rows,
-        warnings,
-        name: None,
-        series: None,
-    }
+    warnings
 }
 
 /// What the report says of a side: where it came from, its command, runs and samples, the

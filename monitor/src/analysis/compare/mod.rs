@@ -1,8 +1,10 @@
 //! `montrace compare`: decides whether a candidate run used more than a baseline.
 //!
-//! Pure core, thin edge: [`decide`] is the gate's decision for one metric (Welch's t-test plus a
-//! minimum effect size, or the effect size alone with fewer than 2 samples a side),
-//! [`build_report`] applies it to every metric of two loaded sides, and the `render_*`
+//! Pure core, thin edge: [`decide`] is the gate's decision for one metric (Welch's interval of
+//! the change plus a minimum effect size: pass, regressed, improved or inconclusive; the effect
+//! size alone with fewer than 2 samples a side),
+//! [`build_report`] applies it to every metric of two loaded sides (the same runs on both sides
+//! are one sample, not two: they pass without a test, see [`overlap`]), and the `render_*`
 //! functions turn a [`Report`] into text, Markdown, JSON or Bencher Metric Format. Only the
 //! loaders touch the file system (and `commands::compare`, which prints the report).
 //!
@@ -28,12 +30,14 @@ mod render;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod unpaired;
 
 pub use gate::*;
 pub use load::*;
 pub use paired::*;
 pub use render::*;
 pub use stats::*;
+pub use unpaired::*;
 
 // ---------------------------------------------------------------------------------------------
 // The edge

@@ -165,6 +165,38 @@ pub(super) fn explain_paired(row: &Row, s: &Paired) -> String {
     text
 }
 
+/// Why an unpaired metric is undecided: `means +3.1%, interval [-0.5%, +6.8%] at 99%: pass
+/// under +5%, regressed over +2.5%; detectable ±7.2% with 4 + 5 runs; about 14 runs a side
+/// would decide it`. The change before it (and in the table) is the medians'; the interval is
+/// of the means' change, which is printed with it so that the two are not read as one.
+pub(super) fn explain_unpaired(row: &Row, s: &Unpaired) -> String {
+    let alpha = row.decision.alpha;
+    let (low, high) = s.bounds_at(s.n_base, s.n_cand, alpha);
+    let mut text = format!(
+        "means {}, interval [{}, {}] at {}%: pass under {}, regressed over +{}%; \
+         detectable ±{:.1}% with {} + {} runs",
+        percent(s.relative(s.cand_mean - s.base_mean)),
+        percent(low),
+        percent(high),
+        trim_float((1.0 - alpha) * 100.0, 2),
+        format_limit(row.max_increase),
+        trim_float(row.max_increase * 50.0, 2),
+        s.detectable_at(s.n_base, s.n_cand, alpha) * 100.0,
+        s.n_base,
+        s.n_cand,
+    );
+    match row_runs_needed(row) {
+        Some(n) => {
+            let _ = write!(text, "; about {} a side would decide it", plural(n, "run"));
+        }
+        None => text.push_str(
+            "; more runs would not decide it: a change within the measured noise (two series \
+             measured at different times drift apart) needs paired runs (`montrace bench`)",
+        ),
+    }
+    text
+}
+
 pub(super) fn alpha(confidence: f64) -> String {
     trim_float(1.0 - confidence, 4)
 }
@@ -198,6 +230,13 @@ pub(super) fn explain(row: &Row) -> String {
     let mut bounds = format!("limit {}", format_limit(row.max_increase));
     if let Some(noise) = row.decision.noise {
         let _ = write!(bounds, ", noise ±{:.1}%", noise * 100.0);
+    }
+    if let (Verdict::Inconclusive, Some(s)) = (row.decision.verdict, row_unpaired(row)) {
+        return format!(
+            "{} {change}; {bounds}; {})",
+            row.metric,
+            explain_unpaired(row, &s)
+        );
     }
     let evidence = match p_value(row) {
         Some(p) if p < 0.0001 => format!("p<0.0001 < {}", alpha(1.0 - row.decision.alpha)),
@@ -253,14 +292,38 @@ pub(super) fn conclusion(report: &Report) -> Vec<(String, Vec<String>)> {
         ));
     } else if regressed.is_empty() {
         lines.push(("no regression".into(), regressed));
+        // A run compared with itself: say why nothing was tested.
+        if (report.rows.iter()).any(|r| r.decision.method == Some(Method::SameRuns)) {
+            lines.push((SAME_RUNS_LINE.into(), Vec::new()));
+        }
     } else {
         lines.push((
             format!("{} regressed", plural(regressed.len(), "metric")),
             regressed,
         ));
     }
+    // Single runs have no spread: say which gated metrics the limit alone decided.
+    let by_limit: Vec<&str> = report
+        .rows
+        .iter()
+        .filter(|r| r.max_increase.is_finite() && r.decision.method == Some(Method::Threshold))
+        .map(|r| r.metric)
+        .collect();
+    if report.series.is_none() && !by_limit.is_empty() {
+        lines.push((
+            format!(
+                "decided by the limit alone (a single sample on a side has no spread to test): {}",
+                by_limit.join(", ")
+            ),
+            Vec::new(),
+        ));
+    }
     lines
 }
+
+/// The closing line of a comparison of the same runs on both sides.
+pub const SAME_RUNS_LINE: &str = "the same runs on both sides: every difference is exactly 0, \
+                                  so each gated metric passes without a test";
 
 /// How the verdicts were reached, in two lines.
 pub(super) fn rule(report: &Report) -> [String; 2] {
@@ -278,13 +341,14 @@ pub(super) fn rule(report: &Report) -> [String; 2] {
         ];
     }
     [
-        "lower is better; REGRESSED when the median grows past both its limit and its noise \
-         (the baseline's relative sd)"
+        "lower is better; with 2+ samples a side, Welch's interval of the change of the means; \
+         REGRESSED when its lower bound is over half the limit, the noise (the baseline's \
+         relative sd) and the floor, and the median grew past both limit and noise;"
             .into(),
         format!(
-            "and, with 2+ samples a side, Welch's t-test finds the increase significant at {}% \
-             confidence over all gated metrics together (Bonferroni); a metric without a limit \
-             is reported, not gated",
+            "pass when its upper bound is under the limit; INCONCLUSIVE otherwise; {}% \
+             confidence over all gated metrics together (Bonferroni); with 1 sample on a side \
+             the limit alone decides; a metric without a limit is reported, not gated",
             trim_float(report.confidence * 100.0, 2)
         ),
     ]
@@ -653,6 +717,9 @@ pub(super) struct JsonReport<'a> {
     /// Inconclusive: pairs in all that would likely decide every undecided metric.
     #[serde(skip_serializing_if = "Option::is_none")]
     pairs_needed: Option<usize>,
+    /// Inconclusive (unpaired): runs a side that would likely decide every undecided metric.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs_needed: Option<usize>,
     warnings: &'a [String],
 }
 
@@ -675,14 +742,16 @@ pub(super) struct JsonRow<'a> {
     /// metrics).
     alpha: f64,
     verdict: &'static str,
-    /// `welch`, `paired`, `threshold`, or null (no data).
+    /// `welch`, `paired`, `threshold`, `same_runs` (the same runs on both sides), or null (no
+    /// data).
     method: Option<&'static str>,
     /// Welch's or the paired t-test; null otherwise (and t when infinite).
     t: Option<f64>,
     df: Option<f64>,
     p_value: Option<f64>,
-    /// Paired: the mean change and its one-sided bounds at the metric's level (relative), the
-    /// smallest change the series would reveal (80 % power), and the pairs it used.
+    /// Paired and Welch: the mean change and its one-sided bounds at the metric's level
+    /// (relative), the smallest change the series would reveal (80 % power); paired: the pairs
+    /// it used. The same runs on both sides: a change and bounds of exactly 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     change: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -696,6 +765,9 @@ pub(super) struct JsonRow<'a> {
     /// Inconclusive: pairs in all that would likely decide it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pairs_needed: Option<usize>,
+    /// Inconclusive (unpaired): runs a side that would likely decide it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs_needed: Option<usize>,
 }
 
 /// JSON, for machines: stable field names, versioned by `schema_version`.
@@ -711,11 +783,24 @@ pub fn render_json(report: &Report) -> String {
                 }
                 Some(Method::Paired(s)) => (Some("paired"), finite(s.t), finite(s.df), finite(s.p)),
                 Some(Method::Threshold) => (Some("threshold"), None, None, None),
+                Some(Method::SameRuns) => (Some("same_runs"), None, None, None),
                 None => (None, None, None, None),
             };
             let paired = match row.decision.method {
                 Some(Method::Paired(s)) => Some(s),
                 _ => None,
+            };
+            // Welch: the same figures of the means, relative to the baseline's. The same runs
+            // on both sides: a change of exactly 0, with nothing to detect.
+            let unpaired = row_unpaired(row).map(|s| {
+                let (low, high) = s.bounds_at(s.n_base, s.n_cand, row.decision.alpha);
+                let change = s.relative(s.cand_mean - s.base_mean);
+                let detectable = s.detectable_at(s.n_base, s.n_cand, row.decision.alpha);
+                (change, low, high, detectable)
+            });
+            let unpaired = match row.decision.method {
+                Some(Method::SameRuns) => Some((0.0, 0.0, 0.0, f64::NAN)),
+                _ => unpaired,
             };
             JsonRow {
                 metric: row.metric,
@@ -733,10 +818,11 @@ pub fn render_json(report: &Report) -> String {
                 t,
                 df,
                 p_value,
-                change: paired.map(|s| s.change).and_then(finite),
-                change_low: paired.map(|s| s.low).and_then(finite),
-                change_high: paired.map(|s| s.high).and_then(finite),
-                detectable: paired.map(|s| s.detectable).and_then(finite),
+                change: (paired.map(|s| s.change).or(unpaired.map(|u| u.0))).and_then(finite),
+                change_low: (paired.map(|s| s.low).or(unpaired.map(|u| u.1))).and_then(finite),
+                change_high: (paired.map(|s| s.high).or(unpaired.map(|u| u.2))).and_then(finite),
+                detectable: (paired.map(|s| s.detectable).or(unpaired.map(|u| u.3)))
+                    .and_then(finite),
                 pairs: paired.map(|s| s.n),
                 pairs_needed: paired
                     .filter(|_| row.decision.verdict == Verdict::Inconclusive)
@@ -748,6 +834,7 @@ pub fn render_json(report: &Report) -> String {
                             absolute_floor(row.unit),
                         )
                     }),
+                runs_needed: row_runs_needed(row),
             }
         })
         .collect();
@@ -762,6 +849,7 @@ pub fn render_json(report: &Report) -> String {
         metrics,
         series: report.series.as_ref(),
         pairs_needed: report.pairs_needed(),
+        runs_needed: report.runs_needed(),
         warnings: &report.warnings,
     };
     let mut out = serde_json::to_string_pretty(&json).expect("the report serializes");

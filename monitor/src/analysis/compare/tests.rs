@@ -90,10 +90,11 @@ fn noise_larger_than_the_limit_does_not_fail() {
     let baseline = [1.0, 1.3, 0.8, 1.2, 0.9];
     let candidate = [1.1, 0.85, 1.35, 0.95, 1.15];
     let d = decide(&baseline, &candidate, 0.05, 0.95);
-    // The medians differ by 10%, twice the limit, but the spread is larger still.
+    // The medians differ by 10%, twice the limit, but the spread is larger still: no failure,
+    // and no pass either (the interval reaches far past the limit): inconclusive.
     close(d.ratio.unwrap(), 1.1, 1e-12);
     assert!(welch_p(&d) > 0.3, "{d:?}");
-    assert_eq!(d.verdict, Verdict::Pass);
+    assert_eq!(d.verdict, Verdict::Inconclusive);
     // The same medians as single samples: the limit alone decides, and fails it.
     assert_eq!(
         decide(&[1.0], &[1.1], 0.05, 0.95).verdict,
@@ -148,11 +149,12 @@ fn zero_baselines() {
     assert_eq!((d.verdict, d.ratio), (Verdict::Pass, Some(1.0)));
     let d = decide(&[0.0, 0.0, 0.0], &[4096.0, 8192.0, 4096.0], 0.10, 0.95);
     assert_eq!((d.verdict, d.ratio), (Verdict::Regressed, None));
-    // From nothing, but not beyond the noise.
+    // From nothing, but not beyond the noise: no regression, and with 3 runs of this spread
+    // no pass either.
     let d = decide(&[0.0, 0.0, 9000.0], &[0.0, 4096.0, 0.0], 0.10, 0.95);
-    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, Some(1.0)));
+    assert_eq!((d.verdict, d.ratio), (Verdict::Inconclusive, Some(1.0)));
     let d = decide(&[0.0, 9000.0, 0.0], &[4096.0, 0.0, 4096.0], 0.10, 0.95);
-    assert_eq!((d.verdict, d.ratio), (Verdict::Pass, None));
+    assert_eq!((d.verdict, d.ratio), (Verdict::Inconclusive, None));
 }
 
 #[test]
@@ -206,8 +208,10 @@ fn missing_samples_are_no_data() {
 
 #[test]
 fn higher_confidence_needs_more_evidence() {
+    // +20% on a metric of ±7.9% noise: the interval's lower bound clears the noise at 95%
+    // confidence, and reaches below 0 at 99.9% — undecided then, never a pass.
     let baseline = [1.0, 1.1, 0.9, 1.05, 0.95];
-    let candidate = [1.15, 1.25, 1.05, 1.2, 1.1];
+    let candidate = [1.2, 1.3, 1.1, 1.25, 1.15];
     let p = welch_p(&decide(&baseline, &candidate, 0.05, 0.95));
     assert!(p > 0.001 && p < 0.05, "{p}");
     assert_eq!(
@@ -216,7 +220,7 @@ fn higher_confidence_needs_more_evidence() {
     );
     assert_eq!(
         decide(&baseline, &candidate, 0.05, 0.999).verdict,
-        Verdict::Pass
+        Verdict::Inconclusive
     );
 }
 
@@ -306,9 +310,10 @@ fn an_off_metric_is_not_gated() {
 }
 
 #[test]
-fn a_change_within_the_measured_noise_passes() {
+fn a_change_within_the_measured_noise_is_not_a_regression() {
     // +8% on a metric whose identical runs spread by ~10%: significant with many samples,
-    // above the +5% limit, but within the noise.
+    // above the +5% limit, but within the noise: two series measured apart may drift that far.
+    // Not a regression, and not a pass either (the interval reaches past the limit).
     let base: Vec<f64> = (0..40)
         .map(|i| if i % 2 == 0 { 0.9 } else { 1.1 })
         .collect();
@@ -321,7 +326,7 @@ fn a_change_within_the_measured_noise_passes() {
     let noise = d.noise.unwrap();
     assert!((noise - 0.1013).abs() < 0.001, "{noise}");
     assert_eq!(d.min_effect, noise);
-    assert_eq!(d.verdict, Verdict::Pass);
+    assert_eq!(d.verdict, Verdict::Inconclusive);
     // +15% is beyond it.
     let cand: Vec<f64> = base.iter().map(|v| v * 1.15).collect();
     assert_eq!(decide(&base, &cand, 0.05, 0.95).verdict, Verdict::Regressed);
@@ -331,6 +336,164 @@ fn a_change_within_the_measured_noise_passes() {
         (d.noise, d.min_effect, d.verdict),
         (Some(0.0), 0.05, Verdict::Regressed)
     );
+}
+
+/// Welch's figures of `decide_above(base, cand, ...)`.
+fn unpaired(base: &[f64], cand: &[f64]) -> Unpaired {
+    Unpaired::of(&Stats::of(base).unwrap(), &Stats::of(cand).unwrap()).unwrap()
+}
+
+#[test]
+fn unpaired_outcomes_over_data() {
+    // ±2.6% noise (5 runs a side), the +5% default limit.
+    let base = [5.00, 5.15, 4.85, 5.10, 4.90];
+    let scaled = |k: f64| -> Vec<f64> { base.iter().map(|v| v * k).collect() };
+    let verdict = |cand: &[f64]| decide(&base, cand, 0.05, 0.95).verdict;
+    // The same figures: the upper bound of the change is under the limit.
+    let s = unpaired(&base, &base);
+    let (low, high) = s.bounds_at(5, 5, 0.05);
+    assert!(low < 0.0 && high > 0.0 && high < 0.05, "[{low}, {high}]");
+    assert_eq!(verdict(&base), Verdict::Pass);
+    // +1%: still under the limit with confidence.
+    assert_eq!(verdict(&scaled(1.01)), Verdict::Pass);
+    // +20%: the lower bound is over half the limit and over the noise.
+    let s = unpaired(&base, &scaled(1.2));
+    let (low, _) = s.bounds_at(5, 5, 0.05);
+    assert!(low > 0.025 && low > s.noise(), "{low} {}", s.noise());
+    assert_eq!(verdict(&scaled(1.2)), Verdict::Regressed);
+    // -20%: the mirror image, which never fails.
+    assert_eq!(verdict(&scaled(0.8)), Verdict::Improved);
+    // +4%: under the limit, but 5 runs a side cannot tell it from +5.5%: inconclusive, and the
+    // pure estimate of how many runs would decide it says when the rule itself would.
+    let cand = scaled(1.04);
+    let d = decide(&base, &cand, 0.05, 0.95);
+    assert_eq!(d.verdict, Verdict::Inconclusive, "{d:?}");
+    let s = unpaired(&base, &cand);
+    let n = more_runs_needed(&s, 0.05, 0.05, 0.0).unwrap();
+    assert!(n > 5 && n < 1000, "{n}");
+    assert_eq!(s.verdict_at(n, n, 0.05, 0.05, 0.0), Verdict::Pass);
+    assert_eq!(
+        s.verdict_at(n - 1, n - 1, 0.05, 0.05, 0.0),
+        Verdict::Inconclusive
+    );
+    // The detectable change shrinks with the runs.
+    assert!(s.detectable_at(n, n, 0.05) < s.detectable_at(5, 5, 0.05));
+    // Decided already: nothing more needed.
+    assert_eq!(
+        more_runs_needed(&unpaired(&base, &base), 0.05, 0.05, 0.0),
+        None
+    );
+}
+
+#[test]
+fn an_unpaired_regression_must_clear_the_floor_with_its_interval() {
+    // +100% of 4 ms: the whole interval of the difference is within the 10 ms floor: a pass,
+    // however wide the relative interval.
+    let base = [0.004, 0.0041, 0.0039];
+    let cand = [0.008, 0.0081, 0.0079];
+    let floor = absolute_floor("s");
+    assert_eq!(
+        decide_above(&base, &cand, 0.05, 0.95, floor).verdict,
+        Verdict::Pass
+    );
+    // Medians 12 ms apart, but the interval of the difference reaches below the floor: not a
+    // regression yet.
+    let cand = [0.004, 0.016, 0.030];
+    let d = decide_above(&base, &cand, 0.05, 0.95, floor);
+    assert_eq!(d.verdict, Verdict::Inconclusive, "{d:?}");
+}
+
+#[test]
+fn a_drift_within_the_noise_is_never_decided_by_more_runs() {
+    // +8% within ±10% noise (see a_change_within_the_measured_noise_is_not_a_regression): more
+    // runs narrow the interval, but its lower bound never clears the noise and its upper bound
+    // never falls under the limit.
+    let base: Vec<f64> = (0..40)
+        .map(|i| if i % 2 == 0 { 0.9 } else { 1.1 })
+        .collect();
+    let cand: Vec<f64> = base.iter().map(|v| v * 1.08).collect();
+    let s = unpaired(&base, &cand);
+    assert_eq!(s.verdict(0.05, 0.05, 0.0), Verdict::Inconclusive);
+    assert_eq!(more_runs_needed(&s, 0.05, 0.05, 0.0), None);
+    assert_eq!(
+        s.verdict_at(100_000, 100_000, 0.05, 0.05, 0.0),
+        Verdict::Inconclusive
+    );
+}
+
+/// A report of one unpaired row decided over data, and of one gated metric with a single run.
+fn unpaired_report(cand_scale: f64) -> Report {
+    let base = [5.00, 5.15, 4.85, 5.10, 4.90];
+    let cand: Vec<f64> = base.iter().map(|v| v * cand_scale).collect();
+    let mut report = sample_report();
+    report.warnings.clear();
+    report.rows = vec![
+        Row {
+            metric: "cpu_s",
+            unit: "s",
+            baseline: Stats::of(&base),
+            candidate: Stats::of(&cand),
+            max_increase: 0.05,
+            decision: decide_above(&base, &cand, 0.05, 0.95, absolute_floor("s")),
+        },
+        Row {
+            metric: "processes",
+            unit: "",
+            baseline: Stats::of(&[210.0]),
+            candidate: Stats::of(&[211.0]),
+            max_increase: 0.05,
+            decision: decide(&[210.0], &[211.0], 0.05, 0.95),
+        },
+    ];
+    report
+}
+
+#[test]
+fn an_inconclusive_compare_says_what_would_decide_it() {
+    let report = unpaired_report(1.04);
+    assert_eq!(report.outcome(), "inconclusive");
+    assert_eq!(report.exit_code(), EXIT_INCONCLUSIVE);
+    let n = report.runs_needed().unwrap();
+    assert!(n > 5, "{n}");
+    let text = render_text(&report);
+    assert!(
+        text.contains("inconclusive: 1 metric not decided"),
+        "{text}"
+    );
+    assert!(
+        text.contains("detectable ±") && text.contains("with 5 + 5 runs"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("about {n} runs a side would decide it")),
+        "{text}"
+    );
+    assert!(!text.contains("no regression"), "{text}");
+    // The single-sample metric keeps the limit, and the output says so.
+    assert!(text.contains("decided by the limit alone"), "{text}");
+    assert!(text.contains(": processes"), "{text}");
+    let md = render_md(&report);
+    assert!(md.contains("⚠️ **INCONCLUSIVE**"), "{md}");
+    let json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
+    assert_eq!(json["outcome"], "inconclusive", "{json}");
+    assert_eq!(json["runs_needed"], n, "{json}");
+    let cpu = &json["metrics"][0];
+    assert_eq!(
+        (&cpu["verdict"], &cpu["method"]),
+        (&"inconclusive".into(), &"welch".into())
+    );
+    let (low, high) = (
+        cpu["change_low"].as_f64().unwrap(),
+        cpu["change_high"].as_f64().unwrap(),
+    );
+    assert!(low < 0.04 && high > 0.05, "{cpu}");
+    assert_eq!(cpu["runs_needed"], n, "{cpu}");
+    // A clear regression and a clear pass are decided, with their exit codes.
+    assert_eq!(unpaired_report(1.2).exit_code(), EXIT_REGRESSED);
+    let pass = unpaired_report(1.0);
+    assert_eq!((pass.outcome(), pass.exit_code()), ("pass", 0));
+    assert_eq!(pass.runs_needed(), None);
+    assert!(render_text(&pass).contains("no regression"));
 }
 
 #[test]
@@ -819,7 +982,12 @@ fn passing_report_in_markdown() {
         "{md}"
     );
     assert!(md.contains("- candidate: `runs/pr-42`: 5 samples from 1 run (`` cargo build --release --features `x` ``)\n"), "{md}");
-    assert!(md.ends_with("**no regression**\n"), "{md}");
+    assert!(md.contains("\n**no regression**\n"), "{md}");
+    // The single-sample metric was decided by its limit alone, and the comment says so.
+    assert!(
+        md.ends_with("**decided by the limit alone (a single sample on a side has no spread to test): processes**\n"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -1049,4 +1217,157 @@ fn paired_snapshots() {
         "{bmf}"
     );
     assert!(bmf["make -j2"].get("cpu_s").is_none(), "{bmf}");
+}
+
+/// One shell loop's (wall, cpu) over 3 repetitions on a fresh CI machine: CPU time ±20 %.
+const NOISY: [(f64, f64); 3] = [(0.30, 0.25), (0.42, 0.37), (0.35, 0.30)];
+
+/// A side of one run whose repetitions have these run ids and (wall, cpu) figures.
+fn side_of(summary_path: &str, reps: &[(&str, f64, f64)]) -> Side {
+    let reps = reps
+        .iter()
+        .enumerate()
+        .map(|(i, &(id, wall, cpu))| Repetition {
+            run_dir: format!("rep-{:03}", i + 1),
+            run_id: id.into(),
+            ..repetition(wall, cpu)
+        })
+        .collect();
+    let summary = Summary::new(
+        "make".into(),
+        vec!["make".into()],
+        "host".into(),
+        0,
+        reps,
+        None,
+    );
+    Side {
+        source: summary_path.into(),
+        runs: vec![(summary_path.into(), summary)],
+        different_commands_expected: false,
+        from_dataset: false,
+    }
+}
+
+#[test]
+fn identical_samples_that_are_the_same_runs_pass_without_a_test() {
+    // As two independent samples, Welch's interval of ±20 % noise over 3 runs reaches far past
+    // the +5 % limit: the same figures alone cannot be called.
+    let cpu: Vec<f64> = NOISY.iter().map(|&(_, cpu)| cpu).collect();
+    let welch = decide_above(&cpu, &cpu, 0.05, 0.95, absolute_floor("s"));
+    assert_eq!(welch.verdict, Verdict::Inconclusive, "{welch:?}");
+    // The same runs are one sample, not two: the difference is exactly 0.
+    let reps = [("r1", 0.30, 0.25), ("r2", 0.42, 0.37), ("r3", 0.35, 0.30)];
+    let side = side_of("base/summary.json", &reps);
+    assert_eq!(overlap(&side, &side), Overlap::Same);
+    let report = build_report(&side, &side, &parse_max(&[]).unwrap(), 0.95);
+    assert_eq!((report.outcome(), report.exit_code()), ("pass", 0));
+    let cpu_row = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert_eq!(
+        (cpu_row.decision.verdict, cpu_row.decision.method),
+        (Verdict::Pass, Some(Method::SameRuns))
+    );
+    // Not gated stays not gated; the figures shown are the runs' own.
+    let wall_row = report.rows.iter().find(|r| r.metric == "wall_s").unwrap();
+    assert_eq!(wall_row.decision.verdict, Verdict::NotGated);
+    assert_eq!(cpu_row.decision.ratio, Some(1.0));
+    assert_eq!(cpu_row.baseline.unwrap().n, 3);
+    // A copy of the run elsewhere is the same runs too: the run ids and figures say so.
+    let copy = side_of("elsewhere/summary.json", &reps);
+    assert_eq!(overlap(&side, &copy), Overlap::Same);
+}
+
+#[test]
+fn the_same_run_ids_with_other_figures_are_not_the_same_runs() {
+    let reps = [("r1", 0.30, 0.25), ("r2", 0.42, 0.37), ("r3", 0.35, 0.30)];
+    let side = side_of("base/summary.json", &reps);
+    // An edited copy (twice the CPU): Welch decides, as for any two sides.
+    let edited: Vec<_> = reps.iter().map(|&(id, w, c)| (id, w, c * 2.0)).collect();
+    let edited = side_of("slow/summary.json", &edited);
+    assert_eq!(overlap(&side, &edited), Overlap::None);
+    let report = build_report(&side, &edited, &parse_max(&[]).unwrap(), 0.95);
+    let cpu_row = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert!(
+        matches!(cpu_row.decision.method, Some(Method::Welch { .. })),
+        "{cpu_row:?}"
+    );
+    assert!(!render_text(&report).contains(SAME_RUNS_LINE));
+    // Without run ids (an old summary.json), the same figures from another file are another
+    // measurement: Welch decides them too.
+    let no_ids: Vec<_> = reps.iter().map(|&(_, w, c)| ("", w, c)).collect();
+    let (a, b) = (
+        side_of("a/summary.json", &no_ids),
+        side_of("b/summary.json", &no_ids),
+    );
+    assert_eq!(overlap(&a, &b), Overlap::None);
+    assert_eq!(overlap(&a, &a), Overlap::Same);
+}
+
+#[test]
+fn runs_on_both_sides_among_others_are_named_in_a_warning() {
+    let base = side_of(
+        "base/summary.json",
+        &[("r1", 2.0, 1.00), ("r2", 2.1, 1.02), ("r3", 1.9, 0.98)],
+    );
+    let cand = side_of(
+        "cand/summary.json",
+        &[("r3", 1.9, 0.98), ("r4", 2.0, 1.01), ("r5", 2.0, 0.99)],
+    );
+    assert_eq!(overlap(&base, &cand), Overlap::Shared(1));
+    let report = build_report(&base, &cand, &parse_max(&[]).unwrap(), 0.95);
+    // Welch still decides (conservatively); the report says why its interval is wide.
+    assert_eq!(report.outcome(), "pass", "{report:?}");
+    let cpu_row = report.rows.iter().find(|r| r.metric == "cpu_s").unwrap();
+    assert!(matches!(
+        cpu_row.decision.method,
+        Some(Method::Welch { .. })
+    ));
+    assert_eq!(
+        report.warnings,
+        [
+            "1 of the baseline's 3 samples is also the candidate's (the same runs): Welch's \
+          interval takes the sides as independent samples, so it is wider than the data warrant \
+          (more often inconclusive, not more often wrong); compare runs that are not shared"
+        ]
+    );
+}
+
+#[test]
+fn a_run_compared_with_itself_passes_through_the_compare_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = write_run(&tmp.path().join("base"), "make", &NOISY);
+    // Another run of the same figures is a second sample: too noisy to call.
+    let other = write_run(&tmp.path().join("other"), "make", &NOISY);
+    assert_eq!(compare(args(&run, &other)).unwrap(), EXIT_INCONCLUSIVE);
+    // The run itself on both sides: exactly no change.
+    assert_eq!(compare(args(&run, &run)).unwrap(), 0);
+    let report = prepare(&opts(&args(&run, &run))).unwrap();
+    assert_eq!(report.outcome(), "pass");
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    let text = render_text(&report);
+    assert!(text.contains("no regression"), "{text}");
+    assert!(text.contains(SAME_RUNS_LINE), "{text}");
+    assert!(!text.contains("decided by the limit alone"), "{text}");
+    let md = render_md(&report);
+    assert!(md.contains(SAME_RUNS_LINE), "{md}");
+    let json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
+    assert_eq!(json["outcome"], "pass", "{json}");
+    let cpu = &json["metrics"][1];
+    assert_eq!(cpu["metric"], "cpu_s", "{json}");
+    assert_eq!(
+        (&cpu["verdict"], &cpu["method"]),
+        (&"pass".into(), &"same_runs".into())
+    );
+    assert_eq!(
+        (&cpu["change"], &cpu["change_low"], &cpu["change_high"]),
+        (&0.0.into(), &0.0.into(), &0.0.into())
+    );
+    assert!(cpu.get("detectable").is_none(), "{cpu}");
+    // A directory of runs against one of them: shared, not the same.
+    let many = tmp.path().join("many");
+    let one = write_run(&many.join("a"), "make", &NOISY);
+    write_run(&many.join("b"), "make", &STEADY);
+    let report = prepare(&opts(&args(&many, &one))).unwrap();
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    assert!(report.warnings[0].starts_with("3 of the baseline's 6 samples are also"));
 }

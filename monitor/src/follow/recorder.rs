@@ -1288,7 +1288,7 @@ mod tests {
             };
             // SAFETY: clock_gettime writes into the timespec we own; the clock id is valid.
             unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-            t.tv_sec as i64 * 1_000_000_000 + t.tv_nsec as i64
+            t.tv_sec * 1_000_000_000 + t.tv_nsec
         };
         let burn = || {
             let until = thread_cpu_ns() + 50_000_000;

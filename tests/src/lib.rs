@@ -864,6 +864,10 @@ pub fn stdout_number(run: &Run, n: usize) -> u64 {
 }
 
 /// Panics unless `actual` is within 2% (or 20 ms, whichever is larger) of `expected`.
+///
+/// Not a timing assertion: both are the kernel's accounting of the same CPU time (montrace's
+/// exit figures and the workload's getrusage), which time spent waiting for a CPU does not
+/// change; the tolerance covers when each was taken (an exit event before the final switch).
 pub fn assert_cpu_close(what: &str, actual_ns: u64, expected_ns: u64) {
     let tolerance = (expected_ns / 50).max(20 * MS);
     assert!(
@@ -877,7 +881,8 @@ pub fn assert_cpu_close(what: &str, actual_ns: u64, expected_ns: u64) {
     );
 }
 
-/// Waits (at most 10 s) until `path` exists: a workload's sign that it has started.
+/// Waits (at most 10 s) until `path` exists: a workload's sign that it has started. A bound for
+/// a workload that never starts, not a speed: starting one takes milliseconds.
 pub fn wait_for_file(path: &Path) {
     let started = Instant::now();
     while !path.exists() {

@@ -53,6 +53,8 @@ fn tree_cpu_matches_the_kernels_rusage() {
             Some(program.as_str()),
             "a child that never exec'd shows its parent's program: {child:?}"
         );
+        // Guarantee: each child burns until its own CPU clock says 300 ms; load delays that,
+        // never shortens it.
         assert!(
             child.cpu_ns() >= 300 * MS,
             "each child burnt at least 300 ms, this one {} ns: {child:?}",
@@ -63,6 +65,8 @@ fn tree_cpu_matches_the_kernels_rusage() {
     eprintln!("4 children: montrace {sum} ns, getrusage(RUSAGE_CHILDREN) {rusage_children} ns");
     assert_cpu_close("CPU of the 4 children", sum, rusage_children);
     let own = root.cpu_ns();
+    // CPU time is time on a CPU only: waiting for one on a busy machine adds none. Four forks
+    // and the waits take a millisecond or two; 50 ms leaves room for page faults and reclaim.
     assert!(
         own > 0 && own < 50 * MS,
         "the parent only forked and waited, yet used {own} ns: {root:?}"
@@ -214,6 +218,8 @@ fn cpu_counts_a_main_thread_that_exited_first() {
         "main thread first: montrace {} ns, getrusage(RUSAGE_SELF) {rusage_self} ns",
         row.cpu_ns()
     );
+    // Guarantee: each thread burns until its own CPU clock says so; load delays, never
+    // shortens it.
     assert!(
         row.cpu_ns() >= 300 * MS,
         "the main thread burnt 200 ms and the worker 100 ms, yet the row says {:.1} ms \

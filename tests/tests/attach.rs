@@ -148,6 +148,8 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
             logged.len()
         );
     };
+    // The loop went round for the 300 ms before the attach and during montrace's start-up (it
+    // had logged its sleeper already): children logged then are not the run's.
     assert!(
         first > 0,
         "children logged before the attach are not in the run: {logged:?}"
@@ -168,7 +170,8 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
         vanished.len()
     );
     // The loop starts a child every 25-30 ms on an idle machine; a busy one slows the loop, not
-    // montrace's view of it.
+    // montrace's view of it (the check above). 5 in the attach's 2 s leave the loop 400 ms a
+    // round, 15 times its idle pace.
     assert!(
         recorded >= 5,
         "only {recorded} children recorded in {seconds} s: {rows:#?}"
@@ -180,8 +183,13 @@ fn attach_follows_the_tree_alive_before_and_the_children_started_after() {
 #[test]
 fn marks_sent_to_the_attach_socket_are_recorded() {
     let work = tempfile::tempdir().unwrap();
+    // The tree ends once both marks are sent (the sender creates `done`), and the attach with
+    // it: not after a fixed 2 s, in which a busy machine need not have started two `montrace
+    // mark` commands (a debug binary, paged in from a busy disk). 30 s bounds a broken sender.
+    let done = work.path().join("done");
     let mut shell = Command::new("sh")
-        .args(["-c", "while :; do sleep 0.05; done"])
+        .args(["-c", "while [ ! -e \"$1\" ]; do sleep 0.05; done", "loop"])
+        .arg(&done)
         .stdin(Stdio::null())
         .process_group(0)
         .spawn()
@@ -191,14 +199,18 @@ fn marks_sent_to_the_attach_socket_are_recorded() {
         let socket = socket.clone();
         std::thread::spawn(move || {
             wait_for_file(&socket);
-            for args in [["mark", "--begin", "phase"], ["mark", "--end", "phase"]] {
-                let status = Command::new(tests::montrace_bin())
-                    .args(args)
-                    .env("MONTRACE_MARK_SOCKET", &socket)
-                    .status()
-                    .unwrap();
-                assert!(status.success());
-            }
+            let statuses: Vec<_> = [["mark", "--begin", "phase"], ["mark", "--end", "phase"]]
+                .iter()
+                .map(|args| {
+                    Command::new(tests::montrace_bin())
+                        .args(args)
+                        .env("MONTRACE_MARK_SOCKET", &socket)
+                        .status()
+                        .unwrap()
+                })
+                .collect();
+            std::fs::write(&done, "").unwrap();
+            assert!(statuses.iter().all(|s| s.success()), "{statuses:?}");
         })
     };
     let socket_arg = socket.display().to_string();
@@ -206,7 +218,7 @@ fn marks_sent_to_the_attach_socket_are_recorded() {
         shell.id(),
         &[
             "--duration",
-            "2s",
+            "30s",
             "-q",
             "--no-report",
             "--mark-socket",

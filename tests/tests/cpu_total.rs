@@ -10,10 +10,13 @@ const SURVIVOR: &str = "(i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done) & \
 
 #[test]
 fn a_survivor_s_cpu_is_counted_apart_and_every_file_agrees() {
+    // Ahead of the machine (nice -20 in an autogroup of its own; CFS shares by weight): the
+    // survivor gets a CPU while recorded, as the check of its sampled CPU below needs.
     let run = launch_montrace(
         &["--linger", "500ms", "--interval", "50ms"],
         &["sh", "-c", SURVIVOR],
     )
+    .ahead_of_the_machine()
     .run();
     run.assert_code(0);
     let json = run.run_json();
@@ -50,6 +53,9 @@ fn a_survivor_s_cpu_is_counted_apart_and_every_file_agrees() {
     let unfinished = totals["unfinished_cpu_user_ns"].as_u64().unwrap()
         + totals["unfinished_cpu_system_ns"].as_u64().unwrap();
     assert_eq!(unfinished, last.cpu_ns(), "{totals}");
+    // It spun while recorded: the parent's loop and the 500 ms linger, with two runnable
+    // processes on a machine's CPUs ahead of other work, give it most of ~0.8 s of CPU; 100 ms
+    // needs an eighth of that. (Its loop's CPU time is the machine's, so only a floor.)
     assert!(unfinished > 100_000_000, "it spun while recorded: {totals}");
 
     // The report's header gives both parts, labelled.

@@ -206,12 +206,15 @@ fn kill_9_keeps_flushed_rows() {
     eprintln!(
         "samples in the {flushed_samples}+ parts of the killed run: {n} rows over {span:.3} s"
     );
-    // The fourth flush came at least 3 flush intervals (6 s) after the first, and holds every
-    // sample taken before it (a sweep every 100 ms, late by at most the loop's latency): the
-    // rows span well over 5 s. Delays only widen the gap between flushes.
+    // A row of the first part was taken before its flush, a row of the fourth after the flush
+    // before it, at least two flushes later; the flush timer delays a late tick and never
+    // catches up (tokio's MissedTickBehavior::Delay), so those flushes are 2 s apart or more:
+    // the rows span at least 4 s (less 50 ms for the wall clock's slew against the timer's).
+    // About 6 s here. Not "over 5 s": that needed the first sweep within 1 s of the flush
+    // timer's start, which a busy machine need not give.
     assert!(
-        span >= 5.0,
-        "4 parts flushed 2 s apart span at least 5 s of samples, not {span:.3} s"
+        span >= 3.95,
+        "4 parts flushed 2 s apart span at least 4 s of samples, not {span:.3} s"
     );
     // Each part holds at least one row (a flush with nothing buffered writes no part).
     assert!(

@@ -177,7 +177,9 @@ fn non_root_falls_back_to_polling_and_says_so() {
         serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run/run.json")).unwrap())
             .unwrap();
     assert_eq!(run_json["tracking_mode"], "polling", "{run_json}");
-    // The root and both sleeps (each lives far longer than the 20 ms interval).
+    // The root and both sleeps (each lives far longer than the 20 ms interval). Guarantee: each
+    // sleep lives at least 200 ms (nanosleep never returns early), and polling sweeps every 20 ms
+    // late, never skipped: a sweep finds each unless montrace gets no CPU for 200 ms.
     assert_eq!(run_json["processes_started"], 3, "{run_json}");
     assert_eq!(run_json["exit_code"], 4, "{run_json}");
 }

@@ -63,6 +63,8 @@ fn a_descriptor_sent_to_the_mark_socket_cannot_freeze_the_loop() {
     let took = started.elapsed();
     run.assert_code(124);
     // The limit fired on time: the loop was never held by the close (it used to fire at 21.7 s).
+    // An upper bound, not a race: the 3 s limit and 1 s of grace leave 5 s for montrace's start
+    // and end, against the 21.7 s at which it fired while the close held the loop.
     assert!(
         took < Duration::from_secs(9),
         "montrace took {took:?} for a 3 s wall limit: {run:?}"
@@ -255,6 +257,8 @@ fn a_reused_pid_after_lost_events_is_never_signalled_by_a_limit() {
         r.stderr
     );
     assert_eq!(r.code, 124, "the wall limit stops the tree: {}", r.stderr);
+    // An upper bound, not a race: the 5 s limit and 1 s of grace, against a montrace that
+    // waits for the stranger's 30 s.
     assert!(
         r.ran < Duration::from_secs(20),
         "montrace ran {:?} after it was continued",
@@ -268,6 +272,7 @@ fn a_reused_pid_after_lost_events_is_not_waited_for() {
     // No limit: the command exits 2 s after the child; montrace must not wait for the stranger
     // that holds the child's pid (it used to wait for it forever).
     let r = pid_reuse_after_lost_events(&[], 2);
+    // An upper bound, not a race: the command's 2 s, against a wait that never ended.
     assert!(
         r.ran < Duration::from_secs(15),
         "montrace waited {:?} for a process that is not the tree's: {}",
@@ -328,6 +333,8 @@ fn a_stalled_stream_reader_cannot_hold_montrace() {
         libc::close(read_end);
     }
     assert_eq!(finished.code(), 124, "{finished:?}");
+    // An upper bound, not a race: the 2 s limit and 1 s of grace, against a montrace held by
+    // its reader for good (the command sleeps 30 s).
     assert!(
         took < Duration::from_secs(8),
         "a reader that does not read held montrace {took:?}: {finished:?}"

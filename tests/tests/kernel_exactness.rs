@@ -43,6 +43,8 @@ fn a_loop_of_ten_trues_is_twelve_rows() {
         .iter()
         .find(|p| p.argv.as_ref().is_some_and(|a| a[0] == "sleep"))
         .expect("a sleep row");
+    // Guarantee: nanosleep never returns early and sleeps interruptibly (S), however slow the
+    // VM: at least 200 ms asleep; 150 ms leaves room for the tick a VM's timer may round by.
     assert!(
         sleep.sleep_ns.is_some_and(|ns| ns >= 150_000_000),
         "sleep 0.2 slept: {sleep:?}"

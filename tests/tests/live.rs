@@ -30,10 +30,14 @@ fn live_line_shows_on_a_terminal_the_command_does_not_write_to_and_not_on_a_pipe
     let log = tmp.path().join("log");
     let on_tty = on_a_terminal(
         &tmp.path().join("run"),
-        &format!("exec >{} 2>&1; sleep 1.3; echo done", log.display()),
+        &format!("exec >{} 2>&1; sleep 2.3; echo done", log.display()),
     );
     assert_eq!(on_tty.code(), 0, "{on_tty:?}");
-    // About twice a second over 1.3 s: at least two updates, each rewriting the line in place.
+    // Every 500 ms (a tokio interval that delays a late tick, never drops it) over the 2.3 s the
+    // sleep guarantees (nanosleep never returns early): four draws after the command's
+    // redirection, so two need montrace on a CPU twice in 2.3 s. With `sleep 1.3` there were two
+    // draws due and two needed: one late tick on a busy machine failed it. Each rewrites the
+    // line in place.
     let updates = on_tty.stdout.matches("] live ").count();
     assert!(
         updates >= 2,

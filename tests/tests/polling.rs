@@ -72,7 +72,9 @@ fn unprivileged_build_is_followed_by_polling_and_ebpf_sees_at_least_as_much() {
     let polled = build(&project, &tmp.path().join("polled"), true);
     assert_eq!(polled["tracking_mode"], "polling", "{polled}");
     let polled_processes = polled["processes_started"].as_u64().unwrap();
-    // make itself and at least the link step's cc were seen.
+    // make itself and at least the link step's cc were seen. make always has a job running
+    // from its first fork to its last wait, and a busy machine slows the build as much as the
+    // sweeps: a sweep in the build's life finds one.
     assert!(polled_processes >= 2, "{polled}");
     // No critical path or parallelism that polling could not see.
     assert!(polled["time"].is_null(), "{polled}");

@@ -4,29 +4,66 @@ use std::collections::BTreeMap;
 
 use tests::{compile_c, launch_montrace, Proc, Sample, MIB, MS};
 
+/// `spike STREAM`: takes and touches 300 MiB, holds them 150 ms, and longer until montrace's
+/// `--stream` (the file STREAM) has a sweep line after the first that showed the tree at
+/// 300 MiB (10 s at most), then frees them.
 const SPIKE: &str = r#"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-int main(void) {
+/* Sweep lines in the stream after the first one with the tree at 300 MiB; -1 before it. */
+static int sweeps_since_seen(const char *path) {
+    static char line[1 << 16];
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int since = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"type\":\"sweep\"")) continue;
+        if (since >= 0) {
+            since++;
+            continue;
+        }
+        const char *rss = strstr(line, "\"rss_bytes\":");
+        if (rss && strtoull(rss + 12, NULL, 10) >= (300ull << 20)) since = 0;
+    }
+    fclose(f);
+    return since;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 3;
     size_t size = 300u << 20;
     char *p = malloc(size);
     if (!p) return 1;
     memset(p, 1, size);
     usleep(150000);
+    for (int i = 0; i < 1000 && sweeps_since_seen(argv[1]) < 1; i++) usleep(10000);
     int ok = p[size - 1] == 1;
     free(p);
     return ok ? 0 : 2;
 }
 "#;
 
+/// The spike lasts 150 ms on an idle machine, about three sweeps. It used to last 150 ms
+/// whatever the machine did, and a sweep had to land in it: montrace blocked 100 ms in a write
+/// to a busy disk, or a sweep late by a page fault, missed it. Now the program holds its memory
+/// until montrace's own stream shows the tree at 300 MiB and one sweep more (whose reads of the
+/// process come after the memory was all touched: sweeps run one after another), so a sweep
+/// sees the spike however late; a montrace that cannot see it still fails, after 10 s.
 #[test]
 fn sees_a_300mib_spike_of_150ms_at_50ms() {
     let program = compile_c("spike", SPIKE);
-    let run = launch_montrace(&["--interval", "50ms"], &[program.as_str()])
-        .ahead_of_the_machine()
-        .run();
+    let tmp = tempfile::tempdir().unwrap();
+    let stream = tmp.path().join("stream.jsonl");
+    let stream = stream.to_str().unwrap();
+    let run = launch_montrace(
+        &["--interval", "50ms", "--stream", stream],
+        &[program.as_str(), stream],
+    )
+    .ahead_of_the_machine()
+    .run();
     run.assert_code(0);
     let rows = run.processes();
     let process = run.root(&rows);
@@ -417,6 +454,7 @@ fn the_task_iterator_reads_what_proc_shows() {
     assert_eq!(s.minor_faults, Some(field(10)), "{s:?} {stat}");
     assert_eq!(s.major_faults, Some(field(12)), "{s:?} {stat}");
     assert_eq!(s.threads, Some(1));
+    // Read after the test's own read, inside the program's 1.5 s of sleep(1) and usleep.
     assert_eq!(s.state.as_deref(), Some("S"), "{s:?}");
     // Counted by the iterator's program in the descriptor table's bitmap, as /proc lists them:
     // 400 of the 600, the standard three and what the test's launcher passes on.
@@ -437,7 +475,9 @@ fn the_task_iterator_reads_what_proc_shows() {
     assert!(s.cpu_ns() >= 300 * MS, "{s:?}");
     // Not in clock ticks: the exact figure has digits below 10 ms.
     assert_ne!(s.cpu_ns() % tick, 0, "{s:?}");
-    // The exit row's exact CPU is where the still process's rows stopped.
+    // The exit row's exact CPU is where the still process's rows stopped: after them the
+    // program only sleeps and exits, and CPU time counts time on a CPU only (waiting for one on
+    // a busy machine adds none); 5 ms is for the exit's own work.
     let exit = run
         .samples()
         .into_iter()

@@ -590,16 +590,28 @@ fn signals_to_montrace_escalate() {
     );
     let run = tests::launch_montrace(&["--no-report"], &["sh", "-c", &script]).during(|montrace| {
         tests::wait_for_file(&started);
+        // montrace blocks SIGTERM and reads it from a signalfd: a SIGTERM sent while the one
+        // before is still pending is merged with it by the kernel (standard signals do not
+        // queue). So each is sent once montrace has read the one before (it has left the
+        // process's shared pending set), not merely 300 ms later, which a busy machine need
+        // not give montrace a CPU in.
         let send = |n: u32| {
             // SAFETY: plain syscall on the montrace this test started.
             unsafe { libc::kill(montrace as libc::pid_t, libc::SIGTERM) };
             eprintln!("SIGTERM {n} sent");
+            let deadline = Instant::now() + TIMEOUT;
+            while sigterm_pending(montrace) {
+                assert!(Instant::now() < deadline, "montrace never read SIGTERM {n}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
             std::thread::sleep(Duration::from_millis(300));
         };
         send(1);
         send(2);
         send(3);
     });
+    // An upper bound, not a race: without the third signal's SIGKILL the tree, which ignores
+    // SIGTERM, runs until the harness's 60 s.
     assert!(run.wall < Duration::from_secs(20), "{run:?}");
     assert_eq!(
         run.code(),
@@ -662,4 +674,17 @@ fn bad_durations_are_usage_errors_not_panics() {
         assert_eq!(run.code(), 2, "--interval {bad}: {run:?}");
         assert!(!run.stderr.contains("panicked"), "{run:?}");
     }
+}
+
+/// Whether a SIGTERM to `pid` is pending, not yet taken by any of its threads (the process's
+/// shared pending set, `ShdPnd` in /proc/PID/status); false once the process is gone.
+fn sigterm_pending(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("ShdPnd:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0)
 }

@@ -114,6 +114,7 @@ fn every_task_of_an_array_and_of_each_step_is_an_exact_run_labelled_with_its_job
         script,
     );
     assert_eq!(done.code(), 0, "{done:?}\n{}", cluster.logs());
+    // An upper bound, not a race: a step that waited for its daemon would take its 300 s.
     assert!(
         started.elapsed() < std::time::Duration::from_secs(150),
         "the daemon's step waited for it: {:?}",

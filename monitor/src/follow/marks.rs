@@ -1065,6 +1065,8 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         let asked = Instant::now();
         let marks = receiver.finish(Duration::from_millis(300));
+        // An upper bound, not a race: finish gives the thread 300 ms; a reader held by the
+        // close would wait the descriptor's 5 s of linger.
         assert!(
             asked.elapsed() < Duration::from_secs(2),
             "the reader waited {:?} for the mark thread",

@@ -1277,10 +1277,23 @@ mod tests {
             boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64,
         };
         let start = crate::sampling::procstat::proc_start_boot_ns(own).unwrap();
+        // 50 ms of this thread's own CPU time, not of wall time: beside the other unit tests
+        // on a busy machine, 50 ms of wall time can hold less than the clock tick (10 ms) that
+        // /proc's CPU figures move by. The kernel's thread CPU clock only grows while the thread
+        // is on a CPU, so the process's figure grows by at least the 50 ms (five ticks).
+        let thread_cpu_ns = || {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes into the timespec we own; the clock id is valid.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+            t.tv_sec * 1_000_000_000 + t.tv_nsec
+        };
         let burn = || {
-            let until = std::time::Instant::now() + Duration::from_millis(50);
+            let until = thread_cpu_ns() + 50_000_000;
             let mut x = 0u64;
-            while std::time::Instant::now() < until {
+            while thread_cpu_ns() < until {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
             }
         };
@@ -1331,6 +1344,7 @@ mod tests {
                 (user[1] - first.0, system[1] - first.1),
                 "handed over: {handed_over}"
             );
+            // Guarantee: the burn added 50 ms of CPU (five ticks) between the two sweeps.
             assert!(t.unfinished_cpu_user_ns + t.unfinished_cpu_system_ns > 0);
         }
     }

@@ -273,6 +273,81 @@ fn a_run_whose_agent_stops_finishes_with_what_it_has_and_says_so() {
     );
 }
 
+/// SIGCONT to the agent when dropped: a test that stops the agent never leaves it stopped
+/// (its own drop's SIGTERM would then wait for ever).
+struct Resumes(u32);
+
+impl Drop for Resumes {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) of the test's own agent.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGCONT) };
+    }
+}
+
+/// The summary's `lost events` figure.
+fn summary_lost(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("lost events"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no lost events line: {stderr}"))
+}
+
+/// `montrace run` as root through the agent at `socket`, with `AGENT` the agent's pid in the
+/// command's environment.
+fn root_run(agent: &Agent, out: &Path, script: &str) -> Finished {
+    let mut cmd = Command::new(montrace_bin());
+    cmd.env("MONTRACE_AGENT_SOCKET", &agent.socket)
+        .env("AGENT", agent.pid().to_string())
+        .args(["run", "--no-report", "--out"])
+        .arg(out)
+        .args(["--", "sh", "-c", script]);
+    run_with_timeout(&mut cmd, run_timeout())
+}
+
+/// The agent's ring overflows during a run: the command stops the agent (SIGSTOP: nothing reads
+/// its 64 KiB ring) and forks 1,000 processes (1.1 MB of records) before it continues it. The
+/// run hears of the losses at its end and records them where a standalone run records its own
+/// ring's (run.json's `lost_events`, the summary's warning); a quiet run through the same agent
+/// afterwards hears of none of them.
+#[test]
+fn a_run_through_the_agent_hears_of_the_events_its_ring_lost() {
+    let agent = Agent::start_with(&["--ring-buffer-size", "64KiB"]);
+    let _resumes = Resumes(agent.pid());
+    let tmp = tempfile::tempdir().unwrap();
+    let stormy = tmp.path().join("storm");
+    let script = "trap 'kill -CONT $AGENT' EXIT; kill -STOP $AGENT; \
+                  i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done";
+    let run = root_run(&agent, &stormy, script);
+    // SAFETY: plain kill(2) of the test's own agent (the command continued it already).
+    unsafe { libc::kill(agent.pid() as libc::pid_t, libc::SIGCONT) };
+    assert_eq!(run.code(), 0, "{run:?}");
+    let info = read_json(&stormy.join("run.json")).unwrap();
+    assert_ne!(info["tracking_mode"], "polling", "{info}");
+    let lost = info["lost_events"]["ringbuf_full"].as_u64().unwrap();
+    assert!(
+        lost > 0,
+        "the stopped agent's ring lost nothing? {info}\n{run:?}"
+    );
+    let total = lost + info["lost_events"]["track_map_full"].as_u64().unwrap();
+    assert_eq!(summary_lost(&run.stderr), total, "{run:?}");
+    assert!(run.stderr.contains("figures are incomplete"), "{run:?}");
+    assert!(
+        !run.stderr.contains("did not say how many events"),
+        "the agent answered the run's end: {run:?}"
+    );
+    // A run after the storm: none of its losses are this run's.
+    let quiet = tmp.path().join("quiet");
+    let run = root_run(&agent, &quiet, "/bin/true; /bin/true");
+    assert_eq!(run.code(), 0, "{run:?}");
+    let info = read_json(&quiet.join("run.json")).unwrap();
+    assert_eq!(info["lost_events"]["ringbuf_full"], 0, "{info}");
+    assert_eq!(info["lost_events"]["track_map_full"], 0, "{info}");
+    assert_eq!(summary_lost(&run.stderr), 0, "{run:?}");
+    assert!(!run.stderr.contains("figures are incomplete"), "{run:?}");
+    assert_eq!(read_processes(&quiet).len(), 3, "{run:?}");
+}
+
 /// A client that asks for a busy tree and never reads what comes: it is cut off once its queue
 /// is full (its connection closed), and another user's run beside it stays exact.
 const NON_READER: &str = r#"

@@ -7,6 +7,9 @@
 //! client has a bounded outbox (`--client-buffer` bytes): one that does not read, so that its
 //! outbox fills or a write waits [`WRITE_WAIT`], is cut (its tree untracked),
 //! and the others go on. A request is one line of at most 4 KiB, read within [`REQUEST_WAIT`].
+//! A client that ends (protocol 2: its writing half shut) is answered at once: the ring drained,
+//! then its end frame, every loss the ring's counters took while it was followed (a loss names
+//! no tree: every client followed then hears of it; `protocol::LossLedger`).
 //!
 //! Who may follow what: the client's uid comes from `SO_PEERCRED`, never from the request. root
 //! may follow any process; another user only a process of their own whose image is not set-uid
@@ -40,7 +43,7 @@ use tokio::{
 };
 
 use crate::{
-    follow::agent::{self as protocol, ClientId, Reply, Routes},
+    follow::agent::{self as protocol, ClientId, LossLedger, Reply, Routes},
     kernel::{
         ebpf::{KernelBtf, Load, Probes, TracepointChoice},
         privilege,
@@ -234,6 +237,9 @@ fn bind(path: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> {
 struct Outbox {
     bytes: Vec<u8>,
     wake: Rc<Notify>,
+    /// The client's end was answered (its end frame is in `bytes`): nothing more goes to it,
+    /// and its writer closes the connection once `bytes` is written.
+    closing: bool,
 }
 
 /// What the loop and the clients' tasks share (one thread: a RefCell, never held across an await).
@@ -253,8 +259,13 @@ struct Shared {
     /// History answers under way, by uid.
     answering: HashMap<u32, usize>,
     /// Told when a client starts being followed: the loop then starts its drain timer (its
-    /// branch's condition is looked at only when the loop comes round).
+    /// branch's condition is looked at only when the loop comes round); and when a client ends:
+    /// the loop then drains the ring at once and answers it.
     following: Rc<Notify>,
+    /// Which client hears of which of the ring's losses.
+    ledger: LossLedger,
+    /// Clients that said their tree is done (protocol 2), to be answered at the next drain.
+    ending: Vec<ClientId>,
 }
 
 impl Shared {
@@ -266,6 +277,29 @@ impl Shared {
         }
         for pid in self.routes.remove_client(client) {
             self.probes.untrack(pid);
+        }
+        self.ledger.forget(client);
+        self.ending.retain(|c| *c != client);
+    }
+
+    /// Answers the clients that ended (the ring drained): to each, what the ring lost while it
+    /// was followed (the counters read once for all), then nothing more. A client whose losses
+    /// are not known (the counters unreadable) gets no end frame, and says so.
+    fn answer_ending(&mut self) {
+        if self.ending.is_empty() {
+            return;
+        }
+        let now = self.probes.lost().ok();
+        for client in std::mem::take(&mut self.ending) {
+            let lost = self.ledger.leave(client, now);
+            let Some(outbox) = self.clients.get_mut(&client) else {
+                continue;
+            };
+            if let Some(lost) = lost {
+                protocol::frame_end(&protocol::FollowEnd { lost }, &mut outbox.bytes);
+            }
+            outbox.closing = true;
+            outbox.wake.notify_one();
         }
     }
 }
@@ -295,6 +329,8 @@ async fn serve(
         writing: false,
         answering: HashMap::new(),
         following: Rc::new(Notify::new()),
+        ledger: LossLedger::default(),
+        ending: Vec::new(),
     }));
     let following = Rc::clone(&shared.borrow().following);
     let mut history_tick = tokio::time::interval(HISTORY_TICK);
@@ -340,7 +376,11 @@ async fn serve(
                 drain(guard.get_inner_mut(), &shared);
                 guard.clear_ready();
             }
-            () = following.notified() => {}
+            () = following.notified() => {
+                if !shared.borrow().ending.is_empty() {
+                    drain(ring.get_mut(), &shared);
+                }
+            }
             _ = drain_tick.tick(), if !shared.borrow().clients.is_empty() => {
                 drain(ring.get_mut(), &shared);
             }
@@ -435,7 +475,7 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<
         let Some(owner) = shared.routes.route(&record) else {
             continue;
         };
-        let Some(outbox) = shared.clients.get_mut(&owner) else {
+        let Some(outbox) = shared.clients.get_mut(&owner).filter(|o| !o.closing) else {
             continue;
         };
         protocol::frame(&record, &mut outbox.bytes);
@@ -444,6 +484,7 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<
             shared.cut(owner);
         }
     }
+    shared.answer_ending();
 }
 
 async fn refuse(mut stream: UnixStream, why: &str) {
@@ -502,9 +543,13 @@ async fn client(
             let outbox = Outbox {
                 bytes: Vec::new(),
                 wake: Rc::clone(&wake),
+                closing: false,
             };
             s.clients.insert(id, outbox);
             s.following.notify_one();
+            // Its losses count from here: the counters read before its tree is tracked.
+            let lost = s.probes.lost().ok();
+            s.ledger.join(id, lost);
             s.probes.track(pid).map_err(|e| format!("{e:#}"))
         })
     };
@@ -512,33 +557,59 @@ async fn client(
         shared.borrow_mut().cut(id);
         return refuse(stream, &why).await;
     }
+    stream_records(stream, id, request.version, &wake, &shared).await;
+    shared.borrow_mut().cut(id);
+}
+
+/// Writes a followed client's records as they come, until it closes the connection, is cut,
+/// or (protocol 2) ends: its writing half shut, it is answered with its end frame at the next
+/// drain ([`Shared::answer_ending`]), and the connection closed once that is written.
+async fn stream_records(
+    mut stream: UnixStream,
+    id: ClientId,
+    version: u32,
+    wake: &Notify,
+    shared: &Rc<RefCell<Shared>>,
+) {
     let reply = Reply::accepted(shared.borrow().mode);
     let (mut reading, mut writing) = stream.split();
-    if answer(&mut writing, &reply).await {
-        let mut ignored = [0u8; 512];
-        loop {
-            tokio::select! {
-                _ = wake.notified() => {
-                    // Everything waiting, in one write; no outbox: this client was cut.
-                    let batch = match shared.borrow_mut().clients.get_mut(&id) {
-                        Some(outbox) => std::mem::take(&mut outbox.bytes),
-                        None => break,
-                    };
-                    if batch.is_empty() {
-                        continue;
-                    }
+    if !answer(&mut writing, &reply).await {
+        return;
+    }
+    let mut ignored = [0u8; 512];
+    let mut ending = false;
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {
+                // Everything waiting, in one write; no outbox: this client was cut.
+                let (batch, closing) = match shared.borrow_mut().clients.get_mut(&id) {
+                    Some(outbox) => (std::mem::take(&mut outbox.bytes), outbox.closing),
+                    None => break,
+                };
+                if !batch.is_empty() {
                     let written = tokio::time::timeout(WRITE_WAIT, writing.write_all(&batch)).await;
                     if !matches!(written, Ok(Ok(()))) {
                         break;
                     }
                 }
-                // The client sends nothing after its request: a read that ends is its close
-                // (or a misbehaving client), and the end of its part either way.
-                _ = reading.read(&mut ignored) => break,
+                if closing {
+                    break;
+                }
+            }
+            // The client sends nothing after its request. Protocol 2: its writing half shut is
+            // its end (answered at the next drain); anything else that ends the read (its
+            // close, or a misbehaving client) ends its part.
+            read = reading.read(&mut ignored), if !ending => {
+                if !(matches!(read, Ok(0)) && version >= 2) {
+                    break;
+                }
+                ending = true;
+                let mut s = shared.borrow_mut();
+                s.ending.push(id);
+                s.following.notify_one();
             }
         }
     }
-    shared.borrow_mut().cut(id);
 }
 
 /// A history question: read and filtered on a thread of the blocking pool (the event loop goes

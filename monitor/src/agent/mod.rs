@@ -27,7 +27,7 @@ pub mod history;
 
 use std::{
     cell::RefCell,
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     io,
     os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
@@ -553,12 +553,170 @@ async fn client(
             s.probes.track(pid).map_err(|e| format!("{e:#}"))
         })
     };
-    if let Err(why) = accepted {
-        shared.borrow_mut().cut(id);
-        return refuse(stream, &why).await;
-    }
-    stream_records(stream, id, request.version, &wake, &shared).await;
+    let skipped = match accepted {
+        Ok(()) if request.tree => follow_existing(id, pid, cred.uid(), &shared).await,
+        Ok(()) => 0,
+        Err(why) => {
+            shared.borrow_mut().cut(id);
+            return refuse(stream, &why).await;
+        }
+    };
+    stream_records(stream, id, request.version, skipped, &wake, &shared).await;
     shared.borrow_mut().cut(id);
+}
+
+/// How many times a `tree` request's descendants are looked for in /proc at most: each look
+/// finds those forked by processes not yet tracked during the one before; a tree that still
+/// has new ones after this many is followed as far as it was found (its tracked processes'
+/// forks are followed by the kernel from then on).
+const MAX_TREE_LOOKS: usize = 32;
+
+/// A `tree` request (`attach`): `root` is followed already; its descendants alive now are
+/// followed too, each the client may follow (`may_follow`'s rule, less the child rule: they are
+/// the tree of a process the client may follow) routed to it and tracked; one it may not is
+/// left out with its own descendants. Looks again until a look finds nobody new, as a
+/// standalone attach does. How many were left out.
+async fn follow_existing(id: ClientId, root: u32, uid: u32, shared: &Rc<RefCell<Shared>>) -> u32 {
+    let mut followed = HashSet::from([root]);
+    let mut skipped = HashSet::new();
+    for _ in 0..MAX_TREE_LOOKS {
+        // Read on the blocking pool: a machine's /proc is thousands of files.
+        let Ok(parents) = tokio::task::spawn_blocking(read_parents).await else {
+            break;
+        };
+        let (new, left_out) = {
+            let mut s = shared.borrow_mut();
+            if !s.clients.contains_key(&id) {
+                break;
+            }
+            walk_tree(
+                root,
+                &parents,
+                &followed,
+                &skipped,
+                |pid| match may_follow_descendant(uid, pid) {
+                    Follow::Gone => None,
+                    Follow::No => Some(false),
+                    Follow::Yes => {
+                        Some(s.routes.add_root(id, pid).is_ok() && s.probes.track(pid).is_ok())
+                    }
+                },
+            )
+        };
+        skipped.extend(left_out);
+        if new.is_empty() {
+            break;
+        }
+        followed.extend(new);
+    }
+    skipped.len() as u32
+}
+
+/// Each process's parent, as /proc says now.
+fn read_parents() -> HashMap<u32, u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+            Some((pid, crate::sampling::procstat::parse(&stat)?.ppid))
+        })
+        .collect()
+}
+
+/// Whether a process of a tree the client follows may be followed for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Follow {
+    Yes,
+    No,
+    /// It ended before it could be checked.
+    Gone,
+}
+
+/// One look at `root`'s descendants in `parents` (pid → parent pid), parents before children
+/// (pure): a process in `followed` is walked through; one in `skipped`, or that `follow` says
+/// not to (Some(false)), is left out with its descendants; one `follow` finds gone (None) too,
+/// uncounted. The processes newly followed, and those newly left out.
+fn walk_tree(
+    root: u32,
+    parents: &HashMap<u32, u32>,
+    followed: &HashSet<u32>,
+    skipped: &HashSet<u32>,
+    mut follow: impl FnMut(u32) -> Option<bool>,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (&pid, &parent) in parents {
+        if pid != parent {
+            children.entry(parent).or_default().push(pid);
+        }
+    }
+    let (mut new, mut left_out) = (Vec::new(), Vec::new());
+    let mut walk = vec![root];
+    while let Some(parent) = walk.pop() {
+        let mut kids = children.remove(&parent).unwrap_or_default();
+        kids.sort_unstable();
+        for pid in kids {
+            if skipped.contains(&pid) {
+                continue;
+            }
+            if followed.contains(&pid) {
+                walk.push(pid);
+                continue;
+            }
+            match follow(pid) {
+                Some(true) => {
+                    new.push(pid);
+                    walk.push(pid);
+                }
+                Some(false) => left_out.push(pid),
+                None => {}
+            }
+        }
+    }
+    (new, left_out)
+}
+
+/// [`may_follow`] for a descendant of a followed root: root's clients may follow any; another
+/// user only a process all of whose uids are theirs and whose /proc directory is theirs (not a
+/// set-uid or otherwise non-dumpable image), checked through a pidfd.
+fn may_follow_descendant(uid: u32, pid: u32) -> Follow {
+    let Ok(pidfd) = crate::follow::pidfd::pidfd_open(pid) else {
+        return Follow::Gone;
+    };
+    if uid != 0 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+        let facts = status.as_deref().and_then(ProcessFacts::parse);
+        let owner = std::fs::metadata(format!("/proc/{pid}"))
+            .ok()
+            .map(|m| m.uid());
+        let (Some(facts), Some(owner)) = (facts, owner) else {
+            return Follow::Gone;
+        };
+        // Ptrace scope 0: the child rule is the root's, checked at the request.
+        if decide(uid, None, &facts, owner, 0).is_err() {
+            return Follow::No;
+        }
+    }
+    if exited(&pidfd) {
+        Follow::Gone
+    } else {
+        Follow::Yes
+    }
+}
+
+/// Whether the process of `pidfd` has exited (a pidfd is readable then; asking needs no
+/// permission).
+fn exited(pidfd: &std::os::fd::OwnedFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(pidfd),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut poll, 1, 0) != 0 }
 }
 
 /// Writes a followed client's records as they come, until it closes the connection, is cut,
@@ -568,10 +726,14 @@ async fn stream_records(
     mut stream: UnixStream,
     id: ClientId,
     version: u32,
+    skipped: u32,
     wake: &Notify,
     shared: &Rc<RefCell<Shared>>,
 ) {
-    let reply = Reply::accepted(shared.borrow().mode);
+    let reply = Reply {
+        skipped,
+        ..Reply::accepted(shared.borrow().mode)
+    };
     let (mut reading, mut writing) = stream.split();
     if !answer(&mut writing, &reply).await {
         return;
@@ -753,14 +915,7 @@ fn may_follow(uid: u32, client_pid: Option<u32>, pid: u32) -> Result<(), String>
     // The pidfd still names a live process: what /proc said was about it, not a reused pid. (A
     // pidfd is readable once its process exited; asking needs no permission, where a signal 0
     // to another user's process would.)
-    let mut poll = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
-    if ready != 0 {
+    if exited(&pidfd) {
         return Err(format!("pid {pid} exited while it was checked"));
     }
     Ok(())
@@ -856,6 +1011,60 @@ mod tests {
             })
         );
         assert_eq!(ProcessFacts::parse("PPid:\t1\nUid:\t1 2\n"), None);
+    }
+
+    #[test]
+    fn a_trees_descendants_are_followed_parents_first_and_a_refused_one_keeps_its_own_out() {
+        // 10 ─┬─ 11 ─── 14
+        //     ├─ 12 ─── 15 ─── 16     (12: another user's)
+        //     └─ 13                   (13: gone before its check)
+        // 20 ─── 21                   (another tree)
+        let parents: HashMap<u32, u32> = [
+            (1, 0),
+            (10, 1),
+            (11, 10),
+            (12, 10),
+            (13, 10),
+            (14, 11),
+            (15, 12),
+            (16, 15),
+            (20, 1),
+            (21, 20),
+        ]
+        .into();
+        let mut asked = Vec::new();
+        let (new, left_out) =
+            walk_tree(10, &parents, &HashSet::from([10]), &HashSet::new(), |pid| {
+                asked.push(pid);
+                match pid {
+                    12 => Some(false),
+                    13 => None,
+                    _ => Some(true),
+                }
+            });
+        assert_eq!(new, vec![11, 14]);
+        assert_eq!(left_out, vec![12]);
+        // Never asked about what is below a refused process, nor about another tree.
+        asked.sort_unstable();
+        assert_eq!(asked, vec![11, 12, 13, 14]);
+        // The next look: those followed are walked through unasked, the refused stay out, and
+        // only what is new is asked about.
+        let mut parents = parents;
+        parents.remove(&13);
+        parents.insert(17, 14);
+        let mut asked = Vec::new();
+        let (new, left_out) = walk_tree(
+            10,
+            &parents,
+            &HashSet::from([10, 11, 14]),
+            &HashSet::from([12]),
+            |pid| {
+                asked.push(pid);
+                Some(true)
+            },
+        );
+        assert_eq!((new, left_out), (vec![17], vec![]));
+        assert_eq!(asked, vec![17]);
     }
 
     #[test]

@@ -69,6 +69,10 @@ pub struct Request {
     /// None: a greeting (`montrace doctor`), answered with the agent's mode, nothing followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow: Option<u32>,
+    /// With `follow` (protocol 2, `montrace attach`): the process's descendants alive now are
+    /// followed too, each that the client may follow ([`Reply::skipped`]: those it may not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tree: bool,
     /// A question to the flight recorder (`montrace history`); never with `follow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<HistoryRequest>,
@@ -115,6 +119,14 @@ pub struct Reply {
     /// Why not (without `ok`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A `tree` request: the descendants alive at the request that are not followed (another
+    /// user's, a set-uid image's, or another run's), with their own descendants.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Reply {
@@ -124,6 +136,7 @@ impl Reply {
             ok: true,
             mode: Some(mode),
             error: None,
+            skipped: 0,
         }
     }
 
@@ -132,6 +145,7 @@ impl Reply {
             ok: false,
             mode: None,
             error: Some(why.into()),
+            skipped: 0,
         }
     }
 }
@@ -155,6 +169,9 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     }
     if request.follow.is_some() && request.history.is_some() {
         return Err("one request asks one thing: follow or history, not both".into());
+    }
+    if request.tree && (request.follow.is_none() || request.version < 2) {
+        return Err("`tree` goes with `follow`, in protocol 2".into());
     }
     Ok(request)
 }
@@ -498,6 +515,8 @@ pub struct Connection {
 pub struct Stream {
     pub stream: UnixStream,
     pub mode: TrackingMode,
+    /// A `tree` request's descendants that the agent does not follow ([`Reply::skipped`]).
+    pub skipped: u32,
     /// Bytes read but not yet a whole frame.
     pending: Vec<u8>,
     /// The agent's end frame, once it came.
@@ -506,6 +525,8 @@ pub struct Stream {
 
 /// How long a client waits for the agent's answer.
 const REPLY_WAIT: Duration = Duration::from_secs(5);
+/// How long a client waits for the answer to a `tree` request.
+const TREE_REPLY_WAIT: Duration = Duration::from_secs(30);
 
 impl Connection {
     /// Whether an agent listens at `path` (a connection made and closed).
@@ -516,15 +537,25 @@ impl Connection {
         })
     }
 
-    /// Asks the agent to follow `pid`'s tree; the stream of its records when the agent agreed.
+    /// Asks the agent to follow `pid`'s tree from now (`run`: its held child); the stream of its
+    /// records when the agent agreed.
     pub fn follow(self, pid: u32) -> anyhow::Result<Stream> {
+        self.ask(pid, false)
+    }
+
+    /// As [`Connection::follow`], with the descendants `pid` has now (`attach`).
+    pub fn follow_tree(self, pid: u32) -> anyhow::Result<Stream> {
+        self.ask(pid, true)
+    }
+
+    fn ask(self, pid: u32, tree: bool) -> anyhow::Result<Stream> {
         let mut stream = UnixStream::connect(&self.path).map_err(|e| {
             anyhow::anyhow!(
                 "cannot reach the montrace agent at {}: {e}",
                 self.path.display()
             )
         })?;
-        let (reply, rest) = exchange(&mut stream, Some(pid))?;
+        let (reply, rest) = exchange(&mut stream, Some(pid), tree)?;
         let reply: Reply = serde_json::from_slice(reply.trim_ascii_end()).map_err(|e| {
             anyhow::anyhow!(
                 "the montrace agent at {} answered something else ({e})",
@@ -543,6 +574,7 @@ impl Connection {
         Ok(Stream {
             stream,
             mode: reply.mode.unwrap_or(TrackingMode::TpBtf),
+            skipped: reply.skipped,
             pending: rest,
             end: None,
         })
@@ -552,7 +584,7 @@ impl Connection {
 /// How the agent at `path` follows trees (its programs' mode), asking nothing else: what
 /// `montrace doctor` says of it.
 pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
-    let (reply, _) = exchange(&mut UnixStream::connect(path)?, None)?;
+    let (reply, _) = exchange(&mut UnixStream::connect(path)?, None, false)?;
     let reply: Reply = serde_json::from_slice(reply.trim_ascii_end())
         .map_err(|e| anyhow::anyhow!("it answered something else ({e})"))?;
     match (reply.ok, reply.mode) {
@@ -561,17 +593,26 @@ pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
     }
 }
 
-/// Sends the one request (`follow`) and reads the answer's line, waiting at most
-/// [`REPLY_WAIT`]: the line, and what came after it (records already sent).
-fn exchange(stream: &mut UnixStream, follow: Option<u32>) -> io::Result<(Vec<u8>, Vec<u8>)> {
+/// Sends the one request (`follow`, `tree`) and reads the answer's line, waiting at most
+/// [`REPLY_WAIT`] ([`TREE_REPLY_WAIT`] for a tree: the agent looks through /proc first): the
+/// line, and what came after it (records already sent).
+fn exchange(
+    stream: &mut UnixStream,
+    follow: Option<u32>,
+    tree: bool,
+) -> io::Result<(Vec<u8>, Vec<u8>)> {
     send_request(
         stream,
         &Request {
             version: PROTOCOL_VERSION,
             follow,
+            tree,
             history: None,
         },
     )?;
+    if tree {
+        stream.set_read_timeout(Some(TREE_REPLY_WAIT))?;
+    }
     let mut reply = Vec::new();
     let mut reader = io::BufReader::new((&*stream).take(MAX_REQUEST_BYTES as u64));
     reader.read_until(b'\n', &mut reply)?;
@@ -608,6 +649,7 @@ pub fn history(
         &Request {
             version: PROTOCOL_VERSION,
             follow: None,
+            tree: false,
             history: Some(request),
         },
     )?;
@@ -930,6 +972,7 @@ mod tests {
         let mut stream = Stream {
             stream: ours,
             mode: TrackingMode::TpBtf,
+            skipped: 0,
             pending: Vec::new(),
             end: None,
         };
@@ -1031,6 +1074,7 @@ mod tests {
             Ok(Request {
                 version: 1,
                 follow: Some(42),
+                tree: false,
                 history: None,
             })
         );
@@ -1039,6 +1083,7 @@ mod tests {
             Ok(Request {
                 version: 1,
                 follow: None,
+                tree: false,
                 history: None,
             })
         );
@@ -1051,6 +1096,14 @@ mod tests {
             .unwrap_err()
             .contains("protocol version 3"));
         assert!(parse_request(br#"{"version":0,"follow":42}"#).is_err());
+        // An attach's tree: with `follow`, in protocol 2 only.
+        assert!(
+            parse_request(br#"{"version":2,"follow":42,"tree":true}"#)
+                .unwrap()
+                .tree
+        );
+        assert!(parse_request(br#"{"version":1,"follow":42,"tree":true}"#).is_err());
+        assert!(parse_request(br#"{"version":2,"tree":true}"#).is_err());
         assert!(parse_request(br#"{"version":1,"follow":0}"#).is_err());
         assert!(parse_request(br#"{"version":1,"follow":1,"uid":0}"#).is_err());
         assert!(parse_request(b"garbage").is_err());

@@ -4,6 +4,12 @@
 //!
 //! For a process that was already running, the exit figures count the threads that exit while
 //! montrace watches; threads that ended before the attach are in its /proc samples only.
+//!
+//! Where a resident agent answers (`montrace agent`, found as `run` finds it), the agent follows
+//! the tree instead, with no privilege here: it checks the process as it checks `run`'s (through
+//! a pidfd; for an ordinary user, a process of their own they could ptrace) and tracks it with
+//! the descendants it has now that the user may follow; this process seeds the tree from /proc
+//! as it does with programs of its own.
 use std::{ffi::OsString, path::Path};
 
 use anyhow::Context as _;
@@ -53,14 +59,20 @@ pub fn attach(args: AttachArgs) -> Exit {
     // Before any thread exists (the BTF preload and NVML start some): montrace receives the
     // forwarded signals through a signalfd.
     launch::block_forwarded_signals().context("blocking signals")?;
-    let offsets = ebpf_offsets(pid);
+    let agent = run::find_agent()?;
+    let offsets = if agent.is_some() {
+        None
+    } else {
+        ebpf_offsets(pid)
+    };
     let name = OsString::from(format!("attach-{}", comm.trim()));
     let out_dir = match run::create_out_dir(args.record.out.as_deref(), &name, started.1) {
         Ok(dir) => dir,
         Err(err @ run::OutDirError::NotEmpty(_)) => return Err(CommandError::usage(err)),
         Err(run::OutDirError::Other(err)) => return Err(err.into()),
     };
-    let result = follow_attached(&args, &target, offsets.as_ref(), &out_dir, started);
+    let feed = (offsets.as_ref(), agent);
+    let result = follow_attached(&args, &target, feed, &out_dir, started);
     if result.is_err() && run::dir_is_empty(&out_dir) {
         let _ = crate::store::userfs::remove_dir(&out_dir);
     }
@@ -271,12 +283,89 @@ fn find_tree(
     }
 }
 
-/// The recording of an attach: the programs loaded, the tree found and checked once more, then
-/// followed by a [`Session`]; summary.json holds it as one repetition.
+/// Where an attach's kernel events come from.
+enum Feed {
+    /// Its own programs' ring.
+    Ring(aya::maps::RingBuf<aya::maps::MapData>),
+    /// The agent's stream of the tree's records.
+    Agent(crate::follow::agent::Stream),
+    /// None: the poller that found the tree follows it.
+    Polling,
+}
+
+impl Feed {
+    /// The programs loaded here (`offsets`), or the agent asked to follow the tree of `pid`
+    /// (before the tree is looked for in /proc: what forks from then on is in its stream).
+    fn open(
+        args: &AttachArgs,
+        (offsets, agent): (
+            Option<&crate::kernel::ebpf::KernelBtf>,
+            Option<crate::follow::agent::Connection>,
+        ),
+    ) -> anyhow::Result<(Option<Probes>, Feed)> {
+        let (mut probes, events) = load_probes(args, offsets)?;
+        if let Some(agent) = agent {
+            let stream = agent.follow_tree(args.pid)?;
+            if stream.skipped > 0 {
+                crate::say!(
+                    "montrace: warning: the montrace agent does not follow {} processes of the \
+                     tree (and their descendants): they are not yours, or their image is \
+                     set-uid; they are sampled from /proc only",
+                    stream.skipped
+                );
+            }
+            return Ok((None, Feed::Agent(stream)));
+        }
+        if let Some(probes) = &mut probes {
+            probes.free_loader();
+        }
+        let feed = match events {
+            Some(events) => Feed::Ring(events.into_ring()?),
+            None => Feed::Polling,
+        };
+        Ok((probes, feed))
+    }
+
+    /// The events reported so far, decoded.
+    fn reported(&mut self) -> anyhow::Result<Vec<KernelEvent>> {
+        let page_size = host::page_size();
+        let mut reported = Vec::new();
+        match self {
+            Feed::Ring(ring) => {
+                while let Some(item) = ring.next() {
+                    reported.push(decode::decode(&item, page_size)?);
+                }
+            }
+            Feed::Agent(stream) => {
+                let mut records = Vec::new();
+                stream.take_in(|record| records.push(record.to_vec()))?;
+                for record in &records {
+                    reported.push(decode::decode(record, page_size)?);
+                }
+            }
+            Feed::Polling => {}
+        }
+        Ok(reported)
+    }
+
+    fn into_source(self, poller: Poller) -> Source {
+        match self {
+            Feed::Ring(ring) => Source::Ebpf(crate::kernel::ebpf::Events::Mapped(ring)),
+            Feed::Agent(stream) => Source::Agent(stream),
+            Feed::Polling => Source::Polling(poller),
+        }
+    }
+}
+
+/// The recording of an attach: the programs loaded (or the agent asked), the tree found and
+/// checked once more, then followed by a [`Session`]; summary.json holds it as one repetition.
 fn follow_attached(
     args: &AttachArgs,
     target: &Target,
-    offsets: Option<&crate::kernel::ebpf::KernelBtf>,
+    feed: (
+        Option<&crate::kernel::ebpf::KernelBtf>,
+        Option<crate::follow::agent::Connection>,
+    ),
     out_dir: &Path,
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
@@ -287,13 +376,7 @@ fn follow_attached(
         args.record.stream.as_deref(),
         args.record.stream_fd,
     )?;
-    let (mut probes, events) = load_probes(args, offsets)?;
-    if let Some(probes) = &mut probes {
-        probes.free_loader();
-    }
-    let mut ring = events
-        .map(crate::kernel::ebpf::Events::into_ring)
-        .transpose()?;
+    let (mut probes, mut feed) = Feed::open(args, feed)?;
     let mut poller = Poller::new();
     let existing = find_tree(pid, &mut poller, probes.as_mut())?;
     // Tracked now: the process that was checked must still be the one under this pid (and still
@@ -320,12 +403,7 @@ fn follow_attached(
     // What the kernel reported while the tree was being scanned: the forks of tracked processes
     // among it. A child forked then is in those events from its birth, and was often found in
     // /proc too: it is recorded once, from the kernel's events.
-    let mut reported = Vec::new();
-    if let Some(ring) = &mut ring {
-        while let Some(item) = ring.next() {
-            reported.push(decode::decode(&item, host::page_size())?);
-        }
-    }
+    let reported = feed.reported()?;
     let recorder = session.recorder();
     for event in &seen_only_in_proc(existing, &reported) {
         recorder.on_event(event);
@@ -340,10 +418,7 @@ fn follow_attached(
     // environment, so the socket is where the user asked (or said on stderr).
     let marks = bind_marks(args);
     // Without eBPF the poller that found the tree goes on following it.
-    let source = match ring {
-        Some(ring) => Source::Ebpf(crate::kernel::ebpf::Events::Mapped(ring)),
-        None => Source::Polling(poller),
-    };
+    let source = feed.into_source(poller);
     let info = session.follow(source, marks)?.finish(
         &gpu,
         stream.as_mut(),

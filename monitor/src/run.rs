@@ -400,7 +400,7 @@ impl EbpfOffsets {
 /// The resident agent to follow the tree with: the one `MONTRACE_AGENT_SOCKET` names (not
 /// reaching it is an error), else one listening at the default socket when montrace may not load
 /// the programs itself (root and the granted binary load their own there).
-fn find_agent() -> anyhow::Result<Option<crate::follow::agent::Connection>> {
+pub(crate) fn find_agent() -> anyhow::Result<Option<crate::follow::agent::Connection>> {
     use crate::follow::agent;
     let Some((path, named)) = agent::socket_path() else {
         return Ok(None);

@@ -273,6 +273,188 @@ fn a_run_whose_agent_stops_finishes_with_what_it_has_and_says_so() {
     );
 }
 
+/// SIGCONT to the agent when dropped: a test that stops the agent never leaves it stopped
+/// (its own drop's SIGTERM would then wait for ever).
+struct Resumes(u32);
+
+impl Drop for Resumes {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) of the test's own agent.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGCONT) };
+    }
+}
+
+/// The summary's `lost events` figure.
+fn summary_lost(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("lost events"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no lost events line: {stderr}"))
+}
+
+/// `montrace run` as root through the agent at `socket`, with `AGENT` the agent's pid in the
+/// command's environment.
+fn root_run(agent: &Agent, out: &Path, script: &str) -> Finished {
+    let mut cmd = Command::new(montrace_bin());
+    cmd.env("MONTRACE_AGENT_SOCKET", &agent.socket)
+        .env("AGENT", agent.pid().to_string())
+        .args(["run", "--no-report", "--out"])
+        .arg(out)
+        .args(["--", "sh", "-c", script]);
+    run_with_timeout(&mut cmd, run_timeout())
+}
+
+/// The agent's ring overflows during a run: the command stops the agent (SIGSTOP: nothing reads
+/// its 64 KiB ring) and forks 1,000 processes (1.1 MB of records) before it continues it. The
+/// run hears of the losses at its end and records them where a standalone run records its own
+/// ring's (run.json's `lost_events`, the summary's warning); a quiet run through the same agent
+/// afterwards hears of none of them.
+#[test]
+fn a_run_through_the_agent_hears_of_the_events_its_ring_lost() {
+    let agent = Agent::start_with(&["--ring-buffer-size", "64KiB"]);
+    let _resumes = Resumes(agent.pid());
+    let tmp = tempfile::tempdir().unwrap();
+    let stormy = tmp.path().join("storm");
+    let script = "trap 'kill -CONT $AGENT' EXIT; kill -STOP $AGENT; \
+                  i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done";
+    let run = root_run(&agent, &stormy, script);
+    // SAFETY: plain kill(2) of the test's own agent (the command continued it already).
+    unsafe { libc::kill(agent.pid() as libc::pid_t, libc::SIGCONT) };
+    assert_eq!(run.code(), 0, "{run:?}");
+    let info = read_json(&stormy.join("run.json")).unwrap();
+    assert_ne!(info["tracking_mode"], "polling", "{info}");
+    let lost = info["lost_events"]["ringbuf_full"].as_u64().unwrap();
+    assert!(
+        lost > 0,
+        "the stopped agent's ring lost nothing? {info}\n{run:?}"
+    );
+    let total = lost + info["lost_events"]["track_map_full"].as_u64().unwrap();
+    assert_eq!(summary_lost(&run.stderr), total, "{run:?}");
+    assert!(run.stderr.contains("figures are incomplete"), "{run:?}");
+    assert!(
+        !run.stderr.contains("did not say how many events"),
+        "the agent answered the run's end: {run:?}"
+    );
+    // A run after the storm: none of its losses are this run's.
+    let quiet = tmp.path().join("quiet");
+    let run = root_run(&agent, &quiet, "/bin/true; /bin/true");
+    assert_eq!(run.code(), 0, "{run:?}");
+    let info = read_json(&quiet.join("run.json")).unwrap();
+    assert_eq!(info["lost_events"]["ringbuf_full"], 0, "{info}");
+    assert_eq!(info["lost_events"]["track_map_full"], 0, "{info}");
+    assert_eq!(summary_lost(&run.stderr), 0, "{run:?}");
+    assert!(!run.stderr.contains("figures are incomplete"), "{run:?}");
+    assert_eq!(read_processes(&quiet).len(), 3, "{run:?}");
+}
+
+/// Starts `owner`'s tree (a `sleep 60` started at once; once `go` exists in their home, 20
+/// `/bin/true`, then the sleep killed), attaches to it through the agent as `attacher` (None:
+/// root with the test's binary; else a user with their plain copy), and lets the tree go once
+/// the attach follows it (its mark socket is bound then, after the agent answered and the tree
+/// was found): what the attach ended with, and its run directory.
+fn attach_through(
+    agent: &Agent,
+    owner: &TestUser,
+    attacher: Option<(&TestUser, &Path)>,
+) -> (Finished, PathBuf) {
+    let (go, ready) = (owner.home.join("go"), owner.home.join("ready"));
+    let _ = std::fs::remove_file(&go);
+    let _ = std::fs::remove_file(&ready);
+    let script = format!(
+        "sleep 60 & : > {}; while [ ! -e {} ]; do sleep 0.05; done; \
+         i=0; while [ $i -lt 20 ]; do /bin/true; i=$((i+1)); done; kill $!; wait",
+        ready.display(),
+        go.display()
+    );
+    let mut tree = owner.command("sh");
+    tree.args(["-c", &script]).stdin(Stdio::null());
+    let mut tree = tree.spawn().unwrap();
+    // The sleep is forked before the attach: only the agent's look at the tree can follow it.
+    let deadline = Instant::now() + run_timeout();
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the tree never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tag = if attacher.is_some() { "user" } else { "root" };
+    let out = owner.home.join(format!("attach-{tag}"));
+    let marks = owner.home.join(format!("marks-{tag}.sock"));
+    let mut cmd = match attacher {
+        Some((user, bin)) => user.command(bin),
+        None => Command::new(montrace_bin()),
+    };
+    cmd.env("MONTRACE_AGENT_SOCKET", &agent.socket)
+        .args(["attach", "--no-report", "--mark-socket"])
+        .arg(&marks)
+        .arg("--out")
+        .arg(&out)
+        .arg(tree.id().to_string());
+    let attaching = std::thread::spawn(move || run_with_timeout(&mut cmd, run_timeout()));
+    let deadline = Instant::now() + run_timeout();
+    while !marks.exists() && !attaching.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&go, "").unwrap();
+    let attached = attaching.join().unwrap();
+    let _ = tree.kill();
+    tree.wait().unwrap();
+    (attached, out)
+}
+
+/// What an attach through the agent must have recorded: the 20 `/bin/true` forked after it,
+/// each once with exact exit figures, and the `sleep` alive at the attach, whose exit (SIGTERM)
+/// came from the agent: it followed the descendant it found, not only the process named.
+fn assert_attached_exactly(attached: &Finished, out: &Path) {
+    assert_eq!(attached.code(), 0, "{attached:?}");
+    let info = read_json(&out.join("run.json")).unwrap();
+    assert_ne!(info["tracking_mode"], "polling", "{info}");
+    assert_eq!(info["lost_events"]["ringbuf_full"], 0, "{info}");
+    let rows = read_processes(out);
+    let trues: Vec<_> = rows
+        .iter()
+        .filter(|p| p.has_filename("/bin/true"))
+        .collect();
+    assert_eq!(trues.len(), 20, "{attached:?}");
+    assert!(trues.iter().all(|p| p.cpu_ns() > 0), "{trues:#?}");
+    let sleeps: Vec<_> = rows
+        .iter()
+        .filter(|p| p.argv.as_deref() == Some(&["sleep".to_string(), "60".to_string()][..]))
+        .collect();
+    assert_eq!(sleeps.len(), 1, "{rows:#?}");
+    assert_eq!(
+        sleeps[0].exit_signal,
+        Some(libc::SIGTERM),
+        "{:#?}",
+        sleeps[0]
+    );
+}
+
+/// `montrace attach` through the agent, with no privilege on the attaching side: root's attach
+/// to a user's tree, and the user's own, with their plain copy of the binary (where Yama lets a
+/// user trace a process that is not their child; where it does not, the attach is refused, as a
+/// debugger's would be).
+#[test]
+fn attach_through_the_agent_follows_the_tree_it_finds_and_what_it_forks() {
+    let agent = Agent::start();
+    let user = TestUser::create("agw");
+    let (attached, out) = attach_through(&agent, &user, None);
+    assert_attached_exactly(&attached, &out);
+    let bin = plain_copy(&user);
+    let (attached, out) = attach_through(&agent, &user, Some((&user, &bin)));
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .map_or(0, |s| s.trim().parse::<u32>().unwrap());
+    if yama == 0 {
+        assert!(!attached.stderr.contains("no eBPF"), "{attached:?}");
+        assert_attached_exactly(&attached, &out);
+    } else {
+        assert_ne!(attached.code(), 0, "{attached:?}");
+        assert!(
+            attached.stderr.contains("would not let a debugger attach"),
+            "{attached:?}"
+        );
+    }
+}
+
 /// A client that asks for a busy tree and never reads what comes: it is cut off once its queue
 /// is full (its connection closed), and another user's run beside it stays exact.
 const NON_READER: &str = r#"

@@ -7,6 +7,9 @@
 //! client has a bounded outbox (`--client-buffer` bytes): one that does not read, so that its
 //! outbox fills or a write waits [`WRITE_WAIT`], is cut (its tree untracked),
 //! and the others go on. A request is one line of at most 4 KiB, read within [`REQUEST_WAIT`].
+//! A client that ends (protocol 2: its writing half shut) is answered at once: the ring drained,
+//! then its end frame, every loss the ring's counters took while it was followed (a loss names
+//! no tree: every client followed then hears of it; `protocol::LossLedger`).
 //!
 //! Who may follow what: the client's uid comes from `SO_PEERCRED`, never from the request. root
 //! may follow any process; another user only a process of their own whose image is not set-uid
@@ -24,7 +27,7 @@ pub mod history;
 
 use std::{
     cell::RefCell,
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     io,
     os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
@@ -40,7 +43,7 @@ use tokio::{
 };
 
 use crate::{
-    follow::agent::{self as protocol, ClientId, Reply, Routes},
+    follow::agent::{self as protocol, ClientId, LossLedger, Reply, Routes},
     kernel::{
         ebpf::{KernelBtf, Load, Probes, TracepointChoice},
         privilege,
@@ -234,6 +237,9 @@ fn bind(path: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> {
 struct Outbox {
     bytes: Vec<u8>,
     wake: Rc<Notify>,
+    /// The client's end was answered (its end frame is in `bytes`): nothing more goes to it,
+    /// and its writer closes the connection once `bytes` is written.
+    closing: bool,
 }
 
 /// What the loop and the clients' tasks share (one thread: a RefCell, never held across an await).
@@ -253,8 +259,13 @@ struct Shared {
     /// History answers under way, by uid.
     answering: HashMap<u32, usize>,
     /// Told when a client starts being followed: the loop then starts its drain timer (its
-    /// branch's condition is looked at only when the loop comes round).
+    /// branch's condition is looked at only when the loop comes round); and when a client ends:
+    /// the loop then drains the ring at once and answers it.
     following: Rc<Notify>,
+    /// Which client hears of which of the ring's losses.
+    ledger: LossLedger,
+    /// Clients that said their tree is done (protocol 2), to be answered at the next drain.
+    ending: Vec<ClientId>,
 }
 
 impl Shared {
@@ -266,6 +277,29 @@ impl Shared {
         }
         for pid in self.routes.remove_client(client) {
             self.probes.untrack(pid);
+        }
+        self.ledger.forget(client);
+        self.ending.retain(|c| *c != client);
+    }
+
+    /// Answers the clients that ended (the ring drained): to each, what the ring lost while it
+    /// was followed (the counters read once for all), then nothing more. A client whose losses
+    /// are not known (the counters unreadable) gets no end frame, and says so.
+    fn answer_ending(&mut self) {
+        if self.ending.is_empty() {
+            return;
+        }
+        let now = self.probes.lost().ok();
+        for client in std::mem::take(&mut self.ending) {
+            let lost = self.ledger.leave(client, now);
+            let Some(outbox) = self.clients.get_mut(&client) else {
+                continue;
+            };
+            if let Some(lost) = lost {
+                protocol::frame_end(&protocol::FollowEnd { lost }, &mut outbox.bytes);
+            }
+            outbox.closing = true;
+            outbox.wake.notify_one();
         }
     }
 }
@@ -295,6 +329,8 @@ async fn serve(
         writing: false,
         answering: HashMap::new(),
         following: Rc::new(Notify::new()),
+        ledger: LossLedger::default(),
+        ending: Vec::new(),
     }));
     let following = Rc::clone(&shared.borrow().following);
     let mut history_tick = tokio::time::interval(HISTORY_TICK);
@@ -340,7 +376,11 @@ async fn serve(
                 drain(guard.get_inner_mut(), &shared);
                 guard.clear_ready();
             }
-            () = following.notified() => {}
+            () = following.notified() => {
+                if !shared.borrow().ending.is_empty() {
+                    drain(ring.get_mut(), &shared);
+                }
+            }
             _ = drain_tick.tick(), if !shared.borrow().clients.is_empty() => {
                 drain(ring.get_mut(), &shared);
             }
@@ -435,7 +475,7 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<
         let Some(owner) = shared.routes.route(&record) else {
             continue;
         };
-        let Some(outbox) = shared.clients.get_mut(&owner) else {
+        let Some(outbox) = shared.clients.get_mut(&owner).filter(|o| !o.closing) else {
             continue;
         };
         protocol::frame(&record, &mut outbox.bytes);
@@ -444,6 +484,7 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<
             shared.cut(owner);
         }
     }
+    shared.answer_ending();
 }
 
 async fn refuse(mut stream: UnixStream, why: &str) {
@@ -502,43 +543,235 @@ async fn client(
             let outbox = Outbox {
                 bytes: Vec::new(),
                 wake: Rc::clone(&wake),
+                closing: false,
             };
             s.clients.insert(id, outbox);
             s.following.notify_one();
+            // Its losses count from here: the counters read before its tree is tracked.
+            let lost = s.probes.lost().ok();
+            s.ledger.join(id, lost);
             s.probes.track(pid).map_err(|e| format!("{e:#}"))
         })
     };
-    if let Err(why) = accepted {
-        shared.borrow_mut().cut(id);
-        return refuse(stream, &why).await;
-    }
-    let reply = Reply::accepted(shared.borrow().mode);
-    let (mut reading, mut writing) = stream.split();
-    if answer(&mut writing, &reply).await {
-        let mut ignored = [0u8; 512];
-        loop {
-            tokio::select! {
-                _ = wake.notified() => {
-                    // Everything waiting, in one write; no outbox: this client was cut.
-                    let batch = match shared.borrow_mut().clients.get_mut(&id) {
-                        Some(outbox) => std::mem::take(&mut outbox.bytes),
-                        None => break,
-                    };
-                    if batch.is_empty() {
-                        continue;
+    let skipped = match accepted {
+        Ok(()) if request.tree => follow_existing(id, pid, cred.uid(), &shared).await,
+        Ok(()) => 0,
+        Err(why) => {
+            shared.borrow_mut().cut(id);
+            return refuse(stream, &why).await;
+        }
+    };
+    stream_records(stream, id, request.version, skipped, &wake, &shared).await;
+    shared.borrow_mut().cut(id);
+}
+
+/// How many times a `tree` request's descendants are looked for in /proc at most: each look
+/// finds those forked by processes not yet tracked during the one before; a tree that still
+/// has new ones after this many is followed as far as it was found (its tracked processes'
+/// forks are followed by the kernel from then on).
+const MAX_TREE_LOOKS: usize = 32;
+
+/// A `tree` request (`attach`): `root` is followed already; its descendants alive now are
+/// followed too, each the client may follow (`may_follow`'s rule, less the child rule: they are
+/// the tree of a process the client may follow) routed to it and tracked; one it may not is
+/// left out with its own descendants. Looks again until a look finds nobody new, as a
+/// standalone attach does. How many were left out.
+async fn follow_existing(id: ClientId, root: u32, uid: u32, shared: &Rc<RefCell<Shared>>) -> u32 {
+    let mut followed = HashSet::from([root]);
+    let mut skipped = HashSet::new();
+    for _ in 0..MAX_TREE_LOOKS {
+        // Read on the blocking pool: a machine's /proc is thousands of files.
+        let Ok(parents) = tokio::task::spawn_blocking(read_parents).await else {
+            break;
+        };
+        let (new, left_out) = {
+            let mut s = shared.borrow_mut();
+            if !s.clients.contains_key(&id) {
+                break;
+            }
+            walk_tree(
+                root,
+                &parents,
+                &followed,
+                &skipped,
+                |pid| match may_follow_descendant(uid, pid) {
+                    Follow::Gone => None,
+                    Follow::No => Some(false),
+                    Follow::Yes => {
+                        Some(s.routes.add_root(id, pid).is_ok() && s.probes.track(pid).is_ok())
                     }
+                },
+            )
+        };
+        skipped.extend(left_out);
+        if new.is_empty() {
+            break;
+        }
+        followed.extend(new);
+    }
+    skipped.len() as u32
+}
+
+/// Each process's parent, as /proc says now.
+fn read_parents() -> HashMap<u32, u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+            Some((pid, crate::sampling::procstat::parse(&stat)?.ppid))
+        })
+        .collect()
+}
+
+/// Whether a process of a tree the client follows may be followed for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Follow {
+    Yes,
+    No,
+    /// It ended before it could be checked.
+    Gone,
+}
+
+/// One look at `root`'s descendants in `parents` (pid → parent pid), parents before children
+/// (pure): a process in `followed` is walked through; one in `skipped`, or that `follow` says
+/// not to (Some(false)), is left out with its descendants; one `follow` finds gone (None) too,
+/// uncounted. The processes newly followed, and those newly left out.
+fn walk_tree(
+    root: u32,
+    parents: &HashMap<u32, u32>,
+    followed: &HashSet<u32>,
+    skipped: &HashSet<u32>,
+    mut follow: impl FnMut(u32) -> Option<bool>,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (&pid, &parent) in parents {
+        if pid != parent {
+            children.entry(parent).or_default().push(pid);
+        }
+    }
+    let (mut new, mut left_out) = (Vec::new(), Vec::new());
+    let mut walk = vec![root];
+    while let Some(parent) = walk.pop() {
+        let mut kids = children.remove(&parent).unwrap_or_default();
+        kids.sort_unstable();
+        for pid in kids {
+            if skipped.contains(&pid) {
+                continue;
+            }
+            if followed.contains(&pid) {
+                walk.push(pid);
+                continue;
+            }
+            match follow(pid) {
+                Some(true) => {
+                    new.push(pid);
+                    walk.push(pid);
+                }
+                Some(false) => left_out.push(pid),
+                None => {}
+            }
+        }
+    }
+    (new, left_out)
+}
+
+/// [`may_follow`] for a descendant of a followed root: root's clients may follow any; another
+/// user only a process all of whose uids are theirs and whose /proc directory is theirs (not a
+/// set-uid or otherwise non-dumpable image), checked through a pidfd.
+fn may_follow_descendant(uid: u32, pid: u32) -> Follow {
+    let Ok(pidfd) = crate::follow::pidfd::pidfd_open(pid) else {
+        return Follow::Gone;
+    };
+    if uid != 0 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+        let facts = status.as_deref().and_then(ProcessFacts::parse);
+        let owner = std::fs::metadata(format!("/proc/{pid}"))
+            .ok()
+            .map(|m| m.uid());
+        let (Some(facts), Some(owner)) = (facts, owner) else {
+            return Follow::Gone;
+        };
+        // Ptrace scope 0: the child rule is the root's, checked at the request.
+        if decide(uid, None, &facts, owner, 0).is_err() {
+            return Follow::No;
+        }
+    }
+    if exited(&pidfd) {
+        Follow::Gone
+    } else {
+        Follow::Yes
+    }
+}
+
+/// Whether the process of `pidfd` has exited (a pidfd is readable then; asking needs no
+/// permission).
+fn exited(pidfd: &std::os::fd::OwnedFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(pidfd),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut poll, 1, 0) != 0 }
+}
+
+/// Writes a followed client's records as they come, until it closes the connection, is cut,
+/// or (protocol 2) ends: its writing half shut, it is answered with its end frame at the next
+/// drain ([`Shared::answer_ending`]), and the connection closed once that is written.
+async fn stream_records(
+    mut stream: UnixStream,
+    id: ClientId,
+    version: u32,
+    skipped: u32,
+    wake: &Notify,
+    shared: &Rc<RefCell<Shared>>,
+) {
+    let reply = Reply {
+        skipped,
+        ..Reply::accepted(shared.borrow().mode)
+    };
+    let (mut reading, mut writing) = stream.split();
+    if !answer(&mut writing, &reply).await {
+        return;
+    }
+    let mut ignored = [0u8; 512];
+    let mut ending = false;
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {
+                // Everything waiting, in one write; no outbox: this client was cut.
+                let (batch, closing) = match shared.borrow_mut().clients.get_mut(&id) {
+                    Some(outbox) => (std::mem::take(&mut outbox.bytes), outbox.closing),
+                    None => break,
+                };
+                if !batch.is_empty() {
                     let written = tokio::time::timeout(WRITE_WAIT, writing.write_all(&batch)).await;
                     if !matches!(written, Ok(Ok(()))) {
                         break;
                     }
                 }
-                // The client sends nothing after its request: a read that ends is its close
-                // (or a misbehaving client), and the end of its part either way.
-                _ = reading.read(&mut ignored) => break,
+                if closing {
+                    break;
+                }
+            }
+            // The client sends nothing after its request. Protocol 2: its writing half shut is
+            // its end (answered at the next drain); anything else that ends the read (its
+            // close, or a misbehaving client) ends its part.
+            read = reading.read(&mut ignored), if !ending => {
+                if !(matches!(read, Ok(0)) && version >= 2) {
+                    break;
+                }
+                ending = true;
+                let mut s = shared.borrow_mut();
+                s.ending.push(id);
+                s.following.notify_one();
             }
         }
     }
-    shared.borrow_mut().cut(id);
 }
 
 /// A history question: read and filtered on a thread of the blocking pool (the event loop goes
@@ -682,14 +915,7 @@ fn may_follow(uid: u32, client_pid: Option<u32>, pid: u32) -> Result<(), String>
     // The pidfd still names a live process: what /proc said was about it, not a reused pid. (A
     // pidfd is readable once its process exited; asking needs no permission, where a signal 0
     // to another user's process would.)
-    let mut poll = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
-    if ready != 0 {
+    if exited(&pidfd) {
         return Err(format!("pid {pid} exited while it was checked"));
     }
     Ok(())
@@ -785,6 +1011,60 @@ mod tests {
             })
         );
         assert_eq!(ProcessFacts::parse("PPid:\t1\nUid:\t1 2\n"), None);
+    }
+
+    #[test]
+    fn a_trees_descendants_are_followed_parents_first_and_a_refused_one_keeps_its_own_out() {
+        // 10 ─┬─ 11 ─── 14
+        //     ├─ 12 ─── 15 ─── 16     (12: another user's)
+        //     └─ 13                   (13: gone before its check)
+        // 20 ─── 21                   (another tree)
+        let parents: HashMap<u32, u32> = [
+            (1, 0),
+            (10, 1),
+            (11, 10),
+            (12, 10),
+            (13, 10),
+            (14, 11),
+            (15, 12),
+            (16, 15),
+            (20, 1),
+            (21, 20),
+        ]
+        .into();
+        let mut asked = Vec::new();
+        let (new, left_out) =
+            walk_tree(10, &parents, &HashSet::from([10]), &HashSet::new(), |pid| {
+                asked.push(pid);
+                match pid {
+                    12 => Some(false),
+                    13 => None,
+                    _ => Some(true),
+                }
+            });
+        assert_eq!(new, vec![11, 14]);
+        assert_eq!(left_out, vec![12]);
+        // Never asked about what is below a refused process, nor about another tree.
+        asked.sort_unstable();
+        assert_eq!(asked, vec![11, 12, 13, 14]);
+        // The next look: those followed are walked through unasked, the refused stay out, and
+        // only what is new is asked about.
+        let mut parents = parents;
+        parents.remove(&13);
+        parents.insert(17, 14);
+        let mut asked = Vec::new();
+        let (new, left_out) = walk_tree(
+            10,
+            &parents,
+            &HashSet::from([10, 11, 14]),
+            &HashSet::from([12]),
+            |pid| {
+                asked.push(pid);
+                Some(true)
+            },
+        );
+        assert_eq!((new, left_out), (vec![17], vec![]));
+        assert_eq!(asked, vec![17]);
     }
 
     #[test]

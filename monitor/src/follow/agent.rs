@@ -13,12 +13,22 @@
 //!                                              still alive through the pidfd afterwards
 //!  <──────────── {"ok":true,"mode":"tp_btf"}\n  the pid routed to this client, then tracked
 //!  <──────────── [u32 length][ring record] ...  the tree's records, exactly as the ring gave them
+//!  (the tree is done) shutdown(SHUT_WR) ─────>  the ring drained, its loss counters read
+//!  <── [u32 1<<31 | length]{"lost":{..}}       what the ring lost while this client was followed
+//!  <──────────── (closed)
 //! ```
 //!
 //! The records are the ring buffer's own bytes: the client's recorder decodes them as it decodes
 //! its own ring's. A client only ever gets the records of the tree it asked for: [`Routes`]
 //! gives each tracked process one owner, a forked child its parent's, and drops the route at the
 //! process's exit.
+//!
+//! The ring and its loss counters are the agent's, shared by every client: a record that did
+//! not fit names no tree, so the agent cannot say whose it was. Each client is told, at its end,
+//! every loss counted while it was followed ([`LossLedger`]): a loss during two runs is told to
+//! both, and a run's `lost_events` is then what a standalone run would say of its own ring, or
+//! more, never less. (Version 1 of the protocol had no end frame: such a client closes and is
+//! told nothing.)
 use std::{
     collections::{HashMap, HashSet},
     io::{self, BufRead as _, Read as _, Write as _},
@@ -30,17 +40,25 @@ use std::{
 use monitor_common::{kind, EventHeader, ForkEvent};
 use serde::{Deserialize, Serialize};
 
-use crate::store::model::TrackingMode;
+use crate::store::model::{LostEvents, TrackingMode};
 
 /// Where `montrace agent` listens unless told otherwise, and where clients look.
 pub const DEFAULT_SOCKET: &str = "/run/montrace/agent.sock";
 /// Names the agent's socket for clients (and for the agent itself when `--socket` is not given).
 pub const SOCKET_ENV: &str = "MONTRACE_AGENT_SOCKET";
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol a client speaks (2: the end frame with the losses, [`FollowEnd`]).
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The oldest protocol the agent still serves (1: records only, the client closes at its end).
+pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
 /// A request line longer than this is refused (the agent reads no more).
 pub const MAX_REQUEST_BYTES: usize = 4096;
 /// The largest record the agent forwards (the ring's records are a few hundred bytes).
 pub const MAX_FRAME_BYTES: u32 = 64 * 1024;
+/// The bit of a frame's length that makes it a note from the agent ([`FollowEnd`], JSON), not
+/// a ring record.
+pub const NOTE_FRAME: u32 = 1 << 31;
+/// The largest note the agent sends (a [`FollowEnd`] is about 100 bytes).
+pub const MAX_NOTE_BYTES: u32 = 4096;
 
 /// A client's one request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +69,10 @@ pub struct Request {
     /// None: a greeting (`montrace doctor`), answered with the agent's mode, nothing followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow: Option<u32>,
+    /// With `follow` (protocol 2, `montrace attach`): the process's descendants alive now are
+    /// followed too, each that the client may follow ([`Reply::skipped`]: those it may not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tree: bool,
     /// A question to the flight recorder (`montrace history`); never with `follow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<HistoryRequest>,
@@ -97,6 +119,14 @@ pub struct Reply {
     /// Why not (without `ok`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A `tree` request: the descendants alive at the request that are not followed (another
+    /// user's, a set-uid image's, or another run's), with their own descendants.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Reply {
@@ -106,6 +136,7 @@ impl Reply {
             ok: true,
             mode: Some(mode),
             error: None,
+            skipped: 0,
         }
     }
 
@@ -114,6 +145,7 @@ impl Reply {
             ok: false,
             mode: None,
             error: Some(why.into()),
+            skipped: 0,
         }
     }
 }
@@ -125,10 +157,10 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     }
     let request: Request =
         serde_json::from_slice(line).map_err(|e| format!("not a montrace agent request: {e}"))?;
-    if request.version != PROTOCOL_VERSION {
+    if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&request.version) {
         return Err(format!(
-            "protocol version {} (this agent speaks {PROTOCOL_VERSION}: use the same montrace \
-             version as the agent)",
+            "protocol version {} (this agent speaks {OLDEST_PROTOCOL_VERSION} to \
+             {PROTOCOL_VERSION}: use the same montrace version as the agent)",
             request.version
         ));
     }
@@ -137,6 +169,9 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     }
     if request.follow.is_some() && request.history.is_some() {
         return Err("one request asks one thing: follow or history, not both".into());
+    }
+    if request.tree && (request.follow.is_none() || request.version < 2) {
+        return Err("`tree` goes with `follow`, in protocol 2".into());
     }
     Ok(request)
 }
@@ -147,21 +182,59 @@ pub fn frame(record: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(record);
 }
 
-/// Takes the whole frames at the start of `buffer`, giving each record to `each`; returns how
-/// many bytes they took (a partial frame stays for the next read), or an error for a frame
-/// longer than [`MAX_FRAME_BYTES`].
-pub fn take_frames(buffer: &[u8], mut each: impl FnMut(&[u8])) -> Result<usize, String> {
+/// The last frame of a followed tree's stream (protocol 2), the agent's answer to the client's
+/// end: what the agent's ring lost while the client was followed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowEnd {
+    pub lost: LostEvents,
+}
+
+/// `end` framed as a note: its length with [`NOTE_FRAME`] set, then its JSON.
+pub fn frame_end(end: &FollowEnd, out: &mut Vec<u8>) {
+    let json = serde_json::to_vec(end).unwrap_or_default();
+    out.extend_from_slice(&(json.len() as u32 | NOTE_FRAME).to_le_bytes());
+    out.extend_from_slice(&json);
+}
+
+/// A frame of the agent's stream.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A ring record of the tree.
+    Record(&'a [u8]),
+    /// The stream's end, with the losses ([`FollowEnd`]).
+    End(FollowEnd),
+}
+
+/// Takes the whole frames at the start of `buffer`, giving each to `each`; returns how many
+/// bytes they took (a partial frame stays for the next read), or an error for a record longer
+/// than [`MAX_FRAME_BYTES`], a note longer than [`MAX_NOTE_BYTES`] or one that is not a
+/// [`FollowEnd`].
+pub fn take_frames(buffer: &[u8], mut each: impl FnMut(Frame<'_>)) -> Result<usize, String> {
     let mut at = 0;
     while buffer.len() - at >= 4 {
-        let length = u32::from_le_bytes(buffer[at..at + 4].try_into().expect("4 bytes"));
-        if length > MAX_FRAME_BYTES {
-            return Err(format!("a record of {length} bytes from the agent"));
+        let word = u32::from_le_bytes(buffer[at..at + 4].try_into().expect("4 bytes"));
+        let (note, length) = (word & NOTE_FRAME != 0, word & !NOTE_FRAME);
+        if length
+            > if note {
+                MAX_NOTE_BYTES
+            } else {
+                MAX_FRAME_BYTES
+            }
+        {
+            return Err(format!("a frame of {length} bytes from the agent"));
         }
         let end = at + 4 + length as usize;
         if buffer.len() < end {
             break;
         }
-        each(&buffer[at + 4..end]);
+        let bytes = &buffer[at + 4..end];
+        if note {
+            let ended =
+                serde_json::from_slice(bytes).map_err(|e| format!("the agent's end frame: {e}"))?;
+            each(Frame::End(ended));
+        } else {
+            each(Frame::Record(bytes));
+        }
         at = end;
     }
     Ok(at)
@@ -316,6 +389,90 @@ impl Routes {
     }
 }
 
+/// Which client is told which of the ring's losses. Pure: the agent reads its loss counters
+/// (cumulative, the programs') when a client joins and when one ends, and hands them in here.
+///
+/// Between two reads the clients followed are the same ones (a read at each join and end), so
+/// every loss counted between two reads happened while each of them was followed: it is added to
+/// each one's tally. A client that joins gets none from before its join; a client that leaves
+/// without its end (cut, gone, protocol 1) is forgotten, and no read is needed for the others:
+/// they were followed the whole time.
+#[derive(Debug, Default)]
+pub struct LossLedger {
+    /// The counters at the last read.
+    last: LostEvents,
+    /// Each followed client's losses so far.
+    owed: HashMap<ClientId, LostEvents>,
+}
+
+impl LossLedger {
+    /// The counters read now (`None`: they could not be read; what they add is then told at the
+    /// next read that succeeds).
+    pub fn observe(&mut self, now: Option<LostEvents>) {
+        let Some(now) = now else { return };
+        let new = lost_since(&now, &self.last);
+        if new != LostEvents::default() {
+            for owed in self.owed.values_mut() {
+                *owed = lost_sum(owed, &new);
+            }
+        }
+        self.last = now;
+    }
+
+    /// `client` starts being followed, the counters read just before.
+    pub fn join(&mut self, client: ClientId, now: Option<LostEvents>) {
+        self.observe(now);
+        self.owed.insert(client, LostEvents::default());
+    }
+
+    /// `client`'s end, the counters read just now: what was lost while it was followed. None
+    /// where the counters could not be read (what it is owed is not known whole) or it was not
+    /// followed.
+    pub fn leave(&mut self, client: ClientId, now: Option<LostEvents>) -> Option<LostEvents> {
+        let read = now.is_some();
+        self.observe(now);
+        let owed = self.owed.remove(&client)?;
+        read.then_some(owed)
+    }
+
+    /// Forgets `client` (it ended without asking for its losses).
+    pub fn forget(&mut self, client: ClientId) {
+        self.owed.remove(&client);
+    }
+
+    /// Clients followed.
+    pub fn len(&self) -> usize {
+        self.owed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.owed.is_empty()
+    }
+}
+
+/// Each counter of `now` less `before` (none goes below 0: a counter is never reset).
+fn lost_since(now: &LostEvents, before: &LostEvents) -> LostEvents {
+    LostEvents {
+        ringbuf_full: now.ringbuf_full.saturating_sub(before.ringbuf_full),
+        track_map_full: now.track_map_full.saturating_sub(before.track_map_full),
+        read_errors: now.read_errors.saturating_sub(before.read_errors),
+        exits_without_final_cpu: now
+            .exits_without_final_cpu
+            .saturating_sub(before.exits_without_final_cpu),
+    }
+}
+
+fn lost_sum(a: &LostEvents, b: &LostEvents) -> LostEvents {
+    LostEvents {
+        ringbuf_full: a.ringbuf_full.saturating_add(b.ringbuf_full),
+        track_map_full: a.track_map_full.saturating_add(b.track_map_full),
+        read_errors: a.read_errors.saturating_add(b.read_errors),
+        exits_without_final_cpu: a
+            .exits_without_final_cpu
+            .saturating_add(b.exits_without_final_cpu),
+    }
+}
+
 fn read_header(record: &[u8]) -> Option<EventHeader> {
     if record.len() < std::mem::size_of::<EventHeader>() {
         return None;
@@ -358,12 +515,18 @@ pub struct Connection {
 pub struct Stream {
     pub stream: UnixStream,
     pub mode: TrackingMode,
+    /// A `tree` request's descendants that the agent does not follow ([`Reply::skipped`]).
+    pub skipped: u32,
     /// Bytes read but not yet a whole frame.
     pending: Vec<u8>,
+    /// The agent's end frame, once it came.
+    end: Option<FollowEnd>,
 }
 
 /// How long a client waits for the agent's answer.
 const REPLY_WAIT: Duration = Duration::from_secs(5);
+/// How long a client waits for the answer to a `tree` request.
+const TREE_REPLY_WAIT: Duration = Duration::from_secs(30);
 
 impl Connection {
     /// Whether an agent listens at `path` (a connection made and closed).
@@ -374,15 +537,25 @@ impl Connection {
         })
     }
 
-    /// Asks the agent to follow `pid`'s tree; the stream of its records when the agent agreed.
+    /// Asks the agent to follow `pid`'s tree from now (`run`: its held child); the stream of its
+    /// records when the agent agreed.
     pub fn follow(self, pid: u32) -> anyhow::Result<Stream> {
+        self.ask(pid, false)
+    }
+
+    /// As [`Connection::follow`], with the descendants `pid` has now (`attach`).
+    pub fn follow_tree(self, pid: u32) -> anyhow::Result<Stream> {
+        self.ask(pid, true)
+    }
+
+    fn ask(self, pid: u32, tree: bool) -> anyhow::Result<Stream> {
         let mut stream = UnixStream::connect(&self.path).map_err(|e| {
             anyhow::anyhow!(
                 "cannot reach the montrace agent at {}: {e}",
                 self.path.display()
             )
         })?;
-        let (reply, rest) = exchange(&mut stream, Some(pid))?;
+        let (reply, rest) = exchange(&mut stream, Some(pid), tree)?;
         let reply: Reply = serde_json::from_slice(reply.trim_ascii_end()).map_err(|e| {
             anyhow::anyhow!(
                 "the montrace agent at {} answered something else ({e})",
@@ -401,7 +574,9 @@ impl Connection {
         Ok(Stream {
             stream,
             mode: reply.mode.unwrap_or(TrackingMode::TpBtf),
+            skipped: reply.skipped,
             pending: rest,
+            end: None,
         })
     }
 }
@@ -409,7 +584,7 @@ impl Connection {
 /// How the agent at `path` follows trees (its programs' mode), asking nothing else: what
 /// `montrace doctor` says of it.
 pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
-    let (reply, _) = exchange(&mut UnixStream::connect(path)?, None)?;
+    let (reply, _) = exchange(&mut UnixStream::connect(path)?, None, false)?;
     let reply: Reply = serde_json::from_slice(reply.trim_ascii_end())
         .map_err(|e| anyhow::anyhow!("it answered something else ({e})"))?;
     match (reply.ok, reply.mode) {
@@ -418,17 +593,26 @@ pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
     }
 }
 
-/// Sends the one request (`follow`) and reads the answer's line, waiting at most
-/// [`REPLY_WAIT`]: the line, and what came after it (records already sent).
-fn exchange(stream: &mut UnixStream, follow: Option<u32>) -> io::Result<(Vec<u8>, Vec<u8>)> {
+/// Sends the one request (`follow`, `tree`) and reads the answer's line, waiting at most
+/// [`REPLY_WAIT`] ([`TREE_REPLY_WAIT`] for a tree: the agent looks through /proc first): the
+/// line, and what came after it (records already sent).
+fn exchange(
+    stream: &mut UnixStream,
+    follow: Option<u32>,
+    tree: bool,
+) -> io::Result<(Vec<u8>, Vec<u8>)> {
     send_request(
         stream,
         &Request {
             version: PROTOCOL_VERSION,
             follow,
+            tree,
             history: None,
         },
     )?;
+    if tree {
+        stream.set_read_timeout(Some(TREE_REPLY_WAIT))?;
+    }
     let mut reply = Vec::new();
     let mut reader = io::BufReader::new((&*stream).take(MAX_REQUEST_BYTES as u64));
     reader.read_until(b'\n', &mut reply)?;
@@ -465,6 +649,7 @@ pub fn history(
         &Request {
             version: PROTOCOL_VERSION,
             follow: None,
+            tree: false,
             history: Some(request),
         },
     )?;
@@ -522,14 +707,53 @@ impl Stream {
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 Err(err) => return Err(err),
             }
-            let used = take_frames(&self.pending, &mut each)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            self.pending.drain(..used);
+            self.take_pending(&mut each)?;
         }
-        let used = take_frames(&self.pending, &mut each)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        self.pending.drain(..used);
+        self.take_pending(&mut each)?;
         Ok(open)
+    }
+
+    /// The whole frames read so far: records to `each`, the end kept.
+    fn take_pending(&mut self, each: &mut impl FnMut(&[u8])) -> io::Result<()> {
+        let ended = &mut self.end;
+        let used = take_frames(&self.pending, |frame| match frame {
+            Frame::Record(record) => each(record),
+            Frame::End(end) => *ended = Some(end),
+        })
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        self.pending.drain(..used);
+        Ok(())
+    }
+
+    /// The tree is done: tells the agent (its writing half shut), then takes in what the agent
+    /// still sends (the tree's last records to `each`) until its end frame, waiting at most
+    /// `wait`. What the agent's ring lost while this run was followed; None when the agent did
+    /// not say (it closed first, or did not answer in time).
+    pub fn finish(
+        &mut self,
+        wait: Duration,
+        mut each: impl FnMut(&[u8]),
+    ) -> io::Result<Option<LostEvents>> {
+        self.stream.shutdown(std::net::Shutdown::Write)?;
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let open = self.take_in(&mut each)?;
+            if let Some(end) = self.end {
+                return Ok(Some(end.lost));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !open || left.is_zero() {
+                return Ok(None);
+            }
+            let mut poll = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&self.stream),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd; an interrupted or timed-out wait is looked at again.
+            unsafe { libc::poll(&mut poll, 1, ms) };
+        }
     }
 }
 
@@ -677,22 +901,170 @@ mod tests {
         assert_eq!(routes.route(&short_fork), None);
     }
 
+    /// The records of the frames in `buffer`, and the end frame, if any.
+    fn frames_of(buffer: &[u8]) -> (Result<usize, String>, Vec<Vec<u8>>, Option<FollowEnd>) {
+        let (mut records, mut end) = (Vec::new(), None);
+        let used = take_frames(buffer, |frame| match frame {
+            Frame::Record(r) => records.push(r.to_vec()),
+            Frame::End(e) => end = Some(e),
+        });
+        (used, records, end)
+    }
+
     #[test]
     fn frames_are_taken_whole_and_in_order() {
         let mut out = Vec::new();
         frame(b"abc", &mut out);
         frame(b"", &mut out);
         frame(b"defgh", &mut out);
-        let mut got = Vec::new();
         // A partial last frame stays for the next read.
-        let used = take_frames(&out[..out.len() - 2], |r| got.push(r.to_vec())).unwrap();
+        let (used, got, end) = frames_of(&out[..out.len() - 2]);
         assert_eq!(got, vec![b"abc".to_vec(), vec![]]);
-        assert_eq!(used, 4 + 3 + 4);
-        let used = take_frames(&out[used..], |r| got.push(r.to_vec())).unwrap();
-        assert_eq!(got.last().unwrap(), b"defgh");
-        assert_eq!(used, 4 + 5);
+        assert_eq!((used, end), (Ok(4 + 3 + 4), None));
+        let (used, got, _) = frames_of(&out[4 + 3 + 4..]);
+        assert_eq!(got, vec![b"defgh".to_vec()]);
+        assert_eq!(used, Ok(4 + 5));
         let huge = (MAX_FRAME_BYTES + 1).to_le_bytes();
-        assert!(take_frames(&huge, |_| {}).is_err());
+        assert!(frames_of(&huge).0.is_err());
+    }
+
+    #[test]
+    fn the_end_frame_carries_the_losses_after_the_last_record() {
+        let lost = LostEvents {
+            ringbuf_full: 7,
+            track_map_full: 1,
+            read_errors: 2,
+            exits_without_final_cpu: 3,
+        };
+        let mut out = Vec::new();
+        frame(b"abc", &mut out);
+        frame_end(&FollowEnd { lost }, &mut out);
+        // Not whole yet: nothing of it is taken.
+        let (used, got, end) = frames_of(&out[..out.len() - 1]);
+        assert_eq!((used, got.len(), end), (Ok(7), 1, None));
+        let (used, got, end) = frames_of(&out);
+        assert_eq!(used, Ok(out.len()));
+        assert_eq!(got, vec![b"abc".to_vec()]);
+        assert_eq!(end, Some(FollowEnd { lost }));
+        // A note too long, or not an end, is the agent's error, not a record.
+        let long = (NOTE_FRAME | (MAX_NOTE_BYTES + 1)).to_le_bytes();
+        assert!(frames_of(&long).0.is_err());
+        let mut bad = (NOTE_FRAME | 2).to_le_bytes().to_vec();
+        bad.extend_from_slice(b"{}");
+        assert!(frames_of(&bad).0.unwrap_err().contains("end frame"));
+    }
+
+    /// A client's stream whose other end `agent` plays the agent: it is given its socket once
+    /// the client shut its writing half (having read nothing before), and closes it after.
+    fn ended_with(
+        wait: Duration,
+        agent: impl FnOnce(&mut UnixStream) + Send + 'static,
+    ) -> (Vec<Vec<u8>>, io::Result<Option<LostEvents>>) {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let played = std::thread::spawn(move || {
+            let mut before = Vec::new();
+            theirs.read_to_end(&mut before).unwrap();
+            assert!(before.is_empty(), "the client sent {before:?}");
+            agent(&mut theirs);
+            // Closed here, as the agent closes after its end frame.
+        });
+        ours.set_nonblocking(true).unwrap();
+        let mut stream = Stream {
+            stream: ours,
+            mode: TrackingMode::TpBtf,
+            skipped: 0,
+            pending: Vec::new(),
+            end: None,
+        };
+        let mut records = Vec::new();
+        let lost = stream.finish(wait, |r| records.push(r.to_vec()));
+        played.join().unwrap();
+        (records, lost)
+    }
+
+    #[test]
+    fn a_client_ends_with_the_last_records_and_the_losses_the_agent_tells() {
+        let (records, lost) = ended_with(Duration::from_secs(30), |agent| {
+            let mut out = Vec::new();
+            frame(b"last", &mut out);
+            // The end frame in two writes: the client waits for the whole of it.
+            frame_end(
+                &FollowEnd {
+                    lost: ring_full(12).unwrap(),
+                },
+                &mut out,
+            );
+            agent.write_all(&out[..10]).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            agent.write_all(&out[10..]).unwrap();
+        });
+        assert_eq!(records, vec![b"last".to_vec()]);
+        assert_eq!(lost.unwrap(), ring_full(12));
+        // An agent that closes without its end frame (protocol 1's, or counters it could not
+        // read): the losses are not known.
+        let (records, lost) = ended_with(Duration::from_secs(30), |agent| {
+            let mut out = Vec::new();
+            frame(b"x", &mut out);
+            agent.write_all(&out).unwrap();
+        });
+        assert_eq!((records.len(), lost.unwrap()), (1, None));
+        // One that does not answer: the client waits no longer than it was told.
+        let (_, lost) = ended_with(Duration::from_millis(50), |_| {
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        assert_eq!(lost.unwrap(), None);
+    }
+
+    fn ring_full(n: u64) -> Option<LostEvents> {
+        Some(LostEvents {
+            ringbuf_full: n,
+            ..LostEvents::default()
+        })
+    }
+
+    #[test]
+    fn each_client_is_told_the_losses_of_its_own_time_and_only_those() {
+        let mut ledger = LossLedger::default();
+        // 5 lost before anyone: nobody's.
+        ledger.join(1, ring_full(5));
+        ledger.observe(ring_full(8));
+        // Client 2 joins after 3 more: those were client 1's alone.
+        ledger.join(2, ring_full(10));
+        assert_eq!(ledger.len(), 2);
+        // 4 lost while both were followed: both hear of them (a loss names no tree).
+        assert_eq!(ledger.leave(1, ring_full(14)), ring_full(3 + 2 + 4));
+        // 6 more, client 2 alone.
+        assert_eq!(ledger.leave(2, ring_full(20)), ring_full(4 + 6));
+        assert!(ledger.is_empty());
+        // A client that joins later starts from nothing.
+        ledger.join(3, ring_full(25));
+        assert_eq!(ledger.leave(3, ring_full(25)), Some(LostEvents::default()));
+        // Not followed: nothing to tell.
+        assert_eq!(ledger.leave(9, ring_full(25)), None);
+    }
+
+    #[test]
+    fn a_forgotten_client_or_an_unread_counter_takes_nothing_from_the_others() {
+        let mut ledger = LossLedger::default();
+        ledger.join(1, ring_full(0));
+        ledger.join(2, ring_full(0));
+        // Client 2 is cut (no read then); client 1 still hears every loss.
+        ledger.forget(2);
+        // A read that failed counts nothing yet; the next read has it all.
+        ledger.observe(None);
+        let mut every = LostEvents {
+            ringbuf_full: 9,
+            track_map_full: 2,
+            read_errors: 1,
+            exits_without_final_cpu: 4,
+        };
+        assert_eq!(ledger.leave(1, Some(every)), Some(every));
+        // Its end's read failing: what it is owed is not known whole.
+        ledger.join(3, Some(every));
+        every.ringbuf_full += 1;
+        ledger.observe(Some(every));
+        assert_eq!(ledger.leave(3, None), None);
+        assert!(ledger.is_empty());
     }
 
     #[test]
@@ -702,6 +1074,7 @@ mod tests {
             Ok(Request {
                 version: 1,
                 follow: Some(42),
+                tree: false,
                 history: None,
             })
         );
@@ -710,12 +1083,27 @@ mod tests {
             Ok(Request {
                 version: 1,
                 follow: None,
+                tree: false,
                 history: None,
             })
         );
-        assert!(parse_request(br#"{"version":2,"follow":42}"#)
+        // Protocol 1 (no end frame) is still served; a newer one than the agent's is not.
+        assert_eq!(
+            parse_request(br#"{"version":2,"follow":42}"#).map(|r| r.version),
+            Ok(2)
+        );
+        assert!(parse_request(br#"{"version":3,"follow":42}"#)
             .unwrap_err()
-            .contains("protocol version 2"));
+            .contains("protocol version 3"));
+        assert!(parse_request(br#"{"version":0,"follow":42}"#).is_err());
+        // An attach's tree: with `follow`, in protocol 2 only.
+        assert!(
+            parse_request(br#"{"version":2,"follow":42,"tree":true}"#)
+                .unwrap()
+                .tree
+        );
+        assert!(parse_request(br#"{"version":1,"follow":42,"tree":true}"#).is_err());
+        assert!(parse_request(br#"{"version":2,"tree":true}"#).is_err());
         assert!(parse_request(br#"{"version":1,"follow":0}"#).is_err());
         assert!(parse_request(br#"{"version":1,"follow":1,"uid":0}"#).is_err());
         assert!(parse_request(b"garbage").is_err());

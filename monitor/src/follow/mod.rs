@@ -58,6 +58,9 @@ pub struct Outcome {
     pub stopped_by_signal: Option<i32>,
     /// Marks the command sent over the budget (`marks::MarkBudget`), not recorded.
     pub marks_dropped: u64,
+    /// Through the agent: what its ring lost while this run was followed, as it said at the end
+    /// (None: it did not say, or no agent).
+    pub agent_lost: Option<crate::kernel::ebpf::LostEvents>,
 }
 
 /// What a recording is asked for: the options `run` and `attach` share, as the recording reads
@@ -240,6 +243,34 @@ impl Inputs {
              processes that end from now on are seen gone from /proc, without their exit figures"
         );
         self.agent = None;
+    }
+
+    /// The tree is done: tells the agent, takes in the records it still sends and returns what
+    /// it says its ring lost while this run was followed; a run it does not tell is said to be
+    /// possibly short.
+    fn end_agent(
+        &mut self,
+        recorder: &mut Recorder<'_>,
+    ) -> Option<crate::kernel::ebpf::LostEvents> {
+        let mut stream = self.agent.take()?;
+        let mut taken = 0;
+        let ended = stream.get_mut().finish(AGENT_END_WAIT, |record| {
+            recorder.guarded(|r| r.on_record(record));
+            taken += 1;
+        });
+        self.taken += taken;
+        recorder.guarded(Recorder::store_finished);
+        let why = match ended {
+            Ok(Some(lost)) => return Some(lost),
+            Ok(None) => format!("no answer within {} s", AGENT_END_WAIT.as_secs()),
+            Err(err) => err.to_string(),
+        };
+        crate::say!(
+            "montrace: warning: the montrace agent did not say how many events its ring buffer \
+             lost during this run ({why}): counts may be short, and lost_events in run.json does \
+             not know"
+        );
+        None
     }
 
     /// Marks the command sent over the budget, said once.
@@ -426,6 +457,7 @@ pub async fn follow(
     }
     live.clear();
     let mut outcome = f.outcome;
+    outcome.agent_lost = inputs.end_agent(recorder);
     if let Some(status) = inputs.wind_down(recorder, root_pid) {
         outcome.wait_status = status;
     }
@@ -566,6 +598,10 @@ async fn next_marks(marks: Option<&mut MarkReceiver>) -> Vec<crate::follow::mark
         None => std::future::pending().await,
     }
 }
+
+/// How long the end of a run waits for the agent's end frame (it comes at the agent's next
+/// drain, within milliseconds, unless the agent is stuck).
+const AGENT_END_WAIT: Duration = Duration::from_secs(5);
 
 /// How long the end of a run waits for the mark thread's last marks.
 const MARKS_FINISH_WAIT: Duration = Duration::from_secs(1);

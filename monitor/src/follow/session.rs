@@ -216,9 +216,13 @@ impl<'o, 'r> Session<'o, 'r> {
             }
             (Err(err), Root::Attached { .. }) => return Err(err),
         };
+        let agent_lost = outcome.agent_lost;
         let mut closed = end::close(self.recorder, self.probes, &mut self.capture);
         if let Some(mode) = agent_mode {
+            // Its losses too: what its ring lost while this run was followed (not known: 0, and
+            // the run said so).
             closed.tracking_mode = mode;
+            closed.lost = agent_lost.unwrap_or_default();
         }
         Ok(Followed {
             config: self.config,

@@ -237,6 +237,26 @@ fn the_fleet_docs_queries_run_as_written() {
     }
 }
 
+/// The JSON verdict's baseline is exactly `expected`'s runs (by run id), in any order.
+fn assert_baseline_runs(verdict_json: &str, expected: &[Run]) {
+    let json: serde_json::Value = serde_json::from_str(verdict_json).unwrap();
+    let ids = |values: Vec<&serde_json::Value>| {
+        let mut ids: Vec<String> = values
+            .iter()
+            .map(|v| v["run_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let used = ids(json["baseline"]["dataset_runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{json}"))
+        .iter()
+        .collect());
+    let runs: Vec<serde_json::Value> = expected.iter().map(|r| r.run_json()).collect();
+    assert_eq!(used, ids(runs.iter().collect()), "{json}");
+}
+
 /// `montrace compare --baseline DATASET --where branch=main --last N CANDIDATE` (or the dataset
 /// as the first path): the baseline is the dataset's newest successful runs of the candidate's
 /// command on its kind of host with that label; the same work passes, four times the CPU for the same command line fails, a selection that
@@ -305,20 +325,7 @@ fn compare_takes_its_baseline_from_the_fleet() {
         &same,
         &["--where", "branch=main", "--last", "4", "--format", "json"],
     );
-    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
-    let mut used: Vec<String> = json["baseline"]["dataset_runs"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{json}"))
-        .iter()
-        .map(|r| r["run_id"].as_str().unwrap().to_string())
-        .collect();
-    let mut newest_main: Vec<String> = runs[1..5]
-        .iter()
-        .map(|r| r.run_json()["run_id"].as_str().unwrap().to_string())
-        .collect();
-    used.sort();
-    newest_main.sort();
-    assert_eq!(used, newest_main, "{json}");
+    assert_baseline_runs(&json.stdout, &runs[1..5]);
     // A baseline given twice is a usage error that says how to write it.
     let mut cmd = Command::new(montrace_bin());
     cmd.arg("compare")
@@ -358,20 +365,7 @@ fn compare_takes_its_baseline_from_the_fleet() {
     }
     // Without --last, the baseline is every main run (5), none of dev's.
     let json = compare(&heavier, &["--where", "branch=main", "--format", "json"]);
-    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
-    let mut used: Vec<String> = json["baseline"]["dataset_runs"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{json}"))
-        .iter()
-        .map(|r| r["run_id"].as_str().unwrap().to_string())
-        .collect();
-    let mut every_main: Vec<String> = runs[..5]
-        .iter()
-        .map(|r| r.run_json()["run_id"].as_str().unwrap().to_string())
-        .collect();
-    used.sort();
-    every_main.sort();
-    assert_eq!(used, every_main, "{json}");
+    assert_baseline_runs(&json.stdout, &runs[..5]);
     let none = compare(&same, &["--where", "branch=nope"]);
     assert_eq!(none.code(), 2, "{none:?}");
     assert!(none.stderr.contains("branch=nope"), "{none:?}");

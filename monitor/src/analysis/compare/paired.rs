@@ -286,16 +286,26 @@ pub fn more_pairs_needed(s: &Paired, max_increase: f64, alpha: f64, floor: f64) 
     if decided(s.n) {
         return None;
     }
-    // Doubling, then bisection: both intervals narrow monotonically with n, so once decided, a
-    // larger count stays decided.
-    let mut hi = s.n.max(2) * 2;
+    // Both intervals narrow monotonically with n, so once decided, a larger count stays decided.
+    smallest_deciding(s.n, s.n.max(2) * 2, decided)
+}
+
+/// The smallest count above `undecided` at which `decided` (monotone: once true, true for every
+/// larger count) holds: doubling from `first_try`, then bisection. None when not before
+/// [`MAX_PAIRS_AHEAD`]. Both sides' rules (pairs, and runs a side) ask it.
+pub fn smallest_deciding(
+    undecided: usize,
+    first_try: usize,
+    decided: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    let mut hi = first_try.max(undecided + 1);
     while !decided(hi) {
         if hi >= MAX_PAIRS_AHEAD {
             return None;
         }
         hi = (hi * 2).min(MAX_PAIRS_AHEAD);
     }
-    let mut lo = s.n;
+    let mut lo = undecided;
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
         if decided(mid) {

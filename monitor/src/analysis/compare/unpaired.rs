@@ -253,23 +253,7 @@ pub fn more_runs_needed(s: &Unpaired, max_increase: f64, alpha: f64, floor: f64)
     if decided(start) {
         return Some(start);
     }
-    // Doubling, then bisection: the interval narrows monotonically with n and the rest of the
-    // rule does not depend on it, so once decided, a larger count stays decided.
-    let mut hi = start * 2;
-    while !decided(hi) {
-        if hi >= MAX_PAIRS_AHEAD {
-            return None;
-        }
-        hi = (hi * 2).min(MAX_PAIRS_AHEAD);
-    }
-    let mut lo = start;
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        if decided(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    Some(hi)
+    // The interval narrows monotonically with n and the rest of the rule does not depend on it,
+    // so once decided, a larger count stays decided.
+    super::paired::smallest_deciding(start, start * 2, decided)
 }

@@ -34,6 +34,9 @@ pub struct Options {
     /// Whether the epilog times itself (for the cost per job, `cargo xtask bench --only slurm`):
     /// each run appends a line to [`Cluster::epilog_times`].
     pub time_epilog: bool,
+    /// Whether Slurm keeps accounting, as sites do: slurmdbd on a MariaDB of the fixture's own,
+    /// `sacct` answering, and jobacct_gather sampling each task at Slurm's default period (30 s).
+    pub accounting: bool,
 }
 
 /// One run of the epilog, timed by the shell that runs it.
@@ -126,7 +129,27 @@ impl Cluster {
         std::fs::write(&epilog, script).unwrap();
         std::fs::set_permissions(&epilog, std::fs::Permissions::from_mode(0o755)).unwrap();
         let conf = dir.join("slurm.conf");
-        std::fs::write(&conf, slurm_conf(&dir, &socket)).unwrap();
+        let mut slurm_conf = slurm_conf(&dir, &socket);
+        let mut daemons = vec![munged];
+        if options.accounting {
+            let (dbd_port, started) = start_accounting(&dir, &socket);
+            daemons.extend(started);
+            slurm_conf = slurm_conf
+                .replace(
+                    "AccountingStorageType=accounting_storage/none\n",
+                    &format!(
+                        "AccountingStorageType=accounting_storage/slurmdbd\n\
+                         AccountingStorageHost=127.0.0.1\nAccountingStoragePort={dbd_port}\n\
+                         AccountingStoragePass={}\n",
+                        socket.display()
+                    ),
+                )
+                .replace(
+                    "JobAcctGatherFrequency=task=1",
+                    "JobAcctGatherFrequency=task=30",
+                );
+        }
+        std::fs::write(&conf, slurm_conf).unwrap();
         std::fs::write(dir.join("cgroup.conf"), cgroup_conf()).unwrap();
         let plugstack = if options.without_plugin {
             String::new()
@@ -141,7 +164,6 @@ impl Cluster {
         };
         std::fs::write(dir.join("plugstack.conf"), plugstack).unwrap();
 
-        let mut daemons = vec![munged];
         for (daemon, args) in [("slurmctld", &["-D", "-i"][..]), ("slurmd", &["-D"][..])] {
             daemons.push(
                 Command::new(daemon)
@@ -238,9 +260,55 @@ impl Cluster {
             .collect()
     }
 
+    /// `sacct -P` for job `job` ([`Options::accounting`]): each line (the job, then its steps)
+    /// as `FIELD → value`, once slurmctld has sent the batch step's end to slurmdbd (at most a
+    /// minute after the job ended).
+    pub fn sacct(
+        &self,
+        job: u32,
+        fields: &[&str],
+    ) -> Vec<std::collections::BTreeMap<String, String>> {
+        let deadline = Instant::now() + run_timeout();
+        loop {
+            let out = Command::new("sacct")
+                .args(["-n", "-P", "-j", &job.to_string(), "-o"])
+                .arg(format!("JobID,State,{}", fields.join(",")))
+                .env("SLURM_CONF", &self.conf)
+                .output()
+                .expect("running sacct");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let lines: Vec<std::collections::BTreeMap<String, String>> = text
+                .lines()
+                .map(|line| {
+                    ["JobID", "State"]
+                        .iter()
+                        .chain(fields)
+                        .map(|f| f.to_string())
+                        .zip(line.split('|').map(str::to_string))
+                        .collect()
+                })
+                .collect();
+            let batch_done = lines.iter().any(|l| {
+                l["JobID"] == format!("{job}.batch")
+                    && l["State"] != "RUNNING"
+                    && l["State"] != "PENDING"
+            });
+            if batch_done {
+                return lines;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sacct has no ended batch step of job {job}: {text}{}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// The daemons' logs, for a failing test's message.
     pub fn logs(&self) -> String {
-        ["slurmctld.log", "slurmd.log", "epilog.log"]
+        ["slurmctld.log", "slurmd.log", "epilog.log", "slurmdbd.log"]
             .iter()
             .map(|name| {
                 let text =
@@ -273,6 +341,101 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// MariaDB (a data directory of the fixture's own, on 127.0.0.1) and slurmdbd on it, both
+/// started and answering: slurmdbd's port and the two daemons, MariaDB first. slurmctld adds
+/// the cluster to the database itself when it first connects.
+fn start_accounting(dir: &Path, munge_socket: &Path) -> (u16, Vec<Child>) {
+    for tool in ["mariadbd", "mariadb-install-db", "slurmdbd"] {
+        assert!(
+            which(tool),
+            "{tool} is not installed: `cargo xtask setup` installs slurmdbd and MariaDB \
+             (slurmdbd, mariadb-server-core, mariadb-client-core)"
+        );
+    }
+    let db = dir.join("mariadb");
+    std::fs::create_dir_all(db.join("data")).unwrap();
+    let log = |name: &str| std::fs::File::create(dir.join("log").join(name)).unwrap();
+    let installed = Command::new("mariadb-install-db")
+        .args(["--no-defaults", "--user=root", "--skip-test-db"])
+        .arg("--auth-root-authentication-method=normal")
+        .arg(format!("--datadir={}", db.join("data").display()))
+        .stdout(log("mariadb-install.log"))
+        .stderr(log("mariadb-install.err"))
+        .status()
+        .expect("running mariadb-install-db");
+    assert!(
+        installed.success(),
+        "mariadb-install-db failed: see {}/log",
+        dir.display()
+    );
+    let port = free_port();
+    let socket = db.join("mysql.sock");
+    let mariadbd = Command::new("mariadbd")
+        .args([
+            "--no-defaults",
+            "--user=root",
+            "--bind-address=127.0.0.1",
+            "--skip-log-bin",
+        ])
+        .arg("--innodb-buffer-pool-size=16M")
+        .arg(format!("--datadir={}", db.join("data").display()))
+        .arg(format!("--port={port}"))
+        .arg(format!("--socket={}", socket.display()))
+        .arg(format!("--pid-file={}", db.join("mariadbd.pid").display()))
+        .arg(format!(
+            "--log-error={}",
+            dir.join("log/mariadbd.log").display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting mariadbd");
+    wait_for(&socket, "mariadbd made no socket");
+    let grant = "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm'; \
+                 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';";
+    let granted = Command::new("mariadb")
+        .args(["--no-defaults", "-u", "root", "-S"])
+        .arg(&socket)
+        .args(["-e", grant])
+        .status()
+        .expect("running mariadb");
+    assert!(granted.success(), "could not make slurmdbd's database user");
+    let dbd_port = free_port();
+    let d = dir.display();
+    // slurmdbd reads slurmdbd.conf beside SLURM_CONF, and refuses one others may read.
+    let dbd_conf = dir.join("slurmdbd.conf");
+    std::fs::write(
+        &dbd_conf,
+        format!(
+            "AuthType=auth/munge\nAuthInfo=socket={munge}\n\
+             DbdHost=localhost\nDbdAddr=127.0.0.1\nDbdPort={dbd_port}\nSlurmUser=root\n\
+             StorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\nStoragePort={port}\n\
+             StorageUser=slurm\nStoragePass=slurm\nStorageLoc=slurm_acct_db\n\
+             LogFile={d}/log/slurmdbd.log\nPidFile={d}/slurmdbd.pid\n",
+            munge = munge_socket.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&dbd_conf, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let slurmdbd = Command::new("slurmdbd")
+        .arg("-D")
+        .env("SLURM_CONF", dir.join("slurm.conf"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting slurmdbd");
+    // Up once it listens: slurmctld gives up at start when the database does not answer.
+    let deadline = Instant::now() + run_timeout();
+    while std::net::TcpStream::connect(("127.0.0.1", dbd_port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "slurmdbd does not listen on {dbd_port}: see {d}/log/slurmdbd.log"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (dbd_port, vec![mariadbd, slurmdbd])
 }
 
 impl Drop for Cluster {

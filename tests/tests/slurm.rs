@@ -5,7 +5,12 @@
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
-use tests::{read_json, read_processes, slurm::Cluster, users::TestUser, Proc};
+use tests::{
+    read_json, read_processes,
+    slurm::{Cluster, Options},
+    users::TestUser,
+    Proc,
+};
 
 /// A finished task's run: run.json, and every process row with its exit figures.
 fn exact_run(dir: &Path, user: &TestUser) -> (serde_json::Value, Vec<Proc>) {
@@ -150,7 +155,7 @@ fn every_task_of_an_array_and_of_each_step_is_an_exact_run_labelled_with_its_job
     // The epilogs published every run: docs/cluster.md's queries, as written, answer per job
     // and per user.
     cluster.wait_for_published(20 + 5);
-    let [per_job, per_user] = cluster_doc_queries(&cluster.dataset);
+    let [per_job, per_user, _] = cluster_doc_queries(&cluster.dataset);
     assert_eq!(per_job.rows.len(), 21, "{per_job:#?}");
     for row in &per_job.rows {
         let col = |name: &str| &row[per_job.column(name)];
@@ -171,7 +176,7 @@ fn every_task_of_an_array_and_of_each_step_is_an_exact_run_labelled_with_its_job
 }
 
 /// docs/cluster.md's SQL blocks, as written but for the dataset's path, through DuckDB.
-fn cluster_doc_queries(dataset: &Path) -> [tests::QueryResult; 2] {
+fn cluster_doc_queries(dataset: &Path) -> [tests::QueryResult; 3] {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cluster.md"))
         .unwrap();
     let queries: Vec<String> = doc
@@ -182,13 +187,110 @@ fn cluster_doc_queries(dataset: &Path) -> [tests::QueryResult; 2] {
             sql.replace("DATASET", &dataset.display().to_string())
         })
         .collect();
-    assert_eq!(queries.len(), 2, "the SQL blocks of docs/cluster.md");
+    assert_eq!(queries.len(), 3, "the SQL blocks of docs/cluster.md");
     let answers: Vec<tests::QueryResult> = tests::duckdb_queries(&queries)
         .into_iter()
         .zip(&queries)
         .map(|(answer, sql)| answer.unwrap_or_else(|e| panic!("{sql}\n{e}")))
         .collect();
     answers.try_into().unwrap()
+}
+
+/// Beside `sacct` (Slurm's accounting: slurmdbd on MariaDB, jobacct_gather polling at Slurm's
+/// default 30 s): docs/cluster.md's query counts every process and each one's own peak, where
+/// `MaxRSS` saw none of the 300 MiB; `TotalCPU` is the tree's CPU plus montrace's own.
+#[test]
+fn sacct_agrees_on_cpu_and_misses_the_peak_that_montrace_records() {
+    let cluster = Cluster::start_with(Options {
+        accounting: true,
+        ..Options::default()
+    });
+    let user = TestUser::create("sac");
+    let script = "for i in $(seq 200); do /bin/true; done; \
+                  python3 -c 'b = bytearray(300 << 20)'; \
+                  head -c 200000000 /dev/zero | gzip -c > /dev/null";
+    let (job, done) = cluster.sbatch(&user, &["-c1", "--mem=1G", "-o", "/dev/null"], script);
+    assert_eq!(done.code(), 0, "{done:?}\n{}", cluster.logs());
+    let runs = cluster.runs_of(&user, &job.to_string());
+    let (_, rows) = exact_run(&runs[0].1, &user);
+    assert_eq!(
+        rows.iter().filter(|p| p.has_filename("/bin/true")).count(),
+        200
+    );
+    cluster.wait_for_published(1);
+    let [_, _, beside] = cluster_doc_queries(&cluster.dataset);
+    assert_eq!(beside.rows.len(), 1, "{beside:#?}");
+    let col = |name: &str| &beside.rows[0][beside.column(name)];
+    assert_eq!(col("job"), job.to_string().as_str(), "{beside:#?}");
+    assert_eq!(
+        col("processes").as_u64(),
+        Some(rows.len() as u64),
+        "{beside:#?}"
+    );
+    // Each /bin/true lives milliseconds: every one is in the dataset.
+    assert!(
+        col("lived_under_1s").as_u64().unwrap() >= 200,
+        "{beside:#?}"
+    );
+    let cpu_s = col("cpu_s").as_f64().unwrap();
+    let largest_mib = col("largest_process_mib").as_f64().unwrap();
+    // The kernel's own high-water mark of the Python, at its exit.
+    assert!(largest_mib >= 300.0, "{beside:#?}");
+
+    let sacct = cluster.sacct(job, &["TotalCPU", "MaxRSS"]);
+    let batch = sacct
+        .iter()
+        .find(|l| l["JobID"] == format!("{job}.batch"))
+        .unwrap_or_else(|| panic!("{sacct:?}"));
+    let total_cpu = slurm_duration_s(&batch["TotalCPU"]);
+    let max_rss = slurm_kib(&batch["MaxRSS"]) * 1024;
+    eprintln!(
+        "job {job}: montrace {} processes, {cpu_s} s CPU, largest {largest_mib} MiB; \
+         sacct TotalCPU {total_cpu} s, MaxRSS {} MiB",
+        rows.len(),
+        max_rss >> 20
+    );
+    // Both count the tree's CPU from the kernel's rusage; sacct's adds montrace's own (its
+    // start, its files, its scontrol question), and shows milliseconds.
+    assert!(
+        cpu_s <= total_cpu + 0.002 && total_cpu - cpu_s < 1.0,
+        "montrace {cpu_s} s, sacct {total_cpu} s: {sacct:?}"
+    );
+    // The job ended before jobacct_gather's second poll (30 s): the peak lived between polls.
+    assert!(max_rss < 100 << 20, "MaxRSS {max_rss}: {sacct:?}");
+}
+
+/// sacct's `[D-][HH:]MM:SS[.mmm]`, in seconds.
+fn slurm_duration_s(text: &str) -> f64 {
+    let (days, clock) = text.split_once('-').unwrap_or(("0", text));
+    let clock = clock
+        .split(':')
+        .fold(0.0, |acc, part| acc * 60.0 + part.parse::<f64>().unwrap());
+    days.parse::<f64>().unwrap() * 86_400.0 + clock
+}
+
+/// sacct's memory figures (`1068K`, `12M`, `1.5G`; empty: none), in KiB.
+fn slurm_kib(text: &str) -> u64 {
+    let Some(unit) = text.chars().last() else {
+        return 0;
+    };
+    let scale = match unit {
+        'K' => 1.0,
+        'M' => 1024.0,
+        'G' => 1024.0 * 1024.0,
+        _ => return text.parse().unwrap(),
+    };
+    (text[..text.len() - 1].parse::<f64>().unwrap() * scale) as u64
+}
+
+#[test]
+fn sacct_figures_read_back() {
+    assert_eq!(slurm_duration_s("00:01.583"), 1.583);
+    assert_eq!(slurm_duration_s("01:02:03"), 3723.0);
+    assert_eq!(slurm_duration_s("1-00:00:01"), 86_401.0);
+    assert_eq!(slurm_kib("1068K"), 1068);
+    assert_eq!(slurm_kib("12M"), 12 * 1024);
+    assert_eq!(slurm_kib(""), 0);
 }
 
 #[test]
@@ -214,7 +316,7 @@ fn a_job_killed_by_its_memory_limit_and_one_that_cannot_be_recorded_both_run() {
     assert_eq!(slurm_of(&info)["requested_memory_bytes"], 60u64 << 20);
     // Published by its epilog: docs/cluster.md's per-user query counts it near its limit.
     cluster.wait_for_published(1);
-    let [_, per_user] = cluster_doc_queries(&cluster.dataset);
+    let [_, per_user, _] = cluster_doc_queries(&cluster.dataset);
     assert_eq!(per_user.rows.len(), 1, "{per_user:#?}");
     assert_eq!(
         per_user.rows[0][per_user.column("near_mem_limit")],

@@ -85,8 +85,8 @@ const STEPS: &[Step] = &[
         install: install_make_and_git,
     },
     Step {
-        name: "Slurm (slurmctld, slurmd, munge) and slurm/spank.h",
-        how: "apt-get; the Slurm tests run jobs on a one-node cluster on 127.0.0.1 through montrace's SPANK plugin",
+        name: "Slurm (slurmctld, slurmd, slurmdbd, munge), slurm/spank.h and MariaDB",
+        how: "apt-get; the Slurm tests run jobs on a one-node cluster on 127.0.0.1 through montrace's SPANK plugin, one with accounting (slurmdbd on MariaDB) for sacct",
         is_done: slurm_installed,
         install: install_slurm,
     },
@@ -443,12 +443,17 @@ fn install_make_and_git(i: &mut Installer) -> Result<()> {
         .context("could not apt-get install make, git and curl")
 }
 
-/// Debian's Slurm daemons and clients, munge, and the header the SPANK plugin is compiled
-/// against (tests/src/slurm.rs starts its own cluster; nothing here is configured or started).
+/// Debian's Slurm daemons and clients, munge, the header the SPANK plugin is compiled against,
+/// and slurmdbd with MariaDB's server and client alone (no service package: nothing here is
+/// configured or started; tests/src/slurm.rs starts its own cluster and database).
 fn slurm_installed() -> bool {
     [
         "/usr/sbin/slurmctld",
         "/usr/sbin/slurmd",
+        "/usr/sbin/slurmdbd",
+        "/usr/sbin/mariadbd",
+        "/usr/bin/mariadb-install-db",
+        "/usr/bin/mariadb",
         "/usr/sbin/munged",
         "/usr/bin/sbatch",
         "/usr/include/slurm/spank.h",
@@ -458,8 +463,16 @@ fn slurm_installed() -> bool {
 }
 
 fn install_slurm(i: &mut Installer) -> Result<()> {
-    i.apt_install(&["slurm-wlm", "munge", "libslurm-dev"])
-        .context("could not apt-get install slurm-wlm, munge and libslurm-dev")
+    const PACKAGES: [&str; 6] = [
+        "slurm-wlm",
+        "slurmdbd",
+        "munge",
+        "libslurm-dev",
+        "mariadb-server-core",
+        "mariadb-client-core",
+    ];
+    i.apt_install(&PACKAGES)
+        .with_context(|| format!("could not apt-get install {}", PACKAGES.join(", ")))
 }
 
 // ---- DuckDB with httpfs (the S3 test reads the bucket with DuckDB itself) ----

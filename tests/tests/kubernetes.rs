@@ -215,3 +215,42 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
     );
     assert_eq!(info["lost_events"]["ringbuf_full"], 0, "{info}");
 }
+
+/// A pod without `hostPID` (here: `unshare --pid`, its own /proc): the agent names processes by
+/// the host's pids and cannot follow the run's, so it refuses and says what to do; the run
+/// still records, by polling /proc, and says so.
+#[test]
+fn a_run_in_a_pid_namespace_of_its_own_is_told_to_share_the_hosts() {
+    let agent = tests::agent::Agent::start();
+    let user = TestUser::create("pns");
+    let bin = user.home.join("montrace");
+    std::fs::copy(montrace_bin(), &bin).unwrap();
+    std::os::unix::fs::chown(&bin, Some(user.uid), Some(user.gid)).unwrap();
+    let out = user.home.join("run");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", "--"])
+        .arg("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .args(["--clear-groups", "--", "env", "-i"])
+        .arg(format!("HOME={}", user.home.display()))
+        .arg("PATH=/usr/bin:/bin")
+        .arg(format!("MONTRACE_AGENT_SOCKET={}", agent.socket.display()))
+        .arg(&bin)
+        .arg("run")
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "sh", "-c", "echo $$; /bin/true"])
+        .current_dir(&user.home);
+    let run = run_with_timeout(&mut cmd, run_timeout());
+    assert_eq!(run.code(), 0, "{run:?}");
+    // Its own pid namespace: the command's shell is a low pid there (montrace is 1).
+    let pid: u32 = run.stdout.trim().parse().unwrap();
+    assert!(pid < 100, "{run:?}");
+    assert!(
+        run.stderr.contains("pid namespace of its own") && run.stderr.contains("hostPID: true"),
+        "{run:?}"
+    );
+    let info = read_json(&out.join("run.json")).unwrap();
+    assert_eq!(info["tracking_mode"], "polling", "{info}");
+}

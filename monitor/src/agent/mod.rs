@@ -897,8 +897,32 @@ async fn read_request(stream: &mut UnixStream) -> Result<protocol::Request, Stri
     }
 }
 
+/// Why a client in a pid namespace of its own is refused, and what to do.
+const OWN_PID_NAMESPACE: &str = "this montrace runs in a pid namespace of its own (a container \
+     without the host's pids): the agent and the kernel's events name processes by the host's \
+     pids, not by yours, so it cannot follow them; run the container in the host's pid namespace \
+     (Kubernetes `hostPID: true`, `docker run --pid=host`), or give montrace its own privileges there";
+
+/// How many pid namespaces deep a process is, seen from the reader's /proc: the number of pids
+/// on its status's `NSpid:` line (1 in the reader's own namespace; 1 when the kernel has no
+/// such line).
+fn pid_namespace_depth(status: &str) -> usize {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map_or(1, |pids| pids.split_whitespace().count().max(1))
+}
+
 /// Whether the client (`uid`, `client_pid` from SO_PEERCRED) may follow `pid` (see the module).
 fn may_follow(uid: u32, client_pid: Option<u32>, pid: u32) -> Result<(), String> {
+    // A client in a pid namespace below the agent's names its processes by numbers the agent's
+    // /proc and the kernel's events do not use: refused before the number is looked up.
+    if let Some(client) = client_pid {
+        let status = std::fs::read_to_string(format!("/proc/{client}/status")).unwrap_or_default();
+        if pid_namespace_depth(&status) > 1 {
+            return Err(OWN_PID_NAMESPACE.into());
+        }
+    }
     let pidfd = crate::follow::pidfd::pidfd_open(pid)
         .map_err(|e| format!("pid {pid}: no such process to follow ({e})"))?;
     if uid != 0 {
@@ -999,6 +1023,25 @@ mod tests {
         assert_eq!(whole_units(Duration::from_secs(60)), "1m");
         assert_eq!(whole_units(Duration::from_millis(200)), "0.200s");
         assert_eq!(whole_units(Duration::from_secs(90)), "90.000s");
+    }
+
+    #[test]
+    fn a_client_in_a_containers_pid_namespace_is_told_so() {
+        assert_eq!(
+            pid_namespace_depth(STATUS),
+            1,
+            "no NSpid line: an old kernel"
+        );
+        assert_eq!(pid_namespace_depth(&format!("{STATUS}NSpid:\t42\n")), 1);
+        assert_eq!(
+            pid_namespace_depth(&format!("{STATUS}NSpid:\t4242\t7\n")),
+            2
+        );
+        assert_eq!(
+            pid_namespace_depth(&format!("{STATUS}NSpid:\t4242\t70\t1\n")),
+            3
+        );
+        assert!(OWN_PID_NAMESPACE.contains("hostPID: true"));
     }
 
     #[test]

@@ -48,8 +48,7 @@ fn burst(program: &str, n: u32) {
 fn said_lost(stderr: &str) -> u64 {
     stderr
         .lines()
-        .filter(|l| l.contains("did not fit the ring"))
-        .last()
+        .rfind(|l| l.contains("did not fit the ring"))
         .map_or(0, |line| {
             line.split_whitespace()
                 .filter_map(|w| w.parse::<u64>().ok())

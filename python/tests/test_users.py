@@ -138,3 +138,32 @@ def test_an_ordinary_users_wheel_binary_records_exactly_through_the_agent(user, 
     assert (processes, true) == (22, 20), result.stderr
     assert "no eBPF" not in result.stderr
     assert owners(user.home / "run") == {user.uid}
+
+
+def _yama_ptrace_scope() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def test_monitor_and_monitored_go_through_the_agent_as_run_does(user, agent: Path) -> None:
+    """`montrace.monitor` and `montrace.monitored` start `montrace attach`, which asks the agent
+    as `montrace run` does: with the wheel's own binary and no capability, all three are exact.
+    (Under Yama's ptrace_scope 1 the agent follows only a client's own child, as a debugger
+    would: `monitor()`, whose montrace is this program's child, then polls, and says why.)"""
+    result = user.run([sys.executable, "-c", SCRIPT, str(user.home), "20"],
+                      env={"MONTRACE_AGENT_SOCKET": str(agent)})
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["binary"] == wheel_binary()
+    assert figures["run_mode"] in ("tp_btf", "tracepoint"), result.stderr
+    assert (figures["run_processes"], figures["run_true"]) == (21, 20)
+    if _yama_ptrace_scope() == 0:
+        assert figures["monitor_mode"] == figures["run_mode"], result.stderr
+        assert figures["monitor_true"] == 1
+        assert figures["monitored"] == [42, figures["run_mode"]], result.stderr
+        assert "no eBPF" not in result.stderr
+    else:
+        assert figures["monitor_mode"] == "polling" and "ptrace_scope" in result.stderr
+    assert owners(user.home / "run") == owners(user.home / "monitor") == {user.uid}

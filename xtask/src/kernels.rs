@@ -374,6 +374,11 @@ fn boot_and_boot_again(
     })
 }
 
+/// The log the VM's script writes for `test` (`file::name`), with `suffix` (`.hung`, `.1`...).
+fn test_log(out: &Path, test: &str, suffix: &str) -> PathBuf {
+    out.join(format!("{}.log{suffix}", test.replace("::", ".")))
+}
+
 /// What a CI log needs to tell why, since target/kernels is gone with the machine: each failed
 /// test's log, those of the tests that ran past their limit, and the console's end when the VM
 /// stopped before the last test.
@@ -381,7 +386,7 @@ fn print_logs(k: &Kernel, outcome: &Outcome) {
     let out = out_dir(k);
     for (test, status) in &outcome.tests {
         if *status == Status::Fail {
-            let log = out.join(format!("{}.log", test.replace("::", ".")));
+            let log = test_log(&out, test, "");
             eprintln!("--- the end of {}:\n{}", log.display(), tail(&log, 60));
         }
     }
@@ -389,7 +394,7 @@ fn print_logs(k: &Kernel, outcome: &Outcome) {
         .unwrap_or_default()
         .lines()
     {
-        let log = out.join(format!("{}.log", test.replace("::", ".")));
+        let log = test_log(&out, test, "");
         eprintln!(
             "kernel tier: {test} ran past {} s once and was run again (what was running then \
              is in {}):\n{}",
@@ -402,7 +407,7 @@ fn print_logs(k: &Kernel, outcome: &Outcome) {
     // killed holds the script: the VM's limit ends it, and this is all there is).
     for (test, _) in &outcome.tests {
         for hung in ["hung", "hung.1"] {
-            let hung = out.join(format!("{}.log.{hung}", test.replace("::", ".")));
+            let hung = test_log(&out, test, &format!(".{hung}"));
             if !hung.exists() {
                 continue;
             }
@@ -539,17 +544,31 @@ fn kvm_works(k: &Kernel) -> bool {
 
 /// Runs `cmd`; false when it failed, an error past `limit` (it is killed).
 fn run_with_limit(cmd: &mut Command, limit: Duration) -> Result<bool> {
-    let mut child = spawn_group(cmd)?;
     let deadline = Instant::now() + limit;
+    let past = format!("{} ran past {} s", util::describe(cmd), limit.as_secs());
+    let status = supervise(cmd, Duration::from_millis(200), || {
+        (Instant::now() > deadline).then(|| past.clone())
+    })?;
+    Ok(status.success())
+}
+
+/// Runs `cmd` as a process group of its own until it ends, asking `stop` every `poll` whether
+/// it must be killed, and why: then the whole group is killed and the reason is the error.
+fn supervise(
+    cmd: &mut Command,
+    poll: Duration,
+    mut stop: impl FnMut() -> Option<String>,
+) -> Result<std::process::ExitStatus> {
+    let mut child = spawn_group(cmd)?;
     loop {
         if let Some(status) = child.try_wait()? {
-            return Ok(status.success());
+            return Ok(status);
         }
-        if Instant::now() > deadline {
+        if let Some(why) = stop() {
             kill_group(&mut child);
-            bail!("{} ran past {} s", util::describe(cmd), limit.as_secs());
+            bail!(why);
         }
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(poll);
     }
 }
 
@@ -662,13 +681,15 @@ fn boot(
         std::fs::create_dir_all(&out)?;
     } else {
         let _ = std::fs::remove_file(out.join("finished"));
-        let mut names = vec!["log".to_owned()];
+        let _ = std::fs::rename(out.join("log"), out.join("log.1"));
         for (file, test) in tests {
-            names.push(format!("{file}.{test}.log"));
-            names.push(format!("{file}.{test}.log.hung"));
-        }
-        for name in names {
-            let _ = std::fs::rename(out.join(&name), out.join(format!("{name}.1")));
+            for suffix in ["", ".hung"] {
+                let log = test_log(&out, &format!("{file}::{test}"), suffix);
+                let _ = std::fs::rename(
+                    &log,
+                    test_log(&out, &format!("{file}::{test}"), &format!("{suffix}.1")),
+                );
+            }
         }
     }
     let script_path = out.join("run.sh");
@@ -700,32 +721,26 @@ fn boot(
 /// under `out` made or grown, the console aside) for `stall_limit` ([`STALL_LIMIT`]), or past
 /// `limit` ([`VM_LIMIT`]).
 fn run_vm(cmd: &mut Command, out: &Path, stall_limit: Duration, limit: Duration) -> Result<()> {
-    let mut child = spawn_group(cmd)?;
     let started = Instant::now();
     let mut seen = progress(out);
     let mut moved = Instant::now();
-    loop {
-        if child.try_wait()?.is_some() {
-            return Ok(());
-        }
+    supervise(cmd, Duration::from_secs(1), || {
         let now = progress(out);
         if now != seen {
             (seen, moved) = (now, Instant::now());
         }
-        let why = if moved.elapsed() > stall_limit {
-            format!(
-                "stalled: nothing new from its tests for {} s",
+        if moved.elapsed() > stall_limit {
+            Some(format!(
+                "the VM stalled: nothing new from its tests for {} s (killed)",
                 stall_limit.as_secs()
-            )
+            ))
         } else if started.elapsed() > limit {
-            format!("ran past {} s", limit.as_secs())
+            Some(format!("the VM ran past {} s (killed)", limit.as_secs()))
         } else {
-            std::thread::sleep(Duration::from_secs(1));
-            continue;
-        };
-        kill_group(&mut child);
-        bail!("the VM {why} (killed)");
-    }
+            None
+        }
+    })?;
+    Ok(())
 }
 
 /// How far the script has got: the files under `out` and their sizes, the console's aside (a

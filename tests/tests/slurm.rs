@@ -250,10 +250,12 @@ fn sacct_agrees_on_cpu_and_misses_the_peak_that_montrace_records() {
         rows.len(),
         max_rss >> 20
     );
-    // Both count the tree's CPU from the kernel's rusage; sacct's adds montrace's own (its
-    // start, its files, its scontrol question), and shows milliseconds.
+    // Both are the kernel's accounting of the tree's CPU (montrace's from each exit, sacct's from
+    // the task's rusage, which holds every child it waited for); sacct's adds montrace's own (its
+    // start, its files, its scontrol question). The tolerance is tests::assert_cpu_close's: when
+    // each figure was taken, not how busy the machine was.
     assert!(
-        cpu_s <= total_cpu + 0.002 && total_cpu - cpu_s < 1.0,
+        cpu_s <= total_cpu * 1.02 + 0.02 && total_cpu - cpu_s < 1.0,
         "montrace {cpu_s} s, sacct {total_cpu} s: {sacct:?}"
     );
     // The job ended before jobacct_gather's second poll (30 s): the peak lived between polls.

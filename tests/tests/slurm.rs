@@ -198,7 +198,8 @@ fn cluster_doc_queries(dataset: &Path) -> [tests::QueryResult; 3] {
 
 /// Beside `sacct` (Slurm's accounting: slurmdbd on MariaDB, jobacct_gather polling at Slurm's
 /// default 30 s): docs/cluster.md's query counts every process and each one's own peak, where
-/// `MaxRSS` saw none of the 300 MiB; `TotalCPU` is the tree's CPU plus montrace's own.
+/// `MaxRSS` saw none of the 300 MiB; `TotalCPU` is the tree's CPU (a gzip of 400 MB is most of
+/// it) plus montrace's own (this debug build's: its start, files and report, under 2 s).
 #[test]
 fn sacct_agrees_on_cpu_and_misses_the_peak_that_montrace_records() {
     let cluster = Cluster::start_with(Options {
@@ -208,7 +209,7 @@ fn sacct_agrees_on_cpu_and_misses_the_peak_that_montrace_records() {
     let user = TestUser::create("sac");
     let script = "for i in $(seq 200); do /bin/true; done; \
                   python3 -c 'b = bytearray(300 << 20)'; \
-                  head -c 200000000 /dev/zero | gzip -c > /dev/null";
+                  head -c 400000000 /dev/zero | gzip -c > /dev/null";
     let (job, done) = cluster.sbatch(&user, &["-c1", "--mem=1G", "-o", "/dev/null"], script);
     assert_eq!(done.code(), 0, "{done:?}\n{}", cluster.logs());
     let runs = cluster.runs_of(&user, &job.to_string());
@@ -255,7 +256,7 @@ fn sacct_agrees_on_cpu_and_misses_the_peak_that_montrace_records() {
     // start, its files, its scontrol question). The tolerance is tests::assert_cpu_close's: when
     // each figure was taken, not how busy the machine was.
     assert!(
-        cpu_s <= total_cpu * 1.02 + 0.02 && total_cpu - cpu_s < 1.0,
+        cpu_s <= total_cpu * 1.02 + 0.02 && total_cpu - cpu_s < 2.0,
         "montrace {cpu_s} s, sacct {total_cpu} s: {sacct:?}"
     );
     // The job ended before jobacct_gather's second poll (30 s): the peak lived between polls.

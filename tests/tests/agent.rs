@@ -960,3 +960,47 @@ fn an_agent_killed_mid_write_leaves_readable_history() {
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `montrace bench` records each repetition with `montrace run`, which finds the agent as any
+/// run does: an ordinary user's plain binary benches exactly, every repetition of both sides.
+#[test]
+fn an_ordinary_users_bench_records_every_repetition_through_the_agent() {
+    let agent = Agent::start();
+    let user = TestUser::create("agb");
+    let bin = plain_copy(&user);
+    let out = user.home.join("bench");
+    let work = "for i in $(seq 10); do /bin/true; done";
+    let mut cmd = user.command(&bin);
+    cmd.current_dir(&user.home)
+        .env_clear()
+        .env("HOME", &user.home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("MONTRACE_AGENT_SOCKET", &agent.socket)
+        .args([
+            "bench",
+            "--warmup",
+            "0",
+            "--repeat",
+            "2",
+            "--allow-no-op",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["-a", work, "-b", work]);
+    let bench = run_with_timeout(&mut cmd, run_timeout() * 2);
+    // The same work on both sides: a pass, or too few pairs to say (never "regressed").
+    assert!(matches!(bench.code(), 0 | 3), "{bench:?}");
+    assert!(!bench.stderr.contains("no eBPF"), "{bench:?}");
+    for side in ["baseline", "candidate"] {
+        for rep in 1..=2 {
+            let run = out.join(format!("{side}/rep-{rep:03}"));
+            let info =
+                read_json(&run.join("run.json")).unwrap_or_else(|e| panic!("{e}: {bench:?}"));
+            assert_ne!(info["tracking_mode"], "polling", "{info}");
+            let rows = read_processes(&run);
+            // sh, seq and 10 /bin/true, each once.
+            assert_eq!(rows.len(), 12, "{side} {rep}: {rows:#?}");
+            assert_eq!(std::fs::metadata(&run).unwrap().uid(), user.uid);
+        }
+    }
+}

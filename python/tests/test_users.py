@@ -37,6 +37,7 @@ print(json.dumps({
     "run_avg_parallelism": run.resources["avg_parallelism"],
     "monitor_mode": m.run.info["tracking_mode"],
     "monitor_true": int((m.run.processes.filename == "/bin/true").sum()),
+    "monitor_montrace": int((m.run.processes.comm == "montrace").sum()),
     "monitored": [result, called["tracking_mode"]],
     "binary": montrace.binary(),
     "doctor": [found.binary, found.exact, found.mode, found.chosen_because],
@@ -162,6 +163,8 @@ def test_monitor_and_monitored_go_through_the_agent_as_run_does(user, agent: Pat
     if _yama_ptrace_scope() == 0:
         assert figures["monitor_mode"] == figures["run_mode"], result.stderr
         assert figures["monitor_true"] == 1
+        # The program's own montrace attach is its child, alive at the attach: never its tree.
+        assert figures["monitor_montrace"] == 0, result.stderr
         assert figures["monitored"] == [42, figures["run_mode"]], result.stderr
         assert "no eBPF" not in result.stderr
     else:

@@ -554,7 +554,10 @@ async fn client(
         })
     };
     let skipped = match accepted {
-        Ok(()) if request.tree => follow_existing(id, pid, cred.uid(), &shared).await,
+        Ok(()) if request.tree => {
+            let client = cred.pid().map(|p| p as u32);
+            follow_existing(id, pid, cred.uid(), client, &shared).await
+        }
         Ok(()) => 0,
         Err(why) => {
             shared.borrow_mut().cut(id);
@@ -575,10 +578,18 @@ const MAX_TREE_LOOKS: usize = 32;
 /// followed too, each the client may follow (`may_follow`'s rule, less the child rule: they are
 /// the tree of a process the client may follow) routed to it and tracked; one it may not is
 /// left out with its own descendants. Looks again until a look finds nobody new, as a
-/// standalone attach does. How many were left out.
-async fn follow_existing(id: ClientId, root: u32, uid: u32, shared: &Rc<RefCell<Shared>>) -> u32 {
+/// standalone attach does. The client itself is never part of the tree (a `montrace attach`
+/// of its own parent, as Python's `monitor()` is, would find itself there), as a standalone
+/// attach never follows its own process. How many were left out (the client aside).
+async fn follow_existing(
+    id: ClientId,
+    root: u32,
+    uid: u32,
+    client: Option<u32>,
+    shared: &Rc<RefCell<Shared>>,
+) -> u32 {
     let mut followed = HashSet::from([root]);
-    let mut skipped = HashSet::new();
+    let mut skipped: HashSet<u32> = client.into_iter().filter(|c| *c != root).collect();
     for _ in 0..MAX_TREE_LOOKS {
         // Read on the blocking pool: a machine's /proc is thousands of files.
         let Ok(parents) = tokio::task::spawn_blocking(read_parents).await else {
@@ -609,7 +620,7 @@ async fn follow_existing(id: ClientId, root: u32, uid: u32, shared: &Rc<RefCell<
         }
         followed.extend(new);
     }
-    skipped.len() as u32
+    skipped.iter().filter(|pid| Some(**pid) != client).count() as u32
 }
 
 /// Each process's parent, as /proc says now.

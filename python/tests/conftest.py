@@ -28,14 +28,15 @@ class User:
         self.gid = int(subprocess.check_output(["id", "-g", name]))
         self.home = Path(f"/home/{name}")
 
-    def run(self, argv: "list[str]", env: "dict[str, str] | None" = None) -> subprocess.CompletedProcess:
+    def run(self, argv: "list[str]", env: "dict[str, str] | None" = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
         """argv as this user (real and effective ids, no supplementary groups), in their home,
         with their HOME and the PATH given."""
         environment = {"HOME": str(self.home), "PATH": "/usr/local/bin:/usr/bin:/bin", "USER": self.name}
         environment.update(env or {})
         return subprocess.run(
             ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--", *argv],
-            cwd=self.home, env=environment, capture_output=True, text=True, timeout=120,
+            cwd=self.home, env=environment, capture_output=True, text=True, timeout=timeout,
         )
 
 

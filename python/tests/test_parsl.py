@@ -27,7 +27,8 @@ def test_each_task_of_the_docs_parsl_workflow_is_an_exact_run_of_its_own(user, a
     bin_dir = str(Path(sys.executable).parent)  # process_worker_pool.py, as Parsl needs it
     result = user.run([sys.executable, "-c", doc_example()],
                       env={"MONTRACE_AGENT_SOCKET": str(agent),
-                           "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"})
+                           "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"},
+                      timeout=300)  # Parsl's interchange and workers start and stop too
     assert result.returncode == 0, result.stderr
     # Parsl got each command's status through montrace: 0 five times, and the failure's 3.
     assert result.stdout.splitlines()[-2:] == ["[0, 0, 0, 0, 0]", "failed with 3"], result

@@ -988,9 +988,12 @@ fn an_ordinary_users_bench_records_every_repetition_through_the_agent() {
         .arg(&out)
         .args(["-a", work, "-b", work]);
     let bench = run_with_timeout(&mut cmd, run_timeout() * 2);
-    // The same work on both sides: a pass, or too few pairs to say (never "regressed").
-    assert!(matches!(bench.code(), 0 | 3), "{bench:?}");
-    assert!(!bench.stderr.contains("no eBPF"), "{bench:?}");
+    // A verdict (on the same 15 ms of work both sides: which one is not this test's), not a
+    // failure of a command or of montrace.
+    assert!(matches!(bench.code(), 0 | 1 | 3), "{bench:?}");
+    // Each run's own stderr is in the bench's log.
+    let log = std::fs::read_to_string(out.join("bench.log")).unwrap();
+    assert!(!log.contains("no eBPF"), "{log}");
     for side in ["baseline", "candidate"] {
         for rep in 1..=2 {
             let run = out.join(format!("{side}/rep-{rep:03}"));

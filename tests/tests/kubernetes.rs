@@ -78,6 +78,30 @@ fn mount_of(
     )
 }
 
+/// The number of a capability as Kubernetes names it (linux/capability.h), for those the
+/// manifest may add.
+fn cap_number(name: &str) -> u32 {
+    match name {
+        "DAC_READ_SEARCH" => 2,
+        "SYS_ADMIN" => 21,
+        "SYS_RESOURCE" => 24,
+        "PERFMON" => 38,
+        "BPF" => 39,
+        other => panic!("the manifest adds {other}: name its number here"),
+    }
+}
+
+/// A process's capability bounding set (`CapBnd:` of /proc/PID/status).
+fn cap_bounding(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap()
+}
+
 #[test]
 fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only() {
     tests::require_root();
@@ -157,6 +181,18 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+
+    // The agent's bounding set is the manifest's, less what this machine's root lacks (a
+    // container's root may lack CAP_SYS_RESOURCE, and setpriv then leaves it out silently).
+    let wanted = added
+        .iter()
+        .fold(0u64, |mask, cap| mask | 1 << cap_number(cap));
+    let own = cap_bounding(std::process::id());
+    assert_eq!(
+        cap_bounding(agent_process.id()),
+        wanted & own,
+        "the manifest's {added:?} on a machine whose bounding set is {own:#x}"
+    );
 
     // An ordinary user's plain copy, through a read-only bind mount of the socket's directory
     // (the pod's `readOnly: true`) in a mount namespace of its own.

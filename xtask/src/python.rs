@@ -16,9 +16,10 @@ pub const TEST_PACKAGES: &[&str] = &[
     "mlflow-skinny",
     "sqlalchemy",
     "alembic",
-    // A real workflow engine: python/tests/test_parsl.py runs a Parsl HighThroughputExecutor
-    // workflow whose bash_app tasks are recorded by montrace.parsl.
-    "parsl",
+    // A real workflow engine: python/tests/test_parsl.py runs docs/cluster.md's Parsl
+    // HighThroughputExecutor workflow, whose bash_app tasks montrace.parsl records. Pinned: the
+    // example uses recent APIs (`with parsl.load(...)`, `max_workers_per_node`).
+    "parsl==2026.10.26",
 ];
 
 /// The extra the docs' environment installs with the wheel: what docs/python.md's install lines

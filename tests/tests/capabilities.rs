@@ -414,12 +414,14 @@ fn a_v2_run_cgroup_gives_the_trees_own_pressure_per_sweep() {
     // The burners live the 1.5 s of their `timeout` (never shorter), swept every 250 ms: about
     // 5 rows wholly inside; a busy machine delays a sweep, never skips one.
     assert!(answer.f64(0, "busy_rows").unwrap() >= 3.0, "{answer:?}");
-    // PSI's "some" is the share of time at least one of the cgroup's runnable tasks waits for a
-    // CPU: with twice as many burners as cores that is all the time, and other work on the
-    // machine only adds to it. The burners start and end a moment apart: fewer wait at the
-    // edges.
-    assert!(answer.f64(0, "busy_low").unwrap() >= 50.0, "{answer:?}");
-    assert!(answer.f64(0, "busy_mean").unwrap() >= 80.0, "{answer:?}");
+    // PSI's "some" is, on each CPU, the share of time one of the cgroup's runnable tasks there
+    // waits, averaged over the CPUs weighted by the time the cgroup has a task on each. Twice as
+    // many burners as cores: balanced two a CPU, that is 100 %; placed three and one (a busy
+    // machine's hog on one CPU moves them), the lone burner's CPU gives 0 % to 50 % (it waits
+    // only for the hog), so 50 % to 75 % — a stress run measured a mean of 72 %. Never below
+    // half, but at the edges, where the burners start and end a moment apart.
+    assert!(answer.f64(0, "busy_low").unwrap() >= 25.0, "{answer:?}");
+    assert!(answer.f64(0, "busy_mean").unwrap() >= 50.0, "{answer:?}");
     // While the tree only sleeps none of its tasks is runnable: no CPU pressure, whatever the
     // machine does (its 1.2 s hold about 4 rows).
     assert!(answer.f64(0, "quiet_rows").unwrap() >= 2.0, "{answer:?}");

@@ -127,7 +127,9 @@ d = {dir:?}
 child = os.fork()
 if child == 0:
     time.sleep(120); os._exit(0)
-open(d + "/child", "w").write(str(child))
+with open(d + "/child.tmp", "w") as f:
+    f.write(str(child))
+os.rename(d + "/child.tmp", d + "/child")  # whole when it appears: the test reads it then
 while not os.path.exists(d + "/go"):
     time.sleep(0.01)
 for _ in range(200):

@@ -78,7 +78,7 @@ pub fn test(verbose: bool, tiers: Tiers) -> Result<()> {
         check(util::cargo().args(["build", "-p", "monitor"]))
             .context("building montrace (debug) failed")?;
         build_dist(verbose)?;
-        check(&mut e2e_command()).context("end-to-end tests failed")?;
+        check(&mut e2e_command(true)).context("end-to-end tests failed")?;
     }
 
     if tiers.kernels {
@@ -124,11 +124,15 @@ pub(crate) fn build_dist(verbose: bool) -> Result<()> {
 }
 
 /// `cargo test -p tests` (the root end-to-end suite) against target/debug/montrace, through
-/// `sudo -E` when not root.
-pub(crate) fn e2e_command() -> Command {
+/// `sudo -E` when not root; stopping at the first failing test file when `fail_fast`.
+pub(crate) fn e2e_command(fail_fast: bool) -> Command {
     let montrace = util::target_dir().join("debug/montrace");
     let mut cmd = util::cargo();
-    cmd.args(["test", "-p", "tests", "--", "--test-threads=1"])
+    cmd.args(["test", "-p", "tests"]);
+    if !fail_fast {
+        cmd.arg("--no-fail-fast");
+    }
+    cmd.args(["--", "--test-threads=1"])
         .env("MONTRACE_BIN", &montrace)
         .env(
             "MONTRACE_DIST",

@@ -134,8 +134,9 @@ pub fn test(verbose: bool) -> Result<()> {
     let tag = check_platform_tag(&wheel)?;
     eprintln!("xtask: auditwheel accepts the wheel as {tag}");
     let venv = venv_dir();
+    let base = venv_base_python();
     check_quietly(
-        Command::new("python3")
+        Command::new(base)
             .args(["-m", "venv", "--clear"])
             .arg(&venv),
         verbose,
@@ -148,7 +149,7 @@ pub fn test(verbose: bool) -> Result<()> {
     // dependencies only (python/tests/test_docs.py).
     let docs_venv = docs_venv_dir();
     check_quietly(
-        Command::new("python3")
+        Command::new(base)
             .args(["-m", "venv", "--clear"])
             .arg(&docs_venv),
         verbose,
@@ -172,6 +173,26 @@ pub fn test(verbose: bool) -> Result<()> {
         bail!("the python tests create an ordinary user: run `cargo xtask test` as root");
     }
     check(&mut pytest).context("python tests failed")
+}
+
+/// The interpreter the tests' virtual environments are made from: the system's
+/// (`/usr/bin/python3`) when it makes venvs, else the first `python3` on PATH. The ordinary
+/// users the tests create must be able to run it from anything they start: an interpreter under
+/// /root (a pyenv) is closed to them, and a venv's scripts lead back to it by their shebangs
+/// (Parsl's workflow starts `interchange.py` and `process_worker_pool.py` that way).
+fn venv_base_python() -> &'static str {
+    const SYSTEM: &str = "/usr/bin/python3";
+    let makes_venvs = Command::new(SYSTEM)
+        .args(["-c", "import ensurepip, venv"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if makes_venvs {
+        SYSTEM
+    } else {
+        "python3"
+    }
 }
 
 fn pip(python: &Path) -> Command {

@@ -76,7 +76,8 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
         let state = (w.state & 3) as usize;
         if w.since_ns != 0 && now > w.since_ns {
             if state != wait_state::RUNNING as usize {
-                let so_far = now - w.since_ns;
+                // Less the CPU time it held meanwhile (its switch-in may have gone unseen).
+                let so_far = w.in_progress(now, runtime_ns);
                 waits[state] += so_far;
                 // What this sweep showed of the interval: its close adds no less, should the
                 // programs miss the thread's switch-in (`TaskWaits::settle`).

@@ -176,20 +176,14 @@ pub fn test(verbose: bool) -> Result<()> {
 }
 
 /// The interpreter the tests' virtual environments are made from: the system's
-/// (`/usr/bin/python3`) when it makes venvs, else the first `python3` on PATH. The ordinary
-/// users the tests create must be able to run it from anything they start: an interpreter under
-/// /root (a pyenv) is closed to them, and a venv's scripts lead back to it by their shebangs
-/// (Parsl's workflow starts `interchange.py` and `process_worker_pool.py` that way).
+/// (`/usr/bin/python3`, which `cargo xtask setup` makes able to) when it makes venvs, else the
+/// first `python3` on PATH. The ordinary users the tests create must be able to run it from
+/// anything they start: an interpreter under /root (a pyenv) is closed to them, and a venv's
+/// scripts lead back to it by their shebangs (Parsl's workflow starts `interchange.py` and
+/// `process_worker_pool.py` that way).
 fn venv_base_python() -> &'static str {
-    const SYSTEM: &str = "/usr/bin/python3";
-    let makes_venvs = Command::new(SYSTEM)
-        .args(["-c", "import ensurepip, venv"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if makes_venvs {
-        SYSTEM
+    if crate::setup::system_python_makes_venvs() {
+        crate::setup::SYSTEM_PYTHON
     } else {
         "python3"
     }

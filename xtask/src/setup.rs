@@ -43,6 +43,12 @@ const STEPS: &[Step] = &[
         install: install_pip_packages,
     },
     Step {
+        name: "the system's python3 with venv",
+        how: "apt-get; the python tier makes its venvs from it, which the users the tests create can run",
+        is_done: system_python_makes_venvs,
+        install: install_system_python,
+    },
+    Step {
         name: "chromium",
         how: "apt-get; the report test opens report.html in headless Chromium",
         is_done: chromium_installed,
@@ -473,6 +479,26 @@ fn install_slurm(i: &mut Installer) -> Result<()> {
     ];
     i.apt_install(&PACKAGES)
         .with_context(|| format!("could not apt-get install {}", PACKAGES.join(", ")))
+}
+
+/// Debian's own interpreter.
+pub(crate) const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+
+/// `/usr/bin/python3` can make a venv (Debian's needs python3-venv for ensurepip): the python
+/// tier's venvs come from it (xtask/src/python.rs `venv_base_python`), not from an interpreter
+/// under /root that the ordinary users of the tests could not run.
+pub(crate) fn system_python_makes_venvs() -> bool {
+    Command::new(SYSTEM_PYTHON)
+        .args(["-c", "import ensurepip, venv"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn install_system_python(i: &mut Installer) -> Result<()> {
+    i.apt_install(&["python3", "python3-venv"])
+        .context("could not apt-get install python3 and python3-venv")
 }
 
 // ---- DuckDB with httpfs (the S3 test reads the bucket with DuckDB itself) ----

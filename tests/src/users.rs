@@ -132,6 +132,14 @@ impl TestUser {
         cmd
     }
 
+    /// A plain copy (no capabilities) of montrace in this user's home, theirs to run.
+    pub fn plain_montrace(&self) -> PathBuf {
+        let bin = self.home.join("montrace");
+        std::fs::copy(montrace_bin(), &bin).unwrap();
+        std::os::unix::fs::chown(&bin, Some(self.uid), Some(self.gid)).unwrap();
+        bin
+    }
+
     /// A command run as this user (real and effective ids, no supplementary groups).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         use std::os::unix::process::CommandExt as _;

@@ -14,14 +14,6 @@ use tests::{
     users::TestUser, Finished,
 };
 
-/// A plain copy (no capabilities) of montrace the user can run, in the user's home.
-fn plain_copy(user: &TestUser) -> PathBuf {
-    let bin = user.home.join("montrace");
-    std::fs::copy(montrace_bin(), &bin).unwrap();
-    std::os::unix::fs::chown(&bin, Some(user.uid), Some(user.gid)).unwrap();
-    bin
-}
-
 /// `BIN run --out OUT -- sh -c SCRIPT` as `user`, through the agent at `socket`.
 fn run_as(user: &TestUser, bin: &Path, socket: &Path, out: &Path, script: &str) -> Finished {
     let mut cmd = user.command(bin);
@@ -69,7 +61,7 @@ fn refused_for(answer: &serde_json::Value) -> String {
 fn an_ordinary_users_plain_binary_records_exactly_through_the_agent() {
     let agent = Agent::start();
     let user = TestUser::create("agt");
-    let bin = plain_copy(&user);
+    let bin = user.plain_montrace();
     let out = user.home.join("run");
     let script = "i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done";
     let run = run_as(&user, &bin, &agent.socket, &out, script);
@@ -209,7 +201,7 @@ fn a_user_follows_only_their_own_processes() {
     bobs.kill().unwrap();
     bobs.wait().unwrap();
     // After all that, the agent still serves a run.
-    let bin = plain_copy(&alice);
+    let bin = alice.plain_montrace();
     let out = alice.home.join("run");
     let run = run_as(&alice, &bin, &agent.socket, &out, "/bin/true; /bin/true");
     assert_eq!(run.code(), 0, "{run:?}");
@@ -220,7 +212,7 @@ fn a_user_follows_only_their_own_processes() {
 fn a_run_whose_agent_stops_finishes_with_what_it_has_and_says_so() {
     let mut agent = Agent::start();
     let user = TestUser::create("ags");
-    let bin = plain_copy(&user);
+    let bin = user.plain_montrace();
     let out = user.home.join("run");
     let socket = agent.socket.clone();
     let running = std::thread::spawn({
@@ -439,7 +431,7 @@ fn attach_through_the_agent_follows_the_tree_it_finds_and_what_it_forks() {
     let user = TestUser::create("agw");
     let (attached, out) = attach_through(&agent, &user, None);
     assert_attached_exactly(&attached, &out);
-    let bin = plain_copy(&user);
+    let bin = user.plain_montrace();
     let (attached, out) = attach_through(&agent, &user, Some((&user, &bin)));
     let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .map_or(0, |s| s.trim().parse::<u32>().unwrap());
@@ -492,7 +484,7 @@ fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let non_reader = non_reader.spawn().unwrap();
-    let bin = plain_copy(&alice);
+    let bin = alice.plain_montrace();
     let out = alice.home.join("run");
     let script = "i=0; while [ $i -lt 500 ]; do /bin/true; i=$((i+1)); done";
     let run = run_as(&alice, &bin, &agent.socket, &out, script);
@@ -554,7 +546,7 @@ for i in range(2000):
     cmd.args(["-c", churn]).arg(&agent.socket);
     let churned = run_with_timeout(&mut cmd, run_timeout());
     assert_eq!(churned.code(), 0, "{churned:?}");
-    let bin = plain_copy(&user);
+    let bin = user.plain_montrace();
     let runs: Vec<(PathBuf, Child)> = (0..50)
         .map(|i| {
             let out = user.home.join(format!("run{i}"));
@@ -674,8 +666,8 @@ fn the_flight_recorder_keeps_each_users_processes_for_them_alone() {
     let agent = Agent::start_with(&["--history", history, "--history-period", "200ms"]);
     let alice = TestUser::create("aha");
     let bob = TestUser::create("ahb");
-    let alices_bin = plain_copy(&alice);
-    let bobs_bin = plain_copy(&bob);
+    let alices_bin = alice.plain_montrace();
+    let bobs_bin = bob.plain_montrace();
     let alice_asks = Some((&alice, alices_bin.as_path()));
     let bob_asks = Some((&bob, bobs_bin.as_path()));
     let out = alice.home.join("run");
@@ -967,7 +959,7 @@ fn an_agent_killed_mid_write_leaves_readable_history() {
 fn an_ordinary_users_bench_records_every_repetition_through_the_agent() {
     let agent = Agent::start();
     let user = TestUser::create("agb");
-    let bin = plain_copy(&user);
+    let bin = user.plain_montrace();
     let out = user.home.join("bench");
     let work = "for i in $(seq 10); do /bin/true; done";
     let mut cmd = user.command(&bin);

@@ -197,9 +197,7 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
     // An ordinary user's plain copy, through a read-only bind mount of the socket's directory
     // (the pod's `readOnly: true`) in a mount namespace of its own.
     let user = TestUser::create("k8s");
-    let bin = user.home.join("montrace");
-    std::fs::copy(montrace_bin(), &bin).unwrap();
-    std::os::unix::fs::chown(&bin, Some(user.uid), Some(user.gid)).unwrap();
+    let bin = user.plain_montrace();
     let seen = user.home.join("agent-ro");
     std::fs::create_dir(&seen).unwrap();
     let out = user.home.join("run");
@@ -259,9 +257,7 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
 fn a_run_in_a_pid_namespace_of_its_own_is_told_to_share_the_hosts() {
     let agent = tests::agent::Agent::start();
     let user = TestUser::create("pns");
-    let bin = user.home.join("montrace");
-    std::fs::copy(montrace_bin(), &bin).unwrap();
-    std::os::unix::fs::chown(&bin, Some(user.uid), Some(user.gid)).unwrap();
+    let bin = user.plain_montrace();
     let out = user.home.join("run");
     let mut cmd = Command::new("unshare");
     cmd.args(["--pid", "--fork", "--mount-proc", "--"])

@@ -479,9 +479,9 @@ fn seen_only_in_proc(seeded: Vec<KernelEvent>, reported: &[KernelEvent]) -> Vec<
 mod tests {
     use super::*;
 
-    /// Root only (ns_last_pid): run by `cargo xtask test` with the other `live_` tests.
+    /// Root only (clone3's set_tid): run by `cargo xtask test` with the other `live_` tests.
     #[test]
-    #[ignore = "needs root: it hands a pid out again through ns_last_pid"]
+    #[ignore = "needs root: it hands a pid out again through clone3's set_tid"]
     fn live_an_attach_target_whose_pid_was_reused_is_refused() {
         let mut child = std::process::Command::new("sleep")
             .arg("60")
@@ -492,25 +492,11 @@ mod tests {
         assert_eq!(target.still_there(), Ok(()));
         child.kill().unwrap();
         child.wait().unwrap();
-        // Another process takes the pid (the kernel's next pid is ns_last_pid + 1).
-        let mut stranger = None;
-        for _ in 0..100 {
-            std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
-            let mut s = std::process::Command::new("sleep")
-                .arg("60")
-                .spawn()
-                .unwrap();
-            if s.id() == pid {
-                stranger = Some(s);
-                break;
-            }
-            s.kill().unwrap();
-            s.wait().unwrap();
-        }
-        let mut stranger = stranger.expect("the pid could not be handed out again");
+        // Another process takes the pid.
+        let stranger = ::tests::pids::spawn_with_pid(pid, &["/bin/sleep", "60"])
+            .expect("the pid could not be handed out again");
         let refused = target.still_there();
-        stranger.kill().unwrap();
-        stranger.wait().unwrap();
+        drop(stranger);
         assert!(refused
             .unwrap_err()
             .contains("exited while montrace was attaching"));

@@ -22,6 +22,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tempfile::TempDir;
 
 pub mod agent;
+pub mod pids;
 pub mod slurm;
 pub mod users;
 

@@ -89,32 +89,6 @@ fn a_descriptor_sent_to_the_mark_socket_cannot_freeze_the_loop() {
     }
 }
 
-/// `ns_last_pid`: the next pid the kernel hands out is this plus one (root only).
-fn next_pid_will_be(pid: u32) -> bool {
-    std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).is_ok()
-}
-
-/// Starts a root `sleep 60` that takes `pid` (a stranger to the run), trying a few times: other
-/// processes of the machine may take the pid first.
-fn stranger_with_pid(pid: u32) -> Option<std::process::Child> {
-    for _ in 0..50 {
-        if !next_pid_will_be(pid) {
-            return None;
-        }
-        let child = Command::new("sleep").arg("60").spawn().unwrap();
-        if child.id() == pid {
-            return Some(child);
-        }
-        let mut child = child;
-        let _ = child.kill();
-        let _ = child.wait();
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            return None;
-        }
-    }
-    None
-}
-
 /// The command: forks a child that writes its pid and sleeps, waits for `go` (montrace is
 /// stopped by then), makes 20,000 thread exits (far more events than a 4 KiB ring buffer holds),
 /// kills and reaps the child (its exit event is lost with the others), says so, then lives
@@ -187,7 +161,8 @@ fn pid_reuse_after_lost_events(extra: &[&str], after: u32) -> Reuse {
     unsafe { libc::kill(mpid, libc::SIGSTOP) };
     std::fs::write(tmp.path().join("go"), "1").unwrap();
     wait_for(&tmp.path().join("gone"), TIMEOUT);
-    let stranger = stranger_with_pid(child);
+    // A root `sleep 60` that takes the child's pid: a stranger to the run.
+    let stranger = tests::pids::spawn_with_pid(child, &["/bin/sleep", "60"]);
     let continued = Instant::now();
     unsafe { libc::kill(mpid, libc::SIGCONT) };
     let mut stranger = stranger.expect("a stranger could not be given the child's pid");
@@ -210,9 +185,8 @@ fn pid_reuse_after_lost_events(extra: &[&str], after: u32) -> Reuse {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    let alive = stranger.try_wait().unwrap().is_none();
-    let _ = stranger.kill();
-    let _ = stranger.wait();
+    let alive = stranger.is_running();
+    drop(stranger);
     // Whether the scenario really lost events (the child's exit among them): checked by the
     // callers after what matters more.
     let lost = tests::read_json(&tmp.path().join("run/run.json"))

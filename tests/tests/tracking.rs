@@ -243,17 +243,35 @@ fn linger_bounds_the_wait() {
 }
 
 const PID_REUSE: &str = r#"
-#include <fcntl.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Forks a child that exits with `code` (4 if it got pid `want`, else 5 when `want` is set). */
+/* The kernel's struct clone_args up to set_tid_size (CLONE_ARGS_SIZE_VER1, Linux 5.5). */
+struct clone_args_v1 {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+    uint64_t set_tid, set_tid_size;
+};
+
+/* Forks a child that exits with `code`; with `want` set, the child gets exactly that pid
+   (clone3's set_tid, root only: no other process of the machine can take it first). */
 static pid_t spawn(int code, pid_t want) {
-    pid_t pid = fork();
-    if (pid < 0) { perror("fork"); exit(1); }
-    if (pid == 0) _exit(want == 0 ? code : (getpid() == want ? 4 : 5));
+    struct clone_args_v1 args;
+    memset(&args, 0, sizeof args);
+    args.exit_signal = SIGCHLD;
+    if (want != 0) {
+        args.set_tid = (uint64_t)(uintptr_t)&want;
+        args.set_tid_size = 1;
+    }
+    pid_t pid = syscall(SYS_clone3, &args, sizeof args);
+    if (pid < 0) { fprintf(stderr, "clone3 for pid %d: %s\n", want, strerror(errno)); exit(1); }
+    if (pid == 0) _exit(code);
     int status;
     waitpid(pid, &status, 0);
     return pid;
@@ -261,20 +279,9 @@ static pid_t spawn(int code, pid_t want) {
 
 int main(void) {
     pid_t a = spawn(3, 0);
-    for (int attempt = 0; attempt < 100; attempt++) {
-        int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY);
-        if (fd < 0) { perror("open ns_last_pid"); return 1; }
-        char buf[32];
-        int len = snprintf(buf, sizeof buf, "%d", a - 1);
-        if (write(fd, buf, len) != len) { perror("write ns_last_pid"); return 1; }
-        close(fd);
-        if (spawn(0, a) == a) {
-            printf("%d\n", a);
-            return 0;
-        }
-    }
-    fprintf(stderr, "pid %d was never handed out again\n", a);
-    return 1;
+    if (spawn(4, a) != a) { fprintf(stderr, "pid %d was not handed out again\n", a); return 1; }
+    printf("%d\n", a);
+    return 0;
 }
 "#;
 

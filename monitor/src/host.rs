@@ -177,6 +177,19 @@ pub fn own_cpu_s() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
+/// A pidfd for `pid` (Linux 5.3): it pins that one process, whatever becomes of the pid, and
+/// polls readable once the process exits.
+pub fn pidfd_open(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor (pidfds are close-on-exec), owned from here on.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -625,17 +625,11 @@ async fn follow_existing(
 
 /// Each process's parent, as /proc says now.
 fn read_parents() -> HashMap<u32, u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return HashMap::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-            Some((pid, crate::sampling::procstat::parse(&stat)?.ppid))
-        })
-        .collect()
+    let mut parents = HashMap::new();
+    crate::sampling::procstat::each_process(|pid, _, stat| {
+        parents.insert(pid, stat.ppid);
+    });
+    parents
 }
 
 /// Whether a process of a tree the client follows may be followed for it.
@@ -694,7 +688,7 @@ fn walk_tree(
 /// user only a process all of whose uids are theirs and whose /proc directory is theirs (not a
 /// set-uid or otherwise non-dumpable image), checked through a pidfd.
 fn may_follow_descendant(uid: u32, pid: u32) -> Follow {
-    let Ok(pidfd) = crate::follow::pidfd::pidfd_open(pid) else {
+    let Ok(pidfd) = crate::host::pidfd_open(pid) else {
         return Follow::Gone;
     };
     if uid != 0 {
@@ -934,7 +928,7 @@ fn may_follow(uid: u32, client_pid: Option<u32>, pid: u32) -> Result<(), String>
             return Err(OWN_PID_NAMESPACE.into());
         }
     }
-    let pidfd = crate::follow::pidfd::pidfd_open(pid)
+    let pidfd = crate::host::pidfd_open(pid)
         .map_err(|e| format!("pid {pid}: no such process to follow ({e})"))?;
     if uid != 0 {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -9,7 +9,7 @@
 use std::{
     collections::{HashMap, HashSet},
     io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
 };
 
 use crate::host;
@@ -30,7 +30,7 @@ impl Handle {
     /// Opens `pid` and checks that it started at `start_boot_ns` (to /proc's clock-tick
     /// resolution): None when it is gone or when its pid now belongs to another process.
     pub fn open(pid: u32, start_boot_ns: u64) -> Option<Handle> {
-        let fd = match pidfd_open(pid) {
+        let fd = match crate::host::pidfd_open(pid) {
             Ok(fd) => Some(fd),
             Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => None,
             Err(_) => return None,
@@ -67,16 +67,6 @@ impl Handle {
             Err(io::Error::last_os_error())
         }
     }
-}
-
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor (pidfds are close-on-exec), owned from here on.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Whether `pid` is, right now, the process that started at `start_boot_ns`.
@@ -124,25 +114,10 @@ fn proc_parents() -> (HashMap<u32, u32>, HashMap<u32, u64>) {
     let mut parents = HashMap::new();
     let mut starts = HashMap::new();
     let tick_ns = host::tick_ns();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return (parents, starts);
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(text) = std::fs::read(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if let Some(stat) = crate::sampling::procstat::parse(&text) {
-            parents.insert(pid, stat.ppid);
-            starts.insert(pid, stat.start_ticks * tick_ns);
-        }
-    }
+    crate::sampling::procstat::each_process(|pid, _, stat| {
+        parents.insert(pid, stat.ppid);
+        starts.insert(pid, stat.start_ticks * tick_ns);
+    });
     (parents, starts)
 }
 

@@ -120,6 +120,30 @@ pub fn proc_start_boot_ns(pid: u32) -> std::io::Result<u64> {
         })
 }
 
+/// Every process in /proc, with its stat text and what [`parse`] read of it: the one walk of
+/// /proc that the poller, the tree's signals and the agent's checks share. A process that ends
+/// during the walk, or whose stat does not parse, is skipped.
+pub fn each_process(mut visit: impl FnMut(u32, &[u8], &Stat)) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(text) = std::fs::read(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some(stat) = parse(&text) {
+            visit(pid, &text, &stat);
+        }
+    }
+}
+
 /// Field 22 (starttime) of /proc/PID/stat; comm (field 2) may hold spaces and parentheses,
 /// so fields are counted after its last ')'.
 pub fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
@@ -129,6 +153,25 @@ pub fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn each_process_visits_this_process_and_its_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let (me, kid) = (std::process::id(), child.id());
+        let mut seen = std::collections::HashMap::new();
+        each_process(|pid, text, stat| {
+            seen.insert(pid, (stat.ppid, stat.comm(text).to_vec()));
+        });
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(seen[&kid].0, me);
+        assert_eq!(seen[&kid].1, b"sleep");
+        assert!(seen.contains_key(&me));
+        assert!(seen.contains_key(&1), "init too: {} processes", seen.len());
+    }
 
     #[test]
     fn stat_start_time_survives_odd_comm() {

@@ -234,15 +234,11 @@ impl Poller {
     }
 
     fn snapshot(&self) -> Vec<ProcEntry> {
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        dir.filter_map(|entry| {
-            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            parse_stat(pid, &stat, self.tick_ns, self.page_size)
-        })
-        .collect()
+        let mut entries = Vec::new();
+        crate::sampling::procstat::each_process(|pid, text, stat| {
+            entries.push(entry_of(pid, text, stat, self.tick_ns, self.page_size));
+        });
+        entries
     }
 }
 
@@ -289,7 +285,18 @@ fn read_exe(pid: u32) -> Option<String> {
 pub fn parse_stat(pid: u32, stat: &str, tick_ns: u64, page_size: u64) -> Option<ProcEntry> {
     let text = stat.as_bytes();
     let parsed = crate::sampling::procstat::parse(text)?;
-    Some(ProcEntry {
+    Some(entry_of(pid, text, &parsed, tick_ns, page_size))
+}
+
+/// A process as the poller keeps it, from its stat `text` and what was parsed of it.
+fn entry_of(
+    pid: u32,
+    text: &[u8],
+    parsed: &crate::sampling::procstat::Stat,
+    tick_ns: u64,
+    page_size: u64,
+) -> ProcEntry {
+    ProcEntry {
         pid,
         ppid: parsed.ppid,
         start_ticks: parsed.start_ticks,
@@ -301,7 +308,7 @@ pub fn parse_stat(pid: u32, stat: &str, tick_ns: u64, page_size: u64) -> Option<
         minor_faults: parsed.minor_faults,
         major_faults: parsed.major_faults,
         exit_code: parsed.exit_code,
-    })
+    }
 }
 
 /// Makes montrace the reaper of orphaned descendants, so they stay in its view.

@@ -231,25 +231,13 @@ pub fn apply_retention(options: &Options) -> anyhow::Result<Vec<String>> {
 /// start: those forked later the programs add themselves.
 pub fn live_user_processes() -> Vec<u32> {
     const PF_KTHREAD: u64 = 0x0020_0000;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // After the name (which may hold anything, a ')' too): state, ppid, pgrp, session,
-            // tty_nr, tpgid, flags.
-            let flags = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(6))
-                .and_then(|f| f.parse::<u64>().ok());
-            flags.is_some_and(|f| f & PF_KTHREAD == 0)
-        })
-        .collect()
+    let mut pids = Vec::new();
+    crate::sampling::procstat::each_process(|pid, _, stat| {
+        if stat.flags & PF_KTHREAD == 0 {
+            pids.push(pid);
+        }
+    });
+    pids
 }
 
 /// The paths of cgroups by id (the inode number of the cgroup's directory on the cgroup2

@@ -140,6 +140,18 @@ impl TestUser {
         bin
     }
 
+    /// `program` run as this user from their home, with only HOME, a plain PATH and
+    /// `MONTRACE_AGENT_SOCKET` (the agent at `socket`) in its environment: a client of the agent.
+    pub fn agent_client(&self, program: impl AsRef<std::ffi::OsStr>, socket: &Path) -> Command {
+        let mut cmd = self.command(program);
+        cmd.current_dir(&self.home)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("MONTRACE_AGENT_SOCKET", socket);
+        cmd
+    }
+
     /// A command run as this user (real and effective ids, no supplementary groups).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         use std::os::unix::process::CommandExt as _;

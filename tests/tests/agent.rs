@@ -16,13 +16,8 @@ use tests::{
 
 /// `BIN run --out OUT -- sh -c SCRIPT` as `user`, through the agent at `socket`.
 fn run_as(user: &TestUser, bin: &Path, socket: &Path, out: &Path, script: &str) -> Finished {
-    let mut cmd = user.command(bin);
-    cmd.current_dir(&user.home)
-        .env_clear()
-        .env("HOME", &user.home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("MONTRACE_AGENT_SOCKET", socket)
-        .arg("run")
+    let mut cmd = user.agent_client(bin, socket);
+    cmd.arg("run")
         .arg("--out")
         .arg(out)
         .args(["--", "sh", "-c", script]);
@@ -214,30 +209,14 @@ fn a_run_whose_agent_stops_finishes_with_what_it_has_and_says_so() {
     let user = TestUser::create("ags");
     let bin = user.plain_montrace();
     let out = user.home.join("run");
-    let socket = agent.socket.clone();
-    let running = std::thread::spawn({
-        let bin = bin.clone();
-        let out = out.clone();
-        let user_uid = user.uid;
-        let user_gid = user.gid;
-        let home = user.home.clone();
-        move || {
-            use std::os::unix::process::CommandExt as _;
-            let mut cmd = Command::new(&bin);
-            cmd.uid(user_uid)
-                .gid(user_gid)
-                .current_dir(&home)
-                .env_clear()
-                .env("HOME", &home)
-                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                .env("MONTRACE_AGENT_SOCKET", &socket)
-                .arg("run")
-                .arg("--out")
-                .arg(&out)
-                .args(["--", "sh", "-c", "/bin/true; : > ready; sleep 3; /bin/true"]);
-            run_with_timeout(&mut cmd, run_timeout())
-        }
-    });
+    let mut cmd = user.agent_client(&bin, &agent.socket);
+    cmd.arg("run").arg("--out").arg(&out).args([
+        "--",
+        "sh",
+        "-c",
+        "/bin/true; : > ready; sleep 3; /bin/true",
+    ]);
+    let running = std::thread::spawn(move || run_with_timeout(&mut cmd, run_timeout()));
     // Stop the agent while the command sleeps (after its first /bin/true).
     let ready = user.home.join("ready");
     let deadline = Instant::now() + run_timeout();
@@ -962,23 +941,18 @@ fn an_ordinary_users_bench_records_every_repetition_through_the_agent() {
     let bin = user.plain_montrace();
     let out = user.home.join("bench");
     let work = "for i in $(seq 10); do /bin/true; done";
-    let mut cmd = user.command(&bin);
-    cmd.current_dir(&user.home)
-        .env_clear()
-        .env("HOME", &user.home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("MONTRACE_AGENT_SOCKET", &agent.socket)
-        .args([
-            "bench",
-            "--warmup",
-            "0",
-            "--repeat",
-            "2",
-            "--allow-no-op",
-            "-o",
-        ])
-        .arg(&out)
-        .args(["-a", work, "-b", work]);
+    let mut cmd = user.agent_client(&bin, &agent.socket);
+    cmd.args([
+        "bench",
+        "--warmup",
+        "0",
+        "--repeat",
+        "2",
+        "--allow-no-op",
+        "-o",
+    ])
+    .arg(&out)
+    .args(["-a", work, "-b", work]);
     let bench = run_with_timeout(&mut cmd, run_timeout() * 2);
     // A verdict (on the same 15 ms of work both sides: which one is not this test's), not a
     // failure of a command or of montrace.

@@ -587,7 +587,9 @@ fn agent_follows(
     offsets: &mut EbpfOffsets,
     root_pid: u32,
 ) -> anyhow::Result<Option<crate::follow::agent::Stream>> {
-    let stream = match offsets.agent.take().map(|agent| agent.follow(root_pid)) {
+    // Each repetition of `--repeat` is followed by the agent (taking the connection for the
+    // first left the others to polling).
+    let stream = match offsets.agent.as_ref().map(|agent| agent.follow(root_pid)) {
         Some(Ok(stream)) => Some(stream),
         Some(Err(err)) => {
             no_ebpf(args, &format!("{err:#}"))?;

@@ -203,6 +203,35 @@ fn a_user_follows_only_their_own_processes() {
     assert_eq!(read_processes(&out).len(), 3, "{run:?}");
 }
 
+/// `run --repeat`: the agent follows every repetition, the warm-up included, not only the first
+/// (the client used to hand its connection to the first, and polled the others, missing their
+/// short processes).
+#[test]
+fn every_repetition_of_a_users_run_is_followed_by_the_agent() {
+    let agent = Agent::start();
+    let user = TestUser::create("agr");
+    let bin = user.plain_montrace();
+    let out = user.home.join("reps");
+    let mut cmd = user.agent_client(&bin, &agent.socket);
+    cmd.args(["run", "--repeat", "2", "--warmup", "1", "--out"])
+        .arg(&out)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5 6 7 8 9 10; do /bin/true; done",
+        ]);
+    let run = run_with_timeout(&mut cmd, run_timeout());
+    assert_eq!(run.code(), 0, "{run:?}");
+    for rep in ["warmup-01", "rep-001", "rep-002"] {
+        let dir = out.join(rep);
+        let info = read_json(&dir.join("run.json")).unwrap();
+        assert_ne!(info["tracking_mode"], "polling", "{rep}: {info}");
+        // sh and its ten /bin/true, each of them.
+        assert_eq!(read_processes(&dir).len(), 11, "{rep}: {run:?}");
+    }
+}
+
 #[test]
 fn a_run_whose_agent_stops_finishes_with_what_it_has_and_says_so() {
     let mut agent = Agent::start();

@@ -539,16 +539,16 @@ impl Connection {
 
     /// Asks the agent to follow `pid`'s tree from now (`run`: its held child); the stream of its
     /// records when the agent agreed.
-    pub fn follow(self, pid: u32) -> anyhow::Result<Stream> {
+    pub fn follow(&self, pid: u32) -> anyhow::Result<Stream> {
         self.ask(pid, false)
     }
 
     /// As [`Connection::follow`], with the descendants `pid` has now (`attach`).
-    pub fn follow_tree(self, pid: u32) -> anyhow::Result<Stream> {
+    pub fn follow_tree(&self, pid: u32) -> anyhow::Result<Stream> {
         self.ask(pid, true)
     }
 
-    fn ask(self, pid: u32, tree: bool) -> anyhow::Result<Stream> {
+    fn ask(&self, pid: u32, tree: bool) -> anyhow::Result<Stream> {
         let mut stream = UnixStream::connect(&self.path).map_err(|e| {
             anyhow::anyhow!(
                 "cannot reach the montrace agent at {}: {e}",

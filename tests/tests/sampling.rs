@@ -477,14 +477,19 @@ fn the_task_iterator_reads_what_proc_shows() {
     assert_ne!(s.cpu_ns() % tick, 0, "{s:?}");
     // The exit row's exact CPU is where the still process's rows stopped: after them the
     // program only sleeps and exits, and CPU time counts time on a CPU only (waiting for one on
-    // a busy machine adds none); 5 ms is for the exit's own work.
+    // a busy machine adds none). What the wake-ups and the exit cost is small, but not bounded by
+    // the program: the kernel's work on its behalf may reclaim memory first under pressure, and
+    // in a VM the time the host takes the virtual CPU away mid-exit counts as the task's (7.05 ms
+    // in a stress run beside a memory toucher and a page-cache filler; well under a millisecond
+    // on an idle machine). 30 ms still tells this process's figure at its exit from any other
+    // (the 300 ms it burnt, or none of it).
     let exit = run
         .samples()
         .into_iter()
         .find(|r| r.pid == pid && r.source == "exit")
         .unwrap();
     assert!(
-        exit.cpu_ns() >= s.cpu_ns() && exit.cpu_ns() - s.cpu_ns() < 5 * MS,
+        exit.cpu_ns() >= s.cpu_ns() && exit.cpu_ns() - s.cpu_ns() < 30 * MS,
         "{exit:?} against the still row {s:?}"
     );
 }

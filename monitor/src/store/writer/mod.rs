@@ -37,6 +37,12 @@ pub const ROW_GROUP_BYTES: usize = 64 << 20;
 const MERGE_BATCH_ROWS: usize = 8192;
 
 const ZSTD_LEVEL: i32 = 3;
+/// Files of fewer rows are written uncompressed. parquet-rs makes a zstd compression and a
+/// decompression context for every column it writes, and making them costs more than a small
+/// file gains from compression: the tables of a `/bin/true` run (a row or a few each) spent
+/// 8.6 ms of CPU per run in `ZSTD_createCCtx` and `ZSTD_createDCtx` alone (`perf record`, ten
+/// runs through the agent on the 2-core test machine), for files of a few kilobytes either way.
+pub const COMPRESS_FROM_ROWS: u64 = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -81,17 +87,21 @@ pub struct TableWriter {
 
 impl TableWriter {
     /// Creates `path` for rows of `schema`: a new file (a leftover or a symlink at `path` is
-    /// removed first, never written through), with the run directory owner's identity.
-    pub fn create(path: &Path, schema: SchemaRef) -> Result<Self, WriteError> {
+    /// removed first, never written through), with the run directory owner's identity. `rows`
+    /// is how many it will hold: zstd-compressed from [`COMPRESS_FROM_ROWS`] on.
+    pub fn create(path: &Path, schema: SchemaRef, rows: u64) -> Result<Self, WriteError> {
         let path = path.to_path_buf();
         let metadata = schema
             .metadata()
             .iter()
             .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
             .collect();
-        let level = ZstdLevel::try_new(ZSTD_LEVEL).expect("valid zstd level");
+        let compression = match rows >= COMPRESS_FROM_ROWS {
+            true => Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).expect("valid zstd level")),
+            false => Compression::UNCOMPRESSED,
+        };
         let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(level))
+            .set_compression(compression)
             .set_key_value_metadata(Some(metadata))
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
@@ -166,17 +176,17 @@ fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.tmp"))
 }
 
-/// Writes `path` through [`TableWriter`] under its temporary name, then renames it: `path` is
-/// either absent or complete. With `sync`, the data is on the disk before the rename. On error
-/// the temporary file is removed. Returns the rows written.
+/// Writes `path` (of `rows` rows) through [`TableWriter`] under its temporary name, then renames
+/// it: `path` is either absent or complete. With `sync`, the data is on the disk before the
+/// rename. On error the temporary file is removed. Returns the rows written.
 fn write_file(
     path: &Path,
-    schema: SchemaRef,
+    (schema, rows): (SchemaRef, u64),
     sync: bool,
     fill: impl FnOnce(&mut TableWriter) -> Result<(), WriteError>,
 ) -> Result<u64, WriteError> {
     let temp = temp_path(path);
-    let result = TableWriter::create(&temp, schema).and_then(|mut writer| {
+    let result = TableWriter::create(&temp, schema, rows).and_then(|mut writer| {
         fill(&mut writer)?;
         writer.close(sync)
     });
@@ -197,7 +207,8 @@ fn write_file(
 /// Writes a whole table at once (e.g. `processes.parquet` at the end of a run); returns its rows.
 /// The file appears complete or not at all.
 pub fn write_table(path: &Path, schema: SchemaRef, batch: &RecordBatch) -> Result<u64, WriteError> {
-    write_file(path, schema, true, |writer| writer.write(batch))
+    let rows = batch.num_rows() as u64;
+    write_file(path, (schema, rows), true, |writer| writer.write(batch))
 }
 
 /// A table written while the run goes, readable at any moment up to its last flush.
@@ -395,7 +406,8 @@ impl<R> PartedTable<R> {
             path: path.clone(),
             source,
         })?;
-        write_file(&path, self.schema.clone(), false, |writer| {
+        let rows = self.buffer.len() as u64;
+        write_file(&path, (self.schema.clone(), rows), false, |writer| {
             writer.write(&batch)
         })?;
         self.parts += 1;
@@ -424,7 +436,8 @@ impl<R> PartedTable<R> {
                 })?,
             ),
         };
-        let rows = write_file(&self.path, self.schema.clone(), true, |writer| {
+        let rows = self.written + self.buffer.len() as u64;
+        let rows = write_file(&self.path, (self.schema.clone(), rows), true, |writer| {
             (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))?;
             batch.as_ref().map_or(Ok(()), |batch| writer.write(batch))
         })?;

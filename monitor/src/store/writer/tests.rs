@@ -31,17 +31,26 @@ fn assert_same_rows(back: &RecordBatch, expected: &RecordBatch) {
     assert_eq!(back.columns(), expected.columns());
 }
 
-/// The file says its schema version and compresses every column with zstd.
+/// The file says its schema version and compresses every column with zstd from
+/// [`COMPRESS_FROM_ROWS`] rows on, none below.
 fn assert_file_format(metadata: &ParquetMetaData) {
     let kv = metadata.file_metadata().key_value_metadata().unwrap();
     let version = kv.iter().find(|kv| kv.key == SCHEMA_VERSION_KEY).unwrap();
     assert_eq!(version.value.as_deref(), Some("3"));
+    let compressed = metadata.file_metadata().num_rows() as u64 >= COMPRESS_FROM_ROWS;
     for row_group in metadata.row_groups() {
         for column in row_group.columns() {
-            assert!(
-                matches!(column.compression(), Compression::ZSTD(_)),
-                "{column:?}"
-            );
+            match compressed {
+                true => assert!(
+                    matches!(column.compression(), Compression::ZSTD(_)),
+                    "{column:?}"
+                ),
+                false => assert_eq!(
+                    column.compression(),
+                    Compression::UNCOMPRESSED,
+                    "{column:?}"
+                ),
+            }
         }
     }
 }
@@ -434,6 +443,7 @@ fn a_full_buffer_writes_a_part_by_itself() {
         metadata.file_metadata().num_rows(),
         MAX_BUFFERED_ROWS as i64
     );
+    assert_file_format(&metadata);
     for i in MAX_BUFFERED_ROWS + 1..total {
         table.push(event(i as u32)).unwrap();
     }
@@ -450,6 +460,31 @@ fn a_full_buffer_writes_a_part_by_itself() {
         .collect();
     assert_eq!(sizes, [ROW_GROUP_ROWS as i64, 10]);
     assert_eq!(pids(&batches), (0..total as u32).collect::<Vec<_>>());
+}
+
+/// zstd from [`COMPRESS_FROM_ROWS`] rows on, by the rows of the file (not of a part): one row
+/// short of it, the file is uncompressed.
+#[test]
+fn files_are_compressed_from_a_thousand_rows_on() {
+    for rows in [COMPRESS_FROM_ROWS - 1, COMPRESS_FROM_ROWS] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut table = EventTable::events(dir.path()).unwrap();
+        for i in 0..rows {
+            table.push(event(i as u32)).unwrap();
+            if i == 10 {
+                table.flush().unwrap();
+            }
+        }
+        assert_eq!(table.finish().unwrap(), rows);
+        let (metadata, batches) = read(&dir.path().join("events.parquet"), schema::events_schema());
+        assert_file_format(&metadata);
+        let zstd = matches!(
+            metadata.row_group(0).column(0).compression(),
+            Compression::ZSTD(_)
+        );
+        assert_eq!(zstd, rows >= COMPRESS_FROM_ROWS, "{rows} rows");
+        assert_eq!(pids(&batches), (0..rows as u32).collect::<Vec<_>>());
+    }
 }
 
 #[test]
@@ -567,4 +602,17 @@ fn gpu_processes_round_trip() {
     assert_file_format(&metadata);
     assert_same_rows(&batches[0], &schema::gpu_processes_batch(&rows).unwrap());
     assert_eq!(pids(&batches), [42, 42]);
+}
+
+/// docs/schema.md says from how many rows the files are compressed.
+#[test]
+fn the_schema_doc_says_from_how_many_rows_files_are_compressed() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/schema.md")).unwrap();
+    let said = format!(
+        "Parquet files of {},{:03} rows or more are zstd-compressed",
+        COMPRESS_FROM_ROWS / 1000,
+        COMPRESS_FROM_ROWS % 1000
+    );
+    assert!(doc.contains(&said), "docs/schema.md should say: {said}");
 }

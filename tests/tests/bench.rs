@@ -470,7 +470,12 @@ fn identical_code_fails_at_most_once_in_twenty_and_real_changes_are_caught() {
         None,
         b,
     ));
-    let failed: Vec<_> = aa.iter().filter(|(code, _)| *code == 1).collect();
+    // Which of them (0-9 the builds, 10-19 the burners) and what each flagged.
+    let failed: Vec<_> = aa
+        .iter()
+        .enumerate()
+        .filter(|(_, (code, _))| *code == 1)
+        .collect();
     assert!(
         failed.len() <= 1,
         "identical code failed the gate: {failed:?}"
@@ -514,13 +519,17 @@ fn assert_pairs_needed_beyond(json: &serde_json::Value, kept: u64) {
     assert!(!undecided.is_empty(), "{json}");
     for m in &undecided {
         if m["method"] == "paired" {
-            assert!(m["pairs_needed"].as_u64().unwrap() > kept, "{m}");
+            // None would mean not before the million pairs the gate looks ahead (a stress run
+            // beside a memory toucher once got it here; what is printed says which metric).
+            let needed = m["pairs_needed"].as_u64();
+            assert!(needed.is_some_and(|n| n > kept), "{m} in {json}");
         } else {
             assert_eq!(m["method"], "threshold", "{m}");
         }
     }
     if undecided.iter().any(|m| m["method"] == "paired") {
-        assert!(json["pairs_needed"].as_u64().unwrap() > kept, "{json}");
+        let needed = json["pairs_needed"].as_u64();
+        assert!(needed.is_some_and(|n| n > kept), "{json}");
     }
 }
 

@@ -13,6 +13,12 @@ fn main() -> anyhow::Result<()> {
     // SAFETY: build scripts are single-threaded at this point.
     unsafe { std::env::set_var("RUSTC_BOOTSTRAP", "1") };
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../monitor-ebpf");
+    // aya-build watches monitor-ebpf only; the programs also compile monitor-common (the event
+    // layouts, `TaskWaits`), and a change there alone left the embedded object stale.
+    println!(
+        "cargo:rerun-if-changed={}",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../monitor-common")
+    );
     aya_build::build_ebpf(
         [aya_build::Package {
             name: "monitor-ebpf",

@@ -93,19 +93,6 @@ impl TaskWaits {
         }
     }
 
-    /// The thread is on a CPU at `now` (it is switching out, or dying at its final switch),
-    /// `runtime` its exact `sum_exec_runtime` then: an entry that says otherwise missed its
-    /// switch-in, and perhaps its wake-up. The kernel does not always report them: on the 6.18
-    /// VM montrace is tested on, no tracepoint fires while the VM's guest agent (pid 1's
-    /// threads) is the current task, so a wake-up in an interrupt over the agent, or the switch
-    /// from the agent to the thread, never reaches the programs; elsewhere, a program run the
-    /// kernel skips (its `recursion_misses`) does the same. Overwritten, the interval since
-    /// `since_ns` was lost, and the exit showed less than the last sweep (1.5 s asleep at the
-    /// sweep, 0.2 ms at the exit, for a `timeout` whose SIGALRM came over the agent). It is
-    /// closed instead in the state last seen, less the CPU time it held (`runtime_ns` was read
-    /// at the switch-out that opened it), and never below what a sweep already counted of it
-    /// (`reported_ns`): the figures never go back. Whether the thread woke and waited for a CPU
-    /// in it is not known; that time is counted in the state last seen.
     /// What a sweep at `now` shows of the interval in progress (none while on a CPU): its length
     /// less the CPU time the thread held in it (`runtime`, its `sum_exec_runtime` now, against
     /// `runtime_ns` when the interval opened), as [`TaskWaits::settle`] reckons it. A thread
@@ -121,13 +108,25 @@ impl TaskWaits {
         (now - self.since_ns).saturating_sub(runtime.saturating_sub(self.runtime_ns))
     }
 
+    /// The thread is on a CPU at `now` (it is switching out, or dying at its final switch),
+    /// `runtime` its exact `sum_exec_runtime` then: an entry that says otherwise missed its
+    /// switch-in, and perhaps its wake-up. The kernel does not always report them: on the 6.18
+    /// VM montrace is tested on, no tracepoint fires while the VM's guest agent (pid 1's
+    /// threads) is the current task, so a wake-up in an interrupt over the agent, or the switch
+    /// from the agent to the thread, never reaches the programs; elsewhere, a program run the
+    /// kernel skips (its `recursion_misses`) does the same. Overwritten, the interval since
+    /// `since_ns` was lost, and the exit showed less than the last sweep (1.5 s asleep at the
+    /// sweep, 0.2 ms at the exit, for a `timeout` whose SIGALRM came over the agent). It is
+    /// closed instead in the state last seen, less the CPU time it held (`runtime_ns` was read
+    /// at the switch-out that opened it), and never below what a sweep already counted of it
+    /// (`reported_ns`): the figures never go back. Whether the thread woke and waited for a CPU
+    /// in it is not known; that time is counted in the state last seen.
     #[inline(always)]
     pub fn settle(&mut self, now: u64, runtime: u64) {
         if self.state == wait_state::RUNNING || self.since_ns == 0 || now < self.since_ns {
             return;
         }
-        let on_cpu = runtime.saturating_sub(self.runtime_ns);
-        let mut off_cpu = (now - self.since_ns).saturating_sub(on_cpu);
+        let mut off_cpu = self.in_progress(now, runtime);
         if off_cpu < self.reported_ns {
             off_cpu = self.reported_ns;
         }

@@ -181,7 +181,8 @@ fn temp_path(path: &Path) -> PathBuf {
 /// rename. On error the temporary file is removed. Returns the rows written.
 fn write_file(
     path: &Path,
-    (schema, rows): (SchemaRef, u64),
+    schema: SchemaRef,
+    rows: u64,
     sync: bool,
     fill: impl FnOnce(&mut TableWriter) -> Result<(), WriteError>,
 ) -> Result<u64, WriteError> {
@@ -208,7 +209,7 @@ fn write_file(
 /// The file appears complete or not at all.
 pub fn write_table(path: &Path, schema: SchemaRef, batch: &RecordBatch) -> Result<u64, WriteError> {
     let rows = batch.num_rows() as u64;
-    write_file(path, (schema, rows), true, |writer| writer.write(batch))
+    write_file(path, schema, rows, true, |writer| writer.write(batch))
 }
 
 /// A table written while the run goes, readable at any moment up to its last flush.
@@ -407,7 +408,7 @@ impl<R> PartedTable<R> {
             source,
         })?;
         let rows = self.buffer.len() as u64;
-        write_file(&path, (self.schema.clone(), rows), false, |writer| {
+        write_file(&path, self.schema.clone(), rows, false, |writer| {
             writer.write(&batch)
         })?;
         self.parts += 1;
@@ -436,11 +437,16 @@ impl<R> PartedTable<R> {
                 })?,
             ),
         };
-        let rows = self.written + self.buffer.len() as u64;
-        let rows = write_file(&self.path, (self.schema.clone(), rows), true, |writer| {
-            (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))?;
-            batch.as_ref().map_or(Ok(()), |batch| writer.write(batch))
-        })?;
+        let rows = write_file(
+            &self.path,
+            self.schema.clone(),
+            self.rows(),
+            true,
+            |writer| {
+                (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))?;
+                batch.as_ref().map_or(Ok(()), |batch| writer.write(batch))
+            },
+        )?;
         self.written += self.buffer.len() as u64;
         self.buffer.clear();
         crate::store::userfs::remove_dir_all(&self.parts_dir)

@@ -82,12 +82,8 @@ fn an_ordinary_users_plain_binary_records_exactly_through_the_agent() {
         assert_eq!(entry.metadata().unwrap().uid(), user.uid, "{entry:?}");
     }
     // `montrace doctor`, as the user, with the same binary, says the same.
-    let mut doctor = user.command(&bin);
-    doctor
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("MONTRACE_AGENT_SOCKET", &agent.socket)
-        .arg("doctor");
+    let mut doctor = user.agent_client(&bin, &agent.socket);
+    doctor.arg("doctor");
     let said = run_with_timeout(&mut doctor, run_timeout());
     assert_eq!(said.code(), 0, "{said:?}");
     assert!(

@@ -787,8 +787,8 @@ fn pairs_are_added_until_the_verdict_is_confident_or_the_budget_ends() {
 
     // Wall time gated at +5 % on sleeps of 0.10 to 0.99 s at random: 3 pairs cannot decide,
     // and the verdict says so, with what would, never "no regression". (The floor passes a
-    // metric only when the interval of its mean difference is within ±10 ms: sleeps that land
-    // close in 2 or 3 pairs by chance are far from that.)
+    // metric only when its interval times the baseline's mean is within ±10 ms: sleeps that
+    // land close in 2 or 3 pairs by chance are far from that.)
     let random = "sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) % 90 + 10 ))";
     let out = tmp.path().join("undecided");
     let run = montrace(

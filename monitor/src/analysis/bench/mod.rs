@@ -226,6 +226,8 @@ impl Bench<'_> {
             let series = Series {
                 pairs: pairs.clone(),
                 kept: 0,
+                // Once per pair from --repeat on, when the series adds pairs.
+                looks: max_pairs - min_pairs + 1,
                 stopped_by: "decided",
                 max_runs: max_pairs,
                 max_time_s: args.max_time.map(|t| t.as_secs_f64()),

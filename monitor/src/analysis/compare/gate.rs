@@ -736,7 +736,7 @@ fn per_run(side: &Side, metric: &str) -> Vec<Option<f64>> {
 /// The report of a bench series: the k-th run of each side make pair k (their runs in order,
 /// one repetition each), the pairs `series` leaves out excepted (see [`kept_pairs`]); each
 /// metric decided by [`decide_paired`] at a level shared among the gated metrics (Bonferroni),
-/// with the warnings of [`build_report`].
+/// and for a regression among the series' looks too, with the warnings of [`build_report`].
 pub fn build_paired_report(
     baseline: &Side,
     candidate: &Side,
@@ -771,6 +771,7 @@ pub fn build_paired_report(
             row.max_increase,
             per_metric_confidence,
             absolute_floor(row.unit),
+            series.looks,
         );
     }
     if kept.iter().all(|&k| k) && series.pairs.iter().any(|p| p.left_out.is_some()) {

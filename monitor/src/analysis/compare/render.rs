@@ -144,6 +144,16 @@ pub(super) fn explain_paired(row: &Row, s: &Paired) -> String {
         s.detectable * 100.0,
         plural(s.n, "pair"),
     );
+    if s.looks > 1 {
+        // The lower bound is a regression's, at the level divided among the looks.
+        text.pop();
+        let _ = write!(
+            text,
+            "; its lower bound at {}%, as the series may look {} times)",
+            trim_float((1.0 - row.decision.alpha / s.looks as f64) * 100.0, 3),
+            s.looks
+        );
+    }
     if row.decision.verdict == Verdict::Inconclusive {
         text.pop();
         match more_pairs_needed(
@@ -327,14 +337,22 @@ pub const SAME_RUNS_LINE: &str = "the same runs on both sides: every difference 
 
 /// How the verdicts were reached, in two lines.
 pub(super) fn rule(report: &Report) -> [String; 2] {
-    if report.series.is_some() {
+    if let Some(series) = &report.series {
+        let looks = if series.looks > 1 {
+            format!(
+                " (REGRESSED over the {} times the series may look)",
+                series.looks
+            )
+        } else {
+            String::new()
+        };
         return [
             "paired: each pair is one run of each side back to back (A B, B A, ...); per pair \
              the ratio candidate / baseline;"
                 .into(),
             format!(
                 "pass when the change is under its limit, REGRESSED when over half of it, each \
-                 with {}% confidence over all gated metrics together (Bonferroni); \
+                 with {}% confidence over all gated metrics together{looks} (Bonferroni); \
                  INCONCLUSIVE until one holds",
                 trim_float(report.confidence * 100.0, 2)
             ),

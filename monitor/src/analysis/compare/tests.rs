@@ -1097,6 +1097,7 @@ fn series(n: usize, disturbed: &[usize]) -> Series {
             })
             .collect(),
         kept: 0,
+        looks: 1,
         stopped_by: "max_runs",
         max_runs: n,
         max_time_s: None,

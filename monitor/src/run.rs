@@ -16,7 +16,7 @@ use crate::{
     follow::launch::{self, Identity},
     follow::marks::{self, MarkServer},
     follow::{
-        end::{close_cgroup, open_gpu, write_summary},
+        end::{close_cgroup, write_summary, GpuOpening},
         session::{self, Root, Session},
         Source,
     },
@@ -25,7 +25,6 @@ use crate::{
     kernel::ebpf::Probes,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
-    sampling::gpu::GpuStatus,
     store::run_json::{self, RunInfo},
     store::userfs,
     tracking::polling::{self, Poller},
@@ -54,8 +53,8 @@ pub fn run(args: RunArgs) -> Exit {
     // the original mask back before it execs.
     let child_sigmask = launch::block_forwarded_signals().context("blocking signals")?;
     let mut offsets = EbpfOffsets::start(&args, &program)?;
-    // `--gpu require` fails here, before anything is created or started.
-    let mut gpu = open_gpu(&args.record.recording())?;
+    // `--gpu require` fails here, before anything is created or started; `auto` opens beside.
+    let mut gpu = GpuOpening::start(&args.record.recording())?;
     // Only root can become another user; without root the command keeps montrace's identity.
     // SAFETY: geteuid has no preconditions.
     let identity = if args.as_root || unsafe { libc::geteuid() } != 0 {
@@ -117,7 +116,7 @@ fn repeat(
     out_dir: &Path,
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
-    (gpu, stream): (&mut GpuStatus, &mut Option<crate::follow::stream::Stream>),
+    (gpu, stream): (&mut GpuOpening, &mut Option<crate::follow::stream::Stream>),
     started: (u64, i64),
 ) -> anyhow::Result<i32> {
     let single = args.repeat == 1 && args.warmup == 0;
@@ -444,7 +443,7 @@ fn record(
     out_dir: &Path,
     identity: Option<&Identity>,
     child_sigmask: &libc::sigset_t,
-    (gpu, stream): (&mut GpuStatus, &mut Option<crate::follow::stream::Stream>),
+    (gpu, stream): (&mut GpuOpening, &mut Option<crate::follow::stream::Stream>),
     started: (u64, i64),
     print_summary: bool,
     last: bool,
@@ -482,11 +481,6 @@ fn record(
         probes.track(root_pid)?;
     }
     let agent = agent_follows(args, offsets, root_pid)?;
-    // A repetition starts from nothing: its peaks and energy are its own.
-    let mut monitor = gpu.monitor_mut();
-    if let Some(monitor) = monitor.as_deref_mut() {
-        monitor.reset();
-    }
     let options = args.record.recording();
     let config = session::Config {
         options: &options,
@@ -502,7 +496,8 @@ fn record(
         last,
         print_summary,
     };
-    let mut session = Session::start(config, probes, monitor, stream.as_mut())?;
+    // GPU monitoring joins once the command runs (below).
+    let mut session = Session::start(config, probes, None, stream.as_mut())?;
     session
         .recorder()
         .set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
@@ -514,6 +509,16 @@ fn record(
     if let Some(probes) = session.probes() {
         probes.free_loader();
     }
+    // Opening NVML (15 ms on an H100, on a thread since start-up began: see `GpuOpening`) is
+    // not part of the command's start-up: the recorder takes the monitor now. A repetition
+    // starts from nothing: its peaks and energy are its own.
+    let mut monitor = gpu.status().monitor_mut();
+    if let Some(monitor) = monitor.as_deref_mut() {
+        monitor.reset();
+    }
+    if let Err(err) = session.recorder().set_gpu(monitor, out_dir) {
+        crate::say!("montrace: warning: no GPU data: {err:#}");
+    }
     let source = match (ring, agent) {
         (Some(events), _) => Source::Ebpf(events),
         (None, Some(stream)) => Source::Agent(stream),
@@ -522,7 +527,7 @@ fn record(
     let followed = session.follow(source, marks)?;
     close_cgroup(cgroup, &mut cgroup_report, followed.tree_cpu_ns());
     Ok(followed.finish(
-        gpu,
+        gpu.status(),
         stream.as_mut(),
         session::Ending {
             argv: command_argv(args),

@@ -85,10 +85,15 @@ pub struct Usage {
     pub tree_gpu_memory_bytes: Option<u64>,
 }
 
+/// The limit that needs GPU monitoring (gpu-mem), if any.
+pub fn gpu_limit(limits: &[Limit]) -> Option<&Limit> {
+    limits.iter().find(|l| matches!(l, Limit::GpuMem(_)))
+}
+
 /// Why `limits` cannot be enforced without GPU monitoring (`reason`: why there is none), as the
 /// error to print; None when no limit needs a GPU.
 pub fn needs_gpu(limits: &[Limit], reason: &str) -> Option<String> {
-    let limit = limits.iter().find(|l| matches!(l, Limit::GpuMem(_)))?;
+    let limit = gpu_limit(limits)?;
     Some(format!(
         "--limit gpu-mem={}: montrace cannot watch GPU memory here ({reason}); run where NVML \
          sees an NVIDIA GPU, or drop the limit",

@@ -478,6 +478,22 @@ impl<'g> Recorder<'g> {
         self.task_iter = iter;
     }
 
+    /// Hands the recorder GPU monitoring after it was created (`run` opens NVML beside the
+    /// start-up and hands it over once the command runs): its tables are created in `out_dir`
+    /// now. An error leaves the recording without GPU data.
+    pub fn set_gpu(
+        &mut self,
+        gpu: Option<&'g mut GpuMonitor>,
+        out_dir: &Path,
+    ) -> anyhow::Result<()> {
+        if gpu.is_some() {
+            self.gpu_table = Some(writer::PartedTable::gpu(out_dir)?);
+            self.gpu_processes = Some(writer::PartedTable::gpu_processes(out_dir)?);
+        }
+        self.gpu = gpu;
+        Ok(())
+    }
+
     /// Hands the recorder the run cgroup's directory, whose stall totals system rows then carry.
     pub fn set_pressure(&mut self, dir: Option<std::path::PathBuf>) {
         self.pressure = dir;

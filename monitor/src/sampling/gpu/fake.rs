@@ -1,8 +1,7 @@
 //! A fake GPU for tests: what each query answers is plain data the test sets, shared with the
-//! monitor through an `Rc`, so the test can change it between sweeps.
+//! monitor through an `Arc` (a backend is `Send`), so the test can change it between sweeps.
 use super::*;
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Debug, Default)]
 pub struct FakeDevice {
@@ -19,17 +18,17 @@ pub struct FakeDevice {
 /// Cloning shares the devices.
 #[derive(Clone, Debug, Default)]
 pub struct FakeBackend {
-    pub devices: Rc<RefCell<Vec<FakeDevice>>>,
+    pub devices: Arc<Mutex<Vec<FakeDevice>>>,
     /// Err: what `devices()` answers.
     pub failure: Option<GpuError>,
     /// The `since_us` of each process_utilization call, for the tests to check.
-    pub utilization_queries: Rc<RefCell<Vec<Option<u64>>>>,
+    pub utilization_queries: Arc<Mutex<Vec<Option<u64>>>>,
 }
 
 impl FakeBackend {
     pub fn new(devices: Vec<FakeDevice>) -> FakeBackend {
         FakeBackend {
-            devices: Rc::new(RefCell::new(devices)),
+            devices: Arc::new(Mutex::new(devices)),
             ..Default::default()
         }
     }
@@ -40,7 +39,8 @@ impl FakeBackend {
 
     fn with<T>(&self, index: u32, f: impl FnOnce(&FakeDevice) -> T) -> Option<T> {
         self.devices
-            .borrow()
+            .lock()
+            .unwrap()
             .iter()
             .find(|d| d.info.index == index)
             .map(f)
@@ -53,7 +53,8 @@ impl GpuBackend for FakeBackend {
             Some(err) => Err(err.clone()),
             None => Ok(self
                 .devices
-                .borrow()
+                .lock()
+                .unwrap()
                 .iter()
                 .map(|d| d.info.clone())
                 .collect()),
@@ -73,7 +74,7 @@ impl GpuBackend for FakeBackend {
         index: u32,
         since_us: Option<u64>,
     ) -> Option<Vec<ProcessUtilization>> {
-        self.utilization_queries.borrow_mut().push(since_us);
+        self.utilization_queries.lock().unwrap().push(since_us);
         let samples = self.with(index, |d| d.utilization.clone()).flatten()?;
         let since = since_us.unwrap_or(0);
         Some(

@@ -134,8 +134,9 @@ pub struct AccountingReading {
 }
 
 /// What montrace reads from the GPUs, addressed by NVML index. Only [`GpuBackend::devices`]
-/// can fail; every other query answers None (or false) for what the GPU does not give.
-pub trait GpuBackend {
+/// can fail; every other query answers None (or false) for what the GPU does not give. `Send`:
+/// a run opens it on a thread beside its start-up (`follow::end::GpuOpening`).
+pub trait GpuBackend: Send {
     /// The GPUs that can be read, in index order. Err: why none can.
     fn devices(&self) -> Result<Vec<GpuDevice>, GpuError>;
     fn reading(&self, index: u32) -> DeviceReading;

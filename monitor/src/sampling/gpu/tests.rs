@@ -97,8 +97,10 @@ fn a_sweep_reads_every_figure_of_every_gpu() {
     assert_eq!(rows[1].gpu_index, 1);
 
     // The counter goes on: 1234.5 J later.
-    fake.devices.borrow_mut()[0].reading.energy_mj = Some(5_000_000 + 1_234_500);
-    fake.devices.borrow_mut()[0].reading.utilization_gpu_percent = Some(30);
+    fake.devices.lock().unwrap()[0].reading.energy_mj = Some(5_000_000 + 1_234_500);
+    fake.devices.lock().unwrap()[0]
+        .reading
+        .utilization_gpu_percent = Some(30);
     let (rows, _) = gpus.sample(T0 + SEC, tree(&[]));
     assert_eq!(rows[0].energy_joules, Some(1234.5));
     assert_eq!(rows[1].energy_joules, Some(0.0));
@@ -221,20 +223,20 @@ fn processes_are_attributed_only_to_the_tree() {
     assert_eq!(gpus.last_tree_memory_bytes(), Some(4 << 30));
 
     // The next sweep asks only for newer utilization samples, and gets none: null.
-    fake.devices.borrow_mut()[0].processes = Some(vec![holder(10, 6 << 30)]);
-    fake.devices.borrow_mut()[1].processes = Some(Vec::new());
+    fake.devices.lock().unwrap()[0].processes = Some(vec![holder(10, 6 << 30)]);
+    fake.devices.lock().unwrap()[1].processes = Some(Vec::new());
     let (_, rows) = gpus.sample(T0 + SEC, tree(&started));
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].gpu_memory_bytes, Some(6 << 30));
     assert_eq!(rows[0].sm_utilization_percent, None);
     let since = (T0 - SEC / 4) as u64 / 1000;
     assert_eq!(
-        fake.utilization_queries.borrow()[2..],
+        fake.utilization_queries.lock().unwrap()[2..],
         [Some(since), None],
         "GPU 0 asks from its newest sample, GPU 1 (none yet) for all"
     );
 
-    fake.devices.borrow_mut()[0].processes = Some(vec![holder(10, 2 << 30)]);
+    fake.devices.lock().unwrap()[0].processes = Some(vec![holder(10, 2 << 30)]);
     gpus.sample(T0 + 2 * SEC, tree(&started));
     let summary = gpus.summary();
     assert_eq!(summary.tree_peak_memory_bytes, Some(6 << 30));
@@ -344,7 +346,7 @@ fn accounting_waits_for_the_driver_to_close_the_context() {
     gpus.on_exit(12, start, T0);
     assert!(gpus.sample(T0 + SEC / 5, tree(&[])).1.is_empty());
     // The driver closed 10's context; 12's stays open past the grace time.
-    fake.devices.borrow_mut()[0]
+    fake.devices.lock().unwrap()[0]
         .accounting_stats
         .insert(10, finished(start + SEC));
     let (_, rows) = gpus.sample(T0 + SEC / 2, tree(&[]));
@@ -391,7 +393,7 @@ fn reset_starts_a_new_run() {
     let fake = FakeBackend::new(vec![gpu]);
     let mut gpus = monitor(&fake);
     gpus.sample(T0, tree(&[(1, T0 - SEC)]));
-    fake.devices.borrow_mut()[0].reading.energy_mj = Some(6_000_000);
+    fake.devices.lock().unwrap()[0].reading.energy_mj = Some(6_000_000);
     gpus.sample(T0 + SEC, tree(&[(1, T0 - SEC)]));
     assert_eq!(gpus.summary().energy_joules, Some(1000.0));
     gpus.reset();
@@ -650,7 +652,7 @@ fn a_lost_gpu_is_sampled_no_more() {
     let mut gpus = monitor(&fake);
     let tracked = [(7, T0 - SEC)];
     assert_eq!(gpus.sample(T0, tree(&tracked)).0.len(), 2);
-    fake.devices.borrow_mut()[1].reading = DeviceReading {
+    fake.devices.lock().unwrap()[1].reading = DeviceReading {
         lost: true,
         ..Default::default()
     };
@@ -659,7 +661,7 @@ fn a_lost_gpu_is_sampled_no_more() {
     assert!(processes.is_empty());
     assert_eq!(gpus.last_tree_memory_bytes(), Some(0));
     // Even if it answered again, it stays lost.
-    fake.devices.borrow_mut()[1].reading = full_reading();
+    fake.devices.lock().unwrap()[1].reading = full_reading();
     let (rows, _) = gpus.sample(T0 + 2 * SEC, tree(&tracked));
     assert_eq!(rows.len(), 1);
     let summary = gpus.summary();

@@ -669,5 +669,15 @@ fn gpu_check_compares_montrace_with_nvidia_smi() {
     ] {
         assert_eq!(verdict(figure), "ok", "{figure}: {doc}");
     }
+    // The start-up runs (a timing: its verdict may be `check` on a busy machine): each of the
+    // 10 a mode gave its start-up.
+    for mode in ["off", "auto"] {
+        let got = doc["startup_ms"][mode].as_array().unwrap();
+        assert!(
+            got.len() == 10 && got.iter().all(|ms| ms.as_f64().unwrap() > 0.0),
+            "{mode}: {doc}"
+        );
+    }
+    verdict("start-up of /bin/true, --gpu auto");
     assert!(finished.stdout.contains("| figure"), "{finished:?}");
 }

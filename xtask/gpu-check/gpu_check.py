@@ -15,7 +15,9 @@ What it does, in at most ~90 s:
    taken in the steady part of the run (both processes holding their memory) and prints a table
    `figure | montrace | nvidia-smi | diff | verdict`;
 4. a second short run with `--limit gpu-mem` under what the parent holds: it must exit 124 with
-   the breach in run.json.
+   the breach in run.json;
+5. what opening NVML costs a run's start-up: `/bin/true` recorded 10 times with `--gpu off` and
+   10 with `--gpu auto`, interleaved (run.json's `startup_ms`, medians).
 
 Every step is guarded: a failure is reported (in the table's notes and the JSON's `errors`) and
 the rest goes on. Verdicts: `ok`, `FAIL` (a hard check: attribution, per-process memory, names,
@@ -662,6 +664,31 @@ def step_limit(c, montrace, work, framework, parent):
           "ok" if breach and breach.get("limit") == "gpu-mem" else "FAIL")
 
 
+def step_startup(c, montrace, work, n=10):
+    """What opening NVML costs a run's start-up: run.json's startup_ms of `/bin/true` with
+    --gpu off and --gpu auto (the default), interleaved, medians. montrace opens NVML on a
+    thread beside its start-up and takes the monitor once the command runs: auto should cost
+    about what off does (`check` beyond 5 ms; a timing, never a failure)."""
+    got = {"off": [], "auto": []}
+    for i in range(n):
+        for mode in ("off", "auto"):
+            run_dir = os.path.join(work, f"startup-{mode}-{i:02}")
+            rc, _, err = run([montrace, "run", "--quiet", "--no-report", "--gpu", mode,
+                              "--out", run_dir, "--", "/bin/true"], min(20, c.left()))
+            if rc != 0:
+                raise RuntimeError(f"--gpu {mode} run {i + 1}: exit {rc}: {err.strip()}")
+            ms = (load_json(os.path.join(run_dir, "run.json")) or {}).get("startup_ms")
+            if ms is not None:
+                got[mode].append(ms)
+            shutil.rmtree(run_dir, ignore_errors=True)
+    c.data["startup_ms"] = got
+    off, auto = median(got["off"]), median(got["auto"])
+    c.row(f"start-up of /bin/true, --gpu off (median of {n})", off, None, None, "info", "ms")
+    diff = None if off is None or auto is None else auto - off
+    c.row(f"start-up of /bin/true, --gpu auto (median of {n}), diff to off", auto, None, diff,
+          "info" if diff is None else "ok" if diff <= 5.0 else "check", "ms")
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -760,12 +787,15 @@ def check(c, args, montrace, work):
         return
     run_dir, parent, child = got
     c.step("compare", step_compare, c, montrace, run_dir, parent, child)
-    if args.no_limit_run:
+    if not args.no_limit_run:
+        if c.left() < 30:
+            c.notes.append(f"--limit gpu-mem run skipped: {c.left():.0f} s left of the budget")
+        else:
+            c.step("limit", step_limit, c, montrace, work, framework, parent)
+    if c.left() < 15:
+        c.notes.append(f"start-up runs skipped: {c.left():.0f} s left of the budget")
         return
-    if c.left() < 30:
-        c.notes.append(f"--limit gpu-mem run skipped: {c.left():.0f} s left of the budget")
-        return
-    c.step("limit", step_limit, c, montrace, work, framework, parent)
+    c.step("start-up", step_startup, c, montrace, work)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ pub struct Paired {
     pub df: f64,
     pub p: f64,
     /// The smallest increase this series would reveal with [`DETECTION_POWER`] (relative):
-    /// (t_alpha + t_power) · spread / √n. Shrinks as √n.
+    /// (t_alpha/looks + t_power) · spread / √n. Shrinks as √n.
     pub detectable: f64,
     /// The baseline's mean, in the metric's unit (to express changes against the floor).
     pub base_mean: f64,
@@ -185,6 +185,7 @@ pub fn paired_stats(pairs: &[(f64, f64)], alpha: f64, looks: usize) -> Option<Pa
     let df = (n - 1) as f64;
     let t_alpha = t_quantile(alpha, df);
     let looks = looks.max(1);
+    let t_low = t_quantile(alpha / looks as f64, df);
     let t = if se > 0.0 {
         mean / se
     } else if mean == 0.0 {
@@ -196,13 +197,14 @@ pub fn paired_stats(pairs: &[(f64, f64)], alpha: f64, looks: usize) -> Option<Pa
         n,
         change: relative(mean),
         spread: relative(sd),
-        low: relative(mean - t_quantile(alpha / looks as f64, df) * se),
+        low: relative(mean - t_low * se),
         high: relative(mean + t_alpha * se),
         looks,
         t,
         df,
         p: student_t_sf(t, df),
-        detectable: relative((t_alpha + t_quantile(1.0 - DETECTION_POWER, df)) * se),
+        // What would be called a regression: at the level of `low`.
+        detectable: relative((t_low + t_quantile(1.0 - DETECTION_POWER, df)) * se),
         base_mean,
         log_scale: logs,
         scale_mean: mean,

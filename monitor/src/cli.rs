@@ -567,11 +567,13 @@ pub struct BenchArgs {
     pub gate: GateOptions,
     // -- The gate's (issue 31) flags, together. --
     /// Keep adding pairs past --repeat, up to this many runs of each side, until every gated
-    /// metric is decided (pass or regressed); default: --repeat (no more)
+    /// metric is decided (pass or regressed); default: --repeat (no more). The series looks at
+    /// growing steps (--repeat, then half as many again each time) and divides its level among
+    /// the looks (docs/ci.md)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=1000))]
     pub max_runs: Option<u32>,
     /// Stop adding pairs once this much time has passed since the first warm-up (e.g. 20m);
-    /// without --max-runs, up to 1000 runs a side
+    /// without --max-runs, up to 1000 runs a side: give --max-runs too
     #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
     pub max_time: Option<Duration>,
     /// The baseline's directory (its checkout): its command and the hooks run there, and its

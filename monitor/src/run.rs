@@ -25,6 +25,7 @@ use crate::{
     kernel::ebpf::Probes,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
+    sampling::gpu::GpuMonitor,
     store::run_json::{self, RunInfo},
     store::userfs,
     tracking::polling::{self, Poller},
@@ -496,8 +497,17 @@ fn record(
         last,
         print_summary,
     };
-    // GPU monitoring joins once the command runs (below).
-    let mut session = Session::start(config, probes, None, stream.as_mut())?;
+    // Where kernel events follow the tree, they wait in their ring while NVML opens (15 ms on an
+    // H100, on a thread since start-up began: see `GpuOpening`): the recorder takes the monitor
+    // once the command runs, and NVML is no part of its start-up. Polling sees only what lives
+    // at a sweep: it takes the monitor first.
+    let mut gpu_slot = Some(&mut *gpu);
+    let early = if ring.is_none() && agent.is_none() {
+        gpu_slot.take().and_then(fresh_monitor)
+    } else {
+        None
+    };
+    let mut session = Session::start(config, probes, early, stream.as_mut())?;
     session
         .recorder()
         .set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
@@ -509,15 +519,10 @@ fn record(
     if let Some(probes) = session.probes() {
         probes.free_loader();
     }
-    // Opening NVML (15 ms on an H100, on a thread since start-up began: see `GpuOpening`) is
-    // not part of the command's start-up: the recorder takes the monitor now. A repetition
-    // starts from nothing: its peaks and energy are its own.
-    let mut monitor = gpu.status().monitor_mut();
-    if let Some(monitor) = monitor.as_deref_mut() {
-        monitor.reset();
-    }
-    if let Err(err) = session.recorder().set_gpu(monitor, out_dir) {
-        crate::say!("montrace: warning: no GPU data: {err:#}");
+    if let Some(gpu) = gpu_slot.take() {
+        if let Err(err) = session.recorder().set_gpu(fresh_monitor(gpu), out_dir) {
+            crate::say!("montrace: warning: no GPU data: {err:#}");
+        }
     }
     let source = match (ring, agent) {
         (Some(events), _) => Source::Ebpf(events),
@@ -535,6 +540,14 @@ fn record(
             cgroup: cgroup_report,
         },
     ))
+}
+
+/// The GPU monitor of `gpu`, if a GPU is monitored, reset: a repetition starts from nothing (its
+/// peaks and energy are its own).
+fn fresh_monitor(gpu: &mut GpuOpening) -> Option<&mut GpuMonitor> {
+    let monitor = gpu.status().monitor_mut()?;
+    monitor.reset();
+    Some(monitor)
 }
 
 /// What [`load_probes`] gives: the probes and their ring buffer, none where the agent or

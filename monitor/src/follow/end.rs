@@ -35,18 +35,19 @@ pub fn open_gpu(record: &Options) -> anyhow::Result<GpuStatus> {
     Ok(gpu)
 }
 
-/// GPU monitoring opened on a thread of its own beside the start-up, where nothing has to wait
-/// for it: `--gpu auto` with no `--limit gpu-mem`. Starting NVML took 15 ms on an H100 (driver
-/// 580: a standalone run's `startup_ms` 35 ms with `--gpu off`, 51 ms with `auto`; a user's run
-/// through the agent 1.7 ms and 17.5 ms), ten times the agent's whole start-up. `run` takes the
-/// monitor once the command was released, so the command never waits for NVML. `--gpu require`
-/// and a gpu-mem limit open it first: they refuse the run when no GPU can be monitored.
-pub enum GpuOpening {
-    Open(GpuStatus),
-    Opening {
-        thread: std::thread::JoinHandle<GpuStatus>,
-        quiet: bool,
-    },
+/// GPU monitoring opened on a thread of its own beside the start-up: `--gpu auto` with no
+/// `--limit gpu-mem`. Starting NVML took 15 ms on an H100 (driver 580: a standalone run's
+/// `startup_ms` 35 ms with `--gpu off`, 51 ms with `auto`; a user's run through the agent 1.7 ms
+/// and 17.5 ms), ten times the agent's whole start-up. Where kernel events follow the tree (the
+/// programs, or the agent), they wait in their ring meanwhile, and `run` takes the monitor once
+/// the command was released: the command does not wait for NVML. Polling sees only what lives
+/// at a sweep, so there it is taken before. `--gpu require` and a gpu-mem limit open it first:
+/// they refuse the run when no GPU can be monitored.
+pub struct GpuOpening {
+    /// Opened; None while the thread runs.
+    status: Option<GpuStatus>,
+    thread: Option<std::thread::JoinHandle<GpuStatus>>,
+    quiet: bool,
 }
 
 impl GpuOpening {
@@ -59,41 +60,54 @@ impl GpuOpening {
             let opening = std::thread::Builder::new()
                 .name("gpu-open".into())
                 .spawn(move || {
+                    // capset acts on one thread: a granted binary's capabilities go before
+                    // NVML starts, so no thread the driver starts from here holds one (NVML
+                    // needs none). A failure leaves them to the thread's end, as before.
+                    if crate::kernel::privilege::capable_user() {
+                        let _ = crate::kernel::privilege::drop_all();
+                    }
                     // `auto` never fails: no GPU is a status.
                     GpuMonitor::open(mode).unwrap_or_else(|err| GpuStatus::Unavailable {
                         reason: err.reason().to_owned(),
                     })
                 });
             if let Ok(thread) = opening {
-                return Ok(GpuOpening::Opening {
-                    thread,
+                return Ok(GpuOpening {
+                    status: None,
+                    thread: Some(thread),
                     quiet: record.quiet,
                 });
             }
         }
-        open_gpu(record).map(GpuOpening::Open)
+        Ok(GpuOpening {
+            status: Some(open_gpu(record)?),
+            thread: None,
+            quiet: record.quiet,
+        })
     }
 
     /// The status, waiting for the opening thread the first time (and saying its notice then,
     /// as [`open_gpu`] does when it opens).
     pub fn status(&mut self) -> &mut GpuStatus {
-        if let GpuOpening::Opening { .. } = self {
-            let GpuOpening::Opening { thread, quiet } =
-                std::mem::replace(self, GpuOpening::Open(GpuStatus::Off))
-            else {
-                unreachable!("matched above")
-            };
+        if let Some(thread) = self.thread.take() {
             let status = thread.join().unwrap_or_else(|_| GpuStatus::Unavailable {
                 reason: "opening NVML failed (its thread panicked)".into(),
             });
-            if let (Some(notice), false) = (status.notice(), quiet) {
+            if let (Some(notice), false) = (status.notice(), self.quiet) {
                 crate::say!("{notice}");
             }
-            *self = GpuOpening::Open(status);
+            self.status = Some(status);
         }
-        match self {
-            GpuOpening::Open(status) => status,
-            GpuOpening::Opening { .. } => unreachable!("opened above"),
+        self.status.get_or_insert(GpuStatus::Off)
+    }
+}
+
+impl Drop for GpuOpening {
+    /// A run that fails before it takes the monitor still waits for the thread: NVML is never
+    /// left starting while the process exits (and runs the driver library's destructors).
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }

@@ -75,7 +75,7 @@ use crate::{
     follow::limits,
     host,
     kernel::decode::{self, KernelEvent, WaitTotals},
-    sampling::gpu::{GpuMonitor, GpuSummary},
+    sampling::gpu::{GpuMonitor, GpuState, GpuSummary},
     sampling::rates,
     sampling::sampler::{
         self,
@@ -104,6 +104,8 @@ pub struct Recorder<'g> {
     gpu: Option<&'g mut GpuMonitor>,
     gpu_table: Option<writer::GpuTable>,
     gpu_processes: Option<writer::GpuProcessTable>,
+    /// Why a monitor handed over late could not be recorded (see [`Recorder::set_gpu`]).
+    gpu_unrecorded: Option<String>,
     reader: ProcReader,
     /// /proc/PID of each live process, open from one sweep to the next.
     handles: HandleCache<ProcessHandle>,
@@ -235,6 +237,7 @@ impl<'g> Recorder<'g> {
                 .is_some()
                 .then(|| writer::PartedTable::gpu_processes(out_dir))
                 .transpose()?,
+            gpu_unrecorded: None,
             gpu,
             reader: ProcReader::new(),
             handles: HandleCache::new(sampler::handle_capacity(host::open_files_limit())),
@@ -480,15 +483,26 @@ impl<'g> Recorder<'g> {
 
     /// Hands the recorder GPU monitoring after it was created (`run` opens NVML beside the
     /// start-up and hands it over once the command runs): its tables are created in `out_dir`
-    /// now. An error leaves the recording without GPU data.
+    /// now, both or neither. An error leaves the recording without GPU data, and run.json's
+    /// `gpu` says why.
     pub fn set_gpu(
         &mut self,
         gpu: Option<&'g mut GpuMonitor>,
         out_dir: &Path,
     ) -> anyhow::Result<()> {
         if gpu.is_some() {
-            self.gpu_table = Some(writer::PartedTable::gpu(out_dir)?);
-            self.gpu_processes = Some(writer::PartedTable::gpu_processes(out_dir)?);
+            let tables = writer::PartedTable::gpu(out_dir).and_then(|devices| {
+                writer::PartedTable::gpu_processes(out_dir).map(|processes| (devices, processes))
+            });
+            match tables {
+                Ok((devices, processes)) => {
+                    (self.gpu_table, self.gpu_processes) = (Some(devices), Some(processes));
+                }
+                Err(err) => {
+                    self.gpu_unrecorded = Some(format!("its tables could not be created: {err}"));
+                    return Err(err.into());
+                }
+            }
         }
         self.gpu = gpu;
         Ok(())
@@ -974,7 +988,13 @@ impl<'g> Recorder<'g> {
             .as_deref_mut()
             .filter(|_| !self.broken)
             .map(|gpu| gpu.finish(host::realtime_ns()));
-        let gpu_summary = self.gpu.as_deref().map(GpuMonitor::summary);
+        let gpu_summary = self.gpu.as_deref().map(GpuMonitor::summary).or_else(|| {
+            let reason = self.gpu_unrecorded.take()?;
+            Some(GpuSummary::not_monitored(
+                GpuState::Unavailable,
+                Some(reason),
+            ))
+        });
         let Recorder {
             events,
             processes,

@@ -169,6 +169,10 @@ impl Bench<'_> {
         }
         .max(min_pairs);
         let adaptive = max_pairs > min_pairs;
+        // Where the series looks at its data; with a time budget, the look where time ran out
+        // may fall between them: one more.
+        let schedule = plan::look_schedule(min_pairs, max_pairs);
+        let looks = schedule.len() + usize::from(adaptive && args.max_time.is_some());
         let mut runs: [Vec<(PathBuf, summary_json::Summary)>; 2] = [Vec::new(), Vec::new()];
         let mut measured = [Vec::new(), Vec::new()];
         let mut pairs = Vec::new();
@@ -223,11 +227,13 @@ impl Bench<'_> {
             let out_of_time = args.max_time.is_some_and(|max| {
                 elapsed + pair_started.elapsed().as_secs_f64() > max.as_secs_f64()
             });
+            if !schedule.contains(&(k + 1)) && !out_of_time {
+                continue;
+            }
             let series = Series {
                 pairs: pairs.clone(),
                 kept: 0,
-                // Once per pair from --repeat on, when the series adds pairs.
-                looks: max_pairs - min_pairs + 1,
+                looks,
                 stopped_by: "decided",
                 max_runs: max_pairs,
                 max_time_s: args.max_time.map(|t| t.as_secs_f64()),

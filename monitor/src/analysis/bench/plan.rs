@@ -33,6 +33,23 @@ pub fn interleaved(n: usize) -> Vec<Arm> {
         .collect()
 }
 
+/// The pair counts at which a series that adds pairs (from `min` to `max`) looks at its data:
+/// `min`, then half as many again each time (at least one more), and `max`. Each look is a
+/// chance for noise to clear a bound, and the level is divided among them (Bonferroni), so a
+/// series that looked after every pair would pay for 26 looks from 5 to 30 pairs; this schedule
+/// pays for 6 (5, 8, 12, 18, 27, 30), and a series that is decided runs at most half as many
+/// pairs again as it needed. A series of `min` pairs (no budget) looks once.
+pub fn look_schedule(min: usize, max: usize) -> Vec<usize> {
+    let min = min.max(1);
+    let mut looks = vec![min];
+    let mut n = min;
+    while n < max {
+        n = (n + n.div_ceil(2)).max(n + 1).min(max);
+        looks.push(n);
+    }
+    looks
+}
+
 /// Most runs one series may have, warm-ups and repetitions together: each is a whole run of the
 /// command and a directory. A larger count is a slip of the keyboard, and summing two `u32`s
 /// near the top once wrapped (`--warmup 4294967295 --repeat 2` ran the command once... or never,
@@ -216,6 +233,20 @@ pub fn warnings(warmups: &[Measured], reps: &[Measured]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_series_looks_at_growing_steps_up_to_its_budget() {
+        assert_eq!(look_schedule(5, 30), [5, 8, 12, 18, 27, 30]);
+        assert_eq!(look_schedule(3, 8), [3, 5, 8]);
+        assert_eq!(look_schedule(3, 12), [3, 5, 8, 12]);
+        assert_eq!(look_schedule(10, 12), [10, 12]);
+        assert_eq!(look_schedule(1, 3), [1, 2, 3]);
+        // No budget past --repeat: one look.
+        assert_eq!(look_schedule(5, 5), [5]);
+        assert_eq!(look_schedule(5, 2), [5]);
+        // 1,000 runs by time alone: 14 looks.
+        assert_eq!(look_schedule(5, 1000).len(), 14);
+    }
 
     #[test]
     fn a_series_that_would_overflow_is_refused() {

@@ -9,7 +9,9 @@ use super::*;
 /// 4: unpaired (`welch`) rows carry `change`, `change_low`, `change_high` and `detectable` of
 /// the means, may be `inconclusive`, and say `runs_needed` (a side) then; the same runs on
 /// both sides are decided by the method `same_runs` (change and bounds exactly 0).
-pub const COMPARE_JSON_VERSION: u32 = 4;
+/// 5: `series.looks`, and a paired row's `alpha` is a look's: the level shared among the gated
+/// metrics and the looks (its interval and `pairs_needed` at that level).
+pub const COMPARE_JSON_VERSION: u32 = 5;
 
 /// Not gated: reported with its change, never failing the comparison (`--max METRIC=off`, and
 /// the default of every metric that is not counted exactly).
@@ -735,8 +737,8 @@ fn per_run(side: &Side, metric: &str) -> Vec<Option<f64>> {
 
 /// The report of a bench series: the k-th run of each side make pair k (their runs in order,
 /// one repetition each), the pairs `series` leaves out excepted (see [`kept_pairs`]); each
-/// metric decided by [`decide_paired`] at a level shared among the gated metrics (Bonferroni),
-/// and for a regression among the series' looks too, with the warnings of [`build_report`].
+/// metric decided by [`decide_paired`] at a level shared among the gated metrics and the series'
+/// looks (Bonferroni), with the warnings of [`build_report`].
 pub fn build_paired_report(
     baseline: &Side,
     candidate: &Side,
@@ -760,7 +762,8 @@ pub fn build_paired_report(
         .filter(|row| row.max_increase.is_finite() && pairs_of(row.metric).len() >= 2)
         .count()
         .max(1);
-    let per_metric_confidence = 1.0 - (1.0 - confidence) / tested as f64;
+    // And among the looks of a series that adds pairs (see `paired`'s documentation).
+    let per_look_confidence = looks_level(1.0 - (1.0 - confidence) / tested as f64, series.looks);
     for row in &mut report.rows {
         let pairs = pairs_of(row.metric);
         let (base, cand): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
@@ -769,9 +772,8 @@ pub fn build_paired_report(
         row.decision = decide_paired(
             &pairs,
             row.max_increase,
-            per_metric_confidence,
+            per_look_confidence,
             absolute_floor(row.unit),
-            series.looks,
         );
     }
     if kept.iter().all(|&k| k) && series.pairs.iter().any(|p| p.left_out.is_some()) {

@@ -138,22 +138,12 @@ pub(super) fn explain_paired(row: &Row, s: &Paired) -> String {
         format_value(row.unit, row.candidate.map_or(0.0, |c| c.median)),
         percent(s.low),
         percent(s.high),
-        trim_float((1.0 - row.decision.alpha) * 100.0, 2),
+        trim_float((1.0 - row.decision.alpha) * 100.0, 4),
         format_limit(row.max_increase),
         trim_float(row.max_increase * 50.0, 2),
         s.detectable * 100.0,
         plural(s.n, "pair"),
     );
-    if s.looks > 1 {
-        // The lower bound is a regression's, at the level divided among the looks.
-        text.pop();
-        let _ = write!(
-            text,
-            "; its lower bound at {}%, as the series may look {} times)",
-            trim_float((1.0 - row.decision.alpha / s.looks as f64) * 100.0, 3),
-            s.looks
-        );
-    }
     if row.decision.verdict == Verdict::Inconclusive {
         text.pop();
         match more_pairs_needed(
@@ -339,10 +329,7 @@ pub const SAME_RUNS_LINE: &str = "the same runs on both sides: every difference 
 pub(super) fn rule(report: &Report) -> [String; 2] {
     if let Some(series) = &report.series {
         let looks = if series.looks > 1 {
-            format!(
-                " (REGRESSED over the {} times the series may look)",
-                series.looks
-            )
+            format!(" and the {} times the series may look", series.looks)
         } else {
             String::new()
         };

@@ -183,7 +183,8 @@ pub enum GpuStatus {
 }
 
 impl GpuStatus {
-    /// The line to print before the command starts: why there is no GPU data (`--gpu auto`) on
+    /// The line to print once GPU monitoring is opened (before the command starts; with `--gpu
+    /// auto`, as soon as it has opened beside the start-up): why there is no GPU data (`auto`) on
     /// a machine that seems to have NVIDIA GPUs (the driver library is there). A machine without
     /// the driver gets no line on every run: run.json's `gpu.reason` and `montrace doctor` say it.
     pub fn notice(&self) -> Option<String> {

@@ -8,7 +8,8 @@ impl GpuSummary {
         GpuSummary::not_monitored(GpuState::Off, None)
     }
 
-    pub(super) fn not_monitored(status: GpuState, reason: Option<String>) -> GpuSummary {
+    /// No GPU data, and why (`reason`).
+    pub fn not_monitored(status: GpuState, reason: Option<String>) -> GpuSummary {
         GpuSummary {
             status,
             reason,

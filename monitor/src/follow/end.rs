@@ -29,10 +29,16 @@ pub fn open_gpu(record: &Options) -> anyhow::Result<GpuStatus> {
     {
         anyhow::bail!(error);
     }
-    if let (Some(notice), false) = (gpu.notice(), record.quiet) {
+    say_gpu_notice(&gpu, record.quiet);
+    Ok(gpu)
+}
+
+/// Says why GPU data is missing or unattributed, once GPU monitoring is opened (see
+/// [`GpuStatus::notice`]), unless `--quiet`.
+fn say_gpu_notice(gpu: &GpuStatus, quiet: bool) {
+    if let (Some(notice), false) = (gpu.notice(), quiet) {
         crate::say!("{notice}");
     }
-    Ok(gpu)
 }
 
 /// GPU monitoring opened on a thread of its own beside the start-up: `--gpu auto` with no
@@ -93,9 +99,7 @@ impl GpuOpening {
             let status = thread.join().unwrap_or_else(|_| GpuStatus::Unavailable {
                 reason: "opening NVML failed (its thread panicked)".into(),
             });
-            if let (Some(notice), false) = (status.notice(), self.quiet) {
-                crate::say!("{notice}");
-            }
+            say_gpu_notice(&status, self.quiet);
             self.status = Some(status);
         }
         self.status.get_or_insert(GpuStatus::Off)

@@ -168,7 +168,9 @@ fn classic_tracepoints_leave_the_waits_unknown() {
 /// Each sample carries its process's waiting times so far, read from the programs' per-thread
 /// map at the sweep: they never go back, the exit row holds processes.parquet's exact figures,
 /// and a CPU burner, always either on a CPU or waiting for one, shows CPU share + run-queue
-/// share = 100 % in every interval (within /proc's clock-tick rounding).
+/// share = 100 % in every interval (within /proc's clock-tick rounding), less the time the
+/// hypervisor stole from its CPU: a guest's CPU time leaves that out, and the kernel keeps no
+/// count of it per process, only per CPU (system.parquet's `cpu_steal_percent`).
 #[test]
 fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
     require_root();
@@ -190,6 +192,7 @@ fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
     let dir = run.dir.display();
     let samples = format!("'{dir}/samples.parquet'");
     let processes = format!("'{dir}/processes.parquet'");
+    let system = format!("'{dir}/system.parquet'");
     let answers = tests::duckdb_queries(&[
         format!(
             "WITH s AS (SELECT source, run_queue_ns, blocked_ns, sleep_ns, \
@@ -221,18 +224,31 @@ fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
         // sleep_ns, which has no percent column), together all of it. A burner is on a CPU or
         // waiting for one, but its exec may page its program in from a disk other work keeps
         // busy (32 ms of a 250 ms row blocked or asleep was seen here with builds beside).
+        // What the hypervisor stole while the burner held a CPU is in none of the four: the
+        // sweep's system row (the same `time`) has the steal of all CPUs since the previous
+        // sweep; at most all of it fell on the burner's CPU (`stolen`, in % of the row's
+        // interval). Beside the stress run's neighbours, rows of 80 % and 83 % were seen.
         format!(
-            "WITH s AS (SELECT s.*, 100 * (s.sleep_ns - coalesce(lag(s.sleep_ns) OVER w, 0)) \
-                 / (epoch_ns(s.time) - epoch_ns(coalesce(lag(s.time) OVER w, s.start_time))) \
-                 AS sleep_percent \
+            "WITH sys AS (SELECT time, coalesce(cpu_steal_percent, 0) / 100 * {cores} \
+                 * (epoch_ns(time) - epoch_ns(lag(time) OVER (ORDER BY time))) AS stolen_ns \
+               FROM {system}), \
+             s AS (SELECT s.*, epoch_ns(s.time) \
+                 - epoch_ns(coalesce(lag(s.time) OVER w, s.start_time)) AS span_ns, \
+                 s.sleep_ns - coalesce(lag(s.sleep_ns) OVER w, 0) AS slept_ns \
                FROM {samples} s JOIN {processes} p USING (pid, start_time) \
                WHERE s.source = 'procfs' AND p.argv = ['sh', '-c', 'while :; do :; done'] \
                WINDOW w AS (PARTITION BY pid, start_time ORDER BY time)), \
-             t AS (SELECT *, cpu_percent + run_queue_percent + blocked_percent + sleep_percent \
-               AS whole FROM s) \
-             SELECT count(*) AS n, count(*) FILTER (WHERE abs(whole - 100) > 12) AS off, \
-               min(whole) AS low, max(whole) AS high, avg(run_queue_percent) AS waiting, \
-               avg(blocked_percent + sleep_percent) AS off_cpu FROM t"
+             t AS (SELECT s.*, cpu_percent + run_queue_percent + blocked_percent \
+                 + 100 * slept_ns / span_ns AS whole, \
+                 least(100, 100 * coalesce(sys.stolen_ns, 0) / span_ns) AS stolen \
+               FROM s LEFT JOIN sys USING (time)) \
+             SELECT count(*) AS n, \
+               count(*) FILTER (WHERE whole > 112 OR whole + stolen < 88) AS off, \
+               count(*) FILTER (WHERE stolen > 0) AS with_steal, \
+               min(whole) AS low, min(whole) FILTER (WHERE stolen = 0) AS low_unstolen, \
+               max(whole) AS high, max(stolen) AS most_stolen, \
+               avg(run_queue_percent) AS waiting, \
+               avg(blocked_percent + 100 * slept_ns / span_ns) AS off_cpu FROM t"
         ),
     ]);
     let [all, went_back, exits, burners]: [tests::QueryResult; 4] = answers

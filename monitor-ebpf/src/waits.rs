@@ -54,7 +54,7 @@ fn wake(woken: usize) {
             wait_state::BLOCKED | wait_state::SLEEPING => {
                 // SAFETY: plain helper call.
                 let now = bpf_ktime_get_boot_ns();
-                (*w).close(now);
+                (*w).settle(now, task::read(woken, off!(task_sum_exec_runtime)));
                 (*w).state = wait_state::RUNNABLE;
                 (*w).since_ns = now;
                 (*w).reported_ns = 0;
@@ -103,13 +103,15 @@ pub fn switched_out(prev: usize, prev_state: u32, preempted: bool, now: u64) {
 /// `next` gets the CPU: its wait for it ends.
 pub fn switched_in(next: usize, now: u64) {
     if let Some(w) = WAITS.get_ptr_mut(&task::pid(next)) {
+        let runtime: u64 = task::read(next, off!(task_sum_exec_runtime));
         // SAFETY: as in `wake`.
         unsafe {
-            (*w).close(now);
+            // Less any slice on a CPU whose switches went unseen (see `TaskWaits::settle`).
+            (*w).settle(now, runtime);
             (*w).state = wait_state::RUNNING;
             (*w).since_ns = now;
             (*w).reported_ns = 0;
-            (*w).runtime_ns = task::read(next, off!(task_sum_exec_runtime));
+            (*w).runtime_ns = runtime;
         }
     }
 }

@@ -78,9 +78,9 @@ fn run_queue_delay_is_the_time_off_the_cpu_of_competing_burners() {
         // this VM has; IRQ_TIME_ACCOUNTING), the scheduler's on-a-CPU time has them. Here the
         // hypervisor stole 2-5 % of the CPUs at times: burners 24-27 ms (5-5.6 %) over, 2 runs
         // in 10 and once in CI, each time within what /proc/stat's steal grew by. Below: beside
-        // --stress's neighbours, 3 burners of 240 came 6.4 to 6.9 ms (1.4 %) below their CPU
-        // time: the programs had missed a whole slice on a CPU, its switch-in and its
-        // switch-out, and the next switch-in counted it as waiting. Every close now takes off
+        // --stress's neighbours, 3 burners of 220 came 4.8 to 6.9 ms (1.0-1.4 %) below their CPU
+        // time, most likely a whole slice on a CPU whose switch-in and switch-out the programs
+        // missed, which the next switch-in counted as waiting. Every close now takes off
         // the CPU time the thread held in the interval (`TaskWaits::settle`): 0 of 280 below by
         // more than 2.0 ms (0.4 %) there since.
         let on_cpu = wall_ns(p) - waited - p.blocked_ns.unwrap_or(0) - p.sleep_ns.unwrap_or(0);

@@ -105,10 +105,11 @@ impl TaskWaits {
     /// switch-in, and perhaps its wake-up; one closed at a switch-in or wake-up may have missed
     /// a whole slice on a CPU in between, its switch-in and its switch-out (beside the stress
     /// run's neighbours, four burners on two CPUs then showed up to 6.9 ms more run-queue delay
-    /// in 1 s than their wall time less their CPU time left room for). The kernel does not always report them: on the 6.18
-    /// VM montrace is tested on, no tracepoint fires while the VM's guest agent (pid 1's
-    /// threads) is the current task, so a wake-up in an interrupt over the agent, or the switch
-    /// from the agent to the thread, never reaches the programs; elsewhere, a program run the
+    /// in 1 s than their wall time less their CPU time left room for). The kernel does not
+    /// always report switches and wake-ups: on the 6.18 VM montrace is tested on, no
+    /// tracepoint fires while the VM's guest agent (pid 1's threads) is the current task, so a
+    /// wake-up in an interrupt over the agent, or the switch from the agent to the thread,
+    /// never reaches the programs; elsewhere, a program run the
     /// kernel skips (its `recursion_misses`) does the same. Overwritten, the interval since
     /// `since_ns` was lost, and the exit showed less than the last sweep (1.5 s asleep at the
     /// sweep, 0.2 ms at the exit, for a `timeout` whose SIGALRM came over the agent). It is

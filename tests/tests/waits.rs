@@ -243,8 +243,8 @@ fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
                FROM {samples} s JOIN {processes} p USING (pid, start_time) \
                WHERE s.source = 'procfs' AND p.argv = ['sh', '-c', 'while :; do :; done'] \
                WINDOW w AS (PARTITION BY pid, start_time ORDER BY time)), \
-             t AS (SELECT s.*, cpu_percent + run_queue_percent + blocked_percent \
-                 + 100 * slept_ns / span_ns AS whole, \
+             t AS (SELECT s.*, 100 * slept_ns / span_ns AS sleep_percent, \
+                 cpu_percent + run_queue_percent + blocked_percent + sleep_percent AS whole, \
                  least(100, 100 * coalesce(sys.stolen_ns, 0) / span_ns) AS stolen \
                FROM s LEFT JOIN sys USING (time)) \
              SELECT count(*) AS n, \
@@ -253,7 +253,7 @@ fn samples_carry_the_waits_so_far_and_their_share_of_each_interval() {
                min(whole) AS low, min(whole) FILTER (WHERE stolen = 0) AS low_unstolen, \
                max(whole) AS high, max(stolen) AS most_stolen, \
                avg(run_queue_percent) AS waiting, \
-               avg(blocked_percent + 100 * slept_ns / span_ns) AS off_cpu FROM t"
+               avg(blocked_percent + sleep_percent) AS off_cpu FROM t"
         ),
     ]);
     let [all, went_back, exits, burners]: [tests::QueryResult; 4] = answers

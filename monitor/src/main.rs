@@ -11,13 +11,29 @@ fn main() {
         .and_then(|()| take_owner(&cli.command))
         .map_err(CommandError::from)
         .and_then(|()| dispatch(cli.command));
-    match result {
-        Ok(code) => std::process::exit(code),
+    let code = match result {
+        Ok(code) => code,
         Err(err) => {
             monitor::say!("{}", err.line());
-            std::process::exit(err.exit_code());
+            err.exit_code()
         }
+    };
+    exit(code)
+}
+
+/// Ends the process with `code`. Where NVML is still opening on its thread (a run done before
+/// it opened does not wait for it: `follow::end::GpuOpening`), no exit handler or library
+/// destructor may run beside that thread: stdout and stderr are flushed, and the process ends
+/// with `_exit`. Every file of the run is written and closed by now.
+fn exit(code: i32) -> ! {
+    if monitor::follow::end::nvml_left_opening() {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: _exit has no preconditions; it ends the process at once.
+        unsafe { libc::_exit(code) }
     }
+    std::process::exit(code)
 }
 
 /// Only `run`, `attach` and `slurm task` (a `run`) load eBPF programs (and `doctor` tries to, to say what a run would get;

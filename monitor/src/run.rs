@@ -16,7 +16,7 @@ use crate::{
     follow::launch::{self, Identity},
     follow::marks::{self, MarkServer},
     follow::{
-        end::{close_cgroup, write_summary, GpuOpening},
+        end::{close_cgroup, write_summary, GpuOpening, NVML_STILL_OPENING},
         session::{self, Root, Session},
         Source,
     },
@@ -25,7 +25,7 @@ use crate::{
     kernel::ebpf::Probes,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
-    sampling::gpu::GpuMonitor,
+    sampling::gpu::{GpuMonitor, GpuStatus},
     store::run_json::{self, RunInfo},
     store::userfs,
     tracking::polling::{self, Poller},
@@ -499,8 +499,8 @@ fn record(
     };
     // Where kernel events follow the tree, they wait in their ring while NVML opens (15 ms on an
     // H100, on a thread since start-up began: see `GpuOpening`): the recorder takes the monitor
-    // once the command runs, and NVML is no part of its start-up. Polling sees only what lives
-    // at a sweep: it takes the monitor first.
+    // at its first sweep after NVML opened, and NVML is no part of the start-up or of the follow
+    // loop. Polling sees only what lives at a sweep: it takes the monitor first.
     let mut gpu_slot = Some(&mut *gpu);
     let early = if ring.is_none() && agent.is_none() {
         gpu_slot.take().and_then(fresh_monitor)
@@ -520,9 +520,7 @@ fn record(
         probes.free_loader();
     }
     if let Some(gpu) = gpu_slot.take() {
-        if let Err(err) = session.recorder().set_gpu(fresh_monitor(gpu), out_dir) {
-            crate::say!("montrace: warning: no GPU data: {err:#}");
-        }
+        session.recorder().set_gpu_opening(gpu, out_dir);
     }
     let source = match (ring, agent) {
         (Some(events), _) => Source::Ebpf(events),
@@ -531,8 +529,12 @@ fn record(
     };
     let followed = session.follow(source, marks)?;
     close_cgroup(cgroup, &mut cgroup_report, followed.tree_cpu_ns());
+    // Not waited for: a tree done before NVML opened has no GPU data (see `GpuOpening`).
+    let unready = GpuStatus::Unavailable {
+        reason: NVML_STILL_OPENING.into(),
+    };
     Ok(followed.finish(
-        gpu.status(),
+        gpu.ready().map_or(&unready, |status| &*status),
         stream.as_mut(),
         session::Ending {
             argv: command_argv(args),

@@ -7,6 +7,7 @@
  * The script is the file named by $NVML_DOUBLE_CONFIG:
  *
  *   { "init": "SUCCESS",                       (or an error name: "DRIVER_NOT_LOADED", ...)
+ *     "init_ms": 15,                           (nvmlInit takes this long to answer; absent: 0)
  *     "devices": [ {
  *         "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-...",
  *         "memory_total": 85899345920, "memory_used": 1073741824, "memory_reserved": 0,
@@ -39,6 +40,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 enum {
@@ -366,6 +368,17 @@ static nvmlReturn_t do_init(const char *fn) {
     pthread_mutex_lock(&lock);
     reload();
     nvmlReturn_t rc = script ? error_code(jget(script, "init")) : NVML_ERROR_DRIVER_NOT_LOADED;
+    jval *init_ms = script ? jget(script, "init_ms") : NULL;
+    double delay_ms = init_ms && init_ms->type == J_NUM ? init_ms->num : 0;
+    pthread_mutex_unlock(&lock);
+    /* A real driver's start: 15 ms on an H100, more on some machines. */
+    if (delay_ms > 0) {
+        struct timespec pause = {(time_t)(delay_ms / 1000),
+                                 (long)((delay_ms - 1000 * (double)(time_t)(delay_ms / 1000)) * 1e6)};
+        while (nanosleep(&pause, &pause) != 0) {
+        }
+    }
+    pthread_mutex_lock(&lock);
     if (rc == NVML_SUCCESS) initialized++;
     pthread_mutex_unlock(&lock);
     return rc;

@@ -608,6 +608,65 @@ fn driver_failures_are_nulls_or_reasons_never_a_lost_run() {
     assert!(run.stderr.contains("--gpu require"), "{run:?}");
 }
 
+/// `--gpu auto` opens NVML beside the run: a driver slow to start holds neither a short run
+/// (it ends with the command's status, run.json says why there is no GPU data) nor the sweeps
+/// of a longer one, which reads the GPU from the first sweep after NVML opened.
+#[test]
+fn a_slow_nvml_start_holds_neither_a_short_run_nor_the_sweeps() {
+    let mut script = one_gpu();
+    // nvmlInit answers after 3 s: `sh -c 'exit 3'` is long done by then.
+    script["init_ms"] = json!(3000);
+    let double = Double::new(script.clone());
+    let run = double.run(&[], &["sh", "-c", "exit 3"], |_| {});
+    run.assert_code(3);
+    let info = run.run_json();
+    assert_ne!(
+        info["tracking_mode"], "polling",
+        "polling takes NVML first: {info}"
+    );
+    // Not a speed target: montrace either waited out the driver's 3 s or it did not.
+    assert!(
+        run.wall < Duration::from_millis(2500),
+        "montrace waited for NVML to open: {run:?}"
+    );
+    assert_eq!(info["gpu"]["status"], "unavailable", "{info}");
+    assert!(
+        info["gpu"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the run ended before NVML had opened"),
+        "{info}"
+    );
+    assert!(!run.dir.join("gpu.parquet").exists(), "{run:?}");
+    assert!(!run.stderr.contains("panicked"), "{run:?}");
+
+    // 400 ms to start, a command of 1.5 s swept every 100 ms: the GPU is read from the first
+    // sweep after NVML opened, at every sweep from then on.
+    script["init_ms"] = json!(400);
+    double.edit(|s| *s = script);
+    let run = double.run(&["--interval", "100ms"], &["sleep", "1.5"], |_| {});
+    run.assert_code(0);
+    let info = run.run_json();
+    assert_eq!(info["gpu"]["status"], "monitored", "{info}");
+    // montrace's start (run.json), before which the opening thread cannot have begun.
+    let rows = duckdb_query(&format!(
+        "SELECT count(*) AS n, \
+         (epoch_us(min(time)) - epoch_us(TIMESTAMPTZ '{}')) / 1e3 AS late_ms \
+         FROM read_parquet('{}')",
+        info["start_time"].as_str().unwrap(),
+        parquet(&run, "gpu")
+    ));
+    let late_ms = rows.f64(0, "late_ms").unwrap();
+    // The double answers nvmlInit 400 ms after it was called, after montrace started: no GPU
+    // row comes before (1 ms for the timestamps' rounding). Sweeps are 100 ms apart, and 1.5 s
+    // of command leaves room for several after.
+    assert!(
+        late_ms >= 399.0,
+        "the GPU was read before NVML opened: {rows:?}"
+    );
+    assert!(rows.u64(0, "n").unwrap() >= 3, "{rows:?}");
+}
+
 /// `gpu-check`'s comparison, through the double and its nvidia-smi: what the lead runs on a
 /// real GPU works here, and its table says `ok` where montrace and the driver agree.
 #[test]

@@ -45,16 +45,35 @@ fn say_gpu_notice(gpu: &GpuStatus, quiet: bool) {
 /// `--limit gpu-mem`. Starting NVML took 15 ms on an H100 (driver 580: a standalone run's
 /// `startup_ms` 35 ms with `--gpu off`, 51 ms with `auto`; a user's run through the agent 1.7 ms
 /// and 17.5 ms), ten times the agent's whole start-up. Where kernel events follow the tree (the
-/// programs, or the agent), they wait in their ring meanwhile, and `run` takes the monitor once
-/// the command was released: the command does not wait for NVML. Polling sees only what lives
-/// at a sweep, so there it is taken before. `--gpu require` and a gpu-mem limit open it first:
-/// they refuse the run when no GPU can be monitored.
+/// programs, or the agent), they wait in their ring meanwhile, and the recorder takes the
+/// monitor at its first sweep after NVML opened ([`GpuOpening::ready`]): neither the command nor
+/// the follow loop waits for NVML. A tree that is done before NVML opened is not held for it
+/// either: its run.json says the GPU was not monitored and why (it cost a user's `/bin/true`
+/// through the agent 20.7 ms of wall on an H200, driver 580: 30.4 ms with `auto`, 9.7 ms with
+/// `off`), and montrace exits without waiting for the thread ([`nvml_left_opening`]). Polling
+/// sees only what lives at a sweep, so there it is taken before. `--gpu require` and a gpu-mem
+/// limit open it first: they refuse the run when no GPU can be monitored.
 pub struct GpuOpening {
     /// Opened; None while the thread runs.
     status: Option<GpuStatus>,
     thread: Option<std::thread::JoinHandle<GpuStatus>>,
     quiet: bool,
 }
+
+/// Set when montrace is done while NVML is still opening on its thread: `main` then ends the
+/// process with `_exit`, so that no exit handler or library destructor (the driver library's)
+/// runs beside a thread that is inside that library.
+static NVML_LEFT_OPENING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a [`GpuOpening`] was dropped with NVML still opening on its thread (see
+/// [`NVML_LEFT_OPENING`]).
+pub fn nvml_left_opening() -> bool {
+    NVML_LEFT_OPENING.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Why run.json has no GPU figures when the tree was done before NVML opened.
+pub const NVML_STILL_OPENING: &str = "the run ended before NVML had opened (it opens beside the \
+     run and takes tens of milliseconds on some machines): no GPU was sampled";
 
 impl GpuOpening {
     /// Opens GPU monitoring as `--gpu` asks: on a thread where nothing can refuse the run,
@@ -104,14 +123,27 @@ impl GpuOpening {
         }
         self.status.get_or_insert(GpuStatus::Off)
     }
+
+    /// The status once NVML has opened (or failed to), without waiting: None while the thread
+    /// still runs.
+    pub fn ready(&mut self) -> Option<&mut GpuStatus> {
+        if self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+            return None;
+        }
+        Some(self.status())
+    }
 }
 
 impl Drop for GpuOpening {
-    /// A run that fails before it takes the monitor still waits for the thread: NVML is never
-    /// left starting while the process exits (and runs the driver library's destructors).
+    /// A thread that has finished is joined; one still inside NVML is left to run, and `main`
+    /// ends the process without exit handlers ([`nvml_left_opening`]).
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                NVML_LEFT_OPENING.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
         }
     }
 }

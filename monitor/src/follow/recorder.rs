@@ -72,6 +72,7 @@ fn smaps_wanted(
 }
 
 use crate::{
+    follow::end::{GpuOpening, NVML_STILL_OPENING},
     follow::limits,
     host,
     kernel::decode::{self, KernelEvent, WaitTotals},
@@ -106,6 +107,9 @@ pub struct Recorder<'g> {
     gpu_processes: Option<writer::GpuProcessTable>,
     /// Why a monitor handed over late could not be recorded (see [`Recorder::set_gpu`]).
     gpu_unrecorded: Option<String>,
+    /// GPU monitoring still opening on its thread, taken at the first sweep after it opened
+    /// ([`Recorder::set_gpu_opening`]), and the run directory its tables go to.
+    gpu_opening: Option<(&'g mut GpuOpening, std::path::PathBuf)>,
     reader: ProcReader,
     /// /proc/PID of each live process, open from one sweep to the next.
     handles: HandleCache<ProcessHandle>,
@@ -238,6 +242,7 @@ impl<'g> Recorder<'g> {
                 .then(|| writer::PartedTable::gpu_processes(out_dir))
                 .transpose()?,
             gpu_unrecorded: None,
+            gpu_opening: None,
             gpu,
             reader: ProcReader::new(),
             handles: HandleCache::new(sampler::handle_capacity(host::open_files_limit())),
@@ -508,6 +513,34 @@ impl<'g> Recorder<'g> {
         Ok(())
     }
 
+    /// Hands the recorder GPU monitoring that is still opening (`run` opens NVML beside the
+    /// start-up, see [`GpuOpening`]): each sweep takes it once it has opened, without waiting,
+    /// and creates its tables in `out_dir` then. A tree done before it opened has no GPU data,
+    /// and run.json says why ([`NVML_STILL_OPENING`]).
+    pub fn set_gpu_opening(&mut self, opening: &'g mut GpuOpening, out_dir: &Path) {
+        self.gpu_opening = Some((opening, out_dir.to_path_buf()));
+        self.take_opened_gpu();
+    }
+
+    /// Takes the monitor of [`Recorder::gpu_opening`] if NVML has opened; a monitor from an
+    /// earlier repetition starts from nothing.
+    fn take_opened_gpu(&mut self) {
+        let opened = self
+            .gpu_opening
+            .as_mut()
+            .is_some_and(|(opening, _)| opening.ready().is_some());
+        let Some((opening, out_dir)) = self.gpu_opening.take_if(|_| opened) else {
+            return;
+        };
+        let mut monitor = opening.status().monitor_mut();
+        if let Some(monitor) = monitor.as_deref_mut() {
+            monitor.reset();
+        }
+        if let Err(err) = self.set_gpu(monitor, &out_dir) {
+            crate::say!("montrace: warning: no GPU data: {err:#}");
+        }
+    }
+
     /// Hands the recorder the run cgroup's directory, whose stall totals system rows then carry.
     pub fn set_pressure(&mut self, dir: Option<std::path::PathBuf>) {
         self.pressure = dir;
@@ -604,6 +637,7 @@ impl<'g> Recorder<'g> {
 
     /// One sweep: every live process of the tree and the system, stamped with one time.
     pub fn sample(&mut self) {
+        self.take_opened_gpu();
         let clock = self.tracker.clock();
         let now = host::realtime_ns();
         self.load.sweep(now);
@@ -950,6 +984,29 @@ impl<'g> Recorder<'g> {
         });
     }
 
+    /// What run.json says under `gpu`, where the recorder knows: the monitor's figures, or why
+    /// there are none. None where it had no monitor to take (run.json then says what the
+    /// caller's status says).
+    fn gpu_summary(&mut self) -> Option<GpuSummary> {
+        if let Some((opening, _)) = self.gpu_opening.take() {
+            // Still opening, or opened after the last sweep: nothing was sampled. Opened
+            // without a GPU: run.json says why, as it does when NVML opened in time.
+            if opening
+                .ready()
+                .is_none_or(|status| status.monitor_mut().is_some())
+            {
+                self.gpu_unrecorded = Some(NVML_STILL_OPENING.to_string());
+            }
+        }
+        self.gpu.as_deref().map(GpuMonitor::summary).or_else(|| {
+            let reason = self.gpu_unrecorded.take()?;
+            Some(GpuSummary::not_monitored(
+                GpuState::Unavailable,
+                Some(reason),
+            ))
+        })
+    }
+
     /// Writes the processes still alive and closes every table into its final file. After a
     /// failure (recording stopped) nothing more is written: the parts on disk are the record.
     pub fn finish(mut self) -> Finished {
@@ -988,13 +1045,7 @@ impl<'g> Recorder<'g> {
             .as_deref_mut()
             .filter(|_| !self.broken)
             .map(|gpu| gpu.finish(host::realtime_ns()));
-        let gpu_summary = self.gpu.as_deref().map(GpuMonitor::summary).or_else(|| {
-            let reason = self.gpu_unrecorded.take()?;
-            Some(GpuSummary::not_monitored(
-                GpuState::Unavailable,
-                Some(reason),
-            ))
-        });
+        let gpu_summary = self.gpu_summary();
         let Recorder {
             events,
             processes,

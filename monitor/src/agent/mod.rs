@@ -259,13 +259,15 @@ struct Shared {
     /// History answers under way, by uid.
     answering: HashMap<u32, usize>,
     /// Told when a client starts being followed: the loop then starts its drain timer (its
-    /// branch's condition is looked at only when the loop comes round); and when a client ends:
-    /// the loop then drains the ring at once and answers it.
+    /// branch's condition is looked at only when the loop comes round); and when a client ends
+    /// or nudges: the loop then drains the ring at once (and answers the one that ended).
     following: Rc<Notify>,
     /// Which client hears of which of the ring's losses.
     ledger: LossLedger,
     /// Clients that said their tree is done (protocol 2), to be answered at the next drain.
     ending: Vec<ClientId>,
+    /// A client nudged (protocol 3: its command was reaped): the loop drains the ring at once.
+    nudged: bool,
 }
 
 impl Shared {
@@ -331,6 +333,7 @@ async fn serve(
         following: Rc::new(Notify::new()),
         ledger: LossLedger::default(),
         ending: Vec::new(),
+        nudged: false,
     }));
     let following = Rc::clone(&shared.borrow().following);
     let mut history_tick = tokio::time::interval(HISTORY_TICK);
@@ -377,7 +380,11 @@ async fn serve(
                 guard.clear_ready();
             }
             () = following.notified() => {
-                if !shared.borrow().ending.is_empty() {
+                let now = {
+                    let mut s = shared.borrow_mut();
+                    std::mem::take(&mut s.nudged) || !s.ending.is_empty()
+                };
+                if now {
                     drain(ring.get_mut(), &shared);
                 }
             }
@@ -745,6 +752,7 @@ async fn stream_records(
     }
     let mut ignored = [0u8; 512];
     let mut ending = false;
+    let mut last_nudge: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = wake.notified() => {
@@ -763,17 +771,29 @@ async fn stream_records(
                     break;
                 }
             }
-            // The client sends nothing after its request. Protocol 2: its writing half shut is
-            // its end (answered at the next drain); anything else that ends the read (its
-            // close, or a misbehaving client) ends its part.
+            // After its request the client sends only nudges (protocol 3: a drain now, one a
+            // millisecond honoured, the rest read and ignored). Protocol 2: its writing half
+            // shut is its end (answered at the next drain); anything else that ends the read
+            // (its close, or a misbehaving client) ends its part.
             read = reading.read(&mut ignored), if !ending => {
-                if !(matches!(read, Ok(0)) && version >= 2) {
-                    break;
+                match read {
+                    Ok(n) if n > 0 && version >= 3 => {
+                        let now = tokio::time::Instant::now();
+                        if last_nudge.is_none_or(|at| now - at >= protocol::NUDGE_EVERY) {
+                            last_nudge = Some(now);
+                            let mut s = shared.borrow_mut();
+                            s.nudged = true;
+                            s.following.notify_one();
+                        }
+                    }
+                    Ok(0) if version >= 2 => {
+                        ending = true;
+                        let mut s = shared.borrow_mut();
+                        s.ending.push(id);
+                        s.following.notify_one();
+                    }
+                    _ => break,
                 }
-                ending = true;
-                let mut s = shared.borrow_mut();
-                s.ending.push(id);
-                s.following.notify_one();
             }
         }
     }

@@ -7,12 +7,13 @@
 //! ```text
 //!  client                                      agent (root, capabilities dropped after loading)
 //!  connect ─────────────────────────────────>  SO_PEERCRED: the client's pid and uid
-//!  {"version":1,"follow":PID}\n ────────────>  pidfd_open(PID); the process is the client's
+//!  {"version":3,"follow":PID}\n ────────────>  pidfd_open(PID); the process is the client's
 //!                                              child or the client's own (uid; /proc/PID owned
 //!                                              by the client's uid: not a setuid image);
 //!                                              still alive through the pidfd afterwards
 //!  <──────────── {"ok":true,"mode":"tp_btf"}\n  the pid routed to this client, then tracked
 //!  <──────────── [u32 length][ring record] ...  the tree's records, exactly as the ring gave them
+//!  (its command reaped) one byte ────────────>  the ring drained now, not at the next tick
 //!  (the tree is done) shutdown(SHUT_WR) ─────>  the ring drained, its loss counters read
 //!  <── [u32 1<<31 | length]{"lost":{..}}       what the ring lost while this client was followed
 //!  <──────────── (closed)
@@ -29,6 +30,12 @@
 //! both, and a run's `lost_events` is then what a standalone run would say of its own ring, or
 //! more, never less. (Version 1 of the protocol had no end frame: such a client closes and is
 //! told nothing.)
+//!
+//! A byte from the client after its request (version 3, [`NUDGE`]) asks for a drain now: the
+//! agent reads its ring every [`DRAIN_EVERY`](crate::agent) while clients are followed, and a
+//! run's end waits for its command's exit record, which a `/bin/true` run then waited 2 ms for.
+//! One nudge a millisecond is honoured per client ([`NUDGE_EVERY`]); a version 2 client's byte
+//! ends its part, as before. A client refused for its version asks again in version 2.
 use std::{
     collections::{HashMap, HashSet},
     io::{self, BufRead as _, Read as _, Write as _},
@@ -46,8 +53,16 @@ use crate::store::model::{LostEvents, TrackingMode};
 pub const DEFAULT_SOCKET: &str = "/run/montrace/agent.sock";
 /// Names the agent's socket for clients (and for the agent itself when `--socket` is not given).
 pub const SOCKET_ENV: &str = "MONTRACE_AGENT_SOCKET";
-/// The protocol a client speaks (2: the end frame with the losses, [`FollowEnd`]).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The protocol a client speaks (2: the end frame with the losses, [`FollowEnd`]; 3: nudges,
+/// [`NUDGE`]).
+pub const PROTOCOL_VERSION: u32 = 3;
+/// The version a client falls back to when the agent refuses [`PROTOCOL_VERSION`] (an older
+/// agent): no nudges.
+const FALLBACK_PROTOCOL_VERSION: u32 = 2;
+/// What a version 3 client sends to ask for a drain now (any byte does).
+pub const NUDGE: u8 = b'!';
+/// The agent honours one nudge per client in this time; more are read and ignored.
+pub const NUDGE_EVERY: Duration = Duration::from_millis(1);
 /// The oldest protocol the agent still serves (1: records only, the client closes at its end).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
 /// A request line longer than this is refused (the agent reads no more).
@@ -140,6 +155,16 @@ impl Reply {
         }
     }
 
+    /// A refusal of the request's protocol version ([`parse_request`]'s words): an older
+    /// agent.
+    pub fn version_refused(&self) -> bool {
+        !self.ok
+            && self
+                .error
+                .as_deref()
+                .is_some_and(|why| why.starts_with(VERSION_REFUSED))
+    }
+
     pub fn refused(why: impl Into<String>) -> Reply {
         Reply {
             ok: false,
@@ -150,6 +175,9 @@ impl Reply {
     }
 }
 
+/// How a refusal of the request's version begins (agents of every version say it so).
+const VERSION_REFUSED: &str = "protocol version";
+
 /// Parses a request line (without its newline).
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     if line.len() > MAX_REQUEST_BYTES {
@@ -159,7 +187,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
         serde_json::from_slice(line).map_err(|e| format!("not a montrace agent request: {e}"))?;
     if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&request.version) {
         return Err(format!(
-            "protocol version {} (this agent speaks {OLDEST_PROTOCOL_VERSION} to \
+            "{VERSION_REFUSED} {} (this agent speaks {OLDEST_PROTOCOL_VERSION} to \
              {PROTOCOL_VERSION}: use the same montrace version as the agent)",
             request.version
         ));
@@ -517,6 +545,8 @@ pub struct Stream {
     pub mode: TrackingMode,
     /// A `tree` request's descendants that the agent does not follow ([`Reply::skipped`]).
     pub skipped: u32,
+    /// The protocol the agent agreed to (nudges from 3).
+    version: u32,
     /// Bytes read but not yet a whole frame.
     pending: Vec<u8>,
     /// The agent's end frame, once it came.
@@ -549,19 +579,13 @@ impl Connection {
     }
 
     fn ask(&self, pid: u32, tree: bool) -> anyhow::Result<Stream> {
-        let mut stream = UnixStream::connect(&self.path).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot reach the montrace agent at {}: {e}",
-                self.path.display()
-            )
-        })?;
-        let (reply, rest) = exchange(&mut stream, Some(pid), tree)?;
-        let reply: Reply = serde_json::from_slice(reply.trim_ascii_end()).map_err(|e| {
-            anyhow::anyhow!(
-                "the montrace agent at {} answered something else ({e})",
-                self.path.display()
-            )
-        })?;
+        let (mut stream, mut reply, mut rest) = self.ask_in(PROTOCOL_VERSION, pid, tree)?;
+        let mut version = PROTOCOL_VERSION;
+        if reply.version_refused() {
+            // An older agent: the same request in the version it speaks.
+            version = FALLBACK_PROTOCOL_VERSION;
+            (stream, reply, rest) = self.ask_in(version, pid, tree)?;
+        }
         if !reply.ok {
             anyhow::bail!(
                 "the montrace agent at {} refused: {}",
@@ -575,16 +599,46 @@ impl Connection {
             stream,
             mode: reply.mode.unwrap_or(TrackingMode::TpBtf),
             skipped: reply.skipped,
+            version,
             pending: rest,
             end: None,
         })
+    }
+
+    /// One connection and its request in protocol `version`: the stream, the answer, and what
+    /// came after it.
+    fn ask_in(
+        &self,
+        version: u32,
+        pid: u32,
+        tree: bool,
+    ) -> anyhow::Result<(UnixStream, Reply, Vec<u8>)> {
+        let mut stream = UnixStream::connect(&self.path).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach the montrace agent at {}: {e}",
+                self.path.display()
+            )
+        })?;
+        let (reply, rest) = exchange(&mut stream, Some(pid), tree, version)?;
+        let reply: Reply = serde_json::from_slice(reply.trim_ascii_end()).map_err(|e| {
+            anyhow::anyhow!(
+                "the montrace agent at {} answered something else ({e})",
+                self.path.display()
+            )
+        })?;
+        Ok((stream, reply, rest))
     }
 }
 
 /// How the agent at `path` follows trees (its programs' mode), asking nothing else: what
 /// `montrace doctor` says of it.
 pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
-    let (reply, _) = exchange(&mut UnixStream::connect(path)?, None, false)?;
+    let (reply, _) = exchange(
+        &mut UnixStream::connect(path)?,
+        None,
+        false,
+        FALLBACK_PROTOCOL_VERSION,
+    )?;
     let reply: Reply = serde_json::from_slice(reply.trim_ascii_end())
         .map_err(|e| anyhow::anyhow!("it answered something else ({e})"))?;
     match (reply.ok, reply.mode) {
@@ -600,11 +654,12 @@ fn exchange(
     stream: &mut UnixStream,
     follow: Option<u32>,
     tree: bool,
+    version: u32,
 ) -> io::Result<(Vec<u8>, Vec<u8>)> {
     send_request(
         stream,
         &Request {
-            version: PROTOCOL_VERSION,
+            version,
             follow,
             tree,
             history: None,
@@ -691,6 +746,15 @@ pub fn history(
 }
 
 impl Stream {
+    /// Asks the agent to read its ring now (the command was reaped: its exit record is there
+    /// or about to be), where it speaks version 3; without waiting, and a failure is no matter
+    /// (the agent reads its ring at its next tick anyway).
+    pub fn nudge(&mut self) {
+        if self.version >= 3 {
+            let _ = self.stream.write(&[NUDGE]);
+        }
+    }
+
     /// Reads what the agent sent so far (without blocking), giving each record to `each`.
     /// Ok(false) once the agent closed the stream.
     pub fn take_in(&mut self, mut each: impl FnMut(&[u8])) -> io::Result<bool> {
@@ -973,6 +1037,7 @@ mod tests {
             stream: ours,
             mode: TrackingMode::TpBtf,
             skipped: 0,
+            version: PROTOCOL_VERSION,
             pending: Vec::new(),
             end: None,
         };
@@ -1092,9 +1157,16 @@ mod tests {
             parse_request(br#"{"version":2,"follow":42}"#).map(|r| r.version),
             Ok(2)
         );
-        assert!(parse_request(br#"{"version":3,"follow":42}"#)
-            .unwrap_err()
-            .contains("protocol version 3"));
+        assert_eq!(
+            parse_request(br#"{"version":3,"follow":42}"#).map(|r| r.version),
+            Ok(3)
+        );
+        let refused = parse_request(br#"{"version":4,"follow":42}"#).unwrap_err();
+        assert!(refused.contains("protocol version 4"), "{refused}");
+        // A client tells such a refusal from any other, and asks again in version 2.
+        assert!(Reply::refused(&refused).version_refused());
+        assert!(!Reply::refused("too many connections").version_refused());
+        assert!(!Reply::accepted(TrackingMode::TpBtf).version_refused());
         assert!(parse_request(br#"{"version":0,"follow":42}"#).is_err());
         // An attach's tree: with `follow`, in protocol 2 only.
         assert!(

@@ -245,6 +245,13 @@ impl Inputs {
         self.agent = None;
     }
 
+    /// The command was reaped: asks the agent to read its ring now (see `agent::NUDGE`).
+    fn nudge_agent(&mut self) {
+        if let Some(stream) = &mut self.agent {
+            stream.get_mut().nudge();
+        }
+    }
+
     /// The tree is done: tells the agent, takes in the records it still sends and returns what
     /// it says its ring lost while this run was followed; a run it does not tell is said to be
     /// possibly short.
@@ -405,9 +412,9 @@ pub async fn follow(
                     .context("waiter thread ended")?
                     .context("waiting for the command")?;
                 f.root_exited(status, Instant::now());
-                // Its exit event is in the ring buffer now, or about to be (it is sent at the
-                // thread's last context switch): take it in at once rather than at the next
-                // drain, which montrace's exit waits for.
+                // Its exit event is in the ring now or soon (sent at its last context switch):
+                // taken in at once (the agent's too), not at the next drain the end waits for.
+                inputs.nudge_agent();
                 take_in!();
                 ticks.drain.soon(Instant::now());
             }

@@ -610,7 +610,8 @@ fn driver_failures_are_nulls_or_reasons_never_a_lost_run() {
 
 /// `--gpu auto` opens NVML beside the run: a driver slow to start holds neither a short run
 /// (it ends with the command's status, run.json says why there is no GPU data) nor the sweeps
-/// of a longer one, which reads the GPU from the first sweep after NVML opened.
+/// of a longer one, which reads the GPU from the first sweep after NVML opened, or once at its
+/// end when no sweep came after.
 #[test]
 fn a_slow_nvml_start_holds_neither_a_short_run_nor_the_sweeps() {
     let mut script = one_gpu();
@@ -665,6 +666,23 @@ fn a_slow_nvml_start_holds_neither_a_short_run_nor_the_sweeps() {
         "the GPU was read before NVML opened: {rows:?}"
     );
     assert!(rows.u64(0, "n").unwrap() >= 3, "{rows:?}");
+
+    // 300 ms to start, a command of 0.8 s and no sweep after the first: the GPU is read once,
+    // at the end, after NVML opened.
+    double.edit(|s| s["init_ms"] = json!(300));
+    let run = double.run(&["--interval", "30s"], &["sleep", "0.8"], |_| {});
+    run.assert_code(0);
+    let info = run.run_json();
+    assert_eq!(info["gpu"]["status"], "monitored", "{info}");
+    let rows = duckdb_query(&format!(
+        "SELECT count(*) AS n, \
+         (epoch_us(min(time)) - epoch_us(TIMESTAMPTZ '{}')) / 1e3 AS late_ms \
+         FROM read_parquet('{}')",
+        info["start_time"].as_str().unwrap(),
+        parquet(&run, "gpu")
+    ));
+    assert_eq!(rows.u64(0, "n"), Some(1), "one read, at the end: {rows:?}");
+    assert!(rows.f64(0, "late_ms").unwrap() >= 700.0, "{rows:?}");
 }
 
 /// `gpu-check`'s comparison, through the double and its nvidia-smi: what the lead runs on a

@@ -46,9 +46,9 @@ fn say_gpu_notice(gpu: &GpuStatus, quiet: bool) {
 /// `startup_ms` 35 ms with `--gpu off`, 51 ms with `auto`; a user's run through the agent 1.7 ms
 /// and 17.5 ms), ten times the agent's whole start-up. Where kernel events follow the tree (the
 /// programs, or the agent), they wait in their ring meanwhile, and the recorder takes the
-/// monitor at its first sweep after NVML opened ([`GpuOpening::ready`]): neither the command nor
-/// the follow loop waits for NVML. A tree that is done before NVML opened is not held for it
-/// either: its run.json says the GPU was not monitored and why (it cost a user's `/bin/true`
+/// monitor at its first sweep after NVML opened ([`GpuOpening::ready`]), or at the run's end,
+/// where it reads the GPUs once: neither the command nor the follow loop waits for NVML. A tree
+/// that is done before NVML opened is not held for it either: its run.json says the GPU was not monitored and why (it cost a user's `/bin/true`
 /// through the agent 20.7 ms of wall on an H200, driver 580: 30.4 ms with `auto`, 9.7 ms with
 /// `off`), and montrace exits without waiting for the thread ([`nvml_left_opening`]). Polling
 /// sees only what lives at a sweep, so there it is taken before. `--gpu require` and a gpu-mem

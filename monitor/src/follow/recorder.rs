@@ -861,6 +861,38 @@ impl<'g> Recorder<'g> {
 
     /// The sweep's rows taken: the tree's memory, the stream's line, the exporters, the files;
     /// then the GPUs and the system, stamped `now` as well.
+    /// The GPUs' part of a sweep at `now`, where a GPU is monitored: their rows, and the tree's
+    /// processes on them.
+    fn sample_gpu(&mut self, now: i64) {
+        let Some(gpu) = self.gpu.as_deref_mut() else {
+            return;
+        };
+        let tracker = &self.tracker;
+        let (device_rows, process_rows) = gpu.sample(now, |pid| tracker.start_time_of(pid));
+        self.write(|r| {
+            if let (Some(devices), Some(processes)) = (&mut r.gpu_table, &mut r.gpu_processes) {
+                device_rows
+                    .into_iter()
+                    .try_for_each(|row| devices.push(row))?;
+                process_rows
+                    .into_iter()
+                    .try_for_each(|row| processes.push(row))?;
+            }
+            Ok(())
+        });
+    }
+
+    /// At the end: a monitor that opened after the last sweep is taken and read once, so that
+    /// a run shorter than a sweep interval still has its GPUs' figures; one still opening is not
+    /// waited for ([`Recorder::gpu_summary`] says why there are none then).
+    fn take_late_gpu(&mut self) {
+        if self.gpu.is_some() || self.broken {
+            return;
+        }
+        self.take_opened_gpu();
+        self.sample_gpu(host::realtime_ns());
+    }
+
     fn end_sweep(&mut self, sweep: Vec<SampleRecord>, shares: &HashMap<u32, u32>, now: i64) {
         let memory = self.sweep_memory(&sweep, shares);
         let figure = self.tree_memory_figure(&memory);
@@ -875,21 +907,7 @@ impl<'g> Recorder<'g> {
         }
         self.export(Some(&sweep));
         self.write(|r| sweep.into_iter().try_for_each(|s| r.samples.push(s)));
-        if let Some(gpu) = self.gpu.as_deref_mut() {
-            let tracker = &self.tracker;
-            let (device_rows, process_rows) = gpu.sample(now, |pid| tracker.start_time_of(pid));
-            self.write(|r| {
-                if let (Some(devices), Some(processes)) = (&mut r.gpu_table, &mut r.gpu_processes) {
-                    device_rows
-                        .into_iter()
-                        .try_for_each(|row| devices.push(row))?;
-                    process_rows
-                        .into_iter()
-                        .try_for_each(|row| processes.push(row))?;
-                }
-                Ok(())
-            });
-        }
+        self.sample_gpu(now);
         match self.reader.read_system() {
             Ok(reading) => {
                 let mut row = rates::system_sample(&reading, now, self.previous_system.as_ref());
@@ -988,15 +1006,9 @@ impl<'g> Recorder<'g> {
     /// there are none. None where it had no monitor to take (run.json then says what the
     /// caller's status says).
     fn gpu_summary(&mut self) -> Option<GpuSummary> {
-        if let Some((opening, _)) = self.gpu_opening.take() {
-            // Still opening, or opened after the last sweep: nothing was sampled. Opened
-            // without a GPU: run.json says why, as it does when NVML opened in time.
-            if opening
-                .ready()
-                .is_none_or(|status| status.monitor_mut().is_some())
-            {
-                self.gpu_unrecorded = Some(NVML_STILL_OPENING.to_string());
-            }
+        if self.gpu_opening.take().is_some() {
+            // Still opening at the end (`take_late_gpu` took it otherwise): nothing was read.
+            self.gpu_unrecorded = Some(NVML_STILL_OPENING.to_string());
         }
         self.gpu.as_deref().map(GpuMonitor::summary).or_else(|| {
             let reason = self.gpu_unrecorded.take()?;
@@ -1010,6 +1022,8 @@ impl<'g> Recorder<'g> {
     /// Writes the processes still alive and closes every table into its final file. After a
     /// failure (recording stopped) nothing more is written: the parts on disk are the record.
     pub fn finish(mut self) -> Finished {
+        // Before the tracker goes: the read attributes the tree's processes.
+        self.take_late_gpu();
         let max_concurrent = self.tracker.max_concurrent();
         let vanished = self.tracker.vanished_count();
         let started = self.tracker.processes_started();

@@ -26,7 +26,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::Context as _;
@@ -399,6 +399,8 @@ pub struct MarkReceiver {
     /// Written to wake the thread for the last marks (an eventfd).
     wake: Arc<OwnedFd>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Disconnected when the thread has ended (its sender goes with it): what the end waits on.
+    done: std::sync::mpsc::Receiver<()>,
     /// Marks still coming at the end, and none of the thread's channel: it stopped answering.
     stuck: bool,
 }
@@ -416,11 +418,14 @@ impl MarkReceiver {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let tally = Arc::new(Mutex::new(MarkTally::default()));
         let stop = Arc::new(AtomicBool::new(false));
+        let (done_tx, done) = std::sync::mpsc::channel();
         let thread = {
             let (tally, stop, wake) = (tally.clone(), stop.clone(), wake.clone());
             std::thread::Builder::new()
                 .name("montrace-marks".into())
                 .spawn(move || {
+                    // Dropped last, when everything else of the thread is done.
+                    let _done: std::sync::mpsc::Sender<()> = done_tx;
                     // With --repeat the granted binary keeps its permitted set until the last
                     // repetition is loaded; this thread never needs it.
                     if crate::kernel::privilege::capable_user() {
@@ -435,6 +440,7 @@ impl MarkReceiver {
             stop,
             wake,
             thread: Some(thread),
+            done,
             stuck: false,
         })
     }
@@ -455,20 +461,14 @@ impl MarkReceiver {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes to the eventfd owned by `wake`.
         unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        let deadline = Instant::now() + wait;
+        // Woken the moment the thread ends (no polling: this wait is on the end of every run).
+        self.stuck = matches!(
+            self.done.recv_timeout(wait),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        );
         let mut out = Vec::new();
-        loop {
-            match self.marks.try_recv() {
-                Ok(batch) => out.extend(batch),
-                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => break,
-                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
-                    if Instant::now() >= deadline {
-                        self.stuck = true;
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
+        while let Ok(batch) = self.marks.try_recv() {
+            out.extend(batch);
         }
         if !self.stuck {
             if let Some(thread) = self.thread.take() {
@@ -816,6 +816,7 @@ pub fn send_mark(
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt as _;
+    use std::time::Instant;
 
     use super::*;
 

@@ -1075,16 +1075,17 @@ impl<'g> Recorder<'g> {
             // Each table merges its parts into its file and syncs it: one thread per table, so
             // that the disk's waits overlap (finishing is on the command's critical path).
             let closed = std::thread::scope(|scope| {
-                let gpu = scope.spawn(move || {
-                    if let (Some(devices), Some(mut gpu_processes)) = (gpu_table, gpu_processes) {
+                // A thread for the GPU tables only where there are some.
+                let gpu = match (gpu_table, gpu_processes) {
+                    (Some(devices), Some(mut gpu_processes)) => Some(scope.spawn(move || {
                         for row in gpu_rows.into_iter().flatten() {
                             gpu_processes.push(row)?;
                         }
                         devices.finish()?;
-                        gpu_processes.finish()?;
-                    }
-                    Ok::<(), writer::WriteError>(())
-                });
+                        gpu_processes.finish().map(drop)
+                    })),
+                    _ => None,
+                };
                 let tables = [
                     scope.spawn(move || events.finish().map(drop)),
                     scope.spawn(move || samples.finish().map(drop)),
@@ -1092,7 +1093,7 @@ impl<'g> Recorder<'g> {
                     scope.spawn(move || marks.finish().map(drop)),
                 ];
                 let mut result = processes.finish().map(drop);
-                for thread in tables.into_iter().chain([gpu]) {
+                for thread in tables.into_iter().chain(gpu) {
                     let finished = thread.join().unwrap_or_else(|_| {
                         Err(writer::WriteError::Panicked("closing a table".into()))
                     });

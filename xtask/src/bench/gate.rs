@@ -353,6 +353,9 @@ fn gate_beside_hog(ctx: &Ctx, key: &str, i: usize, base: &Path, cand: &Path) -> 
 pub fn shared_runner(ctx: &Ctx) -> Result<Section> {
     let n = if ctx.plan.quick { 6 } else { 20 };
     let root = ctx.tools.work.join("shared-runner");
+    // Projects of an earlier run would keep files this one does not write (the Makefile
+    // builds every `*.c`).
+    let _ = std::fs::remove_dir_all(&root);
     let base = root.join("baseline");
     tools::make_project_with_extra(&base, SHARED_BASE_FILES, 0)?;
     let experiments = [

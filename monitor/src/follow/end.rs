@@ -45,19 +45,38 @@ fn say_gpu_notice(gpu: &GpuStatus, quiet: bool) {
 /// `--limit gpu-mem`. Starting NVML took 15 ms on an H100 (driver 580: a standalone run's
 /// `startup_ms` 35 ms with `--gpu off`, 51 ms with `auto`; a user's run through the agent 1.7 ms
 /// and 17.5 ms), ten times the agent's whole start-up. Where kernel events follow the tree (the
-/// programs, or the agent), they wait in their ring meanwhile, and the recorder takes the
-/// monitor at its first sweep after NVML opened ([`GpuOpening::ready`]), or at the run's end,
-/// where it reads the GPUs once: neither the command nor the follow loop waits for NVML. A tree
-/// that is done before NVML opened is not held for it either: its run.json says the GPU was not monitored and why (it cost a user's `/bin/true`
-/// through the agent 20.7 ms of wall on an H200, driver 580: 30.4 ms with `auto`, 9.7 ms with
-/// `off`), and montrace exits without waiting for the thread ([`nvml_left_opening`]). Polling
-/// sees only what lives at a sweep, so there it is taken before. `--gpu require` and a gpu-mem
-/// limit open it first: they refuse the run when no GPU can be monitored.
+/// programs, or the agent), they wait in their ring meanwhile. The thread says when NVML has
+/// opened ([`GpuOpened`]): the follow loop then sweeps at once, and the recorder takes the
+/// monitor ([`GpuOpening::ready`]) and reads the GPUs while the command runs; a monitor that
+/// opened too late for a sweep is read once at the run's end. Neither the command nor the
+/// follow loop waits for NVML. A tree that is done before NVML opened is not held for it
+/// either: its run.json says the GPU was not monitored and why (waiting cost a user's
+/// `/bin/true` through the agent 20.7 ms of wall on an H200, driver 580: 30.4 ms with `auto`,
+/// 9.7 ms with `off`), and montrace exits without waiting for the thread
+/// ([`nvml_left_opening`]). Polling sees only what lives at a sweep, so there it is taken
+/// before. `--gpu require` and a gpu-mem limit open it first: they refuse the run when no GPU
+/// can be monitored.
 pub struct GpuOpening {
     /// Opened; None while the thread runs.
     status: Option<GpuStatus>,
     thread: Option<std::thread::JoinHandle<GpuStatus>>,
+    opened: std::sync::Arc<GpuOpened>,
     quiet: bool,
+}
+
+/// What the opening thread sets, and notifies, as NVML's opening ends (just before the thread
+/// returns its status).
+#[derive(Default)]
+pub struct GpuOpened {
+    done: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl GpuOpened {
+    /// Returns once NVML's opening has ended (at once if it has).
+    pub async fn wait(&self) {
+        self.notify.notified().await;
+    }
 }
 
 /// Set when montrace is done while NVML is still opening on its thread: `main` then ends the
@@ -80,8 +99,10 @@ impl GpuOpening {
     /// otherwise here (see [`open_gpu`]).
     pub fn start(record: &Options) -> anyhow::Result<GpuOpening> {
         let refusable = record.gpu != GpuMode::Auto || limits::gpu_limit(&record.limits).is_some();
+        let opened = std::sync::Arc::new(GpuOpened::default());
         if !refusable {
             let mode = record.gpu;
+            let told = std::sync::Arc::clone(&opened);
             let opening = std::thread::Builder::new()
                 .name("gpu-open".into())
                 .spawn(move || {
@@ -92,14 +113,19 @@ impl GpuOpening {
                         let _ = crate::kernel::privilege::drop_all();
                     }
                     // `auto` never fails: no GPU is a status.
-                    GpuMonitor::open(mode).unwrap_or_else(|err| GpuStatus::Unavailable {
-                        reason: err.reason().to_owned(),
-                    })
+                    let status =
+                        GpuMonitor::open(mode).unwrap_or_else(|err| GpuStatus::Unavailable {
+                            reason: err.reason().to_owned(),
+                        });
+                    told.done.store(true, std::sync::atomic::Ordering::Release);
+                    told.notify.notify_one();
+                    status
                 });
             if let Ok(thread) = opening {
                 return Ok(GpuOpening {
                     status: None,
                     thread: Some(thread),
+                    opened,
                     quiet: record.quiet,
                 });
             }
@@ -107,8 +133,16 @@ impl GpuOpening {
         Ok(GpuOpening {
             status: Some(open_gpu(record)?),
             thread: None,
+            opened,
             quiet: record.quiet,
         })
+    }
+
+    /// What tells that NVML's opening has ended, while it goes on; None once it is over.
+    pub fn opened(&self) -> Option<std::sync::Arc<GpuOpened>> {
+        self.thread
+            .is_some()
+            .then(|| std::sync::Arc::clone(&self.opened))
     }
 
     /// The status, waiting for the opening thread the first time (and saying its notice then,
@@ -124,10 +158,11 @@ impl GpuOpening {
         self.status.get_or_insert(GpuStatus::Off)
     }
 
-    /// The status once NVML has opened (or failed to), without waiting: None while the thread
-    /// still runs.
+    /// The status once NVML has opened (or failed to), without waiting for NVML: None while it
+    /// is still opening. (Once the thread said so, joining it waits only for its return.)
     pub fn ready(&mut self) -> Option<&mut GpuStatus> {
-        if self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+        let opening = !self.opened.done.load(std::sync::atomic::Ordering::Acquire);
+        if opening && self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
             return None;
         }
         Some(self.status())

@@ -280,6 +280,22 @@ impl Inputs {
         None
     }
 
+    /// After the loop: the agent told (and its losses), the last events and marks, what was
+    /// dropped; the loop's outcome completed.
+    fn finish(
+        &mut self,
+        mut outcome: Outcome,
+        recorder: &mut Recorder<'_>,
+        root_pid: u32,
+    ) -> Outcome {
+        outcome.agent_lost = self.end_agent(recorder);
+        if let Some(status) = self.wind_down(recorder, root_pid) {
+            outcome.wait_status = status;
+        }
+        outcome.marks_dropped = self.marks_dropped();
+        outcome
+    }
+
     /// Marks the command sent over the budget, said once.
     fn marks_dropped(&self) -> u64 {
         let dropped = self.marks.as_ref().map_or(0, |m| m.tally().dropped);
@@ -361,13 +377,8 @@ pub async fn follow(
     let root_pid = cfg.root_pid;
     let opts = cfg.opts;
     let mut inputs = Inputs::register(source, signals, marks)?;
-    // With eBPF a thread waits for the command; polling reaps every child of montrace itself.
-    let (status_tx, mut status_rx) = tokio::sync::oneshot::channel();
-    if cfg.root_is_child && inputs.poller.is_none() {
-        std::thread::spawn(move || {
-            let _ = status_tx.send(launch::wait_status(root_pid));
-        });
-    }
+    let (_no_waiter, mut status_rx) = wait_for_root(cfg, inputs.poller.is_none());
+    let mut gpu_opened = recorder.gpu_opened();
     let (mut f, started) = start_follower(cfg);
     let live = LiveLine::new(opts.quiet);
     let mut ticks = Ticks::new(opts);
@@ -423,6 +434,12 @@ pub async fn follow(
                 take_in!();
                 recorder.guarded(Recorder::sample);
             }
+            () = gpu_opened_wait(gpu_opened.as_deref()), if gpu_opened.is_some() => {
+                // NVML has opened: a sweep now reads the GPUs while the command runs.
+                gpu_opened = None;
+                take_in!();
+                recorder.guarded(Recorder::sample);
+            }
             _ = sleep_until(f.wall_limit_at()) => {}
             received = next_marks(inputs.marks.as_mut()) => {
                 // Every sender forked before it sent: with the events drained, the tracker
@@ -463,13 +480,37 @@ pub async fn follow(
         }
     }
     live.clear();
-    let mut outcome = f.outcome;
-    outcome.agent_lost = inputs.end_agent(recorder);
-    if let Some(status) = inputs.wind_down(recorder, root_pid) {
-        outcome.wait_status = status;
+    Ok(inputs.finish(f.outcome, recorder, root_pid))
+}
+
+/// The command's wait status, to come. With eBPF (or the agent) and a command montrace started,
+/// a thread waits for the command and sends it; otherwise (polling reaps every child of montrace
+/// itself; attach has no child) the sender is returned, to be kept while the loop runs, so that
+/// the receiver never ends.
+fn wait_for_root(
+    cfg: &FollowConfig<'_>,
+    not_polling: bool,
+) -> (
+    Option<tokio::sync::oneshot::Sender<std::io::Result<i32>>>,
+    tokio::sync::oneshot::Receiver<std::io::Result<i32>>,
+) {
+    let (status_tx, status_rx) = tokio::sync::oneshot::channel();
+    if !(cfg.root_is_child && not_polling) {
+        return (Some(status_tx), status_rx);
     }
-    outcome.marks_dropped = inputs.marks_dropped();
-    Ok(outcome)
+    let root_pid = cfg.root_pid;
+    std::thread::spawn(move || {
+        let _ = status_tx.send(launch::wait_status(root_pid));
+    });
+    (None, status_rx)
+}
+
+/// NVML's opening ended; never, where nothing is opening.
+async fn gpu_opened_wait(opened: Option<&crate::follow::end::GpuOpened>) {
+    match opened {
+        Some(opened) => opened.wait().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The loop's state machine, and when montrace started (`cfg.started_boot_ns`, as an instant).

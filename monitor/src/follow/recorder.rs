@@ -72,7 +72,7 @@ fn smaps_wanted(
 }
 
 use crate::{
-    follow::end::{GpuOpening, NVML_STILL_OPENING},
+    follow::end::{GpuOpened, GpuOpening, NVML_STILL_OPENING},
     follow::limits,
     host,
     kernel::decode::{self, KernelEvent, WaitTotals},
@@ -522,6 +522,14 @@ impl<'g> Recorder<'g> {
         self.take_opened_gpu();
     }
 
+    /// What tells that the GPU monitoring handed over still opening has opened (the follow loop
+    /// sweeps then); None where there is none.
+    pub fn gpu_opened(&self) -> Option<std::sync::Arc<GpuOpened>> {
+        self.gpu_opening
+            .as_ref()
+            .and_then(|(opening, _)| opening.opened())
+    }
+
     /// Takes the monitor of [`Recorder::gpu_opening`] if NVML has opened; a monitor from an
     /// earlier repetition starts from nothing.
     fn take_opened_gpu(&mut self) {
@@ -882,9 +890,10 @@ impl<'g> Recorder<'g> {
         });
     }
 
-    /// At the end: a monitor that opened after the last sweep is taken and read once, so that
-    /// a run shorter than a sweep interval still has its GPUs' figures; one still opening is not
-    /// waited for ([`Recorder::gpu_summary`] says why there are none then).
+    /// At the end: a monitor that opened too late for the sweep the follow loop makes when it
+    /// opens (the tree was done in between) is taken and read once, so that the run still has
+    /// its GPUs' figures; one still opening is not waited for ([`Recorder::gpu_summary`] says
+    /// why there are none then).
     fn take_late_gpu(&mut self) {
         if self.gpu.is_some() || self.broken {
             return;

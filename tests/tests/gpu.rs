@@ -608,6 +608,20 @@ fn driver_failures_are_nulls_or_reasons_never_a_lost_run() {
     assert!(run.stderr.contains("--gpu require"), "{run:?}");
 }
 
+/// A monitored run's gpu.parquet: its rows (`n`) and how long after montrace's start (run.json,
+/// before which NVML's opening cannot have begun) the first was read (`late_ms`).
+fn gpu_rows_after_start(run: &Run) -> tests::QueryResult {
+    let info = run.run_json();
+    assert_eq!(info["gpu"]["status"], "monitored", "{info}");
+    duckdb_query(&format!(
+        "SELECT count(*) AS n, \
+         (epoch_us(min(time)) - epoch_us(TIMESTAMPTZ '{}')) / 1e3 AS late_ms \
+         FROM read_parquet('{}')",
+        info["start_time"].as_str().unwrap(),
+        parquet(run, "gpu")
+    ))
+}
+
 /// `--gpu auto` opens NVML beside the run: a driver slow to start holds neither a short run
 /// (it ends with the command's status, run.json says why there is no GPU data) nor the sweeps
 /// of a longer one: montrace sweeps when NVML has opened, and at every sweep from then on.
@@ -646,16 +660,7 @@ fn a_slow_nvml_start_holds_neither_a_short_run_nor_the_sweeps() {
     double.edit(|s| *s = script);
     let run = double.run(&["--interval", "100ms"], &["sleep", "1.5"], |_| {});
     run.assert_code(0);
-    let info = run.run_json();
-    assert_eq!(info["gpu"]["status"], "monitored", "{info}");
-    // montrace's start (run.json), before which the opening thread cannot have begun.
-    let rows = duckdb_query(&format!(
-        "SELECT count(*) AS n, \
-         (epoch_us(min(time)) - epoch_us(TIMESTAMPTZ '{}')) / 1e3 AS late_ms \
-         FROM read_parquet('{}')",
-        info["start_time"].as_str().unwrap(),
-        parquet(&run, "gpu")
-    ));
+    let rows = gpu_rows_after_start(&run);
     let late_ms = rows.f64(0, "late_ms").unwrap();
     // The double answers nvmlInit 400 ms after it was called, after montrace started: no GPU
     // row comes before (1 ms for the timestamps' rounding). Sweeps are 100 ms apart, and 1.5 s
@@ -671,15 +676,7 @@ fn a_slow_nvml_start_holds_neither_a_short_run_nor_the_sweeps() {
     double.edit(|s| s["init_ms"] = json!(300));
     let run = double.run(&["--interval", "30s"], &["sleep", "0.8"], |_| {});
     run.assert_code(0);
-    let info = run.run_json();
-    assert_eq!(info["gpu"]["status"], "monitored", "{info}");
-    let rows = duckdb_query(&format!(
-        "SELECT count(*) AS n, \
-         (epoch_us(min(time)) - epoch_us(TIMESTAMPTZ '{}')) / 1e3 AS late_ms \
-         FROM read_parquet('{}')",
-        info["start_time"].as_str().unwrap(),
-        parquet(&run, "gpu")
-    ));
+    let rows = gpu_rows_after_start(&run);
     assert_eq!(rows.u64(0, "n"), Some(1), "one read: {rows:?}");
     let late_ms = rows.f64(0, "late_ms").unwrap();
     // After NVML opened, and before the command's end (at least 800 ms after the start).

@@ -25,7 +25,7 @@ use crate::{
     kernel::ebpf::Probes,
     kernel::privilege,
     sampling::cgroup::RunCgroup,
-    sampling::gpu::{GpuMonitor, GpuStatus},
+    sampling::gpu::GpuStatus,
     store::run_json::{self, RunInfo},
     store::userfs,
     tracking::polling::{self, Poller},
@@ -503,7 +503,7 @@ fn record(
     // loop. Polling sees only what lives at a sweep: it takes the monitor first.
     let mut gpu_slot = Some(&mut *gpu);
     let early = if ring.is_none() && agent.is_none() {
-        gpu_slot.take().and_then(fresh_monitor)
+        gpu_slot.take().and_then(GpuOpening::fresh_monitor)
     } else {
         None
     };
@@ -542,14 +542,6 @@ fn record(
             cgroup: cgroup_report,
         },
     ))
-}
-
-/// The GPU monitor of `gpu`, if a GPU is monitored, reset: a repetition starts from nothing (its
-/// peaks and energy are its own).
-fn fresh_monitor(gpu: &mut GpuOpening) -> Option<&mut GpuMonitor> {
-    let monitor = gpu.status().monitor_mut()?;
-    monitor.reset();
-    Some(monitor)
 }
 
 /// What [`load_probes`] gives: the probes and their ring buffer, none where the agent or

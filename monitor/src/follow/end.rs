@@ -158,6 +158,14 @@ impl GpuOpening {
         self.status.get_or_insert(GpuStatus::Off)
     }
 
+    /// The GPU monitor, if a GPU is monitored, reset: a repetition starts from nothing (its
+    /// peaks and energy are its own). Waits for the opening thread, as [`GpuOpening::status`].
+    pub fn fresh_monitor(&mut self) -> Option<&mut GpuMonitor> {
+        let monitor = self.status().monitor_mut()?;
+        monitor.reset();
+        Some(monitor)
+    }
+
     /// The status once NVML has opened (or failed to), without waiting for NVML: None while it
     /// is still opening. (Once the thread said so, joining it waits only for its return.)
     pub fn ready(&mut self) -> Option<&mut GpuStatus> {

@@ -540,11 +540,7 @@ impl<'g> Recorder<'g> {
         let Some((opening, out_dir)) = self.gpu_opening.take_if(|_| opened) else {
             return;
         };
-        let mut monitor = opening.status().monitor_mut();
-        if let Some(monitor) = monitor.as_deref_mut() {
-            monitor.reset();
-        }
-        if let Err(err) = self.set_gpu(monitor, &out_dir) {
+        if let Err(err) = self.set_gpu(opening.fresh_monitor(), &out_dir) {
             crate::say!("montrace: warning: no GPU data: {err:#}");
         }
     }

@@ -455,19 +455,33 @@ fn record(
         .iter()
         .map(|m| (marks::SOCKET_ENV.into(), m.path().as_os_str().to_owned()))
         .collect();
-    // The command is forked first and held at its barrier (it runs nothing until released), so
-    // that moving it into the run cgroup, which waits for the kernel (an RCU grace period per
-    // cgroup v1 hierarchy, 10 ms or more), goes on beside the loading of the programs (start-up).
+    // The command is forked first and held at its barrier (it runs nothing until released). On
+    // cgroup v2 it is made in the run cgroup; otherwise moving it there, which waits for the
+    // kernel (an RCU grace period, 10 ms or more), goes on beside the loading of the programs
+    // (start-up).
+    let into = cgroup.as_ref().and_then(RunCgroup::open_for_clone);
     let held = launch::spawn_held(
         executable,
         &args.command,
         &extra_env,
         identity,
         child_sigmask,
+        into.as_ref().map(std::os::fd::AsFd::as_fd),
     )?;
+    drop(into);
     let root_pid = held.pid;
-    let (loaded, added) =
-        load_beside_cgroup_add(args, offsets, cgroup.as_ref(), root_pid, last, started.0);
+    let to_move = cgroup.as_ref().filter(|_| !held.in_cgroup);
+    let (loaded, mut added) =
+        load_beside_cgroup_add(args, offsets, to_move, root_pid, last, started.0);
+    if cgroup.is_some() {
+        cgroup_report.entered = Some(match held.in_cgroup {
+            true => run_json::CgroupEntry::AtClone,
+            false => run_json::CgroupEntry::Moved,
+        });
+    }
+    if held.in_cgroup {
+        added = Some(Ok(()));
+    }
     // A failure drops the held command, which then exits without running anything.
     let (mut probes, ring) = loaded?;
     // The tree's memory figure comes from the run cgroup only where the command is in it.

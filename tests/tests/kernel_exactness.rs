@@ -284,3 +284,64 @@ fn a_reader_on_an_empty_pipe_and_the_shell_waiting_for_it_sleep() {
         );
     }
 }
+
+/// The command's first reading of its own cgroup is the run cgroup, and run.json says how it got
+/// there: on cgroup v2 it was made there (`clone3` with `CLONE_INTO_CGROUP`: no move, whose wait
+/// for the kernel was most of a start-up), on v1 it was moved before its exec. Either way the
+/// kernel's totals cover the whole command.
+#[test]
+fn the_command_starts_in_the_run_cgroup() {
+    let run = run_montrace(&[], &["cat", "/proc/self/cgroup"]);
+    run.assert_code(0);
+    let json = run.run_json();
+    let cgroup = &json["cgroup"];
+    let version = cgroup["version"].as_str().expect("a run cgroup");
+    let path = cgroup["path"].as_str().expect("its path");
+    // The name the run gave its cgroup, `run-<pid>-<ns>`, in every hierarchy it used.
+    let name = path
+        .rsplit('/')
+        .next()
+        .expect("a path")
+        .trim_end_matches('}');
+    assert!(name.starts_with("run-"), "{cgroup}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let expected = match version {
+        "v2" => {
+            assert_eq!(cgroup["entered"], "at_clone", "{cgroup}");
+            // The unified hierarchy's line, `0::/montrace/run-...`.
+            let line = lines.iter().find(|l| l.starts_with("0::")).copied();
+            assert_eq!(
+                line,
+                Some(format!("0::/montrace/{name}").as_str()),
+                "{lines:?}"
+            );
+            return assert_totals(cgroup);
+        }
+        "v1" => "moved",
+        other => panic!("cgroup.version {other}"),
+    };
+    assert_eq!(cgroup["entered"], expected, "{cgroup}");
+    // v1: the memory hierarchy's line names the run cgroup.
+    let memory = lines
+        .iter()
+        .find(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "memory"))
+        })
+        .unwrap_or_else(|| panic!("a memory hierarchy line: {lines:?}"));
+    assert!(memory.ends_with(&format!("/montrace/{name}")), "{lines:?}");
+    assert_totals(cgroup);
+}
+
+/// The kernel counted one process (the `cat`), and some CPU, in the run cgroup.
+fn assert_totals(cgroup: &serde_json::Value) {
+    let totals = &cgroup["totals"];
+    assert!(
+        totals["cpu_usage_ns"].as_u64().is_some_and(|ns| ns > 0),
+        "{cgroup}"
+    );
+    if let Some(pids) = totals["pids_peak"].as_u64() {
+        assert_eq!(pids, 1, "{cgroup}");
+    }
+}

@@ -155,6 +155,20 @@ pub struct CgroupReport {
     /// Why there is no cgroup, or what went wrong reading or removing it.
     pub error: Option<String>,
     pub removed: bool,
+    /// How the command came into it; None without a cgroup, and in runs of earlier versions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entered: Option<CgroupEntry>,
+}
+
+/// How the command came into the run cgroup, before its exec either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupEntry {
+    /// Made there (`clone3` with `CLONE_INTO_CGROUP`, cgroup v2).
+    AtClone,
+    /// Forked where montrace is, then moved (its pid written to `cgroup.procs`): cgroup v1, or
+    /// where the kernel refused clone3.
+    Moved,
 }
 
 /// Everything run.json says about a run.
@@ -383,6 +397,7 @@ pub(crate) mod tests {
             cpu_coverage: Some(1.0),
             error: Some("x".into()),
             removed: true,
+            entered: Some(CgroupEntry::AtClone),
         };
         info.gpu
             .devices

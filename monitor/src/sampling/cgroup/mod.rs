@@ -283,6 +283,24 @@ impl RunCgroup {
         }
     }
 
+    /// The run cgroup's directory, opened for a child to be made in it (`clone3` with
+    /// `CLONE_INTO_CGROUP`, see `launch::spawn_held`) rather than moved there by [`RunCgroup::add`].
+    /// v2 only: a v1 run cgroup is a directory in each of several hierarchies, and clone3 takes
+    /// one cgroup v2 directory. None where it cannot be opened (the child is then moved).
+    pub fn open_for_clone(&self) -> Option<std::os::fd::OwnedFd> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        if self.version != CgroupVersion::V2 {
+            return None;
+        }
+        let dir = &self.hierarchies.first()?.dir;
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+            .ok()
+            .map(std::os::fd::OwnedFd::from)
+    }
+
     /// Moves process `pid` (all its threads) into the run's cgroup, in every hierarchy.
     pub fn add(&self, pid: u32) -> Result<(), CgroupError> {
         for h in &self.hierarchies {

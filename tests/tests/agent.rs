@@ -516,6 +516,72 @@ fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
     );
 }
 
+/// A client that follows its own process, then sends nudges without end (protocol 3: a
+/// client sends one when its command is reaped): the agent cuts it off after
+/// `MAX_NUDGE_BYTES` (its connection closed), rather than reading for as long as it sends.
+const NUDGE_FLOOD: &str = r#"
+import socket, subprocess, sys
+child = subprocess.Popen(["sleep", "30"])
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(('{"version":3,"follow":%d}\n' % child.pid).encode())
+reply = b""
+while not reply.endswith(b"\n"):
+    reply += s.recv(1)
+print(reply.decode().strip(), flush=True)
+sent, limit, cut = 0, 256 << 20, False
+s.settimeout(30)
+try:
+    while sent < limit:
+        sent += s.send(b"!" * 4096)
+except (BrokenPipeError, ConnectionResetError):
+    cut = True
+child.kill()
+print("cut" if cut else "never cut", sent, flush=True)
+"#;
+
+#[test]
+fn a_client_that_floods_nudges_is_cut_off_and_the_others_go_on() {
+    let agent = Agent::start();
+    let alice = TestUser::create("agn");
+    let bob = TestUser::create("agm");
+    let mut flood = bob.command("python3");
+    flood
+        .args(["-c", NUDGE_FLOOD])
+        .arg(&agent.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let flood = flood.spawn().unwrap();
+    let bin = alice.plain_montrace();
+    let out = alice.home.join("run");
+    let script = "i=0; while [ $i -lt 500 ]; do /bin/true; i=$((i+1)); done";
+    let run = run_as(&alice, &bin, &agent.socket, &out, script);
+    let flooded = flood.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&flooded.stdout);
+    assert!(flooded.status.success(), "{flooded:?}");
+    assert!(said.starts_with("{\"ok\":true"), "{said}");
+    // Cut off: what it could send is the nudges the agent read (64 bytes) and what the socket's
+    // buffers took before the agent closed it (a few hundred KiB), not the 256 MiB it tried.
+    let sent: u64 = said
+        .lines()
+        .find_map(|l| l.strip_prefix("cut "))
+        .unwrap_or_else(|| panic!("the flood was never cut off: {said}"))
+        .parse()
+        .unwrap();
+    eprintln!("the flood sent {sent} bytes before it was cut off");
+    assert!(sent < 16 << 20, "{sent} bytes");
+    // Alice's run beside it is exact, through the agent.
+    assert_eq!(run.code(), 0, "{run:?}");
+    let info = read_json(&out.join("run.json")).unwrap();
+    assert_ne!(info["tracking_mode"], "polling", "{info}");
+    let rows = read_processes(&out);
+    assert_eq!(rows.len(), 501, "{run:?}");
+    assert_eq!(
+        rows.iter().filter(|p| p.has_filename("/bin/true")).count(),
+        500
+    );
+}
+
 /// Another user's connections that come and go (some with half a request, which the agent waits
 /// for, some with a refused one), then 50 runs at once through the agent: every run exact (one
 /// user holding connections open blocks only their own), and the agent holds no descriptor of a

@@ -753,6 +753,7 @@ async fn stream_records(
     let mut ignored = [0u8; 512];
     let mut ending = false;
     let mut last_nudge: Option<tokio::time::Instant> = None;
+    let mut nudge_bytes = 0usize;
     loop {
         tokio::select! {
             _ = wake.notified() => {
@@ -772,12 +773,17 @@ async fn stream_records(
                 }
             }
             // After its request the client sends only nudges (protocol 3: a drain now, one a
-            // millisecond honoured, the rest read and ignored). Protocol 2: its writing half
-            // shut is its end (answered at the next drain); anything else that ends the read
-            // (its close, or a misbehaving client) ends its part.
+            // millisecond honoured, the rest read and ignored; past MAX_NUDGE_BYTES it is no
+            // client's and is cut off). Protocol 2: its writing half shut is its end (answered
+            // at the next drain); anything else that ends the read (its close, or a
+            // misbehaving client) ends its part.
             read = reading.read(&mut ignored), if !ending => {
                 match read {
                     Ok(n) if n > 0 && version >= 3 => {
+                        nudge_bytes += n;
+                        if nudge_bytes > protocol::MAX_NUDGE_BYTES {
+                            break;
+                        }
                         let now = tokio::time::Instant::now();
                         if last_nudge.is_none_or(|at| now - at >= protocol::NUDGE_EVERY) {
                             last_nudge = Some(now);

@@ -34,8 +34,8 @@
 //! A byte from the client after its request (version 3, [`NUDGE`]) asks for a drain now: the
 //! agent reads its ring every [`DRAIN_EVERY`](crate::agent) while clients are followed, and a
 //! run's end waits for its command's exit record, which a `/bin/true` run then waited 2 ms for.
-//! One nudge a millisecond is honoured per client ([`NUDGE_EVERY`]); a version 2 client's byte
-//! ends its part, as before. A client refused for its version asks again in version 2.
+//! One nudge a millisecond is honoured per client ([`NUDGE_EVERY`]), and a connection that sends
+//! more than [`MAX_NUDGE_BYTES`] is cut off; a version 2 client's byte ends its part, as before. A client refused for its version asks again in version 2.
 use std::{
     collections::{HashMap, HashSet},
     io::{self, BufRead as _, Read as _, Write as _},
@@ -63,6 +63,11 @@ const FALLBACK_PROTOCOL_VERSION: u32 = 2;
 pub const NUDGE: u8 = b'!';
 /// The agent honours one nudge per client in this time; more are read and ignored.
 pub const NUDGE_EVERY: Duration = Duration::from_millis(1);
+/// The most nudge bytes a connection may send: a client sends one when its command is reaped,
+/// so a connection that sends more than this is not a client's, and the agent cuts it off (its
+/// tree untracked), as it cuts one that stops reading. A flood then costs the agent this many
+/// bytes read, not a read for every 512 bytes for as long as it goes on.
+pub const MAX_NUDGE_BYTES: usize = 64;
 /// The oldest protocol the agent still serves (1: records only, the client closes at its end).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
 /// A request line longer than this is refused (the agent reads no more).

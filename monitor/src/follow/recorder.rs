@@ -223,7 +223,7 @@ impl<'g> Recorder<'g> {
         stream: Option<&'g mut crate::follow::stream::Stream>,
     ) -> anyhow::Result<Recorder<'g>> {
         let handed_over = tracker.live_processes();
-        Ok(Recorder {
+        let mut recorder = Recorder {
             tracker,
             cpu_seen: HashMap::new(),
             began_ns: host::realtime_ns(),
@@ -233,17 +233,11 @@ impl<'g> Recorder<'g> {
             samples: writer::PartedTable::samples(out_dir)?,
             system: writer::PartedTable::system(out_dir)?,
             marks: writer::PartedTable::marks(out_dir)?,
-            gpu_table: gpu
-                .is_some()
-                .then(|| writer::PartedTable::gpu(out_dir))
-                .transpose()?,
-            gpu_processes: gpu
-                .is_some()
-                .then(|| writer::PartedTable::gpu_processes(out_dir))
-                .transpose()?,
+            gpu_table: None,
+            gpu_processes: None,
             gpu_unrecorded: None,
             gpu_opening: None,
-            gpu,
+            gpu: None,
             reader: ProcReader::new(),
             handles: HandleCache::new(sampler::handle_capacity(host::open_files_limit())),
             detail,
@@ -278,7 +272,11 @@ impl<'g> Recorder<'g> {
             ended_spans: Vec::new(),
             pressure: None,
             previous_stalls: None,
-        })
+        };
+        // GPU tables where a monitor is given, made as for one handed over later: a failure
+        // here fails the start.
+        recorder.set_gpu(gpu, out_dir)?;
+        Ok(recorder)
     }
 
     /// Sends lines to `--stream`, if given.
@@ -486,8 +484,8 @@ impl<'g> Recorder<'g> {
         self.task_iter = iter;
     }
 
-    /// Hands the recorder GPU monitoring after it was created (`run` opens NVML beside the
-    /// start-up and hands it over once the command runs): its tables are created in `out_dir`
+    /// Hands the recorder GPU monitoring (at its creation, or after: `run` opens NVML beside the
+    /// start-up and hands it over once NVML has opened): its tables are created in `out_dir`
     /// now, both or neither. An error leaves the recording without GPU data, and run.json's
     /// `gpu` says why.
     pub fn set_gpu(

@@ -3,6 +3,11 @@ use monitor::cli::{Cli, Command};
 use monitor::commands::{self, CommandError, Exit};
 use monitor::store::userfs;
 
+/// The static (musl) build allocates through jemalloc: see monitor/Cargo.toml.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Every error of every subcommand is said here, once, with its exit status.
 fn main() {
     let cli = Cli::parse();

@@ -34,10 +34,15 @@ fn tarball() -> PathBuf {
 /// A PATH with no Rust, LLVM or bpf-linker: only the system's directories.
 const BARE_PATH: &str = "/usr/bin:/bin";
 
-#[test]
-fn the_tarball_runs_from_an_empty_directory_with_no_toolchain_exactly() {
+/// The tarball unpacked into a new temporary directory (every user may reach it).
+fn unpacked() -> tempfile::TempDir {
     require_root();
     let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let unpack = Command::new("tar")
         .arg("-xzf")
         .arg(tarball())
@@ -47,6 +52,12 @@ fn the_tarball_runs_from_an_empty_directory_with_no_toolchain_exactly() {
         .output()
         .unwrap();
     assert!(unpack.status.success(), "{unpack:?}");
+    tmp
+}
+
+#[test]
+fn the_tarball_runs_from_an_empty_directory_with_no_toolchain_exactly() {
+    let tmp = unpacked();
     let bin = tmp.path().join("bin/montrace");
     // Static: the ELF names no program interpreter.
     let ldd = Command::new("ldd").arg(&bin).output().unwrap();
@@ -91,6 +102,47 @@ fn the_tarball_runs_from_an_empty_directory_with_no_toolchain_exactly() {
     let rows = tests::read_processes(&empty.join("out"));
     assert_eq!(rows.len(), 12);
     assert!(rows.iter().all(|p| p.peak_rss_bytes.is_some()), "{rows:?}");
+}
+
+/// The static binary allocates through jemalloc (musl's malloc made a short run about 5 ms
+/// slower), which takes options from `_RJEM_MALLOC_CONF`: from anyone running the plain binary,
+/// from nobody running the granted one (AT_SECURE: jemalloc reads its environment through
+/// secure_getenv), so an ordinary user cannot steer the allocator of a binary that holds
+/// capabilities.
+#[test]
+fn the_granted_tarball_binary_takes_no_allocator_options_from_its_user() {
+    let tmp = unpacked();
+    let plain = tmp.path().join("bin/montrace");
+    let granted = tmp.path().join("bin/montrace-granted");
+    std::fs::copy(&plain, &granted).unwrap();
+    let setcap = Command::new("setcap")
+        .arg("cap_bpf,cap_perfmon+ep")
+        .arg(&granted)
+        .output()
+        .unwrap();
+    assert!(setcap.status.success(), "{setcap:?}");
+    let stats = |bin: &Path, user: bool| -> bool {
+        let mut cmd = match user {
+            true => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                    .arg(bin);
+                c
+            }
+            false => Command::new(bin),
+        };
+        cmd.arg("--version")
+            .env("_RJEM_MALLOC_CONF", "stats_print:true");
+        let out = run_with_timeout(&mut cmd, TIMEOUT);
+        assert_eq!(out.code(), 0, "{out:?}");
+        assert!(out.stdout.starts_with("montrace "), "{out:?}");
+        out.stderr.contains("Begin jemalloc statistics")
+    };
+    // The option is read (by root, and by the user from the plain copy)...
+    assert!(stats(&plain, false), "root, the plain binary");
+    assert!(stats(&plain, true), "the user, the plain binary");
+    // ...but not by the granted copy run by the user.
+    assert!(!stats(&granted, true), "the user, the granted binary");
 }
 
 /// A YAML block of docs/ci.md (the first after `section`), as JSON (python3's yaml: the YAML

@@ -1,27 +1,11 @@
 //! A process that gets a pid of the test's choosing, to play the stranger that takes a pid the
 //! run knew (root only).
 //!
-//! clone3's `set_tid` (Linux 5.5) hands out exactly the pid asked for, or fails with `EEXIST`
-//! while another process holds it. The old way, writing `pid - 1` to `ns_last_pid` and forking,
+//! clone3's `set_tid` (Linux 5.5; `libc::clone_args` is the 5.7 layout, with `cgroup`) hands
+//! out exactly the pid asked for, or fails with `EEXIST` while another process holds it. The old way, writing `pid - 1` to `ns_last_pid` and forking,
 //! raced with every fork and thread of the machine: on a fresh CI machine busy with its own
 //! start-up, 100 tries in a row lost the pid.
 use std::{ffi::CString, io};
-
-/// The kernel's `struct clone_args` up to `set_tid_size` (`CLONE_ARGS_SIZE_VER1`, Linux 5.5).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-}
 
 /// A child of this process running `argv` under the pid it was asked to have. Dropping it kills
 /// and reaps it.
@@ -39,19 +23,18 @@ pub fn spawn_with_pid(pid: u32, argv: &[&str]) -> io::Result<PinnedChild> {
     let mut pointers: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     pointers.push(std::ptr::null());
     let tid = [pid as libc::pid_t];
-    let mut clone_args = CloneArgs {
-        exit_signal: libc::SIGCHLD as u64,
-        set_tid: tid.as_ptr() as u64,
-        set_tid_size: 1,
-        ..CloneArgs::default()
-    };
+    // SAFETY: clone_args is plain integers; all zero is "no option".
+    let mut clone_args: libc::clone_args = unsafe { std::mem::zeroed() };
+    clone_args.exit_signal = libc::SIGCHLD as u64;
+    clone_args.set_tid = tid.as_ptr() as u64;
+    clone_args.set_tid_size = 1;
     // SAFETY: clone3 without CLONE_VM copies this process; the child only calls execv and _exit
     // on memory prepared above.
     let got = unsafe {
         libc::syscall(
             libc::SYS_clone3,
-            &mut clone_args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
+            &mut clone_args as *mut libc::clone_args,
+            std::mem::size_of::<libc::clone_args>(),
         )
     };
     match got {

@@ -475,45 +475,59 @@ while True:
 print("closed", total)
 "#;
 
-#[test]
-fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
-    // Alice's whole run is 550 KB of records: her outbox can never hold more than half a MiB.
-    let agent = Agent::start_with(&["--client-buffer", "512KiB"]);
-    let alice = TestUser::create("agr");
-    let bob = TestUser::create("agq");
-    let mut non_reader = bob.command("python3");
-    non_reader
-        .args(["-c", NON_READER])
+/// Bob's hostile `client` script (given the agent's socket) beside Alice's exact run of 500
+/// `/bin/true` through `agent`: Bob's client is accepted (its first line), Alice's run is exact.
+/// Returns what Bob's client printed.
+fn hostile_beside_an_exact_run(agent: &Agent, client: &str, users: (&str, &str)) -> String {
+    let alice = TestUser::create(users.0);
+    let bob = TestUser::create(users.1);
+    let mut hostile = bob.command("python3");
+    hostile
+        .args(["-c", client])
         .arg(&agent.socket)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let non_reader = non_reader.spawn().unwrap();
+    let hostile = hostile.spawn().unwrap();
     let bin = alice.plain_montrace();
     let out = alice.home.join("run");
     let script = "i=0; while [ $i -lt 500 ]; do /bin/true; i=$((i+1)); done";
     let run = run_as(&alice, &bin, &agent.socket, &out, script);
-    let cut = non_reader.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&cut.stdout);
-    assert!(cut.status.success(), "{cut:?}");
+    let ended = hostile.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&ended.stdout).to_string();
+    assert!(ended.status.success(), "{ended:?}");
     assert!(said.starts_with("{\"ok\":true"), "{said}");
-    // Cut off: each /bin/true's fork, exec and exit records are 56 + 824 + 216 bytes (and 4 of
-    // framing each), 1.65 MB for the 1,500; the connection ended with at most the outbox's
-    // 512 KiB and what the socket's buffer held (about 200 KiB).
-    let total: usize = said
-        .lines()
-        .find_map(|l| l.strip_prefix("closed "))
-        .unwrap_or_else(|| panic!("never closed: {said}"))
-        .parse()
-        .unwrap();
-    eprintln!("the non-reader got {total} bytes before the end");
-    assert!(total < 1_000_000, "{total} bytes: not cut off");
     assert_eq!(run.code(), 0, "{run:?}");
+    let info = read_json(&out.join("run.json")).unwrap();
+    assert_ne!(info["tracking_mode"], "polling", "{info}");
     let rows = read_processes(&out);
     assert_eq!(rows.len(), 501, "{run:?}");
     assert_eq!(
         rows.iter().filter(|p| p.has_filename("/bin/true")).count(),
         500
     );
+    said
+}
+
+/// The number after `prefix` on a line of `said`.
+fn said_number(said: &str, prefix: &str) -> u64 {
+    said.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line: {said}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
+    // Alice's whole run is 550 KB of records: her outbox can never hold more than half a MiB.
+    let agent = Agent::start_with(&["--client-buffer", "512KiB"]);
+    let said = hostile_beside_an_exact_run(&agent, NON_READER, ("agr", "agq"));
+    // Cut off: each /bin/true's fork, exec and exit records are 56 + 824 + 216 bytes (and 4 of
+    // framing each), 1.65 MB for the 1,500; the connection ended with at most the outbox's
+    // 512 KiB and what the socket's buffer held (about 200 KiB).
+    let total = said_number(&said, "closed ");
+    eprintln!("the non-reader got {total} bytes before the end");
+    assert!(total < 1_000_000, "{total} bytes: not cut off");
 }
 
 /// A client that follows its own process, then sends nudges without end (protocol 3: a
@@ -543,43 +557,12 @@ print("cut" if cut else "never cut", sent, flush=True)
 #[test]
 fn a_client_that_floods_nudges_is_cut_off_and_the_others_go_on() {
     let agent = Agent::start();
-    let alice = TestUser::create("agn");
-    let bob = TestUser::create("agm");
-    let mut flood = bob.command("python3");
-    flood
-        .args(["-c", NUDGE_FLOOD])
-        .arg(&agent.socket)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let flood = flood.spawn().unwrap();
-    let bin = alice.plain_montrace();
-    let out = alice.home.join("run");
-    let script = "i=0; while [ $i -lt 500 ]; do /bin/true; i=$((i+1)); done";
-    let run = run_as(&alice, &bin, &agent.socket, &out, script);
-    let flooded = flood.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&flooded.stdout);
-    assert!(flooded.status.success(), "{flooded:?}");
-    assert!(said.starts_with("{\"ok\":true"), "{said}");
+    let said = hostile_beside_an_exact_run(&agent, NUDGE_FLOOD, ("agn", "agm"));
     // Cut off: what it could send is the nudges the agent read (64 bytes) and what the socket's
     // buffers took before the agent closed it (a few hundred KiB), not the 256 MiB it tried.
-    let sent: u64 = said
-        .lines()
-        .find_map(|l| l.strip_prefix("cut "))
-        .unwrap_or_else(|| panic!("the flood was never cut off: {said}"))
-        .parse()
-        .unwrap();
+    let sent = said_number(&said, "cut ");
     eprintln!("the flood sent {sent} bytes before it was cut off");
     assert!(sent < 16 << 20, "{sent} bytes");
-    // Alice's run beside it is exact, through the agent.
-    assert_eq!(run.code(), 0, "{run:?}");
-    let info = read_json(&out.join("run.json")).unwrap();
-    assert_ne!(info["tracking_mode"], "polling", "{info}");
-    let rows = read_processes(&out);
-    assert_eq!(rows.len(), 501, "{run:?}");
-    assert_eq!(
-        rows.iter().filter(|p| p.has_filename("/bin/true")).count(),
-        500
-    );
 }
 
 /// Another user's connections that come and go (some with half a request, which the agent waits

@@ -284,24 +284,6 @@ pub fn spawn_held(
     })
 }
 
-/// `struct clone_args` of clone3(2) (linux/sched.h), up to `cgroup` (`CLONE_ARGS_SIZE_VER2`,
-/// Linux 5.7).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
 /// linux/sched.h: the child starts in the cgroup `clone_args.cgroup` names.
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
@@ -320,16 +302,15 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// As fork in a multi-threaded process: the child may only make async-signal-safe calls.
 unsafe fn fork_into(cgroup: Option<BorrowedFd<'_>>) -> (libc::pid_t, bool) {
     if let Some(cgroup) = cgroup {
-        let args = CloneArgs {
-            flags: CLONE_INTO_CGROUP,
-            exit_signal: libc::SIGCHLD as u64,
-            cgroup: cgroup.as_raw_fd() as u64,
-            ..CloneArgs::default()
-        };
+        // SAFETY: clone_args is plain integers; all zero is "no option".
+        let mut args: libc::clone_args = std::mem::zeroed();
+        args.flags = CLONE_INTO_CGROUP;
+        args.exit_signal = libc::SIGCHLD as u64;
+        args.cgroup = cgroup.as_raw_fd() as u64;
         let pid = libc::syscall(
             libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
+            &args as *const libc::clone_args,
+            std::mem::size_of::<libc::clone_args>(),
         );
         if pid >= 0 {
             return (pid as libc::pid_t, true);

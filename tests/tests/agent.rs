@@ -451,18 +451,10 @@ fn attach_through_the_agent_follows_the_tree_it_finds_and_what_it_forks() {
     }
 }
 
-/// A client that asks for a busy tree and never reads what comes: it is cut off once its queue
-/// is full (its connection closed), and another user's run beside it stays exact.
+/// After [`client_script`]'s start, for a busy tree: a client that never reads what comes (until
+/// its tree is done). It is cut off once its queue is full (its connection closed), and another
+/// user's run beside it stays exact.
 const NON_READER: &str = r#"
-import socket, subprocess, sys, time
-child = subprocess.Popen(["sh", "-c", "sleep 0.3; i=0; while [ $i -lt 1500 ]; do /bin/true; i=$((i+1)); done"])
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(('{"version":1,"follow":%d}\n' % child.pid).encode())
-reply = b""
-while not reply.endswith(b"\n"):
-    reply += s.recv(1)
-print(reply.decode().strip(), flush=True)
 child.wait()
 # Only now read: what the agent had sent before it cut this client off, then the end.
 s.settimeout(30)
@@ -475,7 +467,26 @@ while True:
 print("closed", total)
 "#;
 
-/// Bob's hostile `client` script (given the agent's socket) beside Alice's exact run of 500
+/// A client's script (given the agent's socket): it starts `child` (argv, a Python list),
+/// asks the agent to follow it in protocol `version`, prints the answer line, then runs `rest`
+/// (with `s`, the connection, and `child`).
+fn client_script(version: u32, child: &str, rest: &str) -> String {
+    format!(
+        r#"
+import socket, subprocess, sys
+child = subprocess.Popen({child})
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(('{{"version":{version},"follow":%d}}\n' % child.pid).encode())
+reply = b""
+while not reply.endswith(b"\n"):
+    reply += s.recv(1)
+print(reply.decode().strip(), flush=True)
+{rest}"#
+    )
+}
+
+/// Bob's hostile `client` script (see [`client_script`]) beside Alice's exact run of 500
 /// `/bin/true` through `agent`: Bob's client is accepted (its first line), Alice's run is exact.
 /// Returns what Bob's client printed.
 fn hostile_beside_an_exact_run(agent: &Agent, client: &str, users: (&str, &str)) -> String {
@@ -521,7 +532,10 @@ fn said_number(said: &str, prefix: &str) -> u64 {
 fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
     // Alice's whole run is 550 KB of records: her outbox can never hold more than half a MiB.
     let agent = Agent::start_with(&["--client-buffer", "512KiB"]);
-    let said = hostile_beside_an_exact_run(&agent, NON_READER, ("agr", "agq"));
+    let busy =
+        r#"["sh", "-c", "sleep 0.3; i=0; while [ $i -lt 1500 ]; do /bin/true; i=$((i+1)); done"]"#;
+    let client = client_script(1, busy, NON_READER);
+    let said = hostile_beside_an_exact_run(&agent, &client, ("agr", "agq"));
     // Cut off: each /bin/true's fork, exec and exit records are 56 + 824 + 216 bytes (and 4 of
     // framing each), 1.65 MB for the 1,500; the connection ended with at most the outbox's
     // 512 KiB and what the socket's buffer held (about 200 KiB).
@@ -530,19 +544,10 @@ fn a_client_that_does_not_read_is_cut_off_and_the_others_go_on() {
     assert!(total < 1_000_000, "{total} bytes: not cut off");
 }
 
-/// A client that follows its own process, then sends nudges without end (protocol 3: a
+/// After [`client_script`]'s start (its own process followed), nudges without end (protocol 3: a
 /// client sends one when its command is reaped): the agent cuts it off after
 /// `MAX_NUDGE_BYTES` (its connection closed), rather than reading for as long as it sends.
 const NUDGE_FLOOD: &str = r#"
-import socket, subprocess, sys
-child = subprocess.Popen(["sleep", "30"])
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(('{"version":3,"follow":%d}\n' % child.pid).encode())
-reply = b""
-while not reply.endswith(b"\n"):
-    reply += s.recv(1)
-print(reply.decode().strip(), flush=True)
 sent, limit, cut = 0, 256 << 20, False
 s.settimeout(30)
 try:
@@ -557,7 +562,8 @@ print("cut" if cut else "never cut", sent, flush=True)
 #[test]
 fn a_client_that_floods_nudges_is_cut_off_and_the_others_go_on() {
     let agent = Agent::start();
-    let said = hostile_beside_an_exact_run(&agent, NUDGE_FLOOD, ("agn", "agm"));
+    let client = client_script(3, r#"["sleep", "30"]"#, NUDGE_FLOOD);
+    let said = hostile_beside_an_exact_run(&agent, &client, ("agn", "agm"));
     // Cut off: what it could send is the nudges the agent read (64 bytes) and what the socket's
     // buffers took before the agent closed it (a few hundred KiB), not the 256 MiB it tried.
     let sent = said_number(&said, "cut ");

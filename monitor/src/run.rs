@@ -473,15 +473,15 @@ fn record(
     let to_move = cgroup.as_ref().filter(|_| !held.in_cgroup);
     let (loaded, mut added) =
         load_beside_cgroup_add(args, offsets, to_move, root_pid, last, started.0);
-    if cgroup.is_some() {
-        cgroup_report.entered = Some(match held.in_cgroup {
-            true => run_json::CgroupEntry::AtClone,
-            false => run_json::CgroupEntry::Moved,
-        });
-    }
     if held.in_cgroup {
         added = Some(Ok(()));
     }
+    // How the command came into the cgroup; not at all where the move failed.
+    cgroup_report.entered = match added {
+        Some(Ok(())) if held.in_cgroup => Some(run_json::CgroupEntry::AtClone),
+        Some(Ok(())) => Some(run_json::CgroupEntry::Moved),
+        _ => None,
+    };
     // A failure drops the held command, which then exits without running anything.
     let (mut probes, ring) = loaded?;
     // The tree's memory figure comes from the run cgroup only where the command is in it.

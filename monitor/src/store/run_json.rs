@@ -155,7 +155,8 @@ pub struct CgroupReport {
     /// Why there is no cgroup, or what went wrong reading or removing it.
     pub error: Option<String>,
     pub removed: bool,
-    /// How the command came into it; None without a cgroup, and in runs of earlier versions.
+    /// How the command came into it; None where it is not in one (no cgroup, or the move
+    /// failed), and in runs of earlier versions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entered: Option<CgroupEntry>,
 }

@@ -2,9 +2,10 @@
 //! run knew (root only).
 //!
 //! clone3's `set_tid` (Linux 5.5; `libc::clone_args` is the 5.7 layout, with `cgroup`) hands
-//! out exactly the pid asked for, or fails with `EEXIST` while another process holds it. The old way, writing `pid - 1` to `ns_last_pid` and forking,
-//! raced with every fork and thread of the machine: on a fresh CI machine busy with its own
-//! start-up, 100 tries in a row lost the pid.
+//! out exactly the pid asked for, or fails with `EEXIST` while another process holds it. The
+//! old way, writing `pid - 1` to `ns_last_pid` and forking, raced with every fork and thread of
+//! the machine: on a fresh CI machine busy with its own start-up, 100 tries in a row lost the
+//! pid.
 use std::{ffi::CString, io};
 
 /// A child of this process running `argv` under the pid it was asked to have. Dropping it kills

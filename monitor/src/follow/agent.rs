@@ -35,7 +35,8 @@
 //! agent reads its ring every [`DRAIN_EVERY`](crate::agent) while clients are followed, and a
 //! run's end waits for its command's exit record, which a `/bin/true` run then waited 2 ms for.
 //! One nudge a millisecond is honoured per client ([`NUDGE_EVERY`]), and a connection that sends
-//! more than [`MAX_NUDGE_BYTES`] is cut off; a version 2 client's byte ends its part, as before. A client refused for its version asks again in version 2.
+//! more than [`MAX_NUDGE_BYTES`] is cut off; a version 2 client's byte ends its part, as before.
+//! A client refused for its version asks again in version 2.
 use std::{
     collections::{HashMap, HashSet},
     io::{self, BufRead as _, Read as _, Write as _},

@@ -74,14 +74,10 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     // Every user reaches the directory, writes the runs' folder, and runs the copy.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
     std::fs::set_permissions(dir.join("runs"), std::fs::Permissions::from_mode(0o1777))?;
-    let plain = dir.join("montrace-plain");
-    std::fs::copy(&t.montrace, &plain)?;
-    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755))?;
+    let plain = user_copy(&t.montrace, dir.join("montrace-plain"))?;
     ctx.progress("13. resident agent: building the release tarball's static binary");
     let built = crate::dist::build_static(ctx.verbose)?;
-    let static_copy = dir.join("montrace-static");
-    std::fs::copy(&built, &static_copy)?;
-    std::fs::set_permissions(&static_copy, std::fs::Permissions::from_mode(0o755))?;
+    let static_copy = user_copy(&built, dir.join("montrace-static"))?;
     let copies = Copies {
         root: &t.montrace,
         plain: &plain,
@@ -118,6 +114,13 @@ pub fn measure(ctx: &Ctx) -> Result<Vec<Section>> {
     let spaced = rounds(ctx, reps, GAP_MS, &dir, &copies, &socket)?;
     let back_to_back = rounds(ctx, reps, 0, &dir, &copies, &socket)?;
     Ok(vec![section(ctx, reps, &spaced, &back_to_back)])
+}
+
+/// A copy of `bin` at `to` that every user may run (a copy holds no file capability).
+fn user_copy(bin: &Path, to: std::path::PathBuf) -> Result<std::path::PathBuf> {
+    std::fs::copy(bin, &to)?;
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))?;
+    Ok(to)
 }
 
 /// What `reps` rounds measured: each way's start-ups and walls, and its tracking mode.

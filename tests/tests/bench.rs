@@ -689,7 +689,10 @@ fn a_no_op_series_is_an_error_unless_allowed() {
     require_root();
     let tmp = tempfile::tempdir().unwrap();
     let project = tmp.path().join("p");
-    write_project(&project, 3);
+    // The warm-up's build must take more than twice an up-to-date `make` even when a busy CI
+    // machine slows the repetitions: three files built in 47 ms here, and a CI run's no-op
+    // repetitions took 26 ms, so the warning did not fire. Ten files build in about 150 ms.
+    write_project(&project, 10);
     let build = format!("make -C {}", project.display());
     let out = tmp.path().join("noop");
     let run = montrace(

@@ -192,6 +192,29 @@ fn burners_together_are_not_serial() {
     assert!(wanted >= 1.5 * cores as f64, "{time}");
 }
 
+/// A command of one process is its own path, from its exec to its end: the wait of the held
+/// child while montrace loaded its programs (before the exec) is not the command's time, so the
+/// path is not longer than `command_wall_s` (it was by the whole load, e.g. 0.11 s for a
+/// no-op `make` of 5 ms), and it is at least the sleep.
+#[test]
+fn the_path_of_one_process_starts_at_its_exec() {
+    tests::require_root();
+    let run = tests::launch_montrace(&[], &["sleep", "0.3"]).run();
+    run.assert_code(0);
+    let info = run.run_json();
+    let time = &info["time"];
+    let wall = info["command_wall_s"].as_f64().unwrap();
+    let path = time["critical_path_s"].as_f64().unwrap();
+    assert_eq!(time["critical_path_steps"], 1, "{time}");
+    assert_eq!(time["critical_path"][0]["start_s"], 0.0, "{time}");
+    assert!(
+        path >= 0.3 && path <= wall,
+        "path {path} s, command wall {wall} s: {time}"
+    );
+    let startup_ms = info["startup_ms"].as_f64().unwrap();
+    assert!(startup_ms > 0.0, "{info}");
+}
+
 fn expected_steps_for_report(burn: &str) -> Vec<String> {
     ["A", "B", "C"]
         .iter()

@@ -387,20 +387,20 @@ pub struct Ended<'a> {
     pub context: Option<crate::fleet::context::Context>,
 }
 
-/// The spans as the run saw them: a process that started before the run (an attached tree)
-/// starts at the run's start.
+/// The spans as the command's wall time counts them: a process that started before it starts
+/// at its start, `from_wall_ns`. For a run that is the command's exec (the held child was forked
+/// before the programs were loaded, and its wait is not the command's), for an attached tree
+/// the attach.
 fn clip_to_run(
     spans: &[crate::analysis::critical::Span],
-    run_start_wall_ns: i64,
+    from_wall_ns: i64,
 ) -> Vec<crate::analysis::critical::Span> {
     spans
         .iter()
         .map(|s| crate::analysis::critical::Span {
-            start_ns: s.start_ns.max(run_start_wall_ns),
-            parent: s
-                .parent
-                .map(|(pid, start)| (pid, start.max(run_start_wall_ns))),
-            end_ns: s.end_ns.map(|end| end.max(run_start_wall_ns)),
+            start_ns: s.start_ns.max(from_wall_ns),
+            parent: s.parent.map(|(pid, start)| (pid, start.max(from_wall_ns))),
+            end_ns: s.end_ns.map(|end| end.max(from_wall_ns)),
             ..s.clone()
         })
         .collect()
@@ -418,7 +418,10 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     // serial" while four workers ran), so a polled run has none. An attached tree's processes
     // count from the attach: their lives before it are not the run's.
     let time = (e.tracking_mode != TrackingMode::Polling).then(|| {
-        let spans = clip_to_run(&finished.spans, e.started_wall_ns);
+        let from_wall_ns = finished.exec_time_boot_ns.map_or(e.started_wall_ns, |t| {
+            e.started_wall_ns + t.saturating_sub(e.started_boot_ns) as i64
+        });
+        let spans = clip_to_run(&finished.spans, from_wall_ns);
         crate::analysis::critical::analyse(
             &spans,
             command_wall_ns.unwrap_or(e.ended_boot_ns.saturating_sub(e.started_boot_ns)),

@@ -384,42 +384,69 @@ pub fn build(data: &RunData, by: &GroupBy) -> Model {
 const STEP_START_TOLERANCE_NS: i64 = 1_000;
 
 /// Which processes are steps of run.json's critical path (`time.critical_path`, which keeps the
-/// longest steps): a step is the process with its pid that started `start_s` after the
-/// command, the earliest process without a parent, as the analysis counts it
-/// ([`crate::analysis::critical::analyse`]).
+/// longest steps): a step is the process with its pid that started `start_s` after the origin
+/// the analysis counted from ([`crate::analysis::critical::analyse`]), the command's exec (or
+/// the attach). A process alive then, the root first, was clipped to it: a step at 0 s is the
+/// earliest process with its pid.
 pub fn critical_path_processes(data: &RunData) -> Vec<bool> {
     let mut on = vec![false; data.processes.len()];
     let Some(time) = data.info.as_ref().and_then(|info| info.time.as_ref()) else {
-        return on;
-    };
-    let Some(origin) = data
-        .processes
-        .iter()
-        .filter(|p| p.parent.is_none())
-        .map(|p| p.start_ns)
-        .min()
-    else {
         return on;
     };
     let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, p) in data.processes.iter().enumerate() {
         by_pid.entry(p.pid).or_default().push(i);
     }
+    let rows = |pid: u32| by_pid.get(&pid).map_or(&[][..], Vec::as_slice);
+    let offset = |s: f64| (s * 1e9).round() as i64;
+    let origin = step_origin(
+        time.critical_path
+            .iter()
+            .filter(|s| s.start_s > 0.0)
+            .flat_map(|step| {
+                rows(step.pid)
+                    .iter()
+                    .map(move |&i| data.processes[i].start_ns - offset(step.start_s))
+            }),
+    );
     for step in &time.critical_path {
-        let start_ns = origin + (step.start_s * 1e9).round() as i64;
-        let found = by_pid.get(&step.pid).and_then(|list| {
-            list.iter()
-                .copied()
-                .min_by_key(|&i| (data.processes[i].start_ns - start_ns).abs())
-                .filter(|&i| {
+        let found = if step.start_s > 0.0 {
+            origin.and_then(|origin| {
+                let start_ns = origin + offset(step.start_s);
+                rows(step.pid).iter().copied().find(|&i| {
                     (data.processes[i].start_ns - start_ns).abs() <= STEP_START_TOLERANCE_NS
                 })
-        });
+            })
+        } else {
+            rows(step.pid)
+                .iter()
+                .copied()
+                .min_by_key(|&i| data.processes[i].start_ns)
+        };
         if let Some(i) = found {
             on[i] = true;
         }
     }
     on
+}
+
+/// The origin most steps agree on, from each step's candidates (a start of a process with its
+/// pid, less the step's `start_s`): the value with the most candidates within the tolerance, the
+/// latest of equals. A step of a reused pid adds a wrong candidate too, which the others outvote.
+fn step_origin(candidates: impl Iterator<Item = i64>) -> Option<i64> {
+    let mut c: Vec<i64> = candidates.collect();
+    c.sort_unstable();
+    let mut best: Option<(usize, i64)> = None;
+    let mut lo = 0;
+    for hi in 0..c.len() {
+        while c[hi] - c[lo] > STEP_START_TOLERANCE_NS {
+            lo += 1;
+        }
+        if best.is_none_or(|(n, _)| hi - lo + 1 >= n) {
+            best = Some((hi - lo + 1, c[hi]));
+        }
+    }
+    best.map(|(_, origin)| origin)
 }
 
 /// Each group's peaks over its sweeps (sorted here by sweep), and its average USS.

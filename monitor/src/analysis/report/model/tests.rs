@@ -537,3 +537,49 @@ fn load_spreads_each_row_over_the_time_since_the_previous_one() {
         ]
     );
 }
+
+/// The analysis counts from the command's exec (the root, forked earlier and held while the
+/// programs loaded, is clipped to it: its step is at 0 s), and a pid reused in the run names two
+/// processes: each step is the process that started at its time.
+#[test]
+fn critical_path_steps_count_from_the_exec_and_tell_reused_pids_apart() {
+    use crate::analysis::critical::{Step, TimeAnalysis};
+    const MS: i64 = 1_000_000;
+    let at = |pid: u32, parent: Option<u32>, start_ms: i64| Process {
+        start_ns: 1_000 * MS + start_ms * MS + 7,
+        parent: parent.map(|pp| (pp, 0)),
+        ..proc(pid, None, "x", &[])
+    };
+    // Root 10 forked at 0 ms and exec'd at 30 ms; pid 11 ran at 40 ms and again at 90 ms.
+    let mut data = RunData {
+        processes: vec![
+            at(10, None, 0),
+            at(11, Some(10), 40),
+            at(12, Some(10), 60),
+            at(11, Some(10), 90),
+        ],
+        ..Default::default()
+    };
+    let exec_ns = 1_000 * MS + 30 * MS + 7;
+    let step = |pid: u32, start_ns: i64| Step {
+        pid,
+        command: String::new(),
+        start_s: (start_ns - exec_ns) as f64 / 1e9,
+        duration_s: 0.01,
+        cpu_s: 0.0,
+        run_queue_s: None,
+        blocked_s: None,
+    };
+    let mut info = crate::analysis::report::load::load(&crate::analysis::report::tests::fixture())
+        .unwrap()
+        .info
+        .unwrap();
+    let p = |i: usize| data.processes[i].start_ns;
+    info.time = Some(TimeAnalysis {
+        critical_path: vec![step(10, exec_ns), step(12, p(2)), step(11, p(3))],
+        critical_path_steps: 3,
+        ..Default::default()
+    });
+    data.info = Some(info);
+    assert_eq!(critical_path_processes(&data), [true, false, true, true]);
+}

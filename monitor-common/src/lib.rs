@@ -220,15 +220,29 @@ pub struct EventHeader {
     pub start_ns: u64,
 }
 
+/// The pid namespace levels below the host's whose pids a fork record carries (a container is
+/// at level 1, a container in a container at 2).
+pub const NS_LEVELS: usize = 4;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ForkEvent {
     pub header: EventHeader,
     pub parent_pid: u32,
-    pub _pad: u32,
+    /// How many pid namespaces below the host's the child is (`struct pid::level`; 0: the
+    /// host's).
+    pub ns_level: u32,
     pub parent_start_ns: u64,
     pub comm: [u8; COMM_LEN],
+    /// The child's pid in its pid namespace at level 1, 2, ... [`NS_LEVELS`] (0 past
+    /// `ns_level`): what a client in a container calls it. The agent names processes to such a
+    /// client by these (`header.pid` is the host's).
+    pub ns_pids: [u32; NS_LEVELS],
 }
+
+/// The length of a fork record without `ns_pids` (an agent built before they were added sends
+/// these): a client reads both, the pids in namespaces then all 0.
+pub const FORK_EVENT_SHORT_LEN: usize = core::mem::offset_of!(ForkEvent, ns_pids);
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -380,6 +394,14 @@ pub struct Offsets {
     pub fdt_open_fds: u32,
     /// `task_struct::flags` (`PF_*`): the task iterator skips kernel threads by it.
     pub task_flags: u32,
+    /// The child's pids in its pid namespaces (a fork record's `ns_pids`): `task_struct::
+    /// thread_pid` (a `struct pid *`), its `level` and `numbers` (an array of `struct upid`,
+    /// `upid_size` bytes each, whose `nr` is at `upid_nr`).
+    pub task_thread_pid: u32,
+    pub pid_level: u32,
+    pub pid_numbers: u32,
+    pub upid_size: u32,
+    pub upid_nr: u32,
     /// 1 when the kernel's `btf_trace_sched_process_exit` has the `group_dead` argument (it has
     /// since Linux 6.16; before, its only argument is the task, and `tp_btf` programs must not
     /// read past it): read from the kernel's BTF at load, like the offsets.

@@ -76,6 +76,7 @@ fn handle(parent: usize, child: usize) {
         None => return,
     };
     let child_start = task::start_ns(child);
+    let (ns_level, ns_pids) = task::ns_pids(child);
     if TRACKED.insert(&child_tgid, &child_start, 0).is_err() {
         count(stat::TRACK_MAP_FULL);
         return;
@@ -93,9 +94,10 @@ fn handle(parent: usize, child: usize) {
             start_ns: child_start,
         },
         parent_pid: parent_tgid,
-        _pad: 0,
+        ns_level,
         parent_start_ns: parent_start,
         comm: task::comm(child),
+        ns_pids,
     });
     entry.submit(crate::submit_flags());
 }

@@ -1,6 +1,6 @@
 //! Reads of kernel structs at the offsets the agent computed from BTF.
 use aya_ebpf::helpers::bpf_probe_read_kernel;
-use monitor_common::{stat, COMM_LEN, FDS_UNKNOWN};
+use monitor_common::{stat, COMM_LEN, FDS_UNKNOWN, NS_LEVELS};
 
 use crate::{count, off};
 
@@ -71,6 +71,23 @@ pub fn start_ns(task: usize) -> u64 {
 #[inline(always)]
 pub fn comm(task: usize) -> [u8; COMM_LEN] {
     read::<[u8; COMM_LEN]>(task, off!(task_comm))
+}
+
+/// How many pid namespaces below the host's the task is, and its pids in those at levels 1 to
+/// [`NS_LEVELS`] (0 past its level): `thread_pid->numbers[level].nr`.
+#[inline(always)]
+pub fn ns_pids(task: usize) -> (u32, [u32; NS_LEVELS]) {
+    let pid: usize = read(task, off!(task_thread_pid));
+    let level: u32 = read(pid, off!(pid_level));
+    let stride = off!(upid_size);
+    let base = off!(pid_numbers) + off!(upid_nr);
+    let mut nrs = [0u32; NS_LEVELS];
+    for (i, nr) in nrs.iter_mut().enumerate() {
+        if (i as u32) < level {
+            *nr = read::<i32>(pid, base + (i + 1) * stride) as u32;
+        }
+    }
+    (level, nrs)
 }
 
 /// (peak, current) resident pages of the task's address space. The peak is what the kernel

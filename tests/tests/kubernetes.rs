@@ -250,17 +250,12 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
     assert_eq!(info["lost_events"]["ringbuf_full"], 0, "{info}");
 }
 
-/// A pod without `hostPID` (here: `unshare --pid`, its own /proc): the agent names processes by
-/// the host's pids and cannot follow the run's, so it refuses and says what to do; the run
-/// still records, by polling /proc, and says so.
-#[test]
-fn a_run_in_a_pid_namespace_of_its_own_is_told_to_share_the_hosts() {
-    let agent = tests::agent::Agent::start();
-    let user = TestUser::create("pns");
-    let bin = user.plain_montrace();
-    let out = user.home.join("run");
-    let mut cmd = Command::new("unshare");
-    cmd.args(["--pid", "--fork", "--mount-proc", "--"])
+/// `cmd` run by `user` in a pid namespace of its own (a pod without `hostPID`: here `unshare
+/// --pid --fork --mount-proc`, whose /proc is its own), with the agent's socket named.
+fn in_own_pid_namespace(agent: &tests::agent::Agent, user: &TestUser, cmd: &[&str]) -> Command {
+    let mut command = Command::new("unshare");
+    command
+        .args(["--pid", "--fork", "--mount-proc", "--"])
         .arg("setpriv")
         .arg(format!("--reuid={}", user.uid))
         .arg(format!("--regid={}", user.gid))
@@ -268,21 +263,136 @@ fn a_run_in_a_pid_namespace_of_its_own_is_told_to_share_the_hosts() {
         .arg(format!("HOME={}", user.home.display()))
         .arg("PATH=/usr/bin:/bin")
         .arg(format!("MONTRACE_AGENT_SOCKET={}", agent.socket.display()))
-        .arg(&bin)
-        .arg("run")
-        .arg("--out")
-        .arg(&out)
-        .args(["--", "sh", "-c", "echo $$; /bin/true"])
+        .args(cmd)
         .current_dir(&user.home);
+    command
+}
+
+/// A pod without `hostPID`: the kernel's events name processes by the host's pids, and the
+/// agent names them to the run by its own namespace's, so the run is exact and its pids are
+/// those its command saw (`$$`), each child's parent its parent there.
+#[test]
+fn a_run_in_a_pid_namespace_of_its_own_is_exact_in_its_own_pids() {
+    let agent = tests::agent::Agent::start();
+    let user = TestUser::create("pns");
+    let bin = user.plain_montrace();
+    let out = user.home.join("run");
+    // The inner `sh -c` prints its parent's pid, a process the run's tree has as a grandchild.
+    let script = r#"echo $$; for i in $(seq 20); do /bin/true; done; sh -c 'sh -c "echo \$PPID"; true'; true"#;
+    let mut cmd = in_own_pid_namespace(
+        &agent,
+        &user,
+        &[
+            bin.to_str().unwrap(),
+            "run",
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
     let run = run_with_timeout(&mut cmd, run_timeout());
     assert_eq!(run.code(), 0, "{run:?}");
-    // Its own pid namespace: the command's shell is a low pid there (montrace is 1).
-    let pid: u32 = run.stdout.trim().parse().unwrap();
-    assert!(pid < 100, "{run:?}");
-    assert!(
-        run.stderr.contains("pid namespace of its own") && run.stderr.contains("hostPID: true"),
-        "{run:?}"
-    );
+    assert!(!run.stderr.contains("polling"), "{run:?}");
     let info = read_json(&out.join("run.json")).unwrap();
-    assert_eq!(info["tracking_mode"], "polling", "{info}");
+    assert!(
+        matches!(
+            info["tracking_mode"].as_str(),
+            Some("tp_btf" | "tracepoint")
+        ),
+        "{info}\n{run:?}"
+    );
+    // Its own pid namespace: the command's shell is a low pid there (montrace is 1).
+    let said: Vec<u32> = run
+        .stdout
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let [sh, outer] = said[..] else {
+        panic!("{run:?}")
+    };
+    assert!(sh < 100, "{run:?}");
+    let rows = read_processes(&out);
+    // sh, seq, 20 /bin/true and the two sh -c, as only the kernel's events give each.
+    assert_eq!(rows.len(), 24, "{rows:?}");
+    assert_eq!(
+        rows.iter().filter(|p| p.has_filename("/bin/true")).count(),
+        20
+    );
+    let root = rows.iter().find(|p| p.parent_pid.is_none()).unwrap();
+    assert_eq!(root.pid, sh, "{rows:?}");
+    for child in rows.iter().filter(|p| p.pid != sh) {
+        assert!(child.pid < 1000, "a host pid in the run: {child:?}");
+        let parent = child.parent_pid.unwrap();
+        assert!(rows.iter().any(|p| p.pid == parent), "{child:?}");
+    }
+    let inner = rows
+        .iter()
+        .find(|p| {
+            p.argv
+                .as_deref()
+                .and_then(<[String]>::last)
+                .is_some_and(|l| l == "echo $PPID")
+        })
+        .unwrap();
+    assert_eq!(inner.parent_pid, Some(outer), "{rows:?}");
+    let outer = rows.iter().find(|p| p.pid == outer).unwrap();
+    assert_eq!(outer.parent_pid, Some(sh), "{rows:?}");
+    assert_eq!(info["lost_events"]["ringbuf_full"], 0, "{info}");
+}
+
+/// In its own pid namespace a client names processes by its own pids: it may ask for those it
+/// started, itself and its parents there, not its sibling's (a process of its user it did not
+/// start), and not by a host pid, which names nothing or another process there.
+#[test]
+fn in_a_pid_namespace_a_client_may_follow_only_its_own_relatives() {
+    let agent = tests::agent::Agent::start();
+    let user = TestUser::create("pnr");
+    let client = r#"
+import socket, subprocess, sys
+def ask(pid):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.sendall(('{"version":3,"follow":%d}\n' % pid).encode())
+    reply = b""
+    while not reply.endswith(b"\n"):
+        reply += s.recv(1)
+    s.close()
+    return reply.decode().strip()
+child = subprocess.Popen(["sleep", "30"])
+print("child", ask(child.pid))
+print("sibling", ask(int(sys.argv[2])))
+print("host", ask(int(sys.argv[3])))
+child.kill()
+"#;
+    let host_sleep = user.command("sleep").arg("30").spawn().unwrap();
+    let script = format!(
+        "sleep 30 & python3 -c '{client}' {socket} $! {host}; kill $!",
+        client = client.replace('\'', "'\\''"),
+        socket = agent.socket.display(),
+        host = host_sleep.id(),
+    );
+    let mut cmd = in_own_pid_namespace(&agent, &user, &["sh", "-c", &script]);
+    let run = run_with_timeout(&mut cmd, run_timeout());
+    let mut host_sleep = host_sleep;
+    drop(host_sleep.kill());
+    drop(host_sleep.wait());
+    assert_eq!(run.code(), 0, "{run:?}");
+    let line = |what: &str| {
+        run.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{what} ")))
+            .unwrap_or_else(|| panic!("no {what}: {run:?}"))
+            .to_string()
+    };
+    assert!(line("child").starts_with("{\"ok\":true"), "{run:?}");
+    for refused in ["sibling", "host"] {
+        let said = line(refused);
+        assert!(
+            said.contains("may follow only the processes it started"),
+            "{refused}: {said}"
+        );
+    }
 }

@@ -479,13 +479,13 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<
         if let Some(recorder) = shared.recorder.as_mut() {
             recorder.record(&record);
         }
-        let Some(owner) = shared.routes.route(&record) else {
+        let Some((owner, renamed)) = shared.routes.route_named(&record) else {
             continue;
         };
         let Some(outbox) = shared.clients.get_mut(&owner).filter(|o| !o.closing) else {
             continue;
         };
-        protocol::frame(&record, &mut outbox.bytes);
+        protocol::frame(renamed.as_deref().unwrap_or(&record), &mut outbox.bytes);
         outbox.wake.notify_one();
         if outbox.bytes.len() > limit {
             shared.cut(owner);
@@ -540,13 +540,21 @@ async fn client(
         answer(&mut stream, &Reply::accepted(mode)).await;
         return;
     };
-    if let Err(why) = may_follow(cred.uid(), cred.pid().map(|p| p as u32), pid) {
+    let client_pid = cred.pid().map(|p| p as u32);
+    let (pid, name, level) = match resolve_asked(client_pid, pid) {
+        Ok(asked) => asked,
+        Err(why) => return refuse(stream, &why).await,
+    };
+    if let Err(why) = may_follow(cred.uid(), client_pid, pid) {
         return refuse(stream, &why).await;
     }
     let wake = Rc::new(Notify::new());
     let accepted = {
         let mut s = shared.borrow_mut();
-        s.routes.add_root(id, pid).and_then(|()| {
+        if level > 0 {
+            s.routes.name_in_namespace(id, level);
+        }
+        s.routes.add_root(id, pid, name).and_then(|()| {
             let outbox = Outbox {
                 bytes: Vec::new(),
                 wake: Rc::clone(&wake),
@@ -562,8 +570,7 @@ async fn client(
     };
     let skipped = match accepted {
         Ok(()) if request.tree => {
-            let client = cred.pid().map(|p| p as u32);
-            follow_existing(id, pid, cred.uid(), client, &shared).await
+            follow_existing(id, pid, level, cred.uid(), client_pid, &shared).await
         }
         Ok(()) => 0,
         Err(why) => {
@@ -591,6 +598,7 @@ const MAX_TREE_LOOKS: usize = 32;
 async fn follow_existing(
     id: ClientId,
     root: u32,
+    level: usize,
     uid: u32,
     client: Option<u32>,
     shared: &Rc<RefCell<Shared>>,
@@ -616,7 +624,14 @@ async fn follow_existing(
                     Follow::Gone => None,
                     Follow::No => Some(false),
                     Follow::Yes => {
-                        Some(s.routes.add_root(id, pid).is_ok() && s.probes.track(pid).is_ok())
+                        // Named as the client names it: by its pid at the client's level.
+                        let name = match level {
+                            0 => Some(pid),
+                            _ => ns_pids_of(pid).get(level).copied(),
+                        };
+                        Some(name.is_some_and(|name| {
+                            s.routes.add_root(id, pid, name).is_ok() && s.probes.track(pid).is_ok()
+                        }))
                     }
                 },
             )
@@ -928,32 +943,93 @@ async fn read_request(stream: &mut UnixStream) -> Result<protocol::Request, Stri
     }
 }
 
-/// Why a client in a pid namespace of its own is refused, and what to do.
-const OWN_PID_NAMESPACE: &str = "this montrace runs in a pid namespace of its own (a container \
-     without the host's pids): the agent and the kernel's events name processes by the host's \
-     pids, not by yours, so it cannot follow them; run the container in the host's pid namespace \
-     (Kubernetes `hostPID: true`, `docker run --pid=host`), or give montrace its own privileges there";
-
-/// How many pid namespaces deep a process is, seen from the reader's /proc: the number of pids
-/// on its status's `NSpid:` line (1 in the reader's own namespace; 1 when the kernel has no
-/// such line).
-fn pid_namespace_depth(status: &str) -> usize {
+/// A process's pids in each pid namespace from the reader's down to its own: its status's
+/// `NSpid:` line (one pid in the reader's own namespace; none when the kernel has no such line).
+fn ns_pids(status: &str) -> Vec<u32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))
-        .map_or(1, |pids| pids.split_whitespace().count().max(1))
+        .map(|pids| {
+            pids.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ns_pids_of(pid: u32) -> Vec<u32> {
+    ns_pids(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default())
+}
+
+/// The process a client asked for, by the agent's pid and by the client's: where the client is
+/// in a pid namespace below the agent's (a container without the host's pids), it names its
+/// processes by their pids there, and the one it asks for is found among those it may name
+/// so: itself, its children, and its ancestors in its own namespace (a process of the same
+/// depth that is its child or ancestor is in its namespace: a new namespace is always deeper).
+/// Also the client's level: 0 in the agent's namespace (the host's), else its depth below it.
+fn resolve_asked(client_pid: Option<u32>, pid: u32) -> Result<(u32, u32, usize), String> {
+    let Some(client) = client_pid else {
+        return Ok((pid, pid, 0));
+    };
+    let depth = ns_pids_of(client).len();
+    if depth <= 1 {
+        return Ok((pid, pid, 0));
+    }
+    let level = depth - 1;
+    if level > monitor_common::NS_LEVELS {
+        return Err(format!(
+            "this montrace runs {level} pid namespaces below the agent's; the agent names \
+             processes in at most {} (run it in a shallower container, or in the host's pid \
+             namespace)",
+            monitor_common::NS_LEVELS
+        ));
+    }
+    let named = |candidate: u32| {
+        let pids = ns_pids_of(candidate);
+        (pids.len() == depth && pids.last() == Some(&pid)).then_some(candidate)
+    };
+    let mut related = vec![client];
+    related.extend(children_of(client));
+    let mut up = client;
+    while let Some(parent) = parent_of(up).filter(|p| *p > 1 && ns_pids_of(*p).len() == depth) {
+        related.push(parent);
+        up = parent;
+    }
+    related
+        .into_iter()
+        .find_map(named)
+        .map(|host| (host, pid, level))
+        .ok_or_else(|| {
+            format!(
+                "pid {pid}: in a pid namespace of its own montrace may follow only the \
+                 processes it started, itself and its parents there (not pid {pid})"
+            )
+        })
+}
+
+/// The children of every thread of `pid`, as /proc says now.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    threads
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    ProcessFacts::parse(&status).map(|f| f.parent)
 }
 
 /// Whether the client (`uid`, `client_pid` from SO_PEERCRED) may follow `pid` (see the module).
 fn may_follow(uid: u32, client_pid: Option<u32>, pid: u32) -> Result<(), String> {
-    // A client in a pid namespace below the agent's names its processes by numbers the agent's
-    // /proc and the kernel's events do not use: refused before the number is looked up.
-    if let Some(client) = client_pid {
-        let status = std::fs::read_to_string(format!("/proc/{client}/status")).unwrap_or_default();
-        if pid_namespace_depth(&status) > 1 {
-            return Err(OWN_PID_NAMESPACE.into());
-        }
-    }
     let pidfd = crate::host::pidfd_open(pid)
         .map_err(|e| format!("pid {pid}: no such process to follow ({e})"))?;
     if uid != 0 {
@@ -1057,22 +1133,14 @@ mod tests {
     }
 
     #[test]
-    fn a_client_in_a_containers_pid_namespace_is_told_so() {
+    fn a_process_has_a_pid_in_each_namespace_down_to_its_own() {
+        assert_eq!(ns_pids(STATUS), [0u32; 0], "no NSpid line: an old kernel");
+        assert_eq!(ns_pids(&format!("{STATUS}NSpid:\t42\n")), [42]);
+        assert_eq!(ns_pids(&format!("{STATUS}NSpid:\t4242\t7\n")), [4242, 7]);
         assert_eq!(
-            pid_namespace_depth(STATUS),
-            1,
-            "no NSpid line: an old kernel"
+            ns_pids(&format!("{STATUS}NSpid:\t4242\t70\t1\n")),
+            [4242, 70, 1]
         );
-        assert_eq!(pid_namespace_depth(&format!("{STATUS}NSpid:\t42\n")), 1);
-        assert_eq!(
-            pid_namespace_depth(&format!("{STATUS}NSpid:\t4242\t7\n")),
-            2
-        );
-        assert_eq!(
-            pid_namespace_depth(&format!("{STATUS}NSpid:\t4242\t70\t1\n")),
-            3
-        );
-        assert!(OWN_PID_NAMESPACE.contains("hostPID: true"));
     }
 
     #[test]

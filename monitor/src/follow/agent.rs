@@ -45,7 +45,7 @@ use std::{
     time::Duration,
 };
 
-use monitor_common::{kind, EventHeader, ForkEvent};
+use monitor_common::{kind, EventHeader};
 use serde::{Deserialize, Serialize};
 
 use crate::store::model::{LostEvents, TrackingMode};
@@ -284,6 +284,11 @@ pub type ClientId = u64;
 /// record comes at its last context switch, and its parent may reap it before that, so its pid
 /// can be another process's (even another tree's) by the time the record arrives. Such an exit
 /// goes to the tree of the process that ended, never to the pid's new holder.
+///
+/// A client in a pid namespace below the host's (a container without the host's pids) names
+/// its processes by their pids there, which the ring's records do not use: its records are
+/// renamed for it ([`renamed`]), each process by its pid at the client's level, which the fork
+/// record carries (`ForkEvent::ns_pids`).
 #[derive(Debug, Default)]
 pub struct Routes {
     /// The live holder of each pid.
@@ -291,6 +296,8 @@ pub struct Routes {
     /// Processes whose pid was taken by a newer process before their exit record came.
     superseded: HashMap<u32, Vec<Entry>>,
     trees: HashMap<ClientId, HashSet<u32>>,
+    /// The clients in a pid namespace below the host's: its level (1 to `NS_LEVELS`).
+    levels: HashMap<ClientId, usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,6 +306,9 @@ struct Entry {
     /// fork's child), which then matches any.
     start: u64,
     client: ClientId,
+    /// The process's pid in its client's pid namespace (the host's pid for a client there); 0
+    /// where the fork record did not say (a kernel that gave no `ns_pids`).
+    name: u32,
 }
 
 /// Whether a record's start time names the process of `entry`: exactly (`exact`), or either
@@ -312,53 +322,83 @@ fn matches(entry: &Entry, start: u64, exact: bool) -> bool {
 }
 
 impl Routes {
-    /// Gives `pid` (a tree's root) to `client`; Err when another client follows it already.
-    pub fn add_root(&mut self, client: ClientId, pid: u32) -> Result<(), String> {
+    /// Gives `pid` (a tree's root) to `client`, which calls it `name` (its pid in the client's
+    /// pid namespace; `pid` in the host's); Err when another client follows it already.
+    pub fn add_root(&mut self, client: ClientId, pid: u32, name: u32) -> Result<(), String> {
         match self.owner.get(&pid) {
             Some(other) if other.client != client => {
                 Err(format!("pid {pid} is followed by another run already"))
             }
             _ => {
-                self.owner.insert(pid, Entry { start: 0, client });
+                let entry = Entry {
+                    start: 0,
+                    client,
+                    name,
+                };
+                self.owner.insert(pid, entry);
                 self.trees.entry(client).or_default().insert(pid);
                 Ok(())
             }
         }
     }
 
+    /// `client` is in the pid namespace at `level` below the host's (1 to `NS_LEVELS`): its
+    /// records are renamed into its pids from now on.
+    pub fn name_in_namespace(&mut self, client: ClientId, level: usize) {
+        self.levels.insert(client, level);
+    }
+
     /// The client a ring record goes to, the routes updated by it: a fork gives the child its
     /// parent's owner, an exit ends the process's route (after this record). None: nobody's
     /// (a client gone, or a record too short to name a process).
     pub fn route(&mut self, record: &[u8]) -> Option<ClientId> {
+        self.route_named(record).map(|(client, _)| client)
+    }
+
+    /// [`Routes::route`], and the record as its client names processes where that differs
+    /// from the ring's (a client in a pid namespace of its own: [`renamed`]).
+    pub fn route_named(&mut self, record: &[u8]) -> Option<(ClientId, Option<Vec<u8>>)> {
         let header = read_header(record)?;
-        match header.kind {
+        let (entry, parent_name) = match header.kind {
             kind::FORK => {
-                let (parent, parent_start) = read_fork_parent(record)?;
+                let fork = crate::kernel::decode::read_fork(record).ok()?;
                 // A parent forking is alive: it holds its pid.
-                let owner = self
+                let parent = *self
                     .owner
-                    .get(&parent)
-                    .filter(|e| matches(e, parent_start, false))?
-                    .client;
+                    .get(&fork.parent_pid)
+                    .filter(|e| matches(e, fork.parent_start_ns, false))?;
+                let name = match self.levels.get(&parent.client) {
+                    Some(&level) => fork.ns_pids.get(level - 1).copied().unwrap_or(0),
+                    None => header.pid,
+                };
                 let entry = Entry {
                     start: header.start_ns,
-                    client: owner,
+                    client: parent.client,
+                    name,
                 };
                 // A new process: whoever held its pid before has ended (its exit may come yet).
                 if let Some(old) = self.owner.insert(header.pid, entry) {
                     self.superseded.entry(header.pid).or_default().push(old);
                 }
-                self.trees.entry(owner).or_default().insert(header.pid);
-                Some(owner)
+                self.trees
+                    .entry(entry.client)
+                    .or_default()
+                    .insert(header.pid);
+                (entry, parent.name)
             }
-            kind::EXIT => self.take(header.pid, header.start_ns),
-            _ => self.find(header.pid, header.start_ns),
-        }
+            kind::EXIT => (self.take(header.pid, header.start_ns)?, 0),
+            _ => (self.find(header.pid, header.start_ns)?, 0),
+        };
+        let renamed = self
+            .levels
+            .get(&entry.client)
+            .map(|&level| renamed(record, level, entry.name, parent_name));
+        Some((entry.client, renamed))
     }
 
-    /// The owner of process (`pid`, `start`): exact matches first, then where a start is not
-    /// known; the pid's live holder before the superseded ones.
-    fn find(&self, pid: u32, start: u64) -> Option<ClientId> {
+    /// The process (`pid`, `start`): exact matches first, then where a start is not known; the
+    /// pid's live holder before the superseded ones.
+    fn find(&self, pid: u32, start: u64) -> Option<Entry> {
         [true, false].into_iter().find_map(|exact| {
             let live = self.owner.get(&pid).filter(|e| matches(e, start, exact));
             let gone = || {
@@ -366,28 +406,28 @@ impl Routes {
                     .get(&pid)
                     .and_then(|old| old.iter().find(|e| matches(e, start, exact)))
             };
-            live.or_else(gone).map(|e| e.client)
+            live.or_else(gone).copied()
         })
     }
 
     /// [`Routes::find`], the process's route ended.
-    fn take(&mut self, pid: u32, start: u64) -> Option<ClientId> {
+    fn take(&mut self, pid: u32, start: u64) -> Option<Entry> {
         for exact in [true, false] {
             if let Some(entry) = self.owner.get(&pid).filter(|e| matches(e, start, exact)) {
-                let client = entry.client;
+                let entry = *entry;
                 self.owner.remove(&pid);
-                if let Some(tree) = self.trees.get_mut(&client) {
+                if let Some(tree) = self.trees.get_mut(&entry.client) {
                     tree.remove(&pid);
                 }
-                return Some(client);
+                return Some(entry);
             }
             if let Some(old) = self.superseded.get_mut(&pid) {
                 if let Some(at) = old.iter().position(|e| matches(e, start, exact)) {
-                    let client = old.remove(at).client;
+                    let entry = old.remove(at);
                     if old.is_empty() {
                         self.superseded.remove(&pid);
                     }
-                    return Some(client);
+                    return Some(entry);
                 }
             }
         }
@@ -397,6 +437,7 @@ impl Routes {
     /// Forgets `client` (gone or cut); returns the pids of its tree's live processes, which the
     /// agent stops tracking (a pid now held by another client's process is not among them).
     pub fn remove_client(&mut self, client: ClientId) -> Vec<u32> {
+        self.levels.remove(&client);
         let mut live = Vec::new();
         for pid in self.trees.remove(&client).unwrap_or_default() {
             if self.owner.get(&pid).is_some_and(|e| e.client == client) {
@@ -515,14 +556,60 @@ fn read_header(record: &[u8]) -> Option<EventHeader> {
     Some(unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<EventHeader>()) })
 }
 
-/// A fork record's parent: its pid and start time.
-fn read_fork_parent(record: &[u8]) -> Option<(u32, u64)> {
-    if record.len() < std::mem::size_of::<ForkEvent>() {
-        return None;
+/// `record` (of process `name`, whose parent, for a fork, is `parent_name`) as a client in the
+/// pid namespace at `level` names processes: by their pids there. A thread's id (an exec's
+/// `old_tid`, an exit's `tid`) that is not the process's own is not known there: 0. A fork's
+/// namespace pids count from the client's namespace, as if it were the host's: the pids of the
+/// namespaces above it are not the client's to see.
+pub fn renamed(record: &[u8], level: usize, name: u32, parent_name: u32) -> Vec<u8> {
+    use monitor_common::{ExecEvent, ExitEvent, ForkEvent, NS_LEVELS};
+    use std::mem::offset_of;
+    let mut out = record.to_vec();
+    let get = |out: &[u8], at: usize| {
+        out.get(at..at + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let put = |out: &mut Vec<u8>, at: usize, value: u32| {
+        if let Some(b) = out.get_mut(at..at + 4) {
+            b.copy_from_slice(&value.to_ne_bytes());
+        }
+    };
+    let Some(host) = get(&out, offset_of!(EventHeader, pid)) else {
+        return out;
+    };
+    put(&mut out, offset_of!(EventHeader, pid), name);
+    let thread = |tid: Option<u32>| if tid == Some(host) { name } else { 0 };
+    match get(&out, offset_of!(EventHeader, kind)) {
+        Some(kind::FORK) => {
+            put(&mut out, offset_of!(ForkEvent, parent_pid), parent_name);
+            let at = offset_of!(ForkEvent, ns_level);
+            let below = get(&out, at).unwrap_or(0).saturating_sub(level as u32);
+            put(&mut out, at, below);
+            let pids = offset_of!(ForkEvent, ns_pids);
+            let old: Vec<u32> = (0..NS_LEVELS)
+                .map(|i| get(&out, pids + 4 * i).unwrap_or(0))
+                .collect();
+            for i in 0..NS_LEVELS {
+                put(
+                    &mut out,
+                    pids + 4 * i,
+                    old.get(level + i).copied().unwrap_or(0),
+                );
+            }
+        }
+        Some(kind::EXEC) => {
+            let at = offset_of!(ExecEvent, old_tid);
+            let tid = thread(get(&out, at));
+            put(&mut out, at, tid);
+        }
+        Some(kind::EXIT | kind::THREAD_EXIT) => {
+            let at = offset_of!(ExitEvent, tid);
+            let tid = thread(get(&out, at));
+            put(&mut out, at, tid);
+        }
+        _ => {}
     }
-    // SAFETY: the length was checked; ForkEvent is plain old data, read unaligned.
-    let fork = unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<ForkEvent>()) };
-    Some((fork.parent_pid, fork.parent_start_ns))
+    out
 }
 
 /// The agent's socket for a client: `MONTRACE_AGENT_SOCKET` when set (empty: no agent), else
@@ -836,6 +923,7 @@ impl std::os::fd::AsRawFd for Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use monitor_common::ForkEvent;
 
     fn header(kind: u32, pid: u32) -> EventHeader {
         EventHeader {
@@ -858,18 +946,22 @@ mod tests {
         bytes(&ForkEvent {
             header: header(kind::FORK, child),
             parent_pid: parent,
-            _pad: 0,
+            ns_level: 0,
             parent_start_ns: 0,
             comm: [0; 16],
+            ns_pids: [0; 4],
         })
     }
 
     #[test]
     fn each_tree_goes_to_its_own_client_and_ends_with_its_exits() {
         let mut routes = Routes::default();
-        routes.add_root(1, 100).unwrap();
-        routes.add_root(2, 200).unwrap();
-        assert!(routes.add_root(2, 100).is_err(), "one owner per process");
+        routes.add_root(1, 100, 100).unwrap();
+        routes.add_root(2, 200, 200).unwrap();
+        assert!(
+            routes.add_root(2, 100, 100).is_err(),
+            "one owner per process"
+        );
         assert_eq!(routes.route(&fork(101, 100)), Some(1));
         assert_eq!(routes.route(&fork(201, 200)), Some(2));
         // A grandchild follows its parent, whoever forked first.
@@ -919,17 +1011,18 @@ mod tests {
                 start_ns: start,
             },
             parent_pid: parent,
-            _pad: 0,
+            ns_level: 0,
             parent_start_ns: parent_start,
             comm: [0; 16],
+            ns_pids: [0; 4],
         })
     }
 
     #[test]
     fn an_exit_that_comes_after_its_pid_was_reused_goes_to_the_tree_that_ended() {
         let mut routes = Routes::default();
-        routes.add_root(1, 100).unwrap();
-        routes.add_root(2, 200).unwrap();
+        routes.add_root(1, 100, 100).unwrap();
+        routes.add_root(2, 200, 200).unwrap();
         // Tree 1's 101 (start 10) ends and is reaped; its exit record is still to come when
         // tree 2 forks a new process that gets pid 101 (start 20).
         assert_eq!(routes.route(&fork_at(101, 10, 100, 0)), Some(1));
@@ -945,11 +1038,86 @@ mod tests {
         assert!(routes.is_empty());
     }
 
+    /// A client in a container (level 1) and one in a container inside it (level 2), beside a
+    /// host client: each is told its processes by its own pids, its parent's too; a thread it
+    /// cannot name is 0; the namespace pids count from its own namespace; the host client's
+    /// records are the ring's, unchanged.
+    #[test]
+    fn a_client_in_a_pid_namespace_is_told_its_own_pids() {
+        use monitor_common::{ExecEvent, ExitEvent, NS_LEVELS};
+        let fork_ns = |child: u32, parent: u32, level: u32, ns_pids: [u32; NS_LEVELS]| {
+            bytes(&ForkEvent {
+                ns_level: level,
+                ns_pids,
+                ..unsafe_read::<ForkEvent>(&fork(child, parent))
+            })
+        };
+        let mut routes = Routes::default();
+        routes.add_root(1, 5000, 2).unwrap();
+        routes.name_in_namespace(1, 1);
+        routes.add_root(2, 6000, 7).unwrap();
+        routes.name_in_namespace(2, 2);
+        routes.add_root(3, 7000, 7000).unwrap();
+
+        // Level 1: 5000 (its 2) forks 5001, its 3, which forks 5002 in a namespace of its own
+        // (level 2, pid 1 there).
+        let (client, renamed) = routes
+            .route_named(&fork_ns(5001, 5000, 1, [3, 0, 0, 0]))
+            .unwrap();
+        let seen: ForkEvent = unsafe_read(&renamed.unwrap());
+        assert_eq!(client, 1);
+        assert_eq!((seen.header.pid, seen.parent_pid), (3, 2));
+        assert_eq!((seen.ns_level, seen.ns_pids), (0, [0; NS_LEVELS]));
+        let (_, renamed) = routes
+            .route_named(&fork_ns(5002, 5001, 2, [4, 1, 0, 0]))
+            .unwrap();
+        let seen: ForkEvent = unsafe_read(&renamed.unwrap());
+        assert_eq!((seen.header.pid, seen.parent_pid), (4, 3));
+        assert_eq!((seen.ns_level, seen.ns_pids), (1, [1, 0, 0, 0]));
+
+        // An exec by a thread that is not the leader, an exit by the leader.
+        let mut exec: ExecEvent = unsafe_read(&vec![0u8; std::mem::size_of::<ExecEvent>()]);
+        exec.header = header(kind::EXEC, 5001);
+        exec.old_tid = 5009;
+        let seen: ExecEvent = unsafe_read(&routes.route_named(&bytes(&exec)).unwrap().1.unwrap());
+        assert_eq!((seen.header.pid, seen.old_tid), (3, 0));
+        let mut exit: ExitEvent = unsafe_read(&vec![0u8; std::mem::size_of::<ExitEvent>()]);
+        exit.header = header(kind::EXIT, 5001);
+        exit.tid = 5001;
+        exit.utime_ns = 77;
+        let seen: ExitEvent = unsafe_read(&routes.route_named(&bytes(&exit)).unwrap().1.unwrap());
+        assert_eq!((seen.header.pid, seen.tid, seen.utime_ns), (3, 3, 77));
+
+        // Level 2: its child's pid is the second of the record's.
+        let (client, renamed) = routes
+            .route_named(&fork_ns(6001, 6000, 2, [40, 8, 0, 0]))
+            .unwrap();
+        let seen: ForkEvent = unsafe_read(&renamed.unwrap());
+        assert_eq!(client, 2);
+        assert_eq!((seen.header.pid, seen.parent_pid), (8, 7));
+
+        // The host's client: the ring's record as it was.
+        assert_eq!(
+            routes.route_named(&fork_ns(7001, 7000, 0, [0; 4])),
+            Some((3, None))
+        );
+        routes.remove_client(1);
+        assert!(routes
+            .route_named(&bytes(&header(kind::EXEC, 5002)))
+            .is_none());
+    }
+
+    fn unsafe_read<T: Copy>(record: &[u8]) -> T {
+        assert!(record.len() >= std::mem::size_of::<T>());
+        // SAFETY: length checked; the event structs are plain old data, read unaligned.
+        unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<T>()) }
+    }
+
     #[test]
     fn a_gone_clients_superseded_processes_are_forgotten() {
         let mut routes = Routes::default();
-        routes.add_root(1, 100).unwrap();
-        routes.add_root(2, 200).unwrap();
+        routes.add_root(1, 100, 100).unwrap();
+        routes.add_root(2, 200, 200).unwrap();
         assert_eq!(routes.route(&fork_at(101, 10, 100, 0)), Some(1));
         assert_eq!(routes.route(&fork_at(101, 20, 200, 0)), Some(2));
         let mut left = routes.remove_client(1);
@@ -964,7 +1132,7 @@ mod tests {
     #[test]
     fn short_records_are_nobodys() {
         let mut routes = Routes::default();
-        routes.add_root(1, 100).unwrap();
+        routes.add_root(1, 100, 100).unwrap();
         assert_eq!(routes.route(&[0u8; 8]), None);
         let mut short_fork = fork(101, 100);
         short_fork.truncate(std::mem::size_of::<EventHeader>() + 2);

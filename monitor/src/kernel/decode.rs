@@ -222,12 +222,26 @@ fn read_pod<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// A fork record, of this build or an older agent's (without `ns_pids`, read as 0).
+pub fn read_fork(bytes: &[u8]) -> Result<ForkEvent, DecodeError> {
+    let mut whole = [0u8; size_of::<ForkEvent>()];
+    let len = bytes.len().min(whole.len());
+    if len < monitor_common::FORK_EVENT_SHORT_LEN {
+        return Err(DecodeError::Short {
+            kind: kind::FORK,
+            len: bytes.len(),
+        });
+    }
+    whole[..len].copy_from_slice(&bytes[..len]);
+    read_pod(&whole, kind::FORK)
+}
+
 /// Decodes one ring-buffer record. `page_size` converts the kernel's page counts to bytes.
 pub fn decode(bytes: &[u8], page_size: u64) -> Result<KernelEvent, DecodeError> {
     let header: EventHeader = read_pod(bytes, 0)?;
     match header.kind {
         kind::FORK => {
-            let e: ForkEvent = read_pod(bytes, header.kind)?;
+            let e = read_fork(bytes)?;
             Ok(KernelEvent::Fork {
                 time_ns: header.time_ns,
                 pid: header.pid,
@@ -563,9 +577,10 @@ mod tests {
         let e = ForkEvent {
             header: header(kind::FORK),
             parent_pid: 7,
-            _pad: 0,
+            ns_level: 0,
             parent_start_ns: 9,
             comm: comm("make"),
+            ns_pids: [0; 4],
         };
         assert_eq!(
             decode(&bytes_of(&e), 4096).unwrap(),
@@ -575,6 +590,32 @@ mod tests {
                 start_ns: 500,
                 parent_pid: 7,
                 comm: "make".into()
+            }
+        );
+    }
+
+    /// An older agent's fork record ends before `ns_pids`: read with them 0; shorter is refused.
+    #[test]
+    fn decodes_a_fork_record_without_the_namespace_pids() {
+        let e = ForkEvent {
+            header: header(kind::FORK),
+            parent_pid: 7,
+            ns_level: 0,
+            parent_start_ns: 9,
+            comm: comm("make"),
+            ns_pids: [5, 6, 0, 0],
+        };
+        let whole = bytes_of(&e);
+        let short = &whole[..monitor_common::FORK_EVENT_SHORT_LEN];
+        assert_eq!(short.len(), 56);
+        let read = read_fork(short).unwrap();
+        assert_eq!((read.parent_pid, read.ns_pids), (7, [0; 4]));
+        assert_eq!(decode(short, 4096).unwrap(), decode(&whole, 4096).unwrap());
+        assert_eq!(
+            read_fork(&whole[..40]).unwrap_err(),
+            DecodeError::Short {
+                kind: kind::FORK,
+                len: 40
             }
         );
     }

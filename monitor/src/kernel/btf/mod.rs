@@ -708,8 +708,10 @@ fn str_at(data: &[u8], start: usize, end: usize, name_off: u32) -> Result<&[u8],
 
 /// Fill every field of [`monitor_common::Offsets`] from the kernel's BTF, and set `ready = 1`.
 pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
-    const STRUCTS: [&str; 10] = [
+    const STRUCTS: [&str; 12] = [
         "task_struct",
+        "pid",
+        "upid",
         "files_struct",
         "fdtable",
         "signal_struct",
@@ -809,6 +811,14 @@ pub fn kernel_offsets(btf: &Btf) -> Result<Offsets, BtfError> {
         fdt_max_fds: member("fdtable", "max_fds")?,
         fdt_open_fds: member("fdtable", "open_fds")?,
         task_flags: task("flags")?,
+        task_thread_pid: task("thread_pid")?,
+        pid_level: member("pid", "level")?,
+        pid_numbers: member("pid", "numbers")?,
+        upid_size: btf.type_size(
+            *ids.get("upid")
+                .ok_or_else(|| BtfError::Missing("struct upid".into()))?,
+        )?,
+        upid_nr: member("upid", "nr")?,
     })
 }
 

@@ -515,6 +515,10 @@ fn live_kernel_offsets() {
         o.task_children + 16,
         "list_head is two pointers"
     );
+    assert!(o.task_thread_pid > 0 && o.task_thread_pid < task_size);
+    // struct upid { int nr; struct pid_namespace *ns; }, numbers[] the last member of struct pid.
+    assert_eq!((o.upid_nr, o.upid_size), (0, 16));
+    assert!(o.pid_level > 0 && o.pid_numbers > o.pid_level);
     // Tracepoint fields follow the 8-byte `struct trace_entry`.
     for f in [
         o.tp_fork_child_pid,

@@ -3,7 +3,7 @@
 //! namespace, the systemd unit's capabilities and no more, the socket's directory shared with
 //! the node), and the agent then runs with exactly the manifest's arguments and capabilities,
 //! serving an ordinary user's run made through a read-only mount of its socket's directory, as
-//! the example pod mounts it.
+//! the example pod mounts it, in a pid namespace of its own, as the pod's is.
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -131,8 +131,10 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
         mount_of(spec, agent, "/run/montrace"),
         ("/run/montrace".into(), false)
     );
+    // The example pod keeps its own pid namespace: the agent names its processes to it by
+    // their pids there (the run below is made in one, as the pod's is).
     let pod = kind("Pod");
-    assert_eq!(pod["spec"]["hostPID"], true, "{pod}");
+    assert!(pod["spec"]["hostPID"].is_null(), "{pod}");
     let job = &pod["spec"]["containers"][0];
     assert_eq!(
         mount_of(&pod["spec"], job, "/run/montrace"),
@@ -195,7 +197,7 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
     );
 
     // An ordinary user's plain copy, through a read-only bind mount of the socket's directory
-    // (the pod's `readOnly: true`) in a mount namespace of its own.
+    // (the pod's `readOnly: true`), in a mount and a pid namespace of its own, as the pod's.
     let user = TestUser::create("k8s");
     let bin = user.plain_montrace();
     let seen = user.home.join("agent-ro");
@@ -220,6 +222,9 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
             "--mount",
             "--propagation",
             "private",
+            "--pid",
+            "--fork",
+            "--mount-proc",
             "--",
             "sh",
             "-c",

@@ -104,6 +104,12 @@ pub const SUBSET: &[(&str, &str)] = &[
         "capabilities",
         "the_granted_binary_tracks_an_ordinary_users_command_exactly",
     ),
+    // The fork record's pids in pid namespaces (struct pid's levels, from BTF), through the
+    // agent to an ordinary user's run in a namespace of its own.
+    (
+        "kubernetes",
+        "a_run_in_a_pid_namespace_of_its_own_is_exact_in_its_own_pids",
+    ),
 ];
 
 /// `$MONTRACE_KERNEL_TESTS`: only the tests of [`SUBSET`] whose `file::test` contains one of its

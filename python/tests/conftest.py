@@ -29,13 +29,16 @@ class User:
         self.home = Path(f"/home/{name}")
 
     def run(self, argv: "list[str]", env: "dict[str, str] | None" = None,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+            timeout: float = 120, own_pid_namespace: bool = False) -> subprocess.CompletedProcess:
         """argv as this user (real and effective ids, no supplementary groups), in their home,
-        with their HOME and the PATH given."""
+        with their HOME and the PATH given; with `own_pid_namespace`, in a pid namespace (and
+        /proc) of its own, as in a container without the host's pids."""
         environment = {"HOME": str(self.home), "PATH": "/usr/local/bin:/usr/bin:/bin", "USER": self.name}
         environment.update(env or {})
+        namespace = ["unshare", "--pid", "--fork", "--mount-proc", "--"] if own_pid_namespace else []
         return subprocess.run(
-            ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--", *argv],
+            [*namespace, "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
+             "--", *argv],
             cwd=self.home, env=environment, capture_output=True, text=True, timeout=timeout,
         )
 

@@ -35,6 +35,9 @@ print(json.dumps({
     "run_exact": run.resources["exact"],
     "run_critical_path_s": run.resources["critical_path_s"],
     "run_avg_parallelism": run.resources["avg_parallelism"],
+    "run_pids": sorted(int(p) for p in run.processes.pid),
+    "monitor_pids": sorted(int(p) for p in m.run.processes.pid),
+    "own_pid": __import__("os").getpid(),
     "monitor_mode": m.run.info["tracking_mode"],
     "monitor_true": int((m.run.processes.filename == "/bin/true").sum()),
     "monitor_montrace": int((m.run.processes.comm == "montrace").sum()),
@@ -170,3 +173,26 @@ def test_monitor_and_monitored_go_through_the_agent_as_run_does(user, agent: Pat
     else:
         assert figures["monitor_mode"] == "polling" and "ptrace_scope" in result.stderr
     assert owners(user.home / "run") == owners(user.home / "monitor") == {user.uid}
+
+
+def test_in_a_pid_namespace_of_its_own_run_monitor_and_monitored_are_exact_in_its_pids(
+        user, agent: Path) -> None:
+    """A notebook in a container without the host's pids: the same three through the agent are
+    exact, and name processes by the container's pids (the program's own, as `os.getpid()`
+    says, among `monitor()`'s), not the host's."""
+    result = user.run([sys.executable, "-c", SCRIPT, str(user.home), "20"],
+                      env={"MONTRACE_AGENT_SOCKET": str(agent)}, own_pid_namespace=True)
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["run_mode"] in ("tp_btf", "tracepoint"), result.stderr
+    assert (figures["run_processes"], figures["run_true"]) == (21, 20)
+    # Python is pid 1 there (unshare's child, then setpriv's exec): every pid is small.
+    assert figures["own_pid"] == 1
+    assert max(figures["run_pids"]) < 1000, figures
+    if _yama_ptrace_scope() == 0:
+        assert figures["monitor_mode"] == figures["run_mode"], result.stderr
+        assert figures["monitor_true"] == 1
+        assert figures["own_pid"] in figures["monitor_pids"], figures
+        assert max(figures["monitor_pids"]) < 1000, figures
+        assert figures["monitored"] == [42, figures["run_mode"]], result.stderr
+    assert "pid namespace" not in result.stderr, result.stderr

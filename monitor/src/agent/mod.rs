@@ -541,9 +541,20 @@ async fn client(
         return;
     };
     let client_pid = cred.pid().map(|p| p as u32);
-    let (pid, name, level) = match resolve_asked(client_pid, pid) {
-        Ok(asked) => asked,
-        Err(why) => return refuse(stream, &why).await,
+    // A client in a pid namespace of its own asks by its pid there (`name`); the agent's is
+    // found in /proc, on the blocking pool (it may read every process's status).
+    let (pid, name, level) = match (client_level(client_pid), client_pid) {
+        (Err(why), _) => return refuse(stream, &why).await,
+        (Ok(level), Some(client)) if level > 0 => {
+            let found = tokio::task::spawn_blocking(move || resolve_in_namespace(client, pid))
+                .await
+                .unwrap_or_else(|e| Err(format!("pid {pid}: {e}")));
+            match found {
+                Ok(host) => (host, pid, level),
+                Err(why) => return refuse(stream, &why).await,
+            }
+        }
+        (Ok(_), _) => (pid, pid, 0),
     };
     if let Err(why) = may_follow(cred.uid(), client_pid, pid) {
         return refuse(stream, &why).await;
@@ -961,21 +972,11 @@ fn ns_pids_of(pid: u32) -> Vec<u32> {
     ns_pids(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default())
 }
 
-/// The process a client asked for, by the agent's pid and by the client's: where the client is
-/// in a pid namespace below the agent's (a container without the host's pids), it names its
-/// processes by their pids there, and the one it asks for is found among those it may name
-/// so: itself, its children, and its ancestors in its own namespace (a process of the same
-/// depth that is its child or ancestor is in its namespace: a new namespace is always deeper).
-/// Also the client's level: 0 in the agent's namespace (the host's), else its depth below it.
-fn resolve_asked(client_pid: Option<u32>, pid: u32) -> Result<(u32, u32, usize), String> {
-    let Some(client) = client_pid else {
-        return Ok((pid, pid, 0));
-    };
-    let depth = ns_pids_of(client).len();
-    if depth <= 1 {
-        return Ok((pid, pid, 0));
-    }
-    let level = depth - 1;
+/// How many pid namespaces deep the client is below the agent's: 0 in the agent's own (the
+/// host's, where the pids it asks for are the agent's), else its level (at most `NS_LEVELS`).
+fn client_level(client_pid: Option<u32>) -> Result<usize, String> {
+    let depth = client_pid.map_or(1, |client| ns_pids_of(client).len());
+    let level = depth.saturating_sub(1);
     if level > monitor_common::NS_LEVELS {
         return Err(format!(
             "this montrace runs {level} pid namespaces below the agent's; the agent names \
@@ -984,27 +985,47 @@ fn resolve_asked(client_pid: Option<u32>, pid: u32) -> Result<(u32, u32, usize),
             monitor_common::NS_LEVELS
         ));
     }
-    let named = |candidate: u32| {
-        let pids = ns_pids_of(candidate);
-        (pids.len() == depth && pids.last() == Some(&pid)).then_some(candidate)
+    Ok(level)
+}
+
+/// The agent's pid of the process a client in a pid namespace below the agent's (a container
+/// without the host's pids) asks for by its pid there (see docs/security.md). It is looked
+/// for among the client itself and its children (a run's command: no scan of /proc), then
+/// among every descendant of the client's topmost ancestor in its namespace (its siblings:
+/// Python's `monitored` child beside its `montrace attach`). A process of the same depth as
+/// the client is in its namespace when one is the other's ancestor: a new namespace is always
+/// deeper. Any other pid names nothing for the client.
+fn resolve_in_namespace(client: u32, pid: u32) -> Result<u32, String> {
+    let depth = ns_pids_of(client).len();
+    let named = |candidate: &u32| {
+        let pids = ns_pids_of(*candidate);
+        pids.len() == depth && pids.last() == Some(&pid)
     };
-    let mut related = vec![client];
-    related.extend(children_of(client));
-    let mut up = client;
-    while let Some(parent) = parent_of(up).filter(|p| *p > 1 && ns_pids_of(*p).len() == depth) {
-        related.push(parent);
-        up = parent;
+    if let Some(host) = std::iter::once(client)
+        .chain(children_of(client))
+        .find(named)
+    {
+        return Ok(host);
     }
-    related
-        .into_iter()
-        .find_map(named)
-        .map(|host| (host, pid, level))
-        .ok_or_else(|| {
-            format!(
-                "pid {pid}: in a pid namespace of its own montrace may follow only the \
-                 processes it started, itself and its parents there (not pid {pid})"
-            )
-        })
+    let mut top = client;
+    while let Some(parent) = parent_of(top).filter(|p| ns_pids_of(*p).len() == depth) {
+        top = parent;
+    }
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (child, parent) in read_parents() {
+        children.entry(parent).or_default().push(child);
+    }
+    let mut walk = vec![top];
+    while let Some(at) = walk.pop() {
+        if named(&at) {
+            return Ok(at);
+        }
+        walk.extend(children.remove(&at).unwrap_or_default());
+    }
+    Err(format!(
+        "pid {pid}: in a pid namespace of its own montrace may follow only the processes of \
+         that namespace that descend from its topmost ancestor there (not pid {pid})"
+    ))
 }
 
 /// The children of every thread of `pid`, as /proc says now.

@@ -193,6 +193,10 @@ pub struct MarkServer {
     budget: MarkBudget,
     /// Whose identity the socket's files were made with, and are removed with.
     owner: Option<crate::store::userfs::Owner>,
+    /// The sweep of directories killed montraces left ([`MarkServer::bind_in`]): never waited
+    /// for, but by the test that looks at what it removed.
+    #[cfg_attr(not(test), allow(dead_code))]
+    sweep: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MarkServer {
@@ -208,17 +212,29 @@ impl MarkServer {
     /// 0600, both created with `owner`'s identity when given (see `userfs`: the command's user,
     /// the one montrace drops to): that user and root can send marks, other users cannot.
     /// Directories that montraces killed before they could clean up left in `parent` are
-    /// removed first (those the owner may remove).
+    /// removed meanwhile (those the owner may remove).
     pub fn bind_in(
         parent: &Path,
         owner: Option<&crate::store::userfs::Owner>,
     ) -> anyhow::Result<MarkServer> {
         let as_owner =
             |f: &mut dyn FnMut() -> io::Result<()>| crate::store::userfs::as_owner(owner, f);
-        let _ = as_owner(&mut || {
-            remove_stale_dirs(parent);
-            Ok(())
-        });
+        // Off the run's start-up (a directory of thousands of entries takes a while to list),
+        // on a thread of its own, best effort: a run that ends first leaves it to the next.
+        let (sweep_in, sweep_owner) = (parent.to_path_buf(), owner.cloned());
+        let sweep = std::thread::Builder::new()
+            .name("mark-dirs".into())
+            .spawn(move || {
+                // Only on a CPU nothing else wants: the command and montrace's own start first.
+                let idle = libc::sched_param { sched_priority: 0 };
+                // SAFETY: this thread's own policy; a plain struct passed by pointer.
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+                let _ = crate::store::userfs::as_owner(sweep_owner.as_ref(), || {
+                    remove_stale_dirs(&sweep_in);
+                    Ok(())
+                });
+            })
+            .ok();
         let mut made = None;
         as_owner(&mut || {
             made = Some(make_private_dir(
@@ -258,6 +274,7 @@ impl MarkServer {
             first_invalid: None,
             budget: MarkBudget::default(),
             owner: owner.cloned(),
+            sweep,
         };
         server
             .set_up()
@@ -283,6 +300,7 @@ impl MarkServer {
             first_invalid: None,
             budget: MarkBudget::default(),
             owner: owner.cloned(),
+            sweep: None,
         };
         server
             .set_up()
@@ -1160,7 +1178,8 @@ mod tests {
         let more_inside = socket_dir(&format!("montrace-{}-ghijkl", i32::MAX));
         std::fs::write(more_inside.join("notes"), "mine").unwrap();
 
-        let server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        server.sweep.take().unwrap().join().unwrap();
         assert!(!gone.exists(), "{} should be removed", gone.display());
         for kept in [&alive, &other_name, &more_inside] {
             assert!(

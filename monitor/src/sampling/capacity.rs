@@ -43,7 +43,7 @@ impl Capacity {
     /// This process's capacity, read now (the run's processes inherit montrace's cgroup and
     /// affinity). Anything unreadable counts as no limit.
     pub fn read() -> Capacity {
-        let limits = Limits::read();
+        let limits = Limits::get();
         decide(
             limits.host_cores,
             limits.host_memory,
@@ -57,7 +57,7 @@ impl Capacity {
 /// host's root, or a container's own cgroup), if one does: moving the command into a run cgroup
 /// at the top would lift it, so montrace then leaves the command where it is.
 pub fn confining_cgroup() -> Option<String> {
-    let limits = Limits::read();
+    let limits = Limits::get();
     let capacity = decide(
         limits.host_cores,
         limits.host_memory,
@@ -66,8 +66,9 @@ pub fn confining_cgroup() -> Option<String> {
     );
     limits
         .below_top
-        .into_iter()
-        .find(|basis| *basis == capacity.cpu_basis || *basis == capacity.memory_basis)
+        .iter()
+        .find(|basis| **basis == capacity.cpu_basis || **basis == capacity.memory_basis)
+        .cloned()
 }
 
 /// The host's figures and every limit found, with those set below the top of a hierarchy.
@@ -80,9 +81,20 @@ struct Limits {
 }
 
 impl Limits {
+    /// Read once a process: a run asks before its command starts (`confining_cgroup`) and
+    /// when its recorder starts, some 60 files of /proc and the cgroup tree each time, in the
+    /// run's start-up; the limits of montrace's own cgroup do not change under it.
+    fn get() -> &'static Limits {
+        static LIMITS: std::sync::OnceLock<Limits> = std::sync::OnceLock::new();
+        LIMITS.get_or_init(Limits::read)
+    }
+
     fn read() -> Limits {
-        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let host_cores = online_cpus().unwrap_or(online) as f64;
+        // std's available_parallelism reads the cgroup tree for a quota too: only if sysconf
+        // fails.
+        let host_cores = online_cpus()
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            as f64;
         let host_memory = std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|t| mem_total(&t))

@@ -226,9 +226,12 @@ impl MarkServer {
             .name("mark-dirs".into())
             .spawn(move || {
                 // Only on a CPU nothing else wants: the command and montrace's own start first.
-                let idle = libc::sched_param { sched_priority: 0 };
-                // SAFETY: this thread's own policy; a plain struct passed by pointer.
-                unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+                // SAFETY: a zeroed sched_param (priority 0, as SCHED_IDLE needs; musl's has
+                // more fields than glibc's) for this thread's own policy.
+                unsafe {
+                    let idle: libc::sched_param = std::mem::zeroed();
+                    libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle);
+                }
                 let _ = crate::store::userfs::as_owner(sweep_owner.as_ref(), || {
                     remove_stale_dirs(&sweep_in);
                     Ok(())

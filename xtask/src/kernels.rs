@@ -110,12 +110,6 @@ pub const SUBSET: &[(&str, &str)] = &[
         "kubernetes",
         "a_run_in_a_pid_namespace_of_its_own_is_exact_in_its_own_pids",
     ),
-    // A real Slurm cluster with CgroupPlugin=cgroup/v2, which the VM's cgroup v2 gets (the host
-    // here is v1): the job's memory limit kills the allocator, the run still exact.
-    (
-        "slurm",
-        "a_job_killed_by_its_memory_limit_and_one_that_cannot_be_recorded_both_run",
-    ),
 ];
 
 /// `$MONTRACE_KERNEL_TESTS`: only the tests of [`SUBSET`] whose `file::test` contains one of its

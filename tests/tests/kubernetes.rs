@@ -13,6 +13,19 @@ use tests::{
     montrace_bin, read_json, read_processes, run_timeout, run_with_timeout, users::TestUser,
 };
 
+/// run.json of the run in `out`, which the kernel's events recorded (through the agent).
+fn exact_run_json(out: &Path, run: &tests::Finished) -> serde_json::Value {
+    let info = read_json(&out.join("run.json")).unwrap();
+    assert!(
+        matches!(
+            info["tracking_mode"].as_str(),
+            Some("tp_btf" | "tracepoint")
+        ),
+        "{info}\n{run:?}"
+    );
+    info
+}
+
 fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
 }
@@ -237,14 +250,7 @@ fn the_daemonsets_agent_serves_a_pods_run_with_the_manifests_capabilities_only()
     let stopped = agent_process.wait_with_output().unwrap();
     assert_eq!(run.code(), 0, "{run:?}\nagent: {stopped:?}");
     assert!(stopped.status.success(), "{stopped:?}");
-    let info = read_json(&out.join("run.json")).unwrap();
-    assert!(
-        matches!(
-            info["tracking_mode"].as_str(),
-            Some("tp_btf" | "tracepoint")
-        ),
-        "{info}\n{run:?}"
-    );
+    let info = exact_run_json(&out, &run);
     let rows = read_processes(&out);
     // sh, seq and 20 /bin/true: each once, as only the kernel's events give.
     assert_eq!(rows.len(), 22, "{run:?}");
@@ -301,14 +307,7 @@ fn a_run_in_a_pid_namespace_of_its_own_is_exact_in_its_own_pids() {
     let run = run_with_timeout(&mut cmd, run_timeout());
     assert_eq!(run.code(), 0, "{run:?}");
     assert!(!run.stderr.contains("polling"), "{run:?}");
-    let info = read_json(&out.join("run.json")).unwrap();
-    assert!(
-        matches!(
-            info["tracking_mode"].as_str(),
-            Some("tp_btf" | "tracepoint")
-        ),
-        "{info}\n{run:?}"
-    );
+    let info = exact_run_json(&out, &run);
     // Its own pid namespace: the command's shell is a low pid there (montrace is 1).
     let said: Vec<u32> = run
         .stdout

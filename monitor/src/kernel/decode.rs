@@ -572,16 +572,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn decodes_fork() {
-        let e = ForkEvent {
+    /// `make` (pid 42) forked by pid 7, with these pids in pid namespaces.
+    fn fork_event(ns_pids: [u32; 4]) -> ForkEvent {
+        ForkEvent {
             header: header(kind::FORK),
             parent_pid: 7,
             ns_level: 0,
             parent_start_ns: 9,
             comm: comm("make"),
-            ns_pids: [0; 4],
-        };
+            ns_pids,
+        }
+    }
+
+    #[test]
+    fn decodes_fork() {
+        let e = fork_event([0; 4]);
         assert_eq!(
             decode(&bytes_of(&e), 4096).unwrap(),
             KernelEvent::Fork {
@@ -597,14 +602,7 @@ mod tests {
     /// An older agent's fork record ends before `ns_pids`: read with them 0; shorter is refused.
     #[test]
     fn decodes_a_fork_record_without_the_namespace_pids() {
-        let e = ForkEvent {
-            header: header(kind::FORK),
-            parent_pid: 7,
-            ns_level: 0,
-            parent_start_ns: 9,
-            comm: comm("make"),
-            ns_pids: [5, 6, 0, 0],
-        };
+        let e = fork_event([5, 6, 0, 0]);
         let whole = bytes_of(&e);
         let short = &whole[..monitor_common::FORK_EVENT_SHORT_LEN];
         assert_eq!(short.len(), 56);

@@ -11,13 +11,29 @@ use serde::{Deserialize, Serialize};
 pub struct Step {
     pub pid: u32,
     pub command: String,
-    /// Seconds after the command started.
+    /// Seconds after the command's exec (an attach: the attach).
     pub start_s: f64,
     pub duration_s: f64,
     pub cpu_s: f64,
     /// Waiting for a CPU and blocked (D state), when known (BTF tracepoints).
     pub run_queue_s: Option<f64>,
     pub blocked_s: Option<f64>,
+}
+
+#[cfg(test)]
+impl Step {
+    /// A step of `pid` at `start_s`, lasting `duration_s`, with no other figures.
+    pub fn at(pid: u32, start_s: f64, duration_s: f64) -> Step {
+        Step {
+            pid,
+            command: String::new(),
+            start_s,
+            duration_s,
+            cpu_s: 0.0,
+            run_queue_s: None,
+            blocked_s: None,
+        }
+    }
 }
 
 /// run.json `time`: where the command's wall time went.

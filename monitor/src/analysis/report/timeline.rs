@@ -923,15 +923,7 @@ mod tests {
                 .info
                 .unwrap();
         let origin = data.processes[0].start_ns;
-        let step = |pid: u32, start_ns: i64| Step {
-            pid,
-            command: String::new(),
-            start_s: (start_ns - origin) as f64 / 1e9,
-            duration_s: 1.0,
-            cpu_s: 0.0,
-            run_queue_s: None,
-            blocked_s: None,
-        };
+        let step = |pid: u32, start_ns: i64| Step::at(pid, (start_ns - origin) as f64 / 1e9, 1.0);
         let start = |pid: u32| data.processes[pid as usize - 1].start_ns;
         info.time = Some(TimeAnalysis {
             critical_path: vec![

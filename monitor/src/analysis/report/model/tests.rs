@@ -561,15 +561,7 @@ fn critical_path_steps_count_from_the_exec_and_tell_reused_pids_apart() {
         ..Default::default()
     };
     let exec_ns = 1_000 * MS + 30 * MS + 7;
-    let step = |pid: u32, start_ns: i64| Step {
-        pid,
-        command: String::new(),
-        start_s: (start_ns - exec_ns) as f64 / 1e9,
-        duration_s: 0.01,
-        cpu_s: 0.0,
-        run_queue_s: None,
-        blocked_s: None,
-    };
+    let step = |pid: u32, start_ns: i64| Step::at(pid, (start_ns - exec_ns) as f64 / 1e9, 0.01);
     let mut info = crate::analysis::report::load::load(&crate::analysis::report::tests::fixture())
         .unwrap()
         .info

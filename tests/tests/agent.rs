@@ -1053,3 +1053,56 @@ fn an_ordinary_users_bench_records_every_repetition_through_the_agent() {
         }
     }
 }
+
+/// SO_PEERCRED names the process that connected, which may hand the connection to a child and
+/// exit before the request is read: its pid then names nothing, or a process that started
+/// later. The agent never takes such a client for one in the host's pid namespace (where the
+/// pid it asks for would be a host pid): it is refused, for a process of its own too.
+#[test]
+fn a_client_whose_connecting_process_is_gone_is_refused() {
+    let agent = Agent::start();
+    let user = TestUser::create("agx");
+    let handoff = r#"
+import os, socket, subprocess, sys, time
+target = subprocess.Popen(["sleep", "30"])
+s = socket.socket(socket.AF_UNIX)
+r, w = os.pipe()
+if os.fork() == 0:
+    # The child: waits until the process that connected is gone, then asks.
+    os.close(w)
+    os.read(r, 1)
+    time.sleep(0.2)
+    s.sendall(('{"version":3,"follow":%d}\n' % target.pid).encode())
+    reply = b""
+    while not reply.endswith(b"\n"):
+        chunk = s.recv(1)
+        if not chunk:
+            break
+        reply += chunk
+    with open(sys.argv[2] + ".tmp", "w") as out:
+        out.write(reply.decode().strip())
+    os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+    target.kill()
+    os._exit(0)
+# The parent connects, then exits at once (its child is re-parented and carries on).
+s.connect(sys.argv[1])
+os.close(r)
+os.close(w)
+"#;
+    let answer = user.home.join("answer");
+    let mut cmd = user.command("python3");
+    cmd.args(["-c", handoff]).arg(&agent.socket).arg(&answer);
+    let run = run_with_timeout(&mut cmd, run_timeout());
+    assert_eq!(run.code(), 0, "{run:?}");
+    // The child's answer comes after its parent exited.
+    let deadline = std::time::Instant::now() + run_timeout();
+    while !answer.exists() {
+        assert!(std::time::Instant::now() < deadline, "no answer: {run:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let said = std::fs::read_to_string(&answer).unwrap();
+    assert!(
+        said.contains("\"ok\":false") && said.contains("is gone"),
+        "{said}"
+    );
+}

@@ -406,3 +406,25 @@ child.kill()
         "{said}"
     );
 }
+
+/// The agent itself outside the node's pid namespace (a DaemonSet without `hostPID`) would name
+/// processes by pids the kernel's events do not use: it refuses to start, and says what to do.
+#[test]
+fn an_agent_outside_the_hosts_pid_namespace_refuses_to_start() {
+    tests::require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", "--"])
+        .arg(montrace_bin())
+        .arg("agent")
+        .arg("--socket")
+        .arg(&socket);
+    let run = run_with_timeout(&mut cmd, run_timeout());
+    assert_ne!(run.code(), 0, "{run:?}");
+    assert!(
+        run.stderr.contains("hostPID: true") && run.stderr.contains("host's pid namespace"),
+        "{run:?}"
+    );
+    assert!(!socket.exists());
+}

@@ -106,10 +106,23 @@ pub fn socket_path(given: Option<PathBuf>) -> PathBuf {
 
 /// Why this process cannot be the agent, if it cannot.
 pub fn cannot_serve() -> Option<&'static str> {
-    (!host::can_load_ebpf()).then_some(
-        "the agent loads montrace's eBPF programs for every user: start it as root (`sudo \
-         montrace agent`, or the systemd unit in dist/montrace-agent.service)",
+    if !host::can_load_ebpf() {
+        return Some(
+            "the agent loads montrace's eBPF programs for every user: start it as root (`sudo \
+             montrace agent`, or the systemd unit in dist/montrace-agent.service)",
+        );
+    }
+    (!in_host_pid_namespace()).then_some(
+        "the agent names processes by the host's pids, as the kernel's events do: start it in \
+         the host's pid namespace (Kubernetes `hostPID: true`, `docker run --pid=host`)",
     )
+}
+
+/// Whether this process is in the host's (the initial) pid namespace, whose inode the kernel
+/// fixes (`PROC_PID_INIT_INO`).
+fn in_host_pid_namespace() -> bool {
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() == PROC_PID_INIT_INO)
 }
 
 /// Loads the programs and serves clients until SIGTERM or SIGINT; then the programs go.
@@ -258,6 +271,8 @@ struct Shared {
     writing: bool,
     /// History answers under way, by uid.
     answering: HashMap<u32, usize>,
+    /// Pid look-ups for clients in pid namespaces of their own under way, by uid.
+    resolving: HashMap<u32, usize>,
     /// Told when a client starts being followed: the loop then starts its drain timer (its
     /// branch's condition is looked at only when the loop comes round); and when a client ends
     /// or nudges: the loop then drains the ring at once (and answers the one that ended).
@@ -330,6 +345,7 @@ async fn serve(
         recorder,
         writing: false,
         answering: HashMap::new(),
+        resolving: HashMap::new(),
         following: Rc::new(Notify::new()),
         ledger: LossLedger::default(),
         ending: Vec::new(),
@@ -353,6 +369,7 @@ async fn serve(
                     continue;
                 };
                 next_id += 1;
+                let accepted_boot_ns = crate::host::boottime_ns();
                 let Ok(cred) = stream.peer_cred() else { continue };
                 let uid = cred.uid();
                 if Rc::strong_count(&connections) > MAX_CLIENTS {
@@ -370,7 +387,7 @@ async fn serve(
                 let counted = Rc::clone(&connections);
                 let shared = Rc::clone(&shared);
                 tokio::task::spawn_local(async move {
-                    client(stream, cred, next_id, shared).await;
+                    client(stream, (cred, accepted_boot_ns), next_id, shared).await;
                     drop(counted);
                 });
             }
@@ -512,7 +529,7 @@ async fn answer(to: &mut (impl tokio::io::AsyncWrite + Unpin), reply: &Reply) ->
 /// closes the connection (or is cut); its tree untracked at the end whatever happened.
 async fn client(
     mut stream: UnixStream,
-    cred: tokio::net::unix::UCred,
+    (cred, accepted_boot_ns): (tokio::net::unix::UCred, u64),
     id: ClientId,
     shared: Rc<RefCell<Shared>>,
 ) {
@@ -541,22 +558,37 @@ async fn client(
         return;
     };
     let client_pid = cred.pid().map(|p| p as u32);
+    let socket = std::os::fd::AsFd::as_fd(&stream);
+    let (client_fd, level) = match client_level(socket, client_pid, accepted_boot_ns) {
+        Ok(found) => found,
+        Err(why) => return refuse(stream, &why).await,
+    };
     // A client in a pid namespace of its own asks by its pid there (`name`); the agent's is
-    // found in /proc, on the blocking pool (it may read every process's status).
-    let (pid, name, level) = match (client_level(client_pid), client_pid) {
-        (Err(why), _) => return refuse(stream, &why).await,
-        (Ok(level), Some(client)) if level > 0 => {
+    // found in /proc, on the blocking pool (it may read every process's status), a few at a
+    // time.
+    let (pid, name) = match (level, client_pid) {
+        (1.., Some(client)) => {
+            let Some(_turn) = Resolving::start(&shared, cred.uid()) else {
+                return refuse(
+                    stream,
+                    "the agent looks up as many pids as it may at once; try again",
+                )
+                .await;
+            };
             let found = tokio::task::spawn_blocking(move || resolve_in_namespace(client, pid))
                 .await
                 .unwrap_or_else(|e| Err(format!("pid {pid}: {e}")));
             match found {
-                Ok(host) => (host, pid, level),
+                Ok(host) => (host, pid),
                 Err(why) => return refuse(stream, &why).await,
             }
         }
-        (Ok(_), _) => (pid, pid, 0),
+        _ => (pid, pid),
     };
-    if let Err(why) = may_follow(cred.uid(), client_pid, pid) {
+    let named = (level > 0).then_some((level + 1, name));
+    let checked = may_follow(cred.uid(), client_pid, pid, named)
+        .and_then(|()| client_still_there(&client_fd));
+    if let Err(why) = checked {
         return refuse(stream, &why).await;
     }
     let wake = Rc::new(Notify::new());
@@ -631,19 +663,12 @@ async fn follow_existing(
                 &parents,
                 &followed,
                 &skipped,
-                |pid| match may_follow_descendant(uid, pid) {
+                |pid| match may_follow_descendant(uid, pid, level) {
                     Follow::Gone => None,
                     Follow::No => Some(false),
-                    Follow::Yes => {
-                        // Named as the client names it: by its pid at the client's level.
-                        let name = match level {
-                            0 => Some(pid),
-                            _ => ns_pids_of(pid).get(level).copied(),
-                        };
-                        Some(name.is_some_and(|name| {
-                            s.routes.add_root(id, pid, name).is_ok() && s.probes.track(pid).is_ok()
-                        }))
-                    }
+                    Follow::Yes(name) => Some(
+                        s.routes.add_root(id, pid, name).is_ok() && s.probes.track(pid).is_ok(),
+                    ),
                 },
             )
         };
@@ -668,7 +693,8 @@ fn read_parents() -> HashMap<u32, u32> {
 /// Whether a process of a tree the client follows may be followed for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Follow {
-    Yes,
+    /// Yes, by this name (its pid in the client's pid namespace).
+    Yes(u32),
     No,
     /// It ended before it could be checked.
     Gone,
@@ -720,8 +746,17 @@ fn walk_tree(
 /// [`may_follow`] for a descendant of a followed root: root's clients may follow any; another
 /// user only a process all of whose uids are theirs and whose /proc directory is theirs (not a
 /// set-uid or otherwise non-dumpable image), checked through a pidfd.
-fn may_follow_descendant(uid: u32, pid: u32) -> Follow {
+fn may_follow_descendant(uid: u32, pid: u32, level: usize) -> Follow {
     let Ok(pidfd) = crate::host::pidfd_open(pid) else {
+        return Follow::Gone;
+    };
+    // What the client calls it: its pid at the client's level (read before the pidfd is asked
+    // whether the process still lives, so that it is this process's).
+    let name = match level {
+        0 => Some(pid),
+        _ => ns_pids_of(pid).get(level).copied(),
+    };
+    let Some(name) = name else {
         return Follow::Gone;
     };
     if uid != 0 {
@@ -741,7 +776,7 @@ fn may_follow_descendant(uid: u32, pid: u32) -> Follow {
     if exited(&pidfd) {
         Follow::Gone
     } else {
-        Follow::Yes
+        Follow::Yes(name)
     }
 }
 
@@ -972,11 +1007,44 @@ fn ns_pids_of(pid: u32) -> Vec<u32> {
     ns_pids(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default())
 }
 
-/// How many pid namespaces deep the client is below the agent's: 0 in the agent's own (the
-/// host's, where the pids it asks for are the agent's), else its level (at most `NS_LEVELS`).
-fn client_level(client_pid: Option<u32>) -> Result<usize, String> {
-    let depth = client_pid.map_or(1, |client| ns_pids_of(client).len());
-    let level = depth.saturating_sub(1);
+/// The process that connected, held by a pidfd, and how many pid namespaces deep it is below
+/// the agent's: 0 in the agent's own (the host's, where the pids it asks for are the agent's),
+/// else its level (at most `NS_LEVELS`). The pidfd is the kernel's SO_PEERPIDFD where it has
+/// one (Linux 6.5): the very process that connected. Elsewhere it is opened on SO_PEERCRED's
+/// pid, and a process that started after the connection was accepted holds a reused pid: the
+/// client is gone, refused. What /proc says of the client (its `NSpid`, read here; its parent,
+/// read by the checks) is about it only while the pidfd has not exited ([`client_still_there`]).
+/// A client that is gone, or whose namespaces cannot be read, is refused: never taken to be in
+/// the host's namespace.
+fn client_level(
+    socket: std::os::fd::BorrowedFd<'_>,
+    client_pid: Option<u32>,
+    accepted_boot_ns: u64,
+) -> Result<(std::os::fd::OwnedFd, usize), String> {
+    const GONE: &str = "the process that connected is gone (a client stays until it is answered)";
+    let client = client_pid.ok_or("the agent cannot tell which process connected")?;
+    let pidfd = match peer_pidfd(socket) {
+        Some(pidfd) => pidfd,
+        None => {
+            let pidfd = crate::host::pidfd_open(client).map_err(|_| GONE)?;
+            // Its start, to the clock tick (10 ms) below it: later than the accept, then later
+            // than the connection.
+            let started = std::fs::read_to_string(format!("/proc/{client}/stat"))
+                .ok()
+                .and_then(|stat| crate::sampling::procstat::parse_stat_start_ticks(&stat))
+                .map(|ticks| ticks * crate::host::tick_ns());
+            if started.is_none_or(|started| started > accepted_boot_ns) {
+                return Err(GONE.into());
+            }
+            pidfd
+        }
+    };
+    let status = std::fs::read_to_string(format!("/proc/{client}/status")).unwrap_or_default();
+    let depth = ns_pids(&status).len();
+    if depth == 0 || exited(&pidfd) {
+        return Err(GONE.into());
+    }
+    let level = depth - 1;
     if level > monitor_common::NS_LEVELS {
         return Err(format!(
             "this montrace runs {level} pid namespaces below the agent's; the agent names \
@@ -985,7 +1053,80 @@ fn client_level(client_pid: Option<u32>) -> Result<usize, String> {
             monitor_common::NS_LEVELS
         ));
     }
-    Ok(level)
+    Ok((pidfd, level))
+}
+
+/// SO_PEERPIDFD: a pidfd of the process that connected (Linux 6.5 and later), None where the
+/// kernel has no such option or the process is gone.
+fn peer_pidfd(socket: std::os::fd::BorrowedFd<'_>) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _};
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `fd`.
+    let got = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: a new descriptor the kernel made for us, owned from here on.
+    (got == 0 && fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether the client's process is still the one that connected: what was read of it in /proc
+/// meanwhile (its namespace, its children, its parent) was about it.
+fn client_still_there(client: &std::os::fd::OwnedFd) -> Result<(), String> {
+    match exited(client) {
+        true => Err("the process that connected exited while it was checked".into()),
+        false => Ok(()),
+    }
+}
+
+/// How far up a client's ancestors in its namespace are looked for (a chain of processes,
+/// each the parent of the next: a shell's loop of subshells is a few dozen).
+const MAX_ANCESTORS: usize = 4096;
+/// Pid look-ups for clients in pid namespaces of their own ([`resolve_in_namespace`], which may
+/// read every process's status) under way at once, over all users and by one user: more are
+/// refused, so that asking cannot keep the agent's blocking pool busy.
+const MAX_RESOLVING: usize = 4;
+const MAX_RESOLVING_PER_USER: usize = 2;
+
+/// One look-up under way, counted in [`Shared::resolving`] while it lives.
+struct Resolving {
+    shared: Rc<RefCell<Shared>>,
+    uid: u32,
+}
+
+impl Resolving {
+    /// A turn for `uid`'s look-up, or None when there is no room.
+    fn start(shared: &Rc<RefCell<Shared>>, uid: u32) -> Option<Resolving> {
+        let mut s = shared.borrow_mut();
+        let total: usize = s.resolving.values().sum();
+        let mine = s.resolving.get(&uid).copied().unwrap_or(0);
+        if total >= MAX_RESOLVING || mine >= MAX_RESOLVING_PER_USER {
+            return None;
+        }
+        *s.resolving.entry(uid).or_default() += 1;
+        Some(Resolving {
+            shared: Rc::clone(shared),
+            uid,
+        })
+    }
+}
+
+impl Drop for Resolving {
+    fn drop(&mut self) {
+        let mut s = self.shared.borrow_mut();
+        if let Some(n) = s.resolving.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                s.resolving.remove(&self.uid);
+            }
+        }
+    }
 }
 
 /// The agent's pid of the process a client in a pid namespace below the agent's (a container
@@ -1008,8 +1149,11 @@ fn resolve_in_namespace(client: u32, pid: u32) -> Result<u32, String> {
         return Ok(host);
     }
     let mut top = client;
-    while let Some(parent) = parent_of(top).filter(|p| ns_pids_of(*p).len() == depth) {
-        top = parent;
+    for _ in 0..MAX_ANCESTORS {
+        match parent_of(top).filter(|p| *p != top && ns_pids_of(*p).len() == depth) {
+            Some(parent) => top = parent,
+            None => break,
+        }
     }
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for (child, parent) in read_parents() {
@@ -1050,9 +1194,23 @@ fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// Whether the client (`uid`, `client_pid` from SO_PEERCRED) may follow `pid` (see the module).
-fn may_follow(uid: u32, client_pid: Option<u32>, pid: u32) -> Result<(), String> {
+/// `named`: for a client in a pid namespace of its own, its depth and the pid it asked for,
+/// which the process under the pidfd must still have (it was found in /proc before the pidfd
+/// was opened, and its pid may have been reused since).
+fn may_follow(
+    uid: u32,
+    client_pid: Option<u32>,
+    pid: u32,
+    named: Option<(usize, u32)>,
+) -> Result<(), String> {
     let pidfd = crate::host::pidfd_open(pid)
         .map_err(|e| format!("pid {pid}: no such process to follow ({e})"))?;
+    if let Some((depth, asked)) = named {
+        let pids = ns_pids_of(pid);
+        if pids.len() != depth || pids.last() != Some(&asked) {
+            return Err(format!("pid {asked} exited while it was checked"));
+        }
+    }
     if uid != 0 {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .map_err(|e| format!("pid {pid}: {e}"))?;

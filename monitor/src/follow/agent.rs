@@ -558,9 +558,10 @@ fn read_header(record: &[u8]) -> Option<EventHeader> {
 
 /// `record` (of process `name`, whose parent, for a fork, is `parent_name`) as a client in the
 /// pid namespace at `level` names processes: by their pids there. A thread's id (an exec's
-/// `old_tid`, an exit's `tid`) that is not the process's own is not known there: 0. A fork's
-/// namespace pids count from the client's namespace, as if it were the host's: the pids of the
-/// namespaces above it are not the client's to see.
+/// `old_tid`, an exit's `tid`) that is not the process's own is not known there: 0. An exit's
+/// uid and cgroup are the host's (a user namespace's mapping, the node's cgroup tree), not the
+/// client's to see: 0. A fork's namespace pids count from the client's namespace, as if it were
+/// the host's: the pids of the namespaces above it are not the client's to see either.
 pub fn renamed(record: &[u8], level: usize, name: u32, parent_name: u32) -> Vec<u8> {
     use monitor_common::{ExecEvent, ExitEvent, ForkEvent, NS_LEVELS};
     use std::mem::offset_of;
@@ -606,6 +607,11 @@ pub fn renamed(record: &[u8], level: usize, name: u32, parent_name: u32) -> Vec<
             let at = offset_of!(ExitEvent, tid);
             let tid = thread(get(&out, at));
             put(&mut out, at, tid);
+            // The host's uid (a user namespace's mapping) and cgroup are not the client's.
+            put(&mut out, offset_of!(ExitEvent, uid), 0);
+            let cgroup = offset_of!(ExitEvent, cgroup_id);
+            put(&mut out, cgroup, 0);
+            put(&mut out, cgroup + 4, 0);
         }
         _ => {}
     }
@@ -1085,8 +1091,10 @@ mod tests {
         exit.header = header(kind::EXIT, 5001);
         exit.tid = 5001;
         exit.utime_ns = 77;
+        (exit.uid, exit.cgroup_id) = (100_000, 9_999);
         let seen: ExitEvent = unsafe_read(&routes.route_named(&bytes(&exit)).unwrap().1.unwrap());
         assert_eq!((seen.header.pid, seen.tid, seen.utime_ns), (3, 3, 77));
+        assert_eq!((seen.uid, seen.cgroup_id), (0, 0));
 
         // Level 2: its child's pid is the second of the record's.
         let (client, renamed) = routes

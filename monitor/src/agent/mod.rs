@@ -264,15 +264,15 @@ struct Shared {
     /// The most bytes an outbox may hold (`--client-buffer`).
     outbox_limit: usize,
     /// Connections that have not asked yet, by uid.
-    asking: HashMap<u32, usize>,
+    asking: PerUser,
     /// The flight recorder, when it is on.
     recorder: Option<Recorder>,
     /// A recorder's file being written (one at a time).
     writing: bool,
     /// History answers under way, by uid.
-    answering: HashMap<u32, usize>,
+    answering: PerUser,
     /// Pid look-ups for clients in pid namespaces of their own under way, by uid.
-    resolving: HashMap<u32, usize>,
+    resolving: PerUser,
     /// Told when a client starts being followed: the loop then starts its drain timer (its
     /// branch's condition is looked at only when the loop comes round); and when a client ends
     /// or nudges: the loop then drains the ring at once (and answers the one that ended).
@@ -321,6 +321,67 @@ impl Shared {
     }
 }
 
+/// How many of something (connections still to ask, history answers, pid look-ups) each user
+/// has under way.
+#[derive(Debug, Default)]
+struct PerUser(HashMap<u32, usize>);
+
+impl PerUser {
+    /// Counts one more of `uid`'s when the total stays within `max` and the user's within
+    /// `per_user`; whether it did.
+    fn try_add(&mut self, uid: u32, (max, per_user): (usize, usize)) -> bool {
+        let total: usize = self.0.values().sum();
+        let mine = self.0.get(&uid).copied().unwrap_or(0);
+        let room = total < max && mine < per_user;
+        if room {
+            *self.0.entry(uid).or_default() += 1;
+        }
+        room
+    }
+
+    fn remove(&mut self, uid: u32) {
+        if let Some(n) = self.0.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.0.remove(&uid);
+            }
+        }
+    }
+}
+
+/// One of a user's turns in one of [`Shared`]'s [`PerUser`] counts, given back when dropped
+/// (whichever way the task holding it ends).
+struct Turn {
+    shared: Rc<RefCell<Shared>>,
+    uid: u32,
+    of: fn(&mut Shared) -> &mut PerUser,
+}
+
+impl Turn {
+    /// A turn for `uid` in the count `of`, within `limits` (all users', one user's); None when
+    /// there is no room.
+    fn take(
+        shared: &Rc<RefCell<Shared>>,
+        uid: u32,
+        of: fn(&mut Shared) -> &mut PerUser,
+        limits: (usize, usize),
+    ) -> Option<Turn> {
+        of(&mut shared.borrow_mut())
+            .try_add(uid, limits)
+            .then(|| Turn {
+                shared: Rc::clone(shared),
+                uid,
+                of,
+            })
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        (self.of)(&mut self.shared.borrow_mut()).remove(self.uid);
+    }
+}
+
 async fn serve(
     listener: std::os::unix::net::UnixListener,
     ring: aya::maps::RingBuf<aya::maps::MapData>,
@@ -341,11 +402,11 @@ async fn serve(
         routes: Routes::default(),
         clients: HashMap::new(),
         outbox_limit,
-        asking: HashMap::new(),
+        asking: PerUser::default(),
         recorder,
         writing: false,
-        answering: HashMap::new(),
-        resolving: HashMap::new(),
+        answering: PerUser::default(),
+        resolving: PerUser::default(),
         following: Rc::new(Notify::new()),
         ledger: LossLedger::default(),
         ending: Vec::new(),
@@ -377,17 +438,17 @@ async fn serve(
                         may at once; try again later"));
                     continue;
                 }
-                let asking = *shared.borrow().asking.get(&uid).unwrap_or(&0);
-                if asking >= MAX_ASKING_PER_USER {
+                let asking = Turn::take(&shared, uid, |s| &mut s.asking,
+                    (usize::MAX, MAX_ASKING_PER_USER));
+                let Some(asking) = asking else {
                     tokio::task::spawn_local(refuse(stream, "too many connections of your user \
                         are waiting to ask; try again later"));
                     continue;
-                }
-                *shared.borrow_mut().asking.entry(uid).or_default() += 1;
+                };
                 let counted = Rc::clone(&connections);
                 let shared = Rc::clone(&shared);
                 tokio::task::spawn_local(async move {
-                    client(stream, (cred, accepted_boot_ns), next_id, shared).await;
+                    client(stream, (cred, accepted_boot_ns), asking, next_id, shared).await;
                     drop(counted);
                 });
             }
@@ -530,19 +591,12 @@ async fn answer(to: &mut (impl tokio::io::AsyncWrite + Unpin), reply: &Reply) ->
 async fn client(
     mut stream: UnixStream,
     (cred, accepted_boot_ns): (tokio::net::unix::UCred, u64),
+    asking: Turn,
     id: ClientId,
     shared: Rc<RefCell<Shared>>,
 ) {
     let asked = tokio::time::timeout(REQUEST_WAIT, read_request(&mut stream)).await;
-    {
-        let mut s = shared.borrow_mut();
-        if let Some(n) = s.asking.get_mut(&cred.uid()) {
-            *n -= 1;
-            if *n == 0 {
-                s.asking.remove(&cred.uid());
-            }
-        }
-    }
+    drop(asking);
     let request = match asked {
         Ok(Ok(request)) => request,
         Ok(Err(why)) => return refuse(stream, &why).await,
@@ -559,25 +613,28 @@ async fn client(
     };
     let client_pid = cred.pid().map(|p| p as u32);
     let socket = std::os::fd::AsFd::as_fd(&stream);
-    let (client_fd, level) = match client_level(socket, client_pid, accepted_boot_ns) {
+    let (client_fd, client_ns) = match client_level(socket, client_pid, accepted_boot_ns) {
         Ok(found) => found,
         Err(why) => return refuse(stream, &why).await,
     };
+    let level = client_ns.len() - 1;
     // A client in a pid namespace of its own asks by its pid there (`name`); the agent's is
     // found in /proc, on the blocking pool (it may read every process's status), a few at a
     // time.
     let (pid, name) = match (level, client_pid) {
         (1.., Some(client)) => {
-            let Some(_turn) = Resolving::start(&shared, cred.uid()) else {
+            let limits = (MAX_RESOLVING, MAX_RESOLVING_PER_USER);
+            let Some(_turn) = Turn::take(&shared, cred.uid(), |s| &mut s.resolving, limits) else {
                 return refuse(
                     stream,
                     "the agent looks up as many pids as it may at once; try again",
                 )
                 .await;
             };
-            let found = tokio::task::spawn_blocking(move || resolve_in_namespace(client, pid))
-                .await
-                .unwrap_or_else(|e| Err(format!("pid {pid}: {e}")));
+            let found =
+                tokio::task::spawn_blocking(move || resolve_in_namespace(client, &client_ns, pid))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("pid {pid}: {e}")));
             match found {
                 Ok(host) => (host, pid),
                 Err(why) => return refuse(stream, &why).await,
@@ -750,18 +807,20 @@ fn may_follow_descendant(uid: u32, pid: u32, level: usize) -> Follow {
     let Ok(pidfd) = crate::host::pidfd_open(pid) else {
         return Follow::Gone;
     };
-    // What the client calls it: its pid at the client's level (read before the pidfd is asked
-    // whether the process still lives, so that it is this process's).
+    // Read once, for both what follows (before the pidfd is asked whether the process still
+    // lives, so that it is this process's).
+    let status = (level > 0 || uid != 0).then(|| status_of(pid));
+    let status = status.as_deref().unwrap_or_default();
+    // What the client calls it: its pid at the client's level.
     let name = match level {
         0 => Some(pid),
-        _ => ns_pids_of(pid).get(level).copied(),
+        _ => ns_pids(status).get(level).copied(),
     };
     let Some(name) = name else {
         return Follow::Gone;
     };
     if uid != 0 {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
-        let facts = status.as_deref().and_then(ProcessFacts::parse);
+        let facts = ProcessFacts::parse(status);
         let owner = std::fs::metadata(format!("/proc/{pid}"))
             .ok()
             .map(|m| m.uid());
@@ -894,23 +953,14 @@ async fn answer_history(
     if until_ns < question.since_ns {
         return refuse(stream, "--until is before --since").await;
     }
-    let room = {
-        let mut s = shared.borrow_mut();
-        let total: usize = s.answering.values().sum();
-        let mine = s.answering.get(&uid).copied().unwrap_or(0);
-        let room = total < MAX_HISTORY_ANSWERS && mine < MAX_HISTORY_ANSWERS_PER_USER;
-        if room {
-            *s.answering.entry(uid).or_default() += 1;
-        }
-        room
-    };
-    if !room {
+    let limits = (MAX_HISTORY_ANSWERS, MAX_HISTORY_ANSWERS_PER_USER);
+    let Some(answering) = Turn::take(&shared, uid, |s| &mut s.answering, limits) else {
         return refuse(
             stream,
             "the agent answers as many history questions as it may at once; try again",
         )
         .await;
-    }
+    };
     let ask = query::Ask {
         uid,
         since_ns: question.since_ns,
@@ -947,15 +997,7 @@ async fn answer_history(
         }
     };
     let result: Result<(), String> = wrote.await;
-    {
-        let mut s = shared.borrow_mut();
-        if let Some(n) = s.answering.get_mut(&uid) {
-            *n -= 1;
-            if *n == 0 {
-                s.answering.remove(&uid);
-            }
-        }
-    }
+    drop(answering);
     if let Err(why) = result {
         if !why.is_empty() {
             refuse(stream, &why).await;
@@ -1003,13 +1045,18 @@ fn ns_pids(status: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-fn ns_pids_of(pid: u32) -> Vec<u32> {
-    ns_pids(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default())
+/// /proc/PID/status as it is now; empty when it cannot be read (a process gone).
+fn status_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
 }
 
-/// The process that connected, held by a pidfd, and how many pid namespaces deep it is below
-/// the agent's: 0 in the agent's own (the host's, where the pids it asks for are the agent's),
-/// else its level (at most `NS_LEVELS`). The pidfd is the kernel's SO_PEERPIDFD where it has
+fn ns_pids_of(pid: u32) -> Vec<u32> {
+    ns_pids(&status_of(pid))
+}
+
+/// The process that connected, held by a pidfd, and its pids in each pid namespace from the
+/// agent's down to its own (`NSpid`): one in the agent's own (the host's, where the pids it
+/// asks for are the agent's), more below it (a level of at most `NS_LEVELS`). The pidfd is the kernel's SO_PEERPIDFD where it has
 /// one (Linux 6.5): the very process that connected. Elsewhere it is opened on SO_PEERCRED's
 /// pid, and a process that started after the connection was accepted holds a reused pid: the
 /// client is gone, refused. What /proc says of the client (its `NSpid`, read here; its parent,
@@ -1020,7 +1067,7 @@ fn client_level(
     socket: std::os::fd::BorrowedFd<'_>,
     client_pid: Option<u32>,
     accepted_boot_ns: u64,
-) -> Result<(std::os::fd::OwnedFd, usize), String> {
+) -> Result<(std::os::fd::OwnedFd, Vec<u32>), String> {
     const GONE: &str = "the process that connected is gone (a client stays until it is answered)";
     let client = client_pid.ok_or("the agent cannot tell which process connected")?;
     let pidfd = match peer_pidfd(socket) {
@@ -1039,12 +1086,11 @@ fn client_level(
             pidfd
         }
     };
-    let status = std::fs::read_to_string(format!("/proc/{client}/status")).unwrap_or_default();
-    let depth = ns_pids(&status).len();
-    if depth == 0 || exited(&pidfd) {
+    let ns = ns_pids_of(client);
+    if ns.is_empty() || exited(&pidfd) {
         return Err(GONE.into());
     }
-    let level = depth - 1;
+    let level = ns.len() - 1;
     if level > monitor_common::NS_LEVELS {
         return Err(format!(
             "this montrace runs {level} pid namespaces below the agent's; the agent names \
@@ -1053,7 +1099,7 @@ fn client_level(
             monitor_common::NS_LEVELS
         ));
     }
-    Ok((pidfd, level))
+    Ok((pidfd, ns))
 }
 
 /// SO_PEERPIDFD: a pidfd of the process that connected (Linux 6.5 and later), None where the
@@ -1094,41 +1140,6 @@ const MAX_ANCESTORS: usize = 4096;
 const MAX_RESOLVING: usize = 4;
 const MAX_RESOLVING_PER_USER: usize = 2;
 
-/// One look-up under way, counted in [`Shared::resolving`] while it lives.
-struct Resolving {
-    shared: Rc<RefCell<Shared>>,
-    uid: u32,
-}
-
-impl Resolving {
-    /// A turn for `uid`'s look-up, or None when there is no room.
-    fn start(shared: &Rc<RefCell<Shared>>, uid: u32) -> Option<Resolving> {
-        let mut s = shared.borrow_mut();
-        let total: usize = s.resolving.values().sum();
-        let mine = s.resolving.get(&uid).copied().unwrap_or(0);
-        if total >= MAX_RESOLVING || mine >= MAX_RESOLVING_PER_USER {
-            return None;
-        }
-        *s.resolving.entry(uid).or_default() += 1;
-        Some(Resolving {
-            shared: Rc::clone(shared),
-            uid,
-        })
-    }
-}
-
-impl Drop for Resolving {
-    fn drop(&mut self) {
-        let mut s = self.shared.borrow_mut();
-        if let Some(n) = s.resolving.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                s.resolving.remove(&self.uid);
-            }
-        }
-    }
-}
-
 /// The agent's pid of the process a client in a pid namespace below the agent's (a container
 /// without the host's pids) asks for by its pid there (see docs/security.md). It is looked
 /// for among the client itself and its children (a run's command: no scan of /proc), then
@@ -1136,24 +1147,30 @@ impl Drop for Resolving {
 /// Python's `monitored` child beside its `montrace attach`). A process of the same depth as
 /// the client is in its namespace when one is the other's ancestor: a new namespace is always
 /// deeper. Any other pid names nothing for the client.
-fn resolve_in_namespace(client: u32, pid: u32) -> Result<u32, String> {
-    let depth = ns_pids_of(client).len();
+fn resolve_in_namespace(client: u32, client_ns: &[u32], pid: u32) -> Result<u32, String> {
+    let depth = client_ns.len();
     let named = |candidate: &u32| {
         let pids = ns_pids_of(*candidate);
         pids.len() == depth && pids.last() == Some(&pid)
     };
-    if let Some(host) = std::iter::once(client)
-        .chain(children_of(client))
-        .find(named)
-    {
+    if client_ns.last() == Some(&pid) {
+        return Ok(client);
+    }
+    if let Some(host) = children_of(client).into_iter().find(named) {
         return Ok(host);
     }
-    let mut top = client;
+    // Each status read once: a step's parent is found in the status that said its depth.
+    let (mut top, mut status) = (client, status_of(client));
     for _ in 0..MAX_ANCESTORS {
-        match parent_of(top).filter(|p| *p != top && ns_pids_of(*p).len() == depth) {
-            Some(parent) => top = parent,
-            None => break,
+        let parent = ProcessFacts::parse(&status).map(|f| f.parent);
+        let Some(parent) = parent.filter(|p| *p != top) else {
+            break;
+        };
+        let parent_status = status_of(parent);
+        if ns_pids(&parent_status).len() != depth {
+            break;
         }
+        (top, status) = (parent, parent_status);
     }
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for (child, parent) in read_parents() {
@@ -1188,11 +1205,6 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-fn parent_of(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    ProcessFacts::parse(&status).map(|f| f.parent)
-}
-
 /// Whether the client (`uid`, `client_pid` from SO_PEERCRED) may follow `pid` (see the module).
 /// `named`: for a client in a pid namespace of its own, its depth and the pid it asked for,
 /// which the process under the pidfd must still have (it was found in /proc before the pidfd
@@ -1205,15 +1217,19 @@ fn may_follow(
 ) -> Result<(), String> {
     let pidfd = crate::host::pidfd_open(pid)
         .map_err(|e| format!("pid {pid}: no such process to follow ({e})"))?;
+    // Read once, for both checks that need it.
+    let status = match (named, uid) {
+        (None, 0) => String::new(),
+        _ => std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|e| format!("pid {pid}: {e}"))?,
+    };
     if let Some((depth, asked)) = named {
-        let pids = ns_pids_of(pid);
+        let pids = ns_pids(&status);
         if pids.len() != depth || pids.last() != Some(&asked) {
             return Err(format!("pid {asked} exited while it was checked"));
         }
     }
     if uid != 0 {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .map_err(|e| format!("pid {pid}: {e}"))?;
         let facts =
             ProcessFacts::parse(&status).ok_or_else(|| format!("pid {pid}: unreadable status"))?;
         let owner = std::fs::metadata(format!("/proc/{pid}"))

@@ -1055,7 +1055,7 @@ mod tests {
             bytes(&ForkEvent {
                 ns_level: level,
                 ns_pids,
-                ..unsafe_read::<ForkEvent>(&fork(child, parent))
+                ..read(&fork(child, parent))
             })
         };
         let mut routes = Routes::default();
@@ -1067,40 +1067,34 @@ mod tests {
 
         // Level 1: 5000 (its 2) forks 5001, its 3, which forks 5002 in a namespace of its own
         // (level 2, pid 1 there).
-        let (client, renamed) = routes
-            .route_named(&fork_ns(5001, 5000, 1, [3, 0, 0, 0]))
-            .unwrap();
-        let seen: ForkEvent = unsafe_read(&renamed.unwrap());
+        let (client, seen): (_, ForkEvent) =
+            renamed_as(&mut routes, &fork_ns(5001, 5000, 1, [3, 0, 0, 0]));
         assert_eq!(client, 1);
         assert_eq!((seen.header.pid, seen.parent_pid), (3, 2));
         assert_eq!((seen.ns_level, seen.ns_pids), (0, [0; NS_LEVELS]));
-        let (_, renamed) = routes
-            .route_named(&fork_ns(5002, 5001, 2, [4, 1, 0, 0]))
-            .unwrap();
-        let seen: ForkEvent = unsafe_read(&renamed.unwrap());
+        let (_, seen): (_, ForkEvent) =
+            renamed_as(&mut routes, &fork_ns(5002, 5001, 2, [4, 1, 0, 0]));
         assert_eq!((seen.header.pid, seen.parent_pid), (4, 3));
         assert_eq!((seen.ns_level, seen.ns_pids), (1, [1, 0, 0, 0]));
 
         // An exec by a thread that is not the leader, an exit by the leader.
-        let mut exec: ExecEvent = unsafe_read(&vec![0u8; std::mem::size_of::<ExecEvent>()]);
+        let mut exec: ExecEvent = read(&[0; std::mem::size_of::<ExecEvent>()]);
         exec.header = header(kind::EXEC, 5001);
         exec.old_tid = 5009;
-        let seen: ExecEvent = unsafe_read(&routes.route_named(&bytes(&exec)).unwrap().1.unwrap());
+        let (_, seen): (_, ExecEvent) = renamed_as(&mut routes, &bytes(&exec));
         assert_eq!((seen.header.pid, seen.old_tid), (3, 0));
-        let mut exit: ExitEvent = unsafe_read(&vec![0u8; std::mem::size_of::<ExitEvent>()]);
+        let mut exit: ExitEvent = read(&[0; std::mem::size_of::<ExitEvent>()]);
         exit.header = header(kind::EXIT, 5001);
         exit.tid = 5001;
         exit.utime_ns = 77;
         (exit.uid, exit.cgroup_id) = (100_000, 9_999);
-        let seen: ExitEvent = unsafe_read(&routes.route_named(&bytes(&exit)).unwrap().1.unwrap());
+        let (_, seen): (_, ExitEvent) = renamed_as(&mut routes, &bytes(&exit));
         assert_eq!((seen.header.pid, seen.tid, seen.utime_ns), (3, 3, 77));
         assert_eq!((seen.uid, seen.cgroup_id), (0, 0));
 
         // Level 2: its child's pid is the second of the record's.
-        let (client, renamed) = routes
-            .route_named(&fork_ns(6001, 6000, 2, [40, 8, 0, 0]))
-            .unwrap();
-        let seen: ForkEvent = unsafe_read(&renamed.unwrap());
+        let (client, seen): (_, ForkEvent) =
+            renamed_as(&mut routes, &fork_ns(6001, 6000, 2, [40, 8, 0, 0]));
         assert_eq!(client, 2);
         assert_eq!((seen.header.pid, seen.parent_pid), (8, 7));
 
@@ -1115,10 +1109,15 @@ mod tests {
             .is_none());
     }
 
-    fn unsafe_read<T: Copy>(record: &[u8]) -> T {
-        assert!(record.len() >= std::mem::size_of::<T>());
-        // SAFETY: length checked; the event structs are plain old data, read unaligned.
-        unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<T>()) }
+    /// A record's bytes read as the event `T` (crate::kernel::decode's reader).
+    fn read<T: Copy>(record: &[u8]) -> T {
+        crate::kernel::decode::read_pod(record, 0).unwrap()
+    }
+
+    /// `record` routed: its client, and the record as renamed for that client, read as a `T`.
+    fn renamed_as<T: Copy>(routes: &mut Routes, record: &[u8]) -> (ClientId, T) {
+        let (client, renamed) = routes.route_named(record).unwrap();
+        (client, read(&renamed.expect("renamed for its client")))
     }
 
     #[test]

@@ -418,9 +418,7 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     // serial" while four workers ran), so a polled run has none. An attached tree's processes
     // count from the attach: their lives before it are not the run's.
     let time = (e.tracking_mode != TrackingMode::Polling).then(|| {
-        let from_wall_ns = finished.exec_time_boot_ns.map_or(e.started_wall_ns, |t| {
-            e.started_wall_ns + t.saturating_sub(e.started_boot_ns) as i64
-        });
+        let from_wall_ns = finished.exec_time_wall_ns.unwrap_or(e.started_wall_ns);
         let spans = clip_to_run(&finished.spans, from_wall_ns);
         crate::analysis::critical::analyse(
             &spans,

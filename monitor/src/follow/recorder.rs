@@ -1030,6 +1030,7 @@ impl<'g> Recorder<'g> {
         let max_concurrent = self.tracker.max_concurrent();
         let vanished = self.tracker.vanished_count();
         let started = self.tracker.processes_started();
+        let exec_time_wall_ns = self.exec_time_boot_ns.map(|t| self.tracker.clock().wall(t));
         if !self.broken {
             let clock = self.tracker.clock();
             let tracker = std::mem::replace(&mut self.tracker, Tracker::new(clock));
@@ -1126,6 +1127,7 @@ impl<'g> Recorder<'g> {
             memory_peaks: self.memory_peaks,
             sample_rows: self.sample_rows,
             exec_time_boot_ns: self.exec_time_boot_ns,
+            exec_time_wall_ns,
             recording_error: failure,
             capacity: self.capacity,
             spans: self.spans,
@@ -1217,6 +1219,8 @@ pub struct Finished {
     pub memory_peaks: run_json::TreeMemoryPeaks,
     pub sample_rows: u64,
     pub exec_time_boot_ns: Option<u64>,
+    /// The same on the clock of `spans` (wall-clock ns).
+    pub exec_time_wall_ns: Option<i64>,
     /// Why recording stopped before the end, if it did (see the module's doc).
     pub recording_error: Option<String>,
     pub capacity: crate::sampling::capacity::Capacity,

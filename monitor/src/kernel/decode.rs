@@ -210,7 +210,7 @@ fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-fn read_pod<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
+pub(crate) fn read_pod<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     if bytes.len() < size_of::<T>() {
         return Err(DecodeError::Short {
             kind,

@@ -30,6 +30,7 @@ use crate::{
     run,
     store::run_json,
     store::summary_json,
+    store::Durability,
     tracking::polling::Poller,
 };
 
@@ -436,8 +437,10 @@ fn follow_attached(
         },
     );
     let repetition: summary_json::Repetition = info.repetition(".");
+    let recorded = std::time::Duration::from_secs_f64(info.duration_s.max(0.0));
+    let durability = Durability::of_run(recorded, args.record.flush_interval);
     end::write_summary(
-        out_dir,
+        (out_dir, durability),
         argv,
         0,
         vec![repetition],

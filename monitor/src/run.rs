@@ -4,6 +4,7 @@
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use anyhow::{bail, Context as _};
@@ -28,6 +29,7 @@ use crate::{
     sampling::gpu::GpuStatus,
     store::run_json::{self, RunInfo},
     store::userfs,
+    store::Durability,
     tracking::polling::{self, Poller},
     units,
 };
@@ -201,7 +203,11 @@ fn repeat(
             break;
         }
     }
-    Ok(series.finish(args, out_dir, single))
+    // summary.json is synced as a run's files are: when the whole series recorded for its
+    // flush interval or longer.
+    let recorded = Duration::from_nanos(host::boottime_ns().saturating_sub(started.0));
+    let durability = Durability::of_run(recorded, args.record.flush_interval);
+    Ok(series.finish(args, (out_dir, durability), single))
 }
 
 /// What a series of repetitions measured, and how it ended if it stopped early.
@@ -217,7 +223,12 @@ struct Series {
 
 impl Series {
     /// The series' warnings, summary.json and statistics; montrace's exit status.
-    fn finish(self, args: &RunArgs, out_dir: &Path, single: bool) -> i32 {
+    fn finish(
+        self,
+        args: &RunArgs,
+        (out_dir, durability): (&Path, Durability),
+        single: bool,
+    ) -> i32 {
         let Series {
             repetitions,
             warmups,
@@ -237,7 +248,7 @@ impl Series {
         let stopped = ended.is_some();
         let (status, breach) = ended.unwrap_or((0, None));
         let summary = write_summary(
-            out_dir,
+            (out_dir, durability),
             command_argv(args),
             args.warmup as usize,
             repetitions,

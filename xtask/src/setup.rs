@@ -85,8 +85,8 @@ const STEPS: &[Step] = &[
         install: install_azurite,
     },
     Step {
-        name: "make, git and curl",
-        how: "apt-get; the CI recipe test builds two git checkouts of a C project with make, and the CI jobs' test downloads the tarball with curl",
+        name: "make, git, curl and strace",
+        how: "apt-get; the CI recipe test builds two git checkouts of a C project with make, the CI jobs' test downloads the tarball with curl, and the durability test counts montrace's fsync calls with strace",
         is_done: make_and_git_installed,
         install: install_make_and_git,
     },
@@ -440,13 +440,15 @@ fn make_and_git_installed() -> bool {
     stdout_of(Command::new("make").arg("--version")).is_some()
         && stdout_of(Command::new("git").arg("--version")).is_some()
         && stdout_of(Command::new("curl").arg("--version")).is_some()
+        && stdout_of(Command::new("strace").arg("-V")).is_some()
 }
 
 /// make and git for the CI recipe's checkouts; curl, with which docs/ci.md's jobs download the
-/// release tarball (tests/tests/dist.rs).
+/// release tarball (tests/tests/dist.rs); strace, with which tests/tests/durability.rs counts the
+/// fsync calls of a run.
 fn install_make_and_git(i: &mut Installer) -> Result<()> {
-    i.apt_install(&["make", "git", "curl"])
-        .context("could not apt-get install make, git and curl")
+    i.apt_install(&["make", "git", "curl", "strace"])
+        .context("could not apt-get install make, git, curl and strace")
 }
 
 /// Debian's Slurm daemons and clients, munge, the header the SPANK plugin is compiled against,

@@ -15,6 +15,7 @@ use crate::{
     store::run_json::{self, RunInfo},
     store::summary_json,
     store::userfs,
+    store::Durability,
 };
 
 use super::{Options, Outcome};
@@ -219,16 +220,22 @@ pub struct Closed {
     pub tracking_mode: TrackingMode,
     pub ebpf_load_ms: Option<f64>,
     pub finished: Finished,
+    /// Whether the tables were synced, and run.json will be (see [`Durability::of_run`]).
+    pub durability: Durability,
 }
 
 /// Closes a recording whose tree was followed: the end times first, then git's status (beside
-/// the closing of the tables, never beside the command), the programs' figures, the tables.
+/// the closing of the tables, never beside the command), the programs' figures, the tables
+/// (synced when the recording, from `started_boot_ns`, lasted `flush_interval` or longer).
 pub fn close(
     recorder: Recorder<'_>,
     probes: Option<crate::kernel::ebpf::Probes>,
     capture: &mut crate::fleet::context::Capture,
+    (started_boot_ns, flush_interval): (u64, Duration),
 ) -> Closed {
     let (ended_boot_ns, ended_wall_ns) = (host::boottime_ns(), host::realtime_ns());
+    let recorded = Duration::from_nanos(ended_boot_ns.saturating_sub(started_boot_ns));
+    let durability = Durability::of_run(recorded, flush_interval);
     capture.command_ended();
     let (lost, tracking_mode, ebpf_load_ms) = probe_figures(probes);
     Closed {
@@ -237,7 +244,8 @@ pub fn close(
         lost,
         tracking_mode,
         ebpf_load_ms,
-        finished: recorder.finish(),
+        finished: recorder.finish(durability),
+        durability,
     }
 }
 
@@ -247,7 +255,7 @@ pub fn publish(
     info: &RunInfo,
     stream: Option<&mut crate::follow::stream::Stream>,
     last: bool,
-    out_dir: &Path,
+    (out_dir, durability): (&Path, Durability),
     (print_summary, report): (bool, bool),
 ) {
     if let Some(stream) = stream {
@@ -256,13 +264,14 @@ pub fn publish(
             stream.finish();
         }
     }
-    write_run_info(info, out_dir, print_summary, report);
+    write_run_info(info, (out_dir, durability), print_summary, report);
 }
 
-/// Writes summary.json (with the user's identity, see `userfs`). A failure is said, not
-/// returned: the command has run, and its status stays montrace's exit status.
+/// Writes summary.json (with the user's identity, see `userfs`; synced or not: `durability`). A
+/// failure is said, not returned: the command has run, and its status stays montrace's exit
+/// status.
 pub fn write_summary(
-    out_dir: &Path,
+    (out_dir, durability): (&Path, Durability),
     argv: Vec<String>,
     warmup: usize,
     repetitions: Vec<summary_json::Repetition>,
@@ -287,7 +296,7 @@ pub fn write_summary(
     let path = out_dir.join(summary_json::SUMMARY_FILE);
     let written = serde_json::to_string_pretty(&summary)
         .map_err(std::io::Error::other)
-        .and_then(|json| userfs::write_atomic(&path, (json + "\n").as_bytes()));
+        .and_then(|json| userfs::write_atomic_with(&path, (json + "\n").as_bytes(), durability));
     if let Err(err) = written {
         crate::say!("montrace: error: cannot write {}: {err}", path.display());
     }
@@ -480,11 +489,16 @@ pub fn build_run_info(e: Ended<'_>) -> RunInfo {
     }
 }
 
-/// Writes run.json and the report (with the user's identity, see `userfs`), prints the summary.
-/// Failures are said, not returned: the command has run, and its status stays montrace's exit
-/// status.
-pub fn write_run_info(info: &RunInfo, out_dir: &Path, print_summary: bool, report: bool) {
-    let written = run_json::write(out_dir, info);
+/// Writes run.json (synced or not: `durability`) and the report (with the user's identity, see
+/// `userfs`), prints the summary. Failures are said, not returned: the command has run, and its
+/// status stays montrace's exit status.
+pub fn write_run_info(
+    info: &RunInfo,
+    (out_dir, durability): (&Path, Durability),
+    print_summary: bool,
+    report: bool,
+) {
+    let written = run_json::write_with(out_dir, info, durability);
     if let Err(err) = &written {
         crate::say!(
             "montrace: error: cannot write {}: {err}",

@@ -88,6 +88,7 @@ use crate::{
     store::records::SampleRecord,
     store::run_json,
     store::writer,
+    store::Durability,
     tracking::tracker::Tracker,
 };
 
@@ -1022,9 +1023,10 @@ impl<'g> Recorder<'g> {
         })
     }
 
-    /// Writes the processes still alive and closes every table into its final file. After a
-    /// failure (recording stopped) nothing more is written: the parts on disk are the record.
-    pub fn finish(mut self) -> Finished {
+    /// Writes the processes still alive and closes every table into its final file, synced to
+    /// the disk or not (`durability`). After a failure (recording stopped) nothing more is
+    /// written: the parts on disk are the record.
+    pub fn finish(mut self, durability: Durability) -> Finished {
         // Before the tracker goes: the read attributes the tree's processes.
         self.take_late_gpu();
         let max_concurrent = self.tracker.max_concurrent();
@@ -1076,8 +1078,9 @@ impl<'g> Recorder<'g> {
             ..
         } = self;
         if failure.is_none() {
-            // Each table merges its parts into its file and syncs it: one thread per table, so
-            // that the disk's waits overlap (finishing is on the command's critical path).
+            // Each table merges its parts into its file (and syncs it): one thread per table, so
+            // that the work and the disk's waits overlap (finishing is on the command's critical
+            // path).
             let closed = std::thread::scope(|scope| {
                 // A thread for the GPU tables only where there are some.
                 let gpu = match (gpu_table, gpu_processes) {
@@ -1085,18 +1088,18 @@ impl<'g> Recorder<'g> {
                         for row in gpu_rows.into_iter().flatten() {
                             gpu_processes.push(row)?;
                         }
-                        devices.finish()?;
-                        gpu_processes.finish().map(drop)
+                        devices.finish_with(durability)?;
+                        gpu_processes.finish_with(durability).map(drop)
                     })),
                     _ => None,
                 };
                 let tables = [
-                    scope.spawn(move || events.finish().map(drop)),
-                    scope.spawn(move || samples.finish().map(drop)),
-                    scope.spawn(move || system.finish().map(drop)),
-                    scope.spawn(move || marks.finish().map(drop)),
+                    scope.spawn(move || events.finish_with(durability).map(drop)),
+                    scope.spawn(move || samples.finish_with(durability).map(drop)),
+                    scope.spawn(move || system.finish_with(durability).map(drop)),
+                    scope.spawn(move || marks.finish_with(durability).map(drop)),
                 ];
-                let mut result = processes.finish().map(drop);
+                let mut result = processes.finish_with(durability).map(drop);
                 for thread in tables.into_iter().chain(gpu) {
                     let finished = thread.join().unwrap_or_else(|_| {
                         Err(writer::WriteError::Panicked("closing a table".into()))
@@ -1354,7 +1357,7 @@ mod tests {
         });
         assert_eq!(recorder.sample_rows, 1, "the exit row");
         child.wait().unwrap();
-        recorder.finish();
+        recorder.finish(Durability::Unsynced);
         let rows = crate::analysis::report::load::read_file(
             &dir.path().join(crate::store::schema::SAMPLES_FILE),
         )
@@ -1421,7 +1424,7 @@ mod tests {
             recorder.sample();
             burn();
             recorder.sample();
-            let t = recorder.finish().totals;
+            let t = recorder.finish(Durability::Unsynced).totals;
             assert_eq!((t.cpu_user_ns, t.cpu_system_ns), (0, 0), "no exit figures");
             assert_eq!(t.unfinished_processes, 1);
             // The two sample rows, as written.

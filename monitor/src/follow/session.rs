@@ -217,7 +217,12 @@ impl<'o, 'r> Session<'o, 'r> {
             (Err(err), Root::Attached { .. }) => return Err(err),
         };
         let agent_lost = outcome.agent_lost;
-        let mut closed = end::close(self.recorder, self.probes, &mut self.capture);
+        let mut closed = end::close(
+            self.recorder,
+            self.probes,
+            &mut self.capture,
+            (self.config.started.0, self.config.options.flush_interval),
+        );
         if let Some(mode) = agent_mode {
             // Its losses too: what its ring lost while this run was followed (not known: 0, and
             // the run said so).
@@ -271,6 +276,7 @@ impl Followed<'_> {
             tracking_mode,
             ebpf_load_ms,
             mut finished,
+            durability,
         } = closed;
         let gpu_summary = finished.gpu.take().unwrap_or_else(|| gpu.summary());
         let (exit_code, exit_signal, exit_status, identity) = match config.root {
@@ -317,7 +323,7 @@ impl Followed<'_> {
             &info,
             stream,
             config.last,
-            config.out_dir,
+            (config.out_dir, durability),
             (config.print_summary, config.options.report),
         );
         info

@@ -37,11 +37,20 @@ pub fn read(dir: &Path) -> Result<RunInfo, ReadError> {
 }
 
 /// Writes `info` as the run.json of `dir`, whole (`userfs::write_atomic`: a reader sees the old
-/// file or the new one). Returns the file's path.
+/// file or the new one), synced. Returns the file's path.
 pub fn write(dir: &Path, info: &RunInfo) -> std::io::Result<PathBuf> {
+    write_with(dir, info, crate::store::Durability::Synced)
+}
+
+/// [`write`], synced or not: a run's own run.json (see [`crate::store::Durability`]).
+pub fn write_with(
+    dir: &Path,
+    info: &RunInfo,
+    durability: crate::store::Durability,
+) -> std::io::Result<PathBuf> {
     let path = path_in(dir);
     let json = serde_json::to_string_pretty(info).map_err(std::io::Error::other)?;
-    crate::store::userfs::write_atomic(&path, (json + "\n").as_bytes())?;
+    crate::store::userfs::write_atomic_with(&path, (json + "\n").as_bytes(), durability)?;
     Ok(path)
 }
 

@@ -29,6 +29,8 @@ use std::{
     sync::OnceLock,
 };
 
+use crate::store::Durability;
+
 /// Whose identity run-directory I/O takes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
@@ -230,16 +232,26 @@ pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Writes `path` whole: into a new temporary file beside it, then renamed over `path`. A reader
-/// sees the old file or the new one, and a symlink planted at `path` is replaced, not followed.
+/// Writes `path` whole: into a new temporary file beside it, synced, then renamed over `path`. A
+/// reader sees the old file or the new one, and a symlink planted at `path` is replaced, not
+/// followed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, bytes, Durability::Synced)
+}
+
+/// [`write_atomic`], synced to the disk before the rename or not (a run's files, see
+/// [`Durability`]).
+pub fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
     let temp = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
     let written = create_replacing(&temp).and_then(|mut file| {
         file.write_all(bytes)?;
-        file.sync_all()
+        match durability {
+            Durability::Synced => file.sync_all(),
+            Durability::Unsynced => Ok(()),
+        }
     });
     let result = written.and_then(|()| rename(&temp, path));
     if result.is_err() {

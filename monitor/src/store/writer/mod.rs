@@ -24,6 +24,7 @@ use crate::store::records::{
     EventRecord, GpuProcessRecord, GpuRecord, MarkRecord, ProcessRecord, SampleRecord, SystemRecord,
 };
 use crate::store::schema;
+use crate::store::Durability;
 
 /// Rows a [`PartedTable`] holds in memory at most: when this many are buffered,
 /// [`PartedTable::push`] writes them out as a part by itself.
@@ -149,11 +150,11 @@ impl TableWriter {
 
     /// Writes the footer and closes the file; returns how many rows it holds.
     pub fn finish(self) -> Result<u64, WriteError> {
-        self.close(false)
+        self.close(Durability::Unsynced)
     }
 
-    /// [`TableWriter::finish`], and with `sync` waits until the file is on the disk.
-    fn close(self, sync: bool) -> Result<u64, WriteError> {
+    /// [`TableWriter::finish`], and when `Synced` waits until the file is on the disk.
+    fn close(self, durability: Durability) -> Result<u64, WriteError> {
         let TableWriter {
             path, mut inner, ..
         } = self;
@@ -161,7 +162,7 @@ impl TableWriter {
             Ok(metadata) => metadata,
             Err(source) => return Err(WriteError::Parquet { path, source }),
         };
-        if sync {
+        if durability == Durability::Synced {
             inner.inner().sync_all().map_err(io_error("sync", &path))?;
         }
         Ok(metadata.file_metadata().num_rows() as u64)
@@ -180,19 +181,19 @@ fn temp_path(path: &Path) -> PathBuf {
 }
 
 /// Writes `path` (of `rows` rows) through [`TableWriter`] under its temporary name, then renames
-/// it: `path` is either absent or complete. With `sync`, the data is on the disk before the
-/// rename. On error the temporary file is removed. Returns the rows written.
+/// it: `path` is either absent or complete. `Synced`, the data is on the disk before the rename.
+/// On error the temporary file is removed. Returns the rows written.
 fn write_file(
     path: &Path,
     schema: SchemaRef,
     rows: u64,
-    sync: bool,
+    durability: Durability,
     fill: impl FnOnce(&mut TableWriter) -> Result<(), WriteError>,
 ) -> Result<u64, WriteError> {
     let temp = temp_path(path);
     let result = TableWriter::create(&temp, schema, rows).and_then(|mut writer| {
         fill(&mut writer)?;
-        writer.close(sync)
+        writer.close(durability)
     });
     let result = result.and_then(|rows| match crate::store::userfs::rename(&temp, path) {
         Ok(()) => Ok(rows),
@@ -208,11 +209,13 @@ fn write_file(
     result
 }
 
-/// Writes a whole table at once (e.g. `processes.parquet` at the end of a run); returns its rows.
-/// The file appears complete or not at all.
+/// Writes a whole table at once (a flight-recorder file, a published row); returns its rows.
+/// The file appears complete or not at all, and is synced.
 pub fn write_table(path: &Path, schema: SchemaRef, batch: &RecordBatch) -> Result<u64, WriteError> {
     let rows = batch.num_rows() as u64;
-    write_file(path, schema, rows, true, |writer| writer.write(batch))
+    write_file(path, schema, rows, Durability::Synced, |writer| {
+        writer.write(batch)
+    })
 }
 
 /// A table written while the run goes, readable at any moment up to its last flush.
@@ -225,8 +228,8 @@ pub fn write_table(path: &Path, schema: SchemaRef, batch: &RecordBatch) -> Resul
 ///
 /// If montrace dies before `finish`, the parts stay: each is a complete Parquet file, and
 /// `<dir>/<name>.parts/*.parquet` reads every flushed row. (Parts are not synced to the disk,
-/// the merged file is: after an OS crash or a power cut the newest parts may be missing or
-/// damaged.) Dropping the table without `finish` flushes what is buffered (errors ignored) and
+/// the merged file is, but for a run shorter than its flush interval (`Durability`): after an
+/// OS crash or a power cut the newest parts may be missing or damaged.) Dropping the table without `finish` flushes what is buffered (errors ignored) and
 /// leaves the parts.
 pub struct PartedTable<R> {
     /// `<dir>/<name>.parquet`.
@@ -411,9 +414,13 @@ impl<R> PartedTable<R> {
             source,
         })?;
         let rows = self.buffer.len() as u64;
-        write_file(&path, self.schema.clone(), rows, false, |writer| {
-            writer.write(&batch)
-        })?;
+        write_file(
+            &path,
+            self.schema.clone(),
+            rows,
+            Durability::Unsynced,
+            |writer| writer.write(&batch),
+        )?;
         self.parts += 1;
         self.written += self.buffer.len() as u64;
         self.buffer.clear();
@@ -429,8 +436,14 @@ impl<R> PartedTable<R> {
     /// The buffered rows go straight into the final file rather than into a part of their own
     /// first: a part written, read back and encoded again cost more than half of a short run's
     /// finish (a zstd context for each column, each way). A crash during the merge loses them, as
-    /// a crash before the next flush would have.
-    pub fn finish(mut self) -> Result<u64, WriteError> {
+    /// a crash before the next flush would have. The file is synced: see [`PartedTable::finish_with`].
+    pub fn finish(self) -> Result<u64, WriteError> {
+        self.finish_with(Durability::Synced)
+    }
+
+    /// [`PartedTable::finish`], the final file synced to the disk before it is renamed into
+    /// place or not (a short run's, see [`Durability`]).
+    pub fn finish_with(mut self, durability: Durability) -> Result<u64, WriteError> {
         let batch = match self.buffer.is_empty() {
             true => None,
             false => Some(
@@ -444,7 +457,7 @@ impl<R> PartedTable<R> {
             &self.path,
             self.schema.clone(),
             self.rows(),
-            true,
+            durability,
             |writer| {
                 (0..self.parts).try_for_each(|i| copy_rows(&self.part_path(i), writer))?;
                 batch.as_ref().map_or(Ok(()), |batch| writer.write(batch))

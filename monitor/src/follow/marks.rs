@@ -37,6 +37,9 @@ use crate::{host, store::records::MarkKind};
 pub const SOCKET_ENV: &str = "MONTRACE_MARK_SOCKET";
 /// The mark socket's directory is `<tmp>/montrace-<montrace's pid>-<random>`.
 const DIR_PREFIX: &str = "montrace-";
+/// How long a run goes on before its mark thread removes the socket directories killed
+/// montraces left ([`MarkServer::bind_in`]).
+const SWEEP_AFTER: Duration = Duration::from_secs(1);
 /// Longest label, in bytes of UTF-8.
 pub const MAX_LABEL_BYTES: usize = 256;
 
@@ -193,10 +196,9 @@ pub struct MarkServer {
     budget: MarkBudget,
     /// Whose identity the socket's files were made with, and are removed with.
     owner: Option<crate::store::userfs::Owner>,
-    /// The sweep of directories killed montraces left ([`MarkServer::bind_in`]): never waited
-    /// for, but by the test that looks at what it removed.
-    #[cfg_attr(not(test), allow(dead_code))]
-    sweep: Option<std::thread::JoinHandle<()>>,
+    /// Where directories killed montraces left are to be removed, and as whom: see
+    /// [`MarkServer::bind_in`]. Taken by the sweep.
+    sweep: Option<(PathBuf, Option<crate::store::userfs::Owner>)>,
 }
 
 impl MarkServer {
@@ -211,33 +213,21 @@ impl MarkServer {
     /// Binds `<parent>/montrace-<pid>-<random>/mark.sock`. The directory is 0700 and the socket
     /// 0600, both created with `owner`'s identity when given (see `userfs`: the command's user,
     /// the one montrace drops to): that user and root can send marks, other users cannot.
+    ///
     /// Directories that montraces killed before they could clean up left in `parent` are
-    /// removed meanwhile (those the owner may remove).
+    /// removed (those the owner may remove) by [`MarkServer::sweep`], which the run's mark
+    /// thread makes once the run has gone on for [`SWEEP_AFTER`]: never on a run's start-up or
+    /// end (a directory of thousands of entries takes milliseconds to list), and best effort:
+    /// a shorter run leaves them to a longer one. (A thread of its own for it, even at
+    /// SCHED_IDLE, cost a spaced run's start-up about 0.45 ms on the 2-core test machine: its
+    /// start and the fork of the command wait on each other.)
     pub fn bind_in(
         parent: &Path,
         owner: Option<&crate::store::userfs::Owner>,
     ) -> anyhow::Result<MarkServer> {
         let as_owner =
             |f: &mut dyn FnMut() -> io::Result<()>| crate::store::userfs::as_owner(owner, f);
-        // Off the run's start-up (a directory of thousands of entries takes a while to list),
-        // on a thread of its own, best effort: a run that ends first leaves it to the next.
-        let (sweep_in, sweep_owner) = (parent.to_path_buf(), owner.cloned());
-        let sweep = std::thread::Builder::new()
-            .name("mark-dirs".into())
-            .spawn(move || {
-                // Only on a CPU nothing else wants: the command and montrace's own start first.
-                // SAFETY: a zeroed sched_param (priority 0, as SCHED_IDLE needs; musl's has
-                // more fields than glibc's) for this thread's own policy.
-                unsafe {
-                    let idle: libc::sched_param = std::mem::zeroed();
-                    libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle);
-                }
-                let _ = crate::store::userfs::as_owner(sweep_owner.as_ref(), || {
-                    remove_stale_dirs(&sweep_in);
-                    Ok(())
-                });
-            })
-            .ok();
+        let sweep = Some((parent.to_path_buf(), owner.cloned()));
         let mut made = None;
         as_owner(&mut || {
             made = Some(make_private_dir(
@@ -309,6 +299,17 @@ impl MarkServer {
             .set_up()
             .with_context(|| format!("cannot set up the mark socket {}", path.display()))?;
         Ok(server)
+    }
+
+    /// Removes the directories killed montraces left where this server's was made (see
+    /// [`MarkServer::bind_in`]); once, the first call.
+    pub fn sweep(&mut self) {
+        if let Some((parent, owner)) = self.sweep.take() {
+            let _ = crate::store::userfs::as_owner(owner.as_ref(), || {
+                remove_stale_dirs(&parent);
+                Ok(())
+            });
+        }
     }
 
     fn set_up(&self) -> io::Result<()> {
@@ -521,9 +522,19 @@ fn receive_until_stopped(
     stop: &AtomicBool,
     wake: &OwnedFd,
 ) {
+    let sweep_at = std::time::Instant::now() + SWEEP_AFTER;
     loop {
         if !stop.load(Ordering::Acquire) {
-            wait_readable(server.socket.as_fd(), wake.as_fd());
+            let sweep_in = server
+                .sweep
+                .as_ref()
+                .map(|_| sweep_at.saturating_duration_since(std::time::Instant::now()));
+            if !wait_readable(server.socket.as_fd(), wake.as_fd(), sweep_in) {
+                // Nothing to read for the first second: the run goes on, the sweep can wait
+                // for no one.
+                server.sweep();
+                continue;
+            }
         }
         let stopping = stop.load(Ordering::Acquire);
         let batch = if stopping {
@@ -542,8 +553,9 @@ fn receive_until_stopped(
     }
 }
 
-/// Blocks until the socket or the wake-up eventfd is readable (or a signal interrupts).
-fn wait_readable(socket: BorrowedFd<'_>, wake: BorrowedFd<'_>) {
+/// Blocks until the socket or the wake-up eventfd is readable (or a signal interrupts), or at
+/// most `within`: false when that time passed with nothing to read.
+fn wait_readable(socket: BorrowedFd<'_>, wake: BorrowedFd<'_>, within: Option<Duration>) -> bool {
     let mut fds = [
         libc::pollfd {
             fd: socket.as_raw_fd(),
@@ -556,8 +568,9 @@ fn wait_readable(socket: BorrowedFd<'_>, wake: BorrowedFd<'_>) {
             revents: 0,
         },
     ];
+    let timeout = within.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
     // SAFETY: two valid pollfds on descriptors that outlive the call.
-    unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+    unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) != 0 }
 }
 
 impl AsRawFd for MarkServer {
@@ -1182,7 +1195,8 @@ mod tests {
         std::fs::write(more_inside.join("notes"), "mine").unwrap();
 
         let mut server = MarkServer::bind_in(tmp.path(), None).unwrap();
-        server.sweep.take().unwrap().join().unwrap();
+        assert!(gone.exists(), "swept at bind");
+        server.sweep();
         assert!(!gone.exists(), "{} should be removed", gone.display());
         for kept in [&alive, &other_name, &more_inside] {
             assert!(
@@ -1192,6 +1206,31 @@ mod tests {
             );
         }
         assert!(server.path().exists());
+    }
+
+    /// The run's mark thread sweeps once the run has gone on for a second, not before; a mark
+    /// sent meanwhile is still received.
+    #[test]
+    fn the_mark_thread_sweeps_after_a_second() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gone = tmp.path().join(format!("montrace-{}-abcdef", i32::MAX));
+        std::fs::create_dir(&gone).unwrap();
+        drop(UnixDatagram::bind(gone.join("mark.sock")).unwrap());
+        let server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let path = server.path().to_path_buf();
+        let started = std::time::Instant::now();
+        let mut receiver = MarkReceiver::spawn(server).unwrap();
+        UnixDatagram::unbound()
+            .unwrap()
+            .send_to(b"point early", &path)
+            .unwrap();
+        while gone.exists() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!gone.exists(), "not swept in 20 s");
+        assert!(started.elapsed() >= SWEEP_AFTER, "swept before a second");
+        let marks = receiver.finish(Duration::from_secs(5));
+        assert_eq!(marks.len(), 1, "{marks:?}");
     }
 
     fn kind(begin: bool, end: bool) -> MarkKind {

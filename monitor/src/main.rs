@@ -1,4 +1,3 @@
-use clap::Parser as _;
 use monitor::cli::{Cli, Command};
 use monitor::commands::{self, CommandError, Exit};
 use monitor::store::userfs;
@@ -10,7 +9,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Every error of every subcommand is said here, once, with its exit status.
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_command_line();
     let result = drop_unneeded_capabilities(&cli.command)
         .and_then(|()| guard_capabilities())
         .and_then(|()| take_owner(&cli.command))

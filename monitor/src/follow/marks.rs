@@ -420,7 +420,6 @@ pub struct MarkReceiver {
     stop: Arc<AtomicBool>,
     /// Written to wake the thread for the last marks (an eventfd).
     wake: Arc<OwnedFd>,
-    thread: Option<std::thread::JoinHandle<()>>,
     /// Disconnected when the thread has ended (its sender goes with it): what the end waits on.
     done: std::sync::mpsc::Receiver<()>,
     /// Marks still coming at the end, and none of the thread's channel: it stopped answering.
@@ -441,7 +440,8 @@ impl MarkReceiver {
         let tally = Arc::new(Mutex::new(MarkTally::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (done_tx, done) = std::sync::mpsc::channel();
-        let thread = {
+        // Not joined: `done` says when it is done (see `finish`), and its exit is the kernel's.
+        {
             let (tally, stop, wake) = (tally.clone(), stop.clone(), wake.clone());
             std::thread::Builder::new()
                 .name("montrace-marks".into())
@@ -454,14 +454,13 @@ impl MarkReceiver {
                         let _ = crate::kernel::privilege::drop_all();
                     }
                     receive_until_stopped(server, &tx, &tally, &stop, &wake)
-                })?
-        };
+                })?;
+        }
         Ok(MarkReceiver {
             marks: rx,
             tally,
             stop,
             wake,
-            thread: Some(thread),
             done,
             stuck: false,
         })
@@ -475,15 +474,25 @@ impl MarkReceiver {
         }
     }
 
-    /// Stops the thread and returns every mark received since the last [`MarkReceiver::next`],
-    /// the ones still waiting in the socket included. Waits at most `wait` for the thread: one
-    /// stuck in a close of a descriptor a sender passed keeps its marks, and montrace goes on.
+    /// Tells the thread to take what waits in the socket and end, without waiting for it:
+    /// [`MarkReceiver::finish`] does, and the run's other ends (the agent's) meanwhile.
+    pub fn stop(&self) {
+        if !self.stop.swap(true, Ordering::AcqRel) {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes to the eventfd owned by `wake`.
+            unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// Stops the thread (see [`MarkReceiver::stop`]) and returns every mark received since the
+    /// last [`MarkReceiver::next`], the ones still waiting in the socket included. Waits at most
+    /// `wait` for the thread: one stuck in a close of a descriptor a sender passed keeps its
+    /// marks, and montrace goes on.
     pub fn finish(&mut self, wait: Duration) -> Vec<ReceivedMark> {
-        self.stop.store(true, Ordering::Release);
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes to the eventfd owned by `wake`.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        // Woken the moment the thread ends (no polling: this wait is on the end of every run).
+        self.stop();
+        // Woken the moment the thread is done (no polling: this wait is on the end of every
+        // run): its socket is closed and removed by then. Its exit is not waited for (a join
+        // waits for the kernel to tear the thread down).
         self.stuck = matches!(
             self.done.recv_timeout(wait),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout)
@@ -491,11 +500,6 @@ impl MarkReceiver {
         let mut out = Vec::new();
         while let Ok(batch) = self.marks.try_recv() {
             out.extend(batch);
-        }
-        if !self.stuck {
-            if let Some(thread) = self.thread.take() {
-                let _ = thread.join();
-            }
         }
         out
     }

@@ -288,6 +288,10 @@ impl Inputs {
         recorder: &mut Recorder<'_>,
         root_pid: u32,
     ) -> Outcome {
+        // The mark thread ends while the agent answers.
+        if let Some(marks) = &self.marks {
+            marks.stop();
+        }
         outcome.agent_lost = self.end_agent(recorder);
         if let Some(status) = self.wind_down(recorder, root_pid) {
             outcome.wait_status = status;

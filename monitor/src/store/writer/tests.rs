@@ -32,7 +32,7 @@ fn assert_same_rows(back: &RecordBatch, expected: &RecordBatch) {
 }
 
 /// The file says its schema version and compresses every column with zstd from
-/// [`COMPRESS_FROM_ROWS`] rows on, none below.
+/// [`COMPRESS_FROM_ROWS`] rows on, with statistics; none below.
 fn assert_file_format(metadata: &ParquetMetaData) {
     let kv = metadata.file_metadata().key_value_metadata().unwrap();
     let version = kv.iter().find(|kv| kv.key == SCHEMA_VERSION_KEY).unwrap();
@@ -40,6 +40,7 @@ fn assert_file_format(metadata: &ParquetMetaData) {
     let compressed = metadata.file_metadata().num_rows() as u64 >= COMPRESS_FROM_ROWS;
     for row_group in metadata.row_groups() {
         for column in row_group.columns() {
+            assert_eq!(column.statistics().is_some(), compressed, "{column:?}");
             match compressed {
                 true => assert!(
                     matches!(column.compression(), Compression::ZSTD(_)),

@@ -393,6 +393,12 @@ impl<R> PartedTable<R> {
         &self.parts_dir
     }
 
+    /// A table whose closing is little work: no parts to merge, and too few rows to compress
+    /// ([`COMPRESS_FROM_ROWS`]).
+    pub fn is_small(&self) -> bool {
+        self.parts == 0 && self.rows() < COMPRESS_FROM_ROWS
+    }
+
     /// Rows pushed so far, buffered ones included.
     pub fn rows(&self) -> u64 {
         self.written + self.buffer.len() as u64

@@ -465,6 +465,27 @@ fn a_full_buffer_writes_a_part_by_itself() {
 
 /// zstd from [`COMPRESS_FROM_ROWS`] rows on, by the rows of the file (not of a part): one row
 /// short of it, the file is uncompressed.
+/// A table is small (closed without a thread of its own) until it has a part or as many rows
+/// as are compressed.
+#[test]
+fn a_table_is_small_until_it_has_a_part_or_rows_to_compress() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = SampleTable::samples(dir.path()).unwrap();
+    assert!(table.is_small());
+    for i in 0..COMPRESS_FROM_ROWS as u32 - 1 {
+        table.push(sample(i)).unwrap();
+    }
+    assert!(table.is_small());
+    table.push(sample(0)).unwrap();
+    assert!(!table.is_small());
+    let other = tempfile::tempdir().unwrap();
+    let mut events = EventTable::events(other.path()).unwrap();
+    events.push(event(1)).unwrap();
+    assert!(events.is_small());
+    events.flush().unwrap();
+    assert!(!events.is_small(), "a part to merge");
+}
+
 #[test]
 fn files_are_compressed_from_a_thousand_rows_on() {
     for rows in [COMPRESS_FROM_ROWS - 1, COMPRESS_FROM_ROWS] {

@@ -355,7 +355,7 @@ fn flushed_rows_survive_a_kill_and_finish_merges_them() {
     let mut table = SampleTable::samples(dir.path()).unwrap();
     let parts_dir = dir.path().join("samples.parts");
     assert_eq!(table.parts_dir(), parts_dir);
-    assert_eq!(names_in(&parts_dir), Vec::<String>::new());
+    assert!(!parts_dir.exists(), "made with the first part");
     for i in 0..3 {
         table.push(sample(i)).unwrap();
     }
@@ -515,26 +515,42 @@ fn a_failed_flush_keeps_the_rows_and_leaves_no_file() {
     let parts_dir = dir.path().join("samples.parts");
     let mut table = SampleTable::samples(dir.path()).unwrap();
     table.push(SampleRecord::default()).unwrap();
+    table.flush().unwrap();
+    table.push(SampleRecord::default()).unwrap();
     // The parts directory vanished (root ignores permissions, so this is how to fail here).
-    std::fs::remove_dir(&parts_dir).unwrap();
+    std::fs::remove_dir_all(&parts_dir).unwrap();
     let err = table.flush().unwrap_err();
     assert!(
         err.to_string().contains(&parts_dir.display().to_string()),
         "{err}"
     );
-    assert_eq!(table.rows(), 1);
-    // Once it can be written again, the kept row lands in the first part.
+    assert_eq!(table.rows(), 2, "the row flushed and the row kept");
+    // Once it can be written again, the kept row lands in the next part.
     std::fs::create_dir(&parts_dir).unwrap();
     table.flush().unwrap();
-    assert_eq!(names_in(&parts_dir), ["samples-000000.parquet"]);
-    assert_eq!(table.finish().unwrap(), 1);
+    assert_eq!(names_in(&parts_dir), ["samples-000001.parquet"]);
 }
 
+/// A parts directory is made, never taken over: one that is there already (a leftover, or the
+/// command's) is an error, at the table's creation (processes) or at its first part (the
+/// others), and the rows stay buffered.
 #[test]
 fn a_table_needs_a_fresh_parts_dir() {
     let dir = tempfile::tempdir().unwrap();
-    let _first = EventTable::events(dir.path()).unwrap();
-    let err = EventTable::events(dir.path()).err().unwrap();
+    let _first = ProcessTable::processes(dir.path()).unwrap();
+    assert!(dir.path().join("processes.parts").is_dir(), "made at once");
+    let err = ProcessTable::processes(dir.path()).err().unwrap();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "cannot create {}: ",
+            dir.path().join("processes.parts").display()
+        )),
+        "{err}"
+    );
+    std::fs::create_dir(dir.path().join("events.parts")).unwrap();
+    let mut events = EventTable::events(dir.path()).unwrap();
+    events.push(event(1)).unwrap();
+    let err = events.flush().unwrap_err();
     assert!(
         err.to_string().starts_with(&format!(
             "cannot create {}: ",
@@ -542,8 +558,13 @@ fn a_table_needs_a_fresh_parts_dir() {
         )),
         "{err}"
     );
+    assert_eq!(events.rows(), 1);
+    assert_eq!(
+        names_in(&dir.path().join("events.parts")),
+        Vec::<String>::new()
+    );
     let missing = dir.path().join("missing");
-    assert!(EventTable::events(&missing).is_err());
+    assert!(ProcessTable::processes(&missing).is_err());
 }
 
 #[test]

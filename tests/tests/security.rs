@@ -392,15 +392,25 @@ fn a_failure_after_the_fork_leaves_nothing_behind() {
     let running_before: std::collections::HashSet<u32> =
         processes_running(&bin).into_iter().collect();
     let tmp = tempfile::tempdir().unwrap();
-    // A filesystem with room for 3 inodes: its root, the run directory, and the write test
-    // montrace makes before it starts anything; the tables' parts directories, made once the
-    // command is forked and held, find none left.
-    let fs = Tmpfs::mount(&tmp.path().join("fs"), "size=1m,nr_inodes=3");
-    let out = fs.0.join("run");
+    let out = tmp.path().join("run");
     let marker = tmp.path().join("ran");
     let mut cmd = montrace_command(&out, &[], &["touch", marker.to_str().unwrap()]);
-    let run = run_with_timeout(&mut cmd, TIMEOUT);
+    // Once the command is forked and held (while montrace loads its programs), its
+    // `processes.parts` is taken: the recording cannot start, after the fork.
+    let run = tests::run_with_timeout_and(&mut cmd, TIMEOUT, |montrace| {
+        let children = format!("/proc/{montrace}/task/{montrace}/children");
+        let deadline = Instant::now() + TIMEOUT;
+        while std::fs::read_to_string(&children).is_ok_and(|c| c.trim().is_empty()) {
+            assert!(Instant::now() < deadline, "montrace forked nothing");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::fs::create_dir(out.join("processes.parts")).unwrap();
+    });
     assert_eq!(run.code(), 125, "montrace failed: {run:?}");
+    assert!(
+        run.stderr.contains("processes.parts"),
+        "failed where the test made it fail: {run:?}"
+    );
     assert!(!marker.exists(), "the held command never ran: {run:?}");
     // Neither montrace nor the child it held is left, and nothing of montrace is in the kernel.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -436,7 +446,6 @@ fn a_failure_after_the_fork_leaves_nothing_behind() {
             dir.display()
         );
     }
-    drop(fs);
 }
 
 #[test]

@@ -8,7 +8,12 @@
 macro_rules! say {
     ($($arg:tt)*) => {{
         use ::std::io::Write as _;
-        let _ = ::std::writeln!(::std::io::stderr().lock(), $($arg)*);
+        // Formatted first, written at once: stderr is unbuffered, and a line written a piece at
+        // a time (five writes for some) could be split by what the command writes to the same
+        // terminal.
+        let mut line = ::std::format!($($arg)*);
+        line.push('\n');
+        let _ = ::std::io::stderr().lock().write_all(line.as_bytes());
     }};
 }
 
@@ -17,7 +22,9 @@ macro_rules! say {
 macro_rules! say_raw {
     ($($arg:tt)*) => {{
         use ::std::io::Write as _;
-        let _ = ::std::write!(::std::io::stderr().lock(), $($arg)*);
+        // At once, as `say!`.
+        let text = ::std::format!($($arg)*);
+        let _ = ::std::io::stderr().lock().write_all(text.as_bytes());
     }};
 }
 

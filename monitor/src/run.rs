@@ -506,7 +506,10 @@ fn record(
     if let Some(probes) = &mut probes {
         probes.track(root_pid)?;
     }
-    let agent = agent_follows(args, offsets, root_pid)?;
+    // The agent checks its request while the tables are made: its answer is taken after them,
+    // but first where a refusal fails the run (`--require-ebpf`: nothing is recorded then).
+    let mut asked = offsets.agent.as_ref().map(|a| a.ask_to_follow(root_pid));
+    let mut agent = agent_follows(args, asked.take_if(|_| args.require_ebpf))?;
     let options = args.record.recording();
     let config = session::Config {
         options: &options,
@@ -522,17 +525,13 @@ fn record(
         last,
         print_summary,
     };
-    // Where kernel events follow the tree, they wait in their ring while NVML opens (15 ms on an
-    // H100, on a thread since start-up began: see `GpuOpening`): the recorder takes the monitor
-    // at its first sweep after NVML opened, and NVML is no part of the start-up or of the follow
-    // loop. Polling sees only what lives at a sweep: it takes the monitor first.
     let mut gpu_slot = Some(&mut *gpu);
-    let early = if ring.is_none() && agent.is_none() {
-        gpu_slot.take().and_then(GpuOpening::fresh_monitor)
-    } else {
-        None
-    };
+    let polled = ring.is_none() && agent.is_none() && asked.is_none();
+    let early = early_gpu_monitor(polled, &mut gpu_slot);
     let mut session = Session::start(config, probes, early, stream.as_mut())?;
+    if agent.is_none() {
+        agent = agent_follows(args, asked)?;
+    }
     session
         .recorder()
         .set_pressure(cgroup.as_ref().and_then(RunCgroup::pressure_dir));
@@ -617,16 +616,32 @@ fn load_beside_cgroup_add(
     })
 }
 
-/// The agent follows the tree from here (before the command runs anything), or montrace polls
-/// /proc, said once: the agent's stream, none where there is no agent.
+/// The GPU monitor the recorder starts with: where kernel events follow the tree, they wait in
+/// their ring (or the agent's stream) while NVML opens (15 ms on an H100, on a thread since
+/// start-up began: see `GpuOpening`), and the recorder takes the monitor at its first sweep
+/// after NVML opened (left in `slot`): NVML is no part of the start-up or of the follow loop.
+/// Polling sees only what lives at a sweep: it takes the monitor first. (A run polled because
+/// the agent refused it does not: the refusal is known once the session has started.)
+fn early_gpu_monitor<'g>(
+    polled: bool,
+    slot: &mut Option<&'g mut GpuOpening>,
+) -> Option<&'g mut crate::sampling::gpu::GpuMonitor> {
+    match polled {
+        true => slot.take().and_then(GpuOpening::fresh_monitor),
+        false => None,
+    }
+}
+
+/// The agent's answer to `asked`, its request to follow the command (sent before the command
+/// runs anything): the stream of the tree's records, or, where it refused, montrace polls /proc,
+/// said once; none where there is no agent.
 fn agent_follows(
     args: &RunArgs,
-    offsets: &mut EbpfOffsets,
-    root_pid: u32,
+    asked: Option<anyhow::Result<crate::follow::agent::Asked<'_>>>,
 ) -> anyhow::Result<Option<crate::follow::agent::Stream>> {
     // Each repetition of `--repeat` is followed by the agent (taking the connection for the
     // first left the others to polling).
-    let stream = match offsets.agent.as_ref().map(|agent| agent.follow(root_pid)) {
+    let stream = match asked.map(|asked| asked.and_then(crate::follow::agent::Asked::answer)) {
         Some(Ok(stream)) => Some(stream),
         Some(Err(err)) => {
             no_ebpf(args, &format!("{err:#}"))?;

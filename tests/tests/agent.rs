@@ -1106,3 +1106,72 @@ os.close(w)
         "{said}"
     );
 }
+
+/// Where the agent refuses a run, the run is polled and says why; with `--require-ebpf` it
+/// fails before the command runs anything, and leaves no run directory. (The refusal is read
+/// once the run's tables are made, which the agent's check overlaps; neither outcome may
+/// change.) The refusing agent is a stand-in on its own socket that answers every request as
+/// the agent answers one it refuses.
+#[test]
+fn a_refused_run_is_polled_and_with_require_ebpf_not_run() {
+    let user = TestUser::create("arf");
+    let bin = user.plain_montrace();
+    let socket = user.home.join("refusing.sock");
+    let server = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(16)
+while True:
+    c, _ = s.accept()
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = c.recv(4096)
+        if not chunk:
+            break
+        line += chunk
+    if line:
+        c.sendall(b'{"ok":false,"error":"the stand-in refuses every run"}\n')
+    c.close()
+"#;
+    let mut refusing = user
+        .command("python3")
+        .args(["-c", server])
+        .arg(&socket)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the stand-in did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = user.home.join("polled");
+    let polled = run_as(&user, &bin, &socket, &out, "exit 3");
+    let marker = user.home.join("ran");
+    let required = user.home.join("required");
+    let mut cmd = user.agent_client(&bin, &socket);
+    cmd.args(["run", "--require-ebpf", "--out"])
+        .arg(&required)
+        .args(["--", "touch"])
+        .arg(&marker);
+    let refused = run_with_timeout(&mut cmd, run_timeout());
+    let _ = refusing.kill();
+    let _ = refusing.wait();
+
+    assert_eq!(polled.code(), 3, "{polled:?}");
+    assert!(
+        polled
+            .stderr
+            .contains("refused: the stand-in refuses every run")
+            && polled.stderr.contains("polling"),
+        "{polled:?}"
+    );
+    let info = read_json(&out.join("run.json")).unwrap();
+    assert_eq!(info["tracking_mode"], "polling", "{info}");
+    assert_eq!(read_processes(&out).len(), 1, "{polled:?}");
+
+    assert_eq!(refused.code(), 125, "{refused:?}");
+    assert!(refused.stderr.contains("--require-ebpf"), "{refused:?}");
+    assert!(!marker.exists(), "the command ran: {refused:?}");
+    assert!(!required.exists(), "a run directory is left: {refused:?}");
+}

@@ -669,75 +669,94 @@ impl Connection {
     /// Asks the agent to follow `pid`'s tree from now (`run`: its held child); the stream of its
     /// records when the agent agreed.
     pub fn follow(&self, pid: u32) -> anyhow::Result<Stream> {
-        self.ask(pid, false)
+        self.ask_to_follow(pid)?.answer()
+    }
+
+    /// [`Connection::follow`] in two steps: the request is sent now, and the agent checks it
+    /// while montrace goes on with its start; [`Asked::answer`] reads what it said (a run's
+    /// start-up waited 0.25 ms for that answer with nothing else to do).
+    pub fn ask_to_follow(&self, pid: u32) -> anyhow::Result<Asked<'_>> {
+        self.ask(PROTOCOL_VERSION, pid, false)
     }
 
     /// As [`Connection::follow`], with the descendants `pid` has now (`attach`).
     pub fn follow_tree(&self, pid: u32) -> anyhow::Result<Stream> {
-        self.ask(pid, true)
+        self.ask(PROTOCOL_VERSION, pid, true)?.answer()
     }
 
-    fn ask(&self, pid: u32, tree: bool) -> anyhow::Result<Stream> {
-        let (mut stream, mut reply, mut rest) = self.ask_in(PROTOCOL_VERSION, pid, tree)?;
-        let mut version = PROTOCOL_VERSION;
-        if reply.version_refused() {
-            // An older agent: the same request in the version it speaks.
-            version = FALLBACK_PROTOCOL_VERSION;
-            (stream, reply, rest) = self.ask_in(version, pid, tree)?;
-        }
-        if !reply.ok {
-            anyhow::bail!(
-                "the montrace agent at {} refused: {}",
-                self.path.display(),
-                reply.error.unwrap_or_default()
-            );
-        }
-        stream.set_read_timeout(None)?;
-        stream.set_nonblocking(true)?;
-        Ok(Stream {
-            stream,
-            mode: reply.mode.unwrap_or(TrackingMode::TpBtf),
-            skipped: reply.skipped,
-            version,
-            pending: rest,
-            end: None,
-        })
-    }
-
-    /// One connection and its request in protocol `version`: the stream, the answer, and what
-    /// came after it.
-    fn ask_in(
-        &self,
-        version: u32,
-        pid: u32,
-        tree: bool,
-    ) -> anyhow::Result<(UnixStream, Reply, Vec<u8>)> {
+    /// One connection and its request in protocol `version`, sent.
+    fn ask(&self, version: u32, pid: u32, tree: bool) -> anyhow::Result<Asked<'_>> {
         let mut stream = UnixStream::connect(&self.path).map_err(|e| {
             anyhow::anyhow!(
                 "cannot reach the montrace agent at {}: {e}",
                 self.path.display()
             )
         })?;
-        let (reply, rest) = exchange(&mut stream, Some(pid), tree, version)?;
+        send(&mut stream, Some(pid), tree, version)?;
+        Ok(Asked {
+            connection: self,
+            stream,
+            version,
+            pid,
+            tree,
+        })
+    }
+}
+
+/// A request to follow a tree, sent; the agent's answer still to read.
+pub struct Asked<'c> {
+    connection: &'c Connection,
+    stream: UnixStream,
+    version: u32,
+    pid: u32,
+    tree: bool,
+}
+
+impl Asked<'_> {
+    /// The stream of the tree's records when the agent agreed; why not otherwise. An older
+    /// agent that does not speak this protocol is asked again in the one it does.
+    pub fn answer(mut self) -> anyhow::Result<Stream> {
+        let path = &self.connection.path;
+        let (reply, rest) = read_answer(&mut self.stream)?;
         let reply: Reply = serde_json::from_slice(reply.trim_ascii_end()).map_err(|e| {
             anyhow::anyhow!(
                 "the montrace agent at {} answered something else ({e})",
-                self.path.display()
+                path.display()
             )
         })?;
-        Ok((stream, reply, rest))
+        if reply.version_refused() && self.version != FALLBACK_PROTOCOL_VERSION {
+            // An older agent: the same request in the version it speaks.
+            return self
+                .connection
+                .ask(FALLBACK_PROTOCOL_VERSION, self.pid, self.tree)?
+                .answer();
+        }
+        if !reply.ok {
+            anyhow::bail!(
+                "the montrace agent at {} refused: {}",
+                path.display(),
+                reply.error.unwrap_or_default()
+            );
+        }
+        self.stream.set_read_timeout(None)?;
+        self.stream.set_nonblocking(true)?;
+        Ok(Stream {
+            stream: self.stream,
+            mode: reply.mode.unwrap_or(TrackingMode::TpBtf),
+            skipped: reply.skipped,
+            version: self.version,
+            pending: rest,
+            end: None,
+        })
     }
 }
 
 /// How the agent at `path` follows trees (its programs' mode), asking nothing else: what
 /// `montrace doctor` says of it.
 pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
-    let (reply, _) = exchange(
-        &mut UnixStream::connect(path)?,
-        None,
-        false,
-        FALLBACK_PROTOCOL_VERSION,
-    )?;
+    let mut stream = UnixStream::connect(path)?;
+    send(&mut stream, None, false, FALLBACK_PROTOCOL_VERSION)?;
+    let (reply, _) = read_answer(&mut stream)?;
     let reply: Reply = serde_json::from_slice(reply.trim_ascii_end())
         .map_err(|e| anyhow::anyhow!("it answered something else ({e})"))?;
     match (reply.ok, reply.mode) {
@@ -746,15 +765,10 @@ pub fn greet(path: &Path) -> anyhow::Result<TrackingMode> {
     }
 }
 
-/// Sends the one request (`follow`, `tree`) and reads the answer's line, waiting at most
-/// [`REPLY_WAIT`] ([`TREE_REPLY_WAIT`] for a tree: the agent looks through /proc first): the
-/// line, and what came after it (records already sent).
-fn exchange(
-    stream: &mut UnixStream,
-    follow: Option<u32>,
-    tree: bool,
-    version: u32,
-) -> io::Result<(Vec<u8>, Vec<u8>)> {
+/// Sends the one request (`follow`, `tree`, or nothing but a greeting); the answer's wait is
+/// set: at most [`REPLY_WAIT`] ([`TREE_REPLY_WAIT`] for a tree: the agent looks through /proc
+/// first).
+fn send(stream: &mut UnixStream, follow: Option<u32>, tree: bool, version: u32) -> io::Result<()> {
     send_request(
         stream,
         &Request {
@@ -767,6 +781,11 @@ fn exchange(
     if tree {
         stream.set_read_timeout(Some(TREE_REPLY_WAIT))?;
     }
+    Ok(())
+}
+
+/// The answer's line, and what came after it (records already sent).
+fn read_answer(stream: &mut UnixStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
     let mut reply = Vec::new();
     let mut reader = io::BufReader::new((&*stream).take(MAX_REQUEST_BYTES as u64));
     reader.read_until(b'\n', &mut reply)?;

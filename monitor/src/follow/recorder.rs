@@ -104,10 +104,12 @@ type Closing<'a> = Box<dyn FnOnce() -> Result<(), writer::WriteError> + Send + '
 /// agent on the 2-core test machine).
 fn close_tables(closings: Vec<Closing<'_>>, in_parallel: bool) -> Result<(), writer::WriteError> {
     if !in_parallel {
-        return closings.into_iter().fold(Ok(()), |result, close| {
+        let mut result = Ok(());
+        for close in closings {
             let closed = close();
-            result.and(closed)
-        });
+            result = result.and(closed);
+        }
+        return result;
     }
     std::thread::scope(|scope| {
         let mut closings = closings.into_iter();

@@ -24,24 +24,32 @@ fn run_as(user: &TestUser, bin: &Path, socket: &Path, out: &Path, script: &str) 
     run_with_timeout(&mut cmd, run_timeout())
 }
 
+/// Python: `read_line(s)`, the bytes a unix socket sends up to its first newline (or its end).
+const READ_LINE: &str = r#"
+def read_line(s):
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        line += chunk
+    return line
+"#;
+
 /// Sends `request` (a raw line) to the agent as `user` and returns the agent's answer line.
 fn ask_as(user: &TestUser, socket: &Path, request: &str) -> serde_json::Value {
-    let script = r#"
+    let script = format!(
+        r#"{READ_LINE}
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
 s.sendall(sys.argv[2].encode())
 s.settimeout(10)
-line = b""
-while not line.endswith(b"\n"):
-    chunk = s.recv(4096)
-    if not chunk:
-        break
-    line += chunk
-print(line.decode().strip())
-"#;
+print(read_line(s).decode().strip())
+"#
+    );
     let mut cmd = user.command("python3");
-    cmd.args(["-c", script]).arg(socket).arg(request);
+    cmd.args(["-c", &script]).arg(socket).arg(request);
     let asked = run_with_timeout(&mut cmd, run_timeout());
     assert_eq!(asked.code(), 0, "{asked:?}");
     serde_json::from_str(asked.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {asked:?}"))
@@ -1062,7 +1070,8 @@ fn an_ordinary_users_bench_records_every_repetition_through_the_agent() {
 fn a_client_whose_connecting_process_is_gone_is_refused() {
     let agent = Agent::start();
     let user = TestUser::create("agx");
-    let handoff = r#"
+    let handoff = format!(
+        r#"{READ_LINE}
 import os, socket, subprocess, sys, time
 target = subprocess.Popen(["sleep", "30"])
 s = socket.socket(socket.AF_UNIX)
@@ -1072,13 +1081,8 @@ if os.fork() == 0:
     os.close(w)
     os.read(r, 1)
     time.sleep(0.2)
-    s.sendall(('{"version":3,"follow":%d}\n' % target.pid).encode())
-    reply = b""
-    while not reply.endswith(b"\n"):
-        chunk = s.recv(1)
-        if not chunk:
-            break
-        reply += chunk
+    s.sendall(('{{"version":3,"follow":%d}}\n' % target.pid).encode())
+    reply = read_line(s)
     with open(sys.argv[2] + ".tmp", "w") as out:
         out.write(reply.decode().strip())
     os.rename(sys.argv[2] + ".tmp", sys.argv[2])
@@ -1088,10 +1092,11 @@ if os.fork() == 0:
 s.connect(sys.argv[1])
 os.close(r)
 os.close(w)
-"#;
+"#
+    );
     let answer = user.home.join("answer");
     let mut cmd = user.command("python3");
-    cmd.args(["-c", handoff]).arg(&agent.socket).arg(&answer);
+    cmd.args(["-c", &handoff]).arg(&agent.socket).arg(&answer);
     let run = run_with_timeout(&mut cmd, run_timeout());
     assert_eq!(run.code(), 0, "{run:?}");
     // The child's answer comes after its parent exited.
@@ -1117,26 +1122,22 @@ fn a_refused_run_is_polled_and_with_require_ebpf_not_run() {
     let user = TestUser::create("arf");
     let bin = user.plain_montrace();
     let socket = user.home.join("refusing.sock");
-    let server = r#"
+    let server = format!(
+        r#"{READ_LINE}
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
 s.bind(sys.argv[1])
 s.listen(16)
 while True:
     c, _ = s.accept()
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = c.recv(4096)
-        if not chunk:
-            break
-        line += chunk
-    if line:
-        c.sendall(b'{"ok":false,"error":"the stand-in refuses every run"}\n')
+    if read_line(c):
+        c.sendall(b'{{"ok":false,"error":"the stand-in refuses every run"}}\n')
     c.close()
-"#;
+"#
+    );
     let mut refusing = user
         .command("python3")
-        .args(["-c", server])
+        .args(["-c", &server])
         .arg(&socket)
         .spawn()
         .unwrap();

@@ -324,7 +324,8 @@ pub struct RecordOptions {
     pub samples_from: SamplesFrom,
 
     /// Longest time recorded rows stay in memory before they are written to closed Parquet parts
-    /// (a crash or kill -9 of montrace loses at most this much)
+    /// (a crash or kill -9 of montrace loses at most this much). A run shorter than this is not
+    /// synced to the disk at its end (docs/schema.md)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_flush_interval)]
     pub flush_interval: Duration,
 

@@ -70,7 +70,8 @@ pub struct Outcome {
 pub struct Options {
     /// How often a sweep samples the tree.
     pub interval: Duration,
-    /// Longest time recorded rows stay in memory before they are written.
+    /// Longest time recorded rows stay in memory before they are written; a recording shorter
+    /// than this is not synced at its end (`store::Durability`).
     pub flush_interval: Duration,
     pub memory_detail: crate::sampling::sampler::MemoryDetail,
     /// Sweeps read the tree through the task iterator where it loaded (`--samples-from auto`).

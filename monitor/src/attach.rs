@@ -30,7 +30,6 @@ use crate::{
     run,
     store::run_json,
     store::summary_json,
-    store::Durability,
     tracking::polling::Poller,
 };
 
@@ -420,7 +419,10 @@ fn follow_attached(
     let marks = bind_marks(args);
     // Without eBPF the poller that found the tree goes on following it.
     let source = feed.into_source(poller);
-    let info = session.follow(source, marks)?.finish(
+    let followed = session.follow(source, marks)?;
+    // summary.json as the recording's own files.
+    let durability = followed.durability();
+    let info = followed.finish(
         &gpu,
         stream.as_mut(),
         session::Ending {
@@ -437,8 +439,6 @@ fn follow_attached(
         },
     );
     let repetition: summary_json::Repetition = info.repetition(".");
-    let recorded = std::time::Duration::from_secs_f64(info.duration_s.max(0.0));
-    let durability = Durability::of_run(recorded, args.record.flush_interval);
     end::write_summary(
         (out_dir, durability),
         argv,

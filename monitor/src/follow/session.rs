@@ -260,6 +260,11 @@ impl Followed<'_> {
         totals.cpu_user_ns + totals.cpu_system_ns
     }
 
+    /// Whether the recording's files were synced (its tables) and are to be (run.json).
+    pub fn durability(&self) -> crate::store::Durability {
+        self.closed.durability
+    }
+
     /// run.json, the report, the stream's `end` line and the printed summary; `gpu` says what
     /// run.json holds under `gpu` when the recorder had no monitor.
     pub fn finish(self, gpu: &GpuStatus, stream: Option<&mut Stream>, ending: Ending) -> RunInfo {

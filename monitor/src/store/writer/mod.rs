@@ -395,22 +395,32 @@ impl<R> PartedTable<R> {
         to_batch: fn(&[R]) -> Result<RecordBatch, ArrowError>,
         when: PartsDir,
     ) -> Result<Self, WriteError> {
-        let parts_dir = dir.join(format!("{name}.parts"));
-        let dir_made = when == PartsDir::Now;
-        if dir_made {
-            crate::store::userfs::create_dir(&parts_dir).map_err(io_error("create", &parts_dir))?;
-        }
-        Ok(PartedTable {
+        let mut table = PartedTable {
             path: dir.join(format!("{name}.parquet")),
-            parts_dir,
+            parts_dir: dir.join(format!("{name}.parts")),
             name: name.to_owned(),
             schema,
             to_batch,
             buffer: Vec::new(),
             parts: 0,
-            dir_made,
+            dir_made: false,
             written: 0,
-        })
+        };
+        if when == PartsDir::Now {
+            table.make_parts_dir()?;
+        }
+        Ok(table)
+    }
+
+    /// Makes the parts directory, once: one that is there already (a leftover, or the
+    /// command's) is an error, never taken over.
+    fn make_parts_dir(&mut self) -> Result<(), WriteError> {
+        if !self.dir_made {
+            crate::store::userfs::create_dir(&self.parts_dir)
+                .map_err(io_error("create", &self.parts_dir))?;
+            self.dir_made = true;
+        }
+        Ok(())
     }
 
     /// The final file, `<dir>/<name>.parquet`, written by [`PartedTable::finish`].
@@ -456,11 +466,7 @@ impl<R> PartedTable<R> {
             path: path.clone(),
             source,
         })?;
-        if !self.dir_made {
-            crate::store::userfs::create_dir(&self.parts_dir)
-                .map_err(io_error("create", &self.parts_dir))?;
-            self.dir_made = true;
-        }
+        self.make_parts_dir()?;
         let rows = self.buffer.len() as u64;
         write_file(
             &path,
@@ -484,7 +490,8 @@ impl<R> PartedTable<R> {
     /// The buffered rows go straight into the final file rather than into a part of their own
     /// first: a part written, read back and encoded again cost more than half of a short run's
     /// finish (a zstd context for each column, each way). A crash during the merge loses them, as
-    /// a crash before the next flush would have. The file is synced: see [`PartedTable::finish_with`].
+    /// a crash before the next flush would have. The file is synced: see
+    /// [`PartedTable::finish_with`].
     pub fn finish(self) -> Result<u64, WriteError> {
         self.finish_with(Durability::Synced)
     }

@@ -572,7 +572,10 @@ fn wait_readable(socket: BorrowedFd<'_>, wake: BorrowedFd<'_>, within: Option<Du
             revents: 0,
         },
     ];
-    let timeout = within.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
+    // Rounded up: a wait cut short to the millisecond below would end before `within`.
+    let timeout = within.map_or(-1, |d| {
+        d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+    });
     // SAFETY: two valid pollfds on descriptors that outlive the call.
     unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) != 0 }
 }

@@ -41,7 +41,7 @@ impl Cli {
     /// which took a spaced run 0.36 ms of its start-up on the 2-core test machine (about 0.1 ms
     /// with `run`'s alone). Where that parse fails (a typo, `--help`), the whole command line
     /// parses again, so that errors, suggestions and help are the full CLI's.
-    pub fn parse_args(args: Vec<OsString>) -> Cli {
+    fn parse_args(args: Vec<OsString>) -> Cli {
         Cli::run_only(&args).unwrap_or_else(|| Cli::parse_from(args))
     }
 

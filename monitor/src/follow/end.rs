@@ -104,15 +104,10 @@ impl GpuOpening {
         if !refusable {
             let mode = record.gpu;
             let told = std::sync::Arc::clone(&opened);
-            let opening = std::thread::Builder::new()
-                .name("gpu-open".into())
-                .spawn(move || {
-                    // capset acts on one thread: a granted binary's capabilities go before
-                    // NVML starts, so no thread the driver starts from here holds one (NVML
-                    // needs none). A failure leaves them to the thread's end, as before.
-                    if crate::kernel::privilege::capable_user() {
-                        let _ = crate::kernel::privilege::drop_all();
-                    }
+            // Without capabilities before NVML starts, so no thread the driver starts from
+            // there holds one (NVML needs none).
+            let opening =
+                crate::kernel::privilege::spawn_without_capabilities("gpu-open", move || {
                     // `auto` never fails: no GPU is a status.
                     let status =
                         GpuMonitor::open(mode).unwrap_or_else(|err| GpuStatus::Unavailable {

@@ -443,18 +443,11 @@ impl MarkReceiver {
         // Not joined: `done` says when it is done (see `finish`), and its exit is the kernel's.
         {
             let (tally, stop, wake) = (tally.clone(), stop.clone(), wake.clone());
-            std::thread::Builder::new()
-                .name("montrace-marks".into())
-                .spawn(move || {
-                    // Dropped last, when everything else of the thread is done.
-                    let _done: std::sync::mpsc::Sender<()> = done_tx;
-                    // With --repeat the granted binary keeps its permitted set until the last
-                    // repetition is loaded; this thread never needs it.
-                    if crate::kernel::privilege::capable_user() {
-                        let _ = crate::kernel::privilege::drop_all();
-                    }
-                    receive_until_stopped(server, &tx, &tally, &stop, &wake)
-                })?;
+            crate::kernel::privilege::spawn_without_capabilities("montrace-marks", move || {
+                // Dropped last, when everything else of the thread is done.
+                let _done: std::sync::mpsc::Sender<()> = done_tx;
+                receive_until_stopped(server, &tx, &tally, &stop, &wake)
+            })?;
         }
         Ok(MarkReceiver {
             marks: rx,

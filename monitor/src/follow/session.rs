@@ -182,6 +182,7 @@ impl<'o, 'r> Session<'o, 'r> {
                 .set_task_iter(self.probes.as_mut().and_then(|p| p.take_task_iter().ok()));
         }
         let signals = launch::signal_fd().context("creating the signal fd")?;
+        self.recorder.start_closer();
         let root_pid = self.config.root.pid();
         // Through the agent, the programs are the agent's: its mode is the run's.
         let agent_mode = match &source {

@@ -217,26 +217,19 @@ impl Stream {
         let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = {
             let failed = failed.clone();
-            std::thread::Builder::new()
-                .name("montrace-stream".into())
-                .spawn(move || {
-                    // Made before the granted binary drops its capabilities (the stream is
-                    // opened before anything is created): they are this thread's until it
-                    // drops them, and it needs none to write to a descriptor it holds.
-                    if crate::kernel::privilege::capable_user() {
-                        let _ = crate::kernel::privilege::drop_all();
+            // Made before the granted binary drops its capabilities (the stream is opened
+            // before anything is created); it needs none to write to a descriptor it holds.
+            crate::kernel::privilege::spawn_without_capabilities("montrace-stream", move || {
+                for text in rx {
+                    if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                        failed.store(true, std::sync::atomic::Ordering::Release);
+                        crate::say!(
+                            "montrace: warning: the --stream stopped: {err}; the run goes on"
+                        );
+                        return;
                     }
-                    for text in rx {
-                        if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
-                        {
-                            failed.store(true, std::sync::atomic::Ordering::Release);
-                            crate::say!(
-                                "montrace: warning: the --stream stopped: {err}; the run goes on"
-                            );
-                            return;
-                        }
-                    }
-                })?
+                }
+            })?
         };
         Ok(Stream {
             queue: Some(tx),

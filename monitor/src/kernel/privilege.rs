@@ -217,6 +217,24 @@ pub fn capable_user() -> bool {
     uid != 0 && euid != 0 && current().is_ok_and(|c| c.permitted != 0)
 }
 
+/// Starts a thread named `name` that runs `f` without any capability. Capabilities are per
+/// thread: one started while the granted binary still holds its permitted set (before the
+/// programs of a run are loaded, or between `--repeat`'s loads) would hold them too, and no
+/// thread but the loader needs one. A failure to drop them leaves them to the thread's end.
+pub fn spawn_without_capabilities<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<T>> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            if capable_user() {
+                let _ = drop_all();
+            }
+            f()
+        })
+}
+
 /// Why the grant cannot be made or would not work.
 #[derive(Debug, thiserror::Error)]
 pub enum GrantError {

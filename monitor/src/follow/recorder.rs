@@ -110,7 +110,15 @@ fn close_tables(
     let mut closings = closings.into_iter();
     let handed = closer.and_then(|closer| closings.next().map(|close| closer.hand(close)));
     let result = match in_parallel {
-        false => closings.fold(Ok(()), |result, close| result.and(close())),
+        false => {
+            // Every one, whatever fails before it.
+            let mut result = Ok(());
+            for close in closings {
+                let closed = close();
+                result = result.and(closed);
+            }
+            result
+        }
         true => std::thread::scope(|scope| {
             let here = closings.next();
             let threads: Vec<_> = closings.map(|close| scope.spawn(close)).collect();

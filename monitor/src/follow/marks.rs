@@ -420,7 +420,9 @@ pub struct MarkReceiver {
     stop: Arc<AtomicBool>,
     /// Written to wake the thread for the last marks (an eventfd).
     wake: Arc<OwnedFd>,
-    /// Disconnected when the thread has ended (its sender goes with it): what the end waits on.
+    /// Disconnected when the thread has passed on its last marks: what the end waits on.
+    last: std::sync::mpsc::Receiver<()>,
+    /// Disconnected when the thread has closed and removed the socket, after its last marks.
     done: std::sync::mpsc::Receiver<()>,
     /// Marks still coming at the end, and none of the thread's channel: it stopped answering.
     stuck: bool,
@@ -439,14 +441,21 @@ impl MarkReceiver {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let tally = Arc::new(Mutex::new(MarkTally::default()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (done_tx, done) = std::sync::mpsc::channel();
-        // Not joined: `done` says when it is done (see `finish`), and its exit is the kernel's.
+        let (last_tx, last) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
+        // Not joined: `last` and `done` say how far it got (see `finish` and `SocketRemoval`),
+        // and its exit is the kernel's.
         {
             let (tally, stop, wake) = (tally.clone(), stop.clone(), wake.clone());
             crate::kernel::privilege::spawn_without_capabilities("montrace-marks", move || {
                 // Dropped last, when everything else of the thread is done.
-                let _done: std::sync::mpsc::Sender<()> = done_tx;
-                receive_until_stopped(server, &tx, &tally, &stop, &wake)
+                let _done = done_tx;
+                let mut server = server;
+                receive_until_stopped(&mut server, &tx, &tally, &stop, &wake);
+                drop(last_tx);
+                // The socket closed and removed, after the last marks: the end has them
+                // while this waits for the disk (`SocketRemoval`).
+                drop(server);
             })?;
         }
         Ok(MarkReceiver {
@@ -454,6 +463,7 @@ impl MarkReceiver {
             tally,
             stop,
             wake,
+            last,
             done,
             stuck: false,
         })
@@ -483,11 +493,12 @@ impl MarkReceiver {
     /// marks, and montrace goes on.
     pub fn finish(&mut self, wait: Duration) -> Vec<ReceivedMark> {
         self.stop();
-        // Woken the moment the thread is done (no polling: this wait is on the end of every
-        // run): its socket is closed and removed by then. Its exit is not waited for (a join
-        // waits for the kernel to tear the thread down).
+        // Woken the moment the thread has passed on its last marks (no polling: this wait is on
+        // the end of every run). The socket's removal is waited for at the run's very end
+        // ([`MarkReceiver::removal`]), its exit not at all (a join waits for the kernel to tear
+        // the thread down).
         self.stuck = matches!(
-            self.done.recv_timeout(wait),
+            self.last.recv_timeout(wait),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout)
         );
         let mut out = Vec::new();
@@ -506,14 +517,44 @@ impl MarkReceiver {
     pub fn stuck(&self) -> bool {
         self.stuck
     }
+
+    /// The end of the thread's work after [`MarkReceiver::finish`]: the socket's close and
+    /// removal, to wait for before montrace exits.
+    pub fn removal(self) -> SocketRemoval {
+        SocketRemoval {
+            done: self.done,
+            stuck: self.stuck,
+        }
+    }
+}
+
+/// The mark thread closing and removing its socket after its last marks. A directory's removal
+/// waits for the disk where the filesystem discards freed blocks at once (ext4 mounted with
+/// `discard`: 170 µs here); the run's end waited for it before writing its tables (0.12 ms of a
+/// `/bin/true` run through the agent, phase timestamps), and now waits only before montrace
+/// exits, which would otherwise cut the thread short and leave the directory in /tmp.
+#[derive(Debug)]
+pub struct SocketRemoval {
+    done: std::sync::mpsc::Receiver<()>,
+    /// The thread did not pass on its last marks in time: not waited for again.
+    stuck: bool,
+}
+
+impl SocketRemoval {
+    /// Waits at most `within` for the socket to be closed and removed.
+    pub fn wait(self, within: Duration) {
+        if !self.stuck {
+            let _ = self.done.recv_timeout(within);
+        }
+    }
 }
 
 /// The mark thread's loop: waits for datagrams (or the stop), passes the marks on, keeps the
 /// tally; the last round takes everything still waiting (the kernel bounds the queue; 64 rounds
 /// are far more than it holds, and bound the time a sender still flooding can keep the end
-/// waiting). The socket is closed and removed when it returns.
+/// waiting).
 fn receive_until_stopped(
-    mut server: MarkServer,
+    server: &mut MarkServer,
     tx: &tokio::sync::mpsc::UnboundedSender<Vec<ReceivedMark>>,
     tally: &Mutex<MarkTally>,
     stop: &AtomicBool,
@@ -1081,6 +1122,29 @@ mod tests {
         } else {
             sent.unwrap();
         }
+    }
+
+    /// `finish` has every mark sent before it; the socket and its directory are gone once the
+    /// removal was waited for.
+    #[test]
+    fn the_socket_is_removed_after_the_last_marks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let server = MarkServer::bind_in(tmp.path(), None).unwrap();
+        let path = server.path().to_path_buf();
+        let dir = path.parent().unwrap().to_path_buf();
+        let mut receiver = MarkReceiver::spawn(server).unwrap();
+        send(&path, b"point one\n");
+        send(&path, b"point two\n");
+        let marks = receiver.finish(Duration::from_secs(5));
+        let labels: Vec<&str> = marks.iter().map(|m| m.label.as_str()).collect();
+        assert_eq!(labels, ["one", "two"]);
+        assert!(!receiver.stuck());
+        receiver.removal().wait(Duration::from_secs(5));
+        assert!(
+            !path.exists() && !dir.exists(),
+            "{} should be removed",
+            dir.display()
+        );
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub struct Outcome {
     /// Through the agent: what its ring lost while this run was followed, as it said at the end
     /// (None: it did not say, or no agent).
     pub agent_lost: Option<crate::kernel::ebpf::LostEvents>,
+    /// The mark socket's removal, still going on: waited for once the run is written.
+    pub mark_socket: Option<crate::follow::marks::SocketRemoval>,
 }
 
 /// What a recording is asked for: the options `run` and `attach` share, as the recording reads
@@ -298,6 +300,7 @@ impl Inputs {
             outcome.wait_status = status;
         }
         outcome.marks_dropped = self.marks_dropped();
+        outcome.mark_socket = self.marks.take().map(MarkReceiver::removal);
         outcome
     }
 

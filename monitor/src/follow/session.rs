@@ -239,6 +239,10 @@ impl<'o, 'r> Session<'o, 'r> {
     }
 }
 
+/// Longest wait, once a run is written, for the mark thread to remove its socket (a removal, and
+/// a close of the descriptors senders left queued in it, that takes longer is left to the exit).
+const MARK_SOCKET_REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A recording whose tree is done and whose tables are closed.
 pub struct Followed<'o> {
     config: Config<'o>,
@@ -271,10 +275,11 @@ impl Followed<'_> {
     pub fn finish(self, gpu: &GpuStatus, stream: Option<&mut Stream>, ending: Ending) -> RunInfo {
         let Followed {
             config,
-            outcome,
+            mut outcome,
             closed,
             capture,
         } = self;
+        let mark_socket = outcome.mark_socket.take();
         let end::Closed {
             ended_boot_ns,
             ended_wall_ns,
@@ -332,6 +337,9 @@ impl Followed<'_> {
             (config.out_dir, durability),
             (config.print_summary, config.options.report),
         );
+        if let Some(removal) = mark_socket {
+            removal.wait(MARK_SOCKET_REMOVAL_WAIT);
+        }
         info
     }
 }

@@ -195,13 +195,16 @@ pub fn new_run_id(start_unix_ns: i64, random: u64) -> String {
     format!("{}-{random:016x}", crate::units::compact_utc(start_unix_ns))
 }
 
-/// One recording's id and context: the id at its start; the checkout's commit and branch, and
-/// git's `status` of it, asked once the command has ended (it walks the checkout: beside the
-/// command it would take CPU and disk from what is measured), on a thread while montrace closes
-/// its tables; the rest read at the end.
+/// One recording's id and context: the id at its start; the machine's facts (a few small files
+/// of /proc, the environment) while the command starts ([`Capture::read_machine`]), where the
+/// end would wait for them; the checkout's commit and branch, and git's `status` of it, asked
+/// once the command has ended (it walks the checkout: beside the command it would take CPU and
+/// disk from what is measured), on a thread while montrace closes its tables.
 pub struct Capture {
     pub run_id: String,
     as_user: Option<(u32, u32)>,
+    /// The machine's facts, once read.
+    machine: Option<Inputs>,
     /// The working directory's checkout, once asked: (commit, branch), None outside one.
     checkout: Option<Option<Checkout>>,
     dirty: Option<std::thread::JoinHandle<Option<bool>>>,
@@ -219,8 +222,17 @@ impl Capture {
         Capture {
             run_id: new_run_id(started_wall_ns, u64::from_le_bytes(random)),
             as_user,
+            machine: None,
             checkout: None,
             dirty: None,
+        }
+    }
+
+    /// Reads the machine's facts now (`run` and `attach` call it as following begins, while the
+    /// command starts), not at the end: 0.1 ms of a `/bin/true` run's end.
+    pub fn read_machine(&mut self) {
+        if self.machine.is_none() {
+            self.machine = Some(machine_inputs());
         }
     }
 
@@ -246,19 +258,34 @@ impl Capture {
             branch,
             dirty,
         });
-        // SAFETY: sysconf has no preconditions.
-        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        (self.run_id, gather(cpus, git))
+        let machine = self.machine.take().unwrap_or_else(machine_inputs);
+        (self.run_id, gather(machine, git))
     }
 }
 
-/// The thin edge: reads the environment, /proc and the service-account file; `git` is what
-/// [`Capture`] read of the working directory's checkout (as the user: see `userfs`) and what git
-/// itself answered, if anything (see [`dirty_check`]).
-pub fn gather(cpus: usize, git: Option<Git>) -> Context {
+/// The thin edge: `machine` (see [`machine_inputs`]) with `git`, what [`Capture`] read of the
+/// working directory's checkout (as the user: see `userfs`) and what git itself answered, if
+/// anything (see [`dirty_check`]), and inside a Slurm job what `scontrol` says of it.
+pub fn gather(machine: Inputs, git: Option<Git>) -> Context {
+    let slurm_job = machine
+        .env
+        .get("SLURM_JOB_ID")
+        .and_then(|id| crate::fleet::slurm::show_job(id));
+    Context::build(&Inputs {
+        git,
+        slurm_job,
+        ..machine
+    })
+}
+
+/// Reads the environment, /proc and the service-account file: everything [`Context::build`]
+/// reads but the checkout and the Slurm job.
+fn machine_inputs() -> Inputs {
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     let (host, kernel) = crate::host::uname();
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
-    let inputs = Inputs {
+    Inputs {
         host,
         kernel,
         env: std::env::vars().collect(),
@@ -273,17 +300,9 @@ pub fn gather(cpus: usize, git: Option<Git>) -> Context {
         )
         .ok(),
         cpus,
-        git,
+        git: None,
         slurm_job: None,
-    };
-    let slurm_job = inputs
-        .env
-        .get("SLURM_JOB_ID")
-        .and_then(|id| crate::fleet::slurm::show_job(id));
-    Context::build(&Inputs {
-        slurm_job,
-        ..inputs
-    })
+    }
 }
 
 /// The first `limit` bytes of `path` (all of a shorter file), lossily as text; empty when it

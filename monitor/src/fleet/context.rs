@@ -284,7 +284,7 @@ fn machine_inputs() -> Inputs {
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     let (host, kernel) = crate::host::uname();
-    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let read = |path: &str| crate::host::read_small_file(path).unwrap_or_default();
     Inputs {
         host,
         kernel,

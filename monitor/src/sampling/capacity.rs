@@ -95,7 +95,7 @@ impl Limits {
         let host_cores = online_cpus()
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             as f64;
-        let host_memory = std::fs::read_to_string("/proc/meminfo")
+        let host_memory = crate::host::read_small_file("/proc/meminfo")
             .ok()
             .and_then(|t| mem_total(&t))
             .unwrap_or(0);
@@ -112,8 +112,8 @@ impl Limits {
                 format!("CPU affinity (cpuset): {n} of {host_cores} CPUs"),
             ));
         }
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        let own = crate::host::read_small_file("/proc/self/cgroup").unwrap_or_default();
+        let mounts = crate::host::read_small_file("/proc/self/mountinfo")
             .map(|t| super::cgroup::parse_mountinfo_cgroups(&t))
             .unwrap_or_default();
         for (version, dir, top) in cgroup_dirs(&own, &mounts) {
@@ -242,7 +242,7 @@ fn collect_limits(
     cpu: &mut Vec<(f64, String)>,
     memory: &mut Vec<(u64, String)>,
 ) {
-    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    let read = |name: &str| crate::host::read_small_file(dir.join(name)).ok();
     let basis = |what: &str| {
         format!(
             "cgroup {what} ({})",

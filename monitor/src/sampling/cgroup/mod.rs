@@ -149,13 +149,13 @@ impl RunCgroup {
     /// [`RunCgroup::create_delegated_in`]).
     pub fn create(name: &str) -> Result<RunCgroup, CgroupError> {
         let path = Path::new("/proc/self/mountinfo");
-        let mountinfo = fs::read_to_string(path).map_err(|e| io_err(path, e))?;
+        let mountinfo = crate::host::read_small_file(path).map_err(|e| io_err(path, e))?;
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             return Self::create_in(Path::new("/"), &mountinfo, name);
         }
         let path = Path::new("/proc/self/cgroup");
-        let own = fs::read_to_string(path).map_err(|e| io_err(path, e))?;
+        let own = crate::host::read_small_file(path).map_err(|e| io_err(path, e))?;
         Self::create_delegated_in(Path::new("/"), &mountinfo, &own, name)
     }
 
@@ -218,7 +218,7 @@ impl RunCgroup {
         candidates.push(own_dir);
         let mut refused = Vec::new();
         for dir in candidates {
-            let children_get = fs::read_to_string(dir.join("cgroup.subtree_control"))
+            let children_get = crate::host::read_small_file(dir.join("cgroup.subtree_control"))
                 .map_err(|e| io_err(&dir, e))?;
             let offered: Vec<String> = children_get.split_whitespace().map(String::from).collect();
             match create_v2(dir.clone(), wanted_v2(&offered), &[], name) {

@@ -558,9 +558,12 @@ impl SocketRemoval {
 /// on the 2-core test machine). Marks carry the time they were sent, so a later read of them
 /// changes nothing. Left as it was where the kernel refuses.
 fn batch_scheduling() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: a valid sched_param; pid 0 is the calling thread.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    // Zeroed: priority 0, and nothing in the fields musl adds (SCHED_SPORADIC's).
+    // SAFETY: all-zero bytes are a valid sched_param; pid 0 is the calling thread.
+    unsafe {
+        let param: libc::sched_param = std::mem::zeroed();
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param)
+    };
 }
 
 /// The mark thread's loop: waits for datagrams (or the stop), passes the marks on, keeps the

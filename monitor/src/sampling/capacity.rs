@@ -116,9 +116,9 @@ impl Limits {
         let mounts = crate::host::read_small_file("/proc/self/mountinfo")
             .map(|t| super::cgroup::parse_mountinfo_cgroups(&t))
             .unwrap_or_default();
-        for (version, dir, top) in cgroup_dirs(&own, &mounts) {
+        for (files, dir, top) in cgroup_dirs(&own, &mounts) {
             let (cpu, memory) = (limits.cpu.len(), limits.memory.len());
-            collect_limits(version, &dir, &mut limits.cpu, &mut limits.memory);
+            collect_limits(files, &dir, &mut limits.cpu, &mut limits.memory);
             if !top {
                 let found = limits.cpu[cpu..].iter().map(|(_, b)| b.clone());
                 let found: Vec<String> = found
@@ -189,6 +189,15 @@ pub fn mem_total(meminfo: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Which limit files a cgroup directory may hold: v2's, or a v1 hierarchy's, whose `cpu.*` files
+/// exist only where it has the `cpu` controller and `memory.*` only where it has `memory` (the
+/// others are not looked for: each failed open was a system call of every run's start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitFiles {
+    V2,
+    V1 { cpu: bool, memory: bool },
+}
+
 /// The directories that may hold a limit on this process: its cgroup in the v2 hierarchy and in
 /// the v1 `cpu` and `memory` hierarchies, then each ancestor up to the mount point (the top of
 /// what this process sees: a container's own cgroup when it has a cgroup namespace). The flag is
@@ -196,7 +205,7 @@ pub fn mem_total(meminfo: &str) -> Option<u64> {
 pub fn cgroup_dirs(
     proc_self_cgroup: &str,
     mounts: &[CgroupMount],
-) -> Vec<(CgroupVersion, PathBuf, bool)> {
+) -> Vec<(LimitFiles, PathBuf, bool)> {
     let mut dirs = Vec::new();
     for line in proc_self_cgroup.lines() {
         let mut fields = line.splitn(3, ':');
@@ -205,19 +214,30 @@ pub fn cgroup_dirs(
         else {
             continue;
         };
-        let mount = if id == "0" && controllers.is_empty() {
-            mounts.iter().find(|m| m.version == CgroupVersion::V2)
+        let (mount, files) = if id == "0" && controllers.is_empty() {
+            let v2 = mounts.iter().find(|m| m.version == CgroupVersion::V2);
+            (v2, LimitFiles::V2)
         } else {
             let listed: Vec<&str> = controllers.split(',').collect();
-            if !listed.iter().any(|c| *c == "cpu" || *c == "memory") {
+            let files = LimitFiles::V1 {
+                cpu: listed.contains(&"cpu"),
+                memory: listed.contains(&"memory"),
+            };
+            if files
+                == (LimitFiles::V1 {
+                    cpu: false,
+                    memory: false,
+                })
+            {
                 continue;
             }
-            mounts.iter().find(|m| {
+            let v1 = mounts.iter().find(|m| {
                 m.version == CgroupVersion::V1
                     && listed
                         .iter()
                         .all(|c| m.controllers.iter().any(|mc| mc == c))
-            })
+            });
+            (v1, files)
         };
         let Some(mount) = mount else { continue };
         let relative = Path::new(path)
@@ -226,7 +246,7 @@ pub fn cgroup_dirs(
             .to_path_buf();
         let mut dir = mount.mount_point.join(relative);
         loop {
-            dirs.push((mount.version, dir.clone(), dir == mount.mount_point));
+            dirs.push((files, dir.clone(), dir == mount.mount_point));
             if dir == mount.mount_point || !dir.pop() || !dir.starts_with(&mount.mount_point) {
                 break;
             }
@@ -237,7 +257,7 @@ pub fn cgroup_dirs(
 
 /// Reads the limit files of one cgroup directory.
 fn collect_limits(
-    version: CgroupVersion,
+    files: LimitFiles,
     dir: &Path,
     cpu: &mut Vec<(f64, String)>,
     memory: &mut Vec<(u64, String)>,
@@ -249,8 +269,8 @@ fn collect_limits(
             dir.join(what.rsplit(' ').next().unwrap_or(what)).display()
         )
     };
-    match version {
-        CgroupVersion::V2 => {
+    match files {
+        LimitFiles::V2 => {
             if let Some(c) = read("cpu.max").as_deref().and_then(parse_cpu_max) {
                 cpu.push((c, basis("v2 cpu.max")));
             }
@@ -258,17 +278,24 @@ fn collect_limits(
                 memory.push((m, basis("v2 memory.max")));
             }
         }
-        CgroupVersion::V1 => {
-            if let (Some(q), Some(p)) = (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us")) {
-                if let Some(c) = parse_cfs_quota(&q, &p) {
-                    cpu.push((c, basis("v1 cpu.cfs_quota_us")));
+        LimitFiles::V1 {
+            cpu: has_cpu,
+            memory: has_memory,
+        } => {
+            if has_cpu {
+                if let (Some(q), Some(p)) = (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us")) {
+                    if let Some(c) = parse_cfs_quota(&q, &p) {
+                        cpu.push((c, basis("v1 cpu.cfs_quota_us")));
+                    }
                 }
             }
-            if let Some(m) = read("memory.limit_in_bytes")
-                .as_deref()
-                .and_then(parse_memory_limit)
-            {
-                memory.push((m, basis("v1 memory.limit_in_bytes")));
+            if has_memory {
+                if let Some(m) = read("memory.limit_in_bytes")
+                    .as_deref()
+                    .and_then(parse_memory_limit)
+                {
+                    memory.push((m, basis("v1 memory.limit_in_bytes")));
+                }
             }
         }
     }
@@ -375,17 +402,19 @@ mod tests {
             .into_iter()
             .map(|(v, d, top)| format!("{v:?} {}{}", d.display(), if top { " (top)" } else { "" }))
             .collect();
+        let memory = "V1 { cpu: false, memory: true }";
+        let cpu = "V1 { cpu: true, memory: false }";
         assert_eq!(
             dirs,
             [
-                "V1 /sys/fs/cgroup/memory/jobs/42",
-                "V1 /sys/fs/cgroup/memory/jobs",
-                "V1 /sys/fs/cgroup/memory (top)",
-                "V1 /sys/fs/cgroup/cpu,cpuacct/jobs",
-                "V1 /sys/fs/cgroup/cpu,cpuacct (top)",
-                "V2 /sys/fs/cgroup/unified/user.slice/s.scope",
-                "V2 /sys/fs/cgroup/unified/user.slice",
-                "V2 /sys/fs/cgroup/unified (top)",
+                format!("{memory} /sys/fs/cgroup/memory/jobs/42"),
+                format!("{memory} /sys/fs/cgroup/memory/jobs"),
+                format!("{memory} /sys/fs/cgroup/memory (top)"),
+                format!("{cpu} /sys/fs/cgroup/cpu,cpuacct/jobs"),
+                format!("{cpu} /sys/fs/cgroup/cpu,cpuacct (top)"),
+                "V2 /sys/fs/cgroup/unified/user.slice/s.scope".into(),
+                "V2 /sys/fs/cgroup/unified/user.slice".into(),
+                "V2 /sys/fs/cgroup/unified (top)".into(),
             ]
         );
         // A container with its own cgroup namespace: its cgroup is the mount's top, "/".
@@ -393,7 +422,7 @@ mod tests {
         let dirs = cgroup_dirs("0::/\n", &container);
         assert_eq!(
             dirs,
-            [(CgroupVersion::V2, PathBuf::from("/sys/fs/cgroup"), true)]
+            [(LimitFiles::V2, PathBuf::from("/sys/fs/cgroup"), true)]
         );
     }
 

@@ -182,8 +182,8 @@ impl<'o, 'r> Session<'o, 'r> {
                 .set_task_iter(self.probes.as_mut().and_then(|p| p.take_task_iter().ok()));
         }
         let signals = launch::signal_fd().context("creating the signal fd")?;
-        // While the command starts, for the end: the thread that closes a table beside this one,
-        // and the machine's facts for run.json.
+        // While the command starts, for the end: the closing of the tables, and the machine's
+        // facts for run.json.
         self.recorder.start_closer();
         self.capture.read_machine();
         let root_pid = self.config.root.pid();

@@ -486,6 +486,57 @@ fn a_table_is_small_until_it_has_a_part_or_rows_to_compress() {
     assert!(!events.is_small(), "a part to merge");
 }
 
+/// A table given a writer made ahead (`small_writer`) that stays small writes the very bytes an
+/// unprepared one does; one that grows past small (a part, or rows enough to compress) drops
+/// its prepared writer and is merged and compressed as ever. Prepared or not, empty too.
+#[test]
+fn a_prepared_table_writes_what_an_unprepared_one_does() {
+    let finish = |rows: u32, flush_at: Option<u32>, prepared: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut table = EventTable::events(dir.path()).unwrap();
+        if prepared {
+            table.set_ready(small_writer(table.schema()));
+            assert!(table.ready.is_some(), "the writer is made ahead");
+        }
+        for i in 0..rows {
+            table.push(event(i)).unwrap();
+            if Some(i) == flush_at {
+                table.flush().unwrap();
+            }
+        }
+        assert_eq!(
+            table.finish_with(Durability::Unsynced).unwrap(),
+            rows as u64
+        );
+        let path = dir.path().join("events.parquet");
+        assert_eq!(
+            names_in(dir.path()),
+            ["events.parquet"],
+            "no temporary file left"
+        );
+        let (metadata, batches) = read(&path, schema::events_schema());
+        assert_file_format(&metadata);
+        assert_eq!(pids(&batches), (0..rows).collect::<Vec<_>>());
+        std::fs::read(&path).unwrap()
+    };
+    let small = COMPRESS_FROM_ROWS as u32 - 1;
+    for rows in [0, 3, small] {
+        assert_eq!(
+            finish(rows, None, true),
+            finish(rows, None, false),
+            "{rows} rows"
+        );
+    }
+    // Grown past small: not the prepared (uncompressed) writer's file.
+    let grown = COMPRESS_FROM_ROWS as u32;
+    assert_eq!(finish(grown, None, true), finish(grown, None, false));
+    assert_eq!(
+        finish(5, Some(2), true),
+        finish(5, Some(2), false),
+        "a part"
+    );
+}
+
 #[test]
 fn files_are_compressed_from_a_thousand_rows_on() {
     for rows in [COMPRESS_FROM_ROWS - 1, COMPRESS_FROM_ROWS] {

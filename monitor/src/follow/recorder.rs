@@ -152,13 +152,10 @@ fn panicked() -> writer::WriteError {
 /// the agent on the 2-core test machine).
 pub struct Closer {
     /// The writers made ahead, one for each schema given to [`Closer::start`], in order.
-    ready: std::sync::mpsc::Receiver<Vec<Option<ReadyWriter>>>,
+    ready: std::sync::mpsc::Receiver<Vec<Option<writer::ReadyWriter>>>,
     closing: std::sync::mpsc::SyncSender<Closing>,
     closed: std::sync::mpsc::Receiver<Result<(), writer::WriteError>>,
 }
-
-/// A small table's final writer, in memory (see [`writer::small_writer`]).
-type ReadyWriter = parquet::arrow::ArrowWriter<Vec<u8>>;
 
 /// A closing handed to a [`Closer`].
 struct Handed(Result<std::sync::mpsc::Receiver<Result<(), writer::WriteError>>, Closing>);
@@ -188,7 +185,7 @@ impl Closer {
 
     /// The writers made ahead, waiting for them where the thread is still at it; none where it
     /// has gone.
-    fn ready_writers(&self) -> Vec<Option<ReadyWriter>> {
+    fn ready_writers(&self) -> Vec<Option<writer::ReadyWriter>> {
         self.ready.recv().unwrap_or_default()
     }
 
@@ -1215,7 +1212,7 @@ impl<'g> Recorder<'g> {
             ..
         } = self;
         if let (None, Some(closer)) = (&failure, &closer) {
-            // In the order given to `Closer::start`.
+            // In the order given to `Closer::start` (a table takes only a writer of its schema).
             let mut ready = closer.ready_writers().into_iter();
             processes.set_ready(ready.next().flatten());
             events.set_ready(ready.next().flatten());

@@ -233,8 +233,20 @@ fn write_file(
 /// tables of a `/bin/true` run (`perf`), made ahead of the run's end (see
 /// [`PartedTable::set_ready`]). None where parquet refuses the schema (then the file is written
 /// as any other, and says why).
-pub fn small_writer(schema: &SchemaRef) -> Option<ArrowWriter<Vec<u8>>> {
-    ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties(schema, 0))).ok()
+pub fn small_writer(schema: &SchemaRef) -> Option<ReadyWriter> {
+    let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties(schema, 0)));
+    Some(ReadyWriter {
+        schema: schema.clone(),
+        writer: writer.ok()?,
+    })
+}
+
+/// A small file's writer made ahead ([`small_writer`]), with the schema it was made for: a table
+/// takes only one made for its own ([`PartedTable::set_ready`]), as ArrowWriter does not check
+/// the batches it is given.
+pub struct ReadyWriter {
+    schema: SchemaRef,
+    writer: ArrowWriter<Vec<u8>>,
 }
 
 /// Writes `path` through `ready`, a writer made ahead in memory ([`small_writer`]): the
@@ -242,8 +254,7 @@ pub fn small_writer(schema: &SchemaRef) -> Option<ArrowWriter<Vec<u8>>> {
 /// (synced first when `Synced`), as [`write_file`] does. Returns the rows written.
 fn write_ready(
     path: &Path,
-    schema: &SchemaRef,
-    mut ready: ArrowWriter<Vec<u8>>,
+    ready: ReadyWriter,
     batch: Option<&RecordBatch>,
     durability: Durability,
 ) -> Result<u64, WriteError> {
@@ -251,11 +262,12 @@ fn write_ready(
         path: path.to_path_buf(),
         source,
     };
+    let ReadyWriter { schema, mut writer } = ready;
     if let Some(batch) = batch {
-        check_columns(batch, schema, path)?;
-        ready.write(batch).map_err(parquet)?;
+        check_columns(batch, &schema, path)?;
+        writer.write(batch).map_err(parquet)?;
     }
-    let bytes = ready.into_inner().map_err(parquet)?;
+    let bytes = writer.into_inner().map_err(parquet)?;
     crate::store::userfs::write_atomic_with(path, &bytes, durability)
         .map_err(io_error("write", path))?;
     Ok(batch.map_or(0, |batch| batch.num_rows() as u64))
@@ -305,7 +317,7 @@ pub struct PartedTable<R> {
     dir_made: bool,
     /// The final file's writer, made ahead in memory for a table that stays small
     /// ([`PartedTable::set_ready`]).
-    ready: Option<ArrowWriter<Vec<u8>>>,
+    ready: Option<ReadyWriter>,
     /// Rows in the parts written so far.
     written: u64,
 }
@@ -487,11 +499,12 @@ impl<R> PartedTable<R> {
         &self.schema
     }
 
-    /// Gives the table its final file's writer, made ahead by [`small_writer`] for its schema:
+    /// Gives the table its final file's writer, made ahead by [`small_writer`]:
     /// [`PartedTable::finish_with`] of a table that stayed small then only encodes the rows and
-    /// writes the file at once; one that grew past small drops it.
-    pub fn set_ready(&mut self, ready: Option<ArrowWriter<Vec<u8>>>) {
-        self.ready = ready;
+    /// writes the file at once; one that grew past small drops it. A writer made for another
+    /// schema is not taken.
+    pub fn set_ready(&mut self, ready: Option<ReadyWriter>) {
+        self.ready = ready.filter(|ready| ready.schema == self.schema);
     }
 
     /// A table whose closing is little work: no parts to merge, and too few rows to compress
@@ -570,9 +583,7 @@ impl<R> PartedTable<R> {
             ),
         };
         let rows = match self.ready.take().filter(|_| self.is_small()) {
-            Some(ready) => {
-                write_ready(&self.path, &self.schema, ready, batch.as_ref(), durability)?
-            }
+            Some(ready) => write_ready(&self.path, ready, batch.as_ref(), durability)?,
             None => write_file(
                 &self.path,
                 self.schema.clone(),

@@ -527,6 +527,11 @@ fn a_prepared_table_writes_what_an_unprepared_one_does() {
             "{rows} rows"
         );
     }
+    // A writer made for another table's schema is not taken.
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = EventTable::events(dir.path()).unwrap();
+    table.set_ready(small_writer(&schema::marks_schema()));
+    assert!(table.ready.is_none(), "a writer of another schema");
     // Grown past small: not the prepared (uncompressed) writer's file.
     let grown = COMPRESS_FROM_ROWS as u32;
     assert_eq!(finish(grown, None, true), finish(grown, None, false));

@@ -1058,12 +1058,11 @@ fn ns_pids_of(pid: u32) -> Vec<u32> {
 /// agent's down to its own (`NSpid`): one in the agent's own (the host's, where the pids it
 /// asks for are the agent's), more below it (a level of at most `NS_LEVELS`). The pidfd is the
 /// kernel's SO_PEERPIDFD where it has one (Linux 6.5): the very process that connected.
-/// Elsewhere it is opened on SO_PEERCRED's
-/// pid, and a process that started after the connection was accepted holds a reused pid: the
-/// client is gone, refused. What /proc says of the client (its `NSpid`, read here; its parent,
-/// read by the checks) is about it only while the pidfd has not exited ([`client_still_there`]).
-/// A client that is gone, or whose namespaces cannot be read, is refused: never taken to be in
-/// the host's namespace.
+/// Elsewhere it is opened on SO_PEERCRED's pid, and a process that started after the connection
+/// was accepted holds a reused pid: the client is gone, refused. What /proc says of the client
+/// (its `NSpid`, read here; its parent, read by the checks) is about it only while the pidfd has
+/// not exited ([`client_still_there`]). A client that is gone, or whose namespaces cannot be
+/// read, is refused: never taken to be in the host's namespace.
 fn client_level(
     socket: std::os::fd::BorrowedFd<'_>,
     client_pid: Option<u32>,

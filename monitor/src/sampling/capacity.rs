@@ -219,18 +219,11 @@ pub fn cgroup_dirs(
             (v2, LimitFiles::V2)
         } else {
             let listed: Vec<&str> = controllers.split(',').collect();
-            let files = LimitFiles::V1 {
-                cpu: listed.contains(&"cpu"),
-                memory: listed.contains(&"memory"),
-            };
-            if files
-                == (LimitFiles::V1 {
-                    cpu: false,
-                    memory: false,
-                })
-            {
+            let (cpu, memory) = (listed.contains(&"cpu"), listed.contains(&"memory"));
+            if !cpu && !memory {
                 continue;
             }
+            let files = LimitFiles::V1 { cpu, memory };
             let v1 = mounts.iter().find(|m| {
                 m.version == CgroupVersion::V1
                     && listed

@@ -8,7 +8,9 @@
 /// The whole text of a small file of /proc, /sys or a cgroup filesystem. Such files say their
 /// size is 0, so `std::fs::read_to_string` asks for it (`statx`) and then reads 32 bytes, 32,
 /// 64, 128 and so on: 11 system calls for /proc/meminfo. This reads 4 KiB at a time: 4 calls
-/// (open, the read, the read of 0 that ends it, close).
+/// (open, the read, the read of 0 that ends it, close). It reads on to that 0, unlike the
+/// sampler's `read_whole`, which stops at a short read: a file of many seq_file records
+/// (mountinfo, one a mount) can come short of its end in one read.
 pub fn read_small_file(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
     use std::io::Read as _;
     let mut file = std::fs::File::open(path)?;
@@ -231,13 +233,17 @@ mod tests {
     /// the first buffer among them, and a regular file; a missing file is an error.
     #[test]
     fn small_files_read_whole() {
-        for path in ["/proc/meminfo", "/proc/self/mountinfo", "/proc/self/cgroup"] {
+        let meminfo = read_small_file("/proc/meminfo").unwrap();
+        let std_meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        assert_eq!(
+            meminfo.lines().next(),
+            std_meminfo.lines().next(),
+            "MemTotal"
+        );
+        for path in ["/proc/self/mountinfo", "/proc/self/cgroup"] {
             let ours = read_small_file(path).unwrap();
             assert!(!ours.is_empty(), "{path}");
-            assert_eq!(
-                ours.lines().next(),
-                std::fs::read_to_string(path).unwrap().lines().next()
-            );
+            assert_eq!(ours, std::fs::read_to_string(path).unwrap(), "{path}");
         }
         let dir = tempfile::tempdir().unwrap();
         let long: String = (0..2000).map(|i| format!("line {i}\n")).collect();

@@ -253,6 +253,9 @@ struct Outbox {
     /// The client's end was answered (its end frame is in `bytes`): nothing more goes to it,
     /// and its writer closes the connection once `bytes` is written.
     closing: bool,
+    /// Protocol 4, a `run`'s tree: the client is answered as its tree's last process exits,
+    /// without waiting for it to say that the tree is done.
+    ends_with_tree: bool,
 }
 
 /// What the loop and the clients' tasks share (one thread: a RefCell, never held across an await).
@@ -308,10 +311,11 @@ impl Shared {
         }
         let now = self.probes.lost().ok();
         for client in std::mem::take(&mut self.ending) {
-            let lost = self.ledger.leave(client, now);
-            let Some(outbox) = self.clients.get_mut(&client) else {
+            // Answered once: a client ended by its tree's last exit may say so after.
+            let Some(outbox) = self.clients.get_mut(&client).filter(|o| !o.closing) else {
                 continue;
             };
+            let lost = self.ledger.leave(client, now);
             if let Some(lost) = lost {
                 protocol::frame_end(&protocol::FollowEnd { lost }, &mut outbox.bytes);
             }
@@ -565,8 +569,16 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, shared: &Rc<RefCell<
         };
         protocol::frame(renamed.as_deref().unwrap_or(&record), &mut outbox.bytes);
         outbox.wake.notify_one();
+        let ends_with_tree = outbox.ends_with_tree;
         if outbox.bytes.len() > limit {
             shared.cut(owner);
+        } else if ends_with_tree
+            && protocol::is_exit(&record)
+            && shared.routes.tree_done(owner)
+            && !shared.ending.contains(&owner)
+        {
+            // Its tree's last exit: answered in this drain, with this record (protocol 4).
+            shared.ending.push(owner);
         }
     }
     shared.answer_ending();
@@ -659,6 +671,7 @@ async fn client(
                 bytes: Vec::new(),
                 wake: Rc::clone(&wake),
                 closing: false,
+                ends_with_tree: request.version >= 4 && !request.tree,
             };
             s.clients.insert(id, outbox);
             s.following.notify_one();

@@ -118,6 +118,9 @@ struct Inputs {
     ring: Option<AsyncFd<RingBuf<MapData>>>,
     /// The agent's stream, in place of a ring of montrace's own; None again once it closed.
     agent: Option<AsyncFd<agent::Stream>>,
+    /// What the agent's end frame said when it came with the tree's last exit, and the stream
+    /// then closed (protocol 4): the end has nothing more to ask it.
+    agent_ended: Option<crate::kernel::ebpf::LostEvents>,
     /// Whether the tree is followed by kernel events (a ring, or the agent's), not by polling.
     events: bool,
     /// Ring buffer records taken in so far (the drain timer's pace follows it).
@@ -168,6 +171,7 @@ impl Inputs {
             events: ring.is_some() || agent.is_some(),
             ring,
             agent,
+            agent_ended: None,
             taken: 0,
             poller,
             marks,
@@ -236,6 +240,12 @@ impl Inputs {
         });
         self.taken += taken;
         recorder.guarded(Recorder::store_finished);
+        if let (Ok(false), Some(lost)) = (&read, stream.get_ref().ended()) {
+            // Answered with the tree's last exit, then closed (protocol 4).
+            self.agent_ended = Some(lost);
+            self.agent = None;
+            return;
+        }
         let why = match read {
             Ok(true) => return,
             Ok(false) => "it closed the stream (stopped, or cut this run off)".to_string(),
@@ -262,7 +272,9 @@ impl Inputs {
         &mut self,
         recorder: &mut Recorder<'_>,
     ) -> Option<crate::kernel::ebpf::LostEvents> {
-        let mut stream = self.agent.take()?;
+        let Some(mut stream) = self.agent.take() else {
+            return self.agent_ended.take();
+        };
         let mut taken = 0;
         let ended = stream.get_mut().finish(AGENT_END_WAIT, |record| {
             recorder.guarded(|r| r.on_record(record));

@@ -56,7 +56,8 @@ fn say_gpu_notice(gpu: &GpuStatus, quiet: bool) {
 /// 9.7 ms with `off`), and montrace exits without waiting for the thread
 /// ([`nvml_left_opening`]). Polling sees only what lives at a sweep, so there it is taken
 /// before. `--gpu require` and a gpu-mem limit open it first: they refuse the run when no GPU
-/// can be monitored.
+/// can be monitored. On a machine that shows no NVIDIA driver (`gpu::driver_absent`), `auto`
+/// opens nothing, and starts no thread.
 pub struct GpuOpening {
     /// Opened; None while the thread runs.
     status: Option<GpuStatus>,
@@ -101,6 +102,19 @@ impl GpuOpening {
     pub fn start(record: &Options) -> anyhow::Result<GpuOpening> {
         let refusable = record.gpu != GpuMode::Auto || limits::gpu_limit(&record.limits).is_some();
         let opened = std::sync::Arc::new(GpuOpened::default());
+        let absent = match refusable {
+            true => None,
+            false => crate::sampling::gpu::driver_absent(),
+        };
+        if let Some(reason) = absent {
+            // No driver to open: no thread either.
+            return Ok(GpuOpening {
+                status: Some(GpuStatus::Unavailable { reason }),
+                thread: None,
+                opened,
+                quiet: record.quiet,
+            });
+        }
         if !refusable {
             let mode = record.gpu;
             let told = std::sync::Arc::clone(&opened);

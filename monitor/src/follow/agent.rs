@@ -672,6 +672,8 @@ pub struct Stream {
 
 /// How long a client waits for the agent's answer.
 const REPLY_WAIT: Duration = Duration::from_secs(5);
+/// The most a client reads from its stream at once.
+const READ_CHUNK: usize = 64 * 1024;
 /// How long a client waits for the answer to a `tree` request.
 const TREE_REPLY_WAIT: Duration = Duration::from_secs(30);
 
@@ -901,14 +903,13 @@ impl Stream {
     /// Ok(false) once the agent closed the stream.
     pub fn take_in(&mut self, mut each: impl FnMut(&[u8])) -> io::Result<bool> {
         let mut open = true;
-        let mut chunk = [0u8; 64 * 1024];
         loop {
-            match self.stream.read(&mut chunk) {
+            match self.read_more() {
                 Ok(0) => {
                     open = false;
                     break;
                 }
-                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 Err(err) => return Err(err),
@@ -917,6 +918,26 @@ impl Stream {
         }
         self.take_pending(&mut each)?;
         Ok(open)
+    }
+
+    /// Reads what the socket holds, up to [`READ_CHUNK`] bytes, onto the end of `pending`; the
+    /// bytes read. Straight into `pending`'s spare room: a 64 KiB buffer on the stack, zeroed
+    /// at every call, had the main thread touch 16 pages of stack (14 page faults of a short
+    /// run, `perf`).
+    fn read_more(&mut self) -> io::Result<usize> {
+        self.pending.reserve(READ_CHUNK);
+        let spare = self.pending.spare_capacity_mut();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.stream);
+        // SAFETY: recv writes at most `spare.len()` bytes into memory `pending` owns and does
+        // not otherwise use; only the bytes it says it wrote are counted in below.
+        let n = unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), spare.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        // SAFETY: recv initialized the first `n` bytes of the spare room.
+        unsafe { self.pending.set_len(self.pending.len() + n) };
+        Ok(n)
     }
 
     /// The whole frames read so far: records to `each`, the end kept.

@@ -1267,6 +1267,19 @@ mod tests {
         assert!(frames_of(&bad).0.unwrap_err().contains("end frame"));
     }
 
+    /// The client's end of a stream the agent accepted, on `ours`.
+    fn client_stream(ours: UnixStream) -> Stream {
+        ours.set_nonblocking(true).unwrap();
+        Stream {
+            stream: ours,
+            mode: TrackingMode::TpBtf,
+            skipped: 0,
+            version: PROTOCOL_VERSION,
+            pending: Vec::new(),
+            end: None,
+        }
+    }
+
     /// A client's stream whose other end `agent` plays the agent: it is given its socket once
     /// the client shut its writing half (having read nothing before), and closes it after.
     fn ended_with(
@@ -1281,15 +1294,7 @@ mod tests {
             agent(&mut theirs);
             // Closed here, as the agent closes after its end frame.
         });
-        ours.set_nonblocking(true).unwrap();
-        let mut stream = Stream {
-            stream: ours,
-            mode: TrackingMode::TpBtf,
-            skipped: 0,
-            version: PROTOCOL_VERSION,
-            pending: Vec::new(),
-            end: None,
-        };
+        let mut stream = client_stream(ours);
         let mut records = Vec::new();
         let lost = stream.finish(wait, |r| records.push(r.to_vec()));
         played.join().unwrap();
@@ -1335,15 +1340,7 @@ mod tests {
     #[test]
     fn an_end_frame_sent_with_the_last_exit_ends_the_client_without_asking() {
         let (ours, mut theirs) = UnixStream::pair().unwrap();
-        ours.set_nonblocking(true).unwrap();
-        let mut stream = Stream {
-            stream: ours,
-            mode: TrackingMode::TpBtf,
-            skipped: 0,
-            version: PROTOCOL_VERSION,
-            pending: Vec::new(),
-            end: None,
-        };
+        let mut stream = client_stream(ours);
         let mut out = Vec::new();
         frame(b"exit", &mut out);
         frame_end(

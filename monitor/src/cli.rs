@@ -379,7 +379,8 @@ pub struct RecordOptions {
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = units::parse_duration)]
     pub kill_grace: Duration,
 
-    /// Do not print the live status line and the summary
+    /// Do not print the live status line, the summary, and the notes on what the run goes
+    /// without (no run cgroup, no GPU); warnings and errors still print
     #[arg(long, short)]
     pub quiet: bool,
 }

@@ -352,6 +352,38 @@ fn a_run_through_the_agent_hears_of_the_events_its_ring_lost() {
     assert_eq!(read_processes(&quiet).len(), 3, "{run:?}");
 }
 
+/// `--quiet` silences the notes on what a run goes without: an ordinary user's run without a
+/// run cgroup (no delegated cgroup v2 subtree, as on this machine) prints nothing at all with
+/// `-q` and `--no-report`, and says why without `-q`; run.json says why either way.
+#[test]
+fn a_quiet_users_run_without_a_run_cgroup_prints_nothing() {
+    let agent = Agent::start();
+    let user = TestUser::create("agq");
+    let bin = user.plain_montrace();
+    for quiet in [true, false] {
+        let out = user.home.join(format!("run-{quiet}"));
+        let mut cmd = user.agent_client(&bin, &agent.socket);
+        cmd.args(["run", "--no-report", "--gpu", "off"]);
+        if quiet {
+            cmd.arg("-q");
+        }
+        cmd.arg("--out").arg(&out).args(["--", "/bin/true"]);
+        let run = run_with_timeout(&mut cmd, run_timeout());
+        assert_eq!(run.code(), 0, "{run:?}");
+        let info = read_json(&out.join("run.json")).unwrap();
+        assert_ne!(info["tracking_mode"], "polling", "{info}");
+        let why = info["cgroup"]["error"].as_str();
+        match (quiet, why) {
+            (true, _) => assert_eq!(run.stderr, "", "{info}"),
+            (false, Some(why)) => assert!(
+                run.stderr.contains("no cgroup for the run") && run.stderr.contains(why),
+                "{run:?}"
+            ),
+            (false, None) => assert!(!run.stderr.contains("no cgroup"), "{run:?}"),
+        }
+    }
+}
+
 /// Protocol 4: the agent sends a run its end frame (what its ring lost) with the tree's last
 /// exit record, so the run's end asks it nothing (no `shutdown(2)` of its stream, the round trip
 /// that cost 0.1 to 0.2 ms of every short run), and still knows its losses. A child that

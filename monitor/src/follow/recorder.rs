@@ -142,14 +142,15 @@ fn panicked() -> writer::WriteError {
 
 /// A thread started while the command runs that makes the small tables' final writers ahead
 /// ([`writer::small_writer`]: otherwise 0.13 ms of the end's CPU, and work on this thread before
-/// a `/bin/true` had ended), then waits for the run's end, when it closes one table (the
-/// processes table, the largest of a short run) beside this thread's closing of the rest: the
-/// other core is free by then. Removing `processes.parts` waits for the disk where the
+/// a `/bin/true` had ended), then waits for the run's end, when it closes the processes table
+/// (the largest of a short run) and the marks table beside this thread's closing of the rest:
+/// the other core is free by then. Removing `processes.parts` waits for the disk where the
 /// filesystem discards freed blocks at once (ext4 mounted with `discard` frees the directory's
-/// block with a synchronous discard: 130 of its 170 µs here). A thread started at the end cost
-/// about what it saved (`close_tables`); started beforehand it takes a `/bin/true` run's end
-/// from 1.21 to 0.80 ms and 1.26 to 0.88 ms (phase timestamps, 30 runs each way, twice, through
-/// the agent on the 2-core test machine).
+/// block with a synchronous discard: 130 of its 170 µs here), holding the run directory's lock
+/// meanwhile, which every file made or renamed there waits for: it comes last, after the marks.
+/// A thread started at the end cost about what it saved (`close_tables`); started beforehand it
+/// takes a `/bin/true` run's end from 1.21 to 0.80 ms and 1.26 to 0.88 ms (phase timestamps, 30
+/// runs each way, twice, through the agent on the 2-core test machine).
 pub struct Closer {
     /// The writers made ahead, one for each schema given to [`Closer::start`], in order.
     ready: std::sync::mpsc::Receiver<Vec<Option<writer::ReadyWriter>>>,
@@ -1229,12 +1230,19 @@ impl<'g> Recorder<'g> {
                 && system.is_small()
                 && marks.is_small()
                 && gpu_table.as_ref().is_none_or(|t| t.is_small());
+            // The first goes to the closer: the processes table, then the marks, and only then
+            // `processes.parts/`, whose removal holds the run directory's lock while it waits
+            // for the disk (see `Closer`), by when this thread has written most of its files.
             let mut closings: Vec<Closing> = vec![
-                Box::new(move || processes.finish_with(durability).map(drop)),
+                Box::new(move || {
+                    let processes = processes.finish_leaving_parts(durability);
+                    let marks = marks.finish_with(durability).map(drop);
+                    let (_, left) = processes?;
+                    marks.and(left.remove())
+                }),
                 Box::new(move || events.finish_with(durability).map(drop)),
                 Box::new(move || samples.finish_with(durability).map(drop)),
                 Box::new(move || system.finish_with(durability).map(drop)),
-                Box::new(move || marks.finish_with(durability).map(drop)),
             ];
             if let (Some(devices), Some(mut gpu_processes)) = (gpu_table, gpu_processes) {
                 closings.push(Box::new(move || {

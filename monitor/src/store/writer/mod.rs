@@ -572,7 +572,20 @@ impl<R> PartedTable<R> {
 
     /// [`PartedTable::finish`], the final file synced to the disk before it is renamed into
     /// place or not (a short run's, see [`Durability`]).
-    pub fn finish_with(mut self, durability: Durability) -> Result<u64, WriteError> {
+    pub fn finish_with(self, durability: Durability) -> Result<u64, WriteError> {
+        let (rows, left) = self.finish_leaving_parts(durability)?;
+        left.remove()?;
+        Ok(rows)
+    }
+
+    /// [`PartedTable::finish_with`] but for the parts directory, left in place for the caller to
+    /// remove ([`LeftParts::remove`]) when that suits it: removing it takes the run directory's
+    /// lock, and waits for the disk where the filesystem discards freed blocks at once (see
+    /// [`crate::follow::recorder::Closer`]).
+    pub fn finish_leaving_parts(
+        mut self,
+        durability: Durability,
+    ) -> Result<(u64, LeftParts), WriteError> {
         let batch = match self.buffer.is_empty() {
             true => None,
             false => Some(
@@ -597,23 +610,42 @@ impl<R> PartedTable<R> {
         };
         self.written += self.buffer.len() as u64;
         self.buffer.clear();
-        if self.dir_made {
-            // Without parts the directory is empty, unless the command put something there: one
-            // rmdir, not a listing.
-            let emptied =
-                self.parts == 0 && crate::store::userfs::remove_dir(&self.parts_dir).is_ok();
-            if !emptied {
-                crate::store::userfs::remove_dir_all(&self.parts_dir)
-                    .map_err(io_error("remove", &self.parts_dir))?;
-            }
-        }
-        Ok(rows)
+        let left = LeftParts {
+            dir: self.dir_made.then(|| self.parts_dir.clone()),
+            parts: self.parts,
+        };
+        Ok((rows, left))
     }
 
     /// `<name>.parts/<name>-NNNNNN.parquet`.
     fn part_path(&self, index: usize) -> PathBuf {
         self.parts_dir
             .join(format!("{}-{index:06}.parquet", self.name))
+    }
+}
+
+/// A finished table's parts directory, still in place ([`PartedTable::finish_leaving_parts`]);
+/// its table's file is complete.
+#[must_use = "the parts directory stays until it is removed"]
+pub struct LeftParts {
+    /// None where the table never made one.
+    dir: Option<PathBuf>,
+    parts: usize,
+}
+
+impl LeftParts {
+    /// Removes the parts directory and the parts in it.
+    pub fn remove(self) -> Result<(), WriteError> {
+        let Some(dir) = self.dir else {
+            return Ok(());
+        };
+        // Without parts the directory is empty, unless the command put something there: one
+        // rmdir, not a listing.
+        let emptied = self.parts == 0 && crate::store::userfs::remove_dir(&dir).is_ok();
+        if !emptied {
+            crate::store::userfs::remove_dir_all(&dir).map_err(io_error("remove", &dir))?;
+        }
+        Ok(())
     }
 }
 

@@ -715,3 +715,33 @@ fn the_schema_doc_says_from_how_many_rows_files_are_compressed() {
     );
     assert!(doc.contains(&said), "docs/schema.md should say: {said}");
 }
+
+/// A table finished leaving its parts directory: the file is complete and in place, the
+/// directory (made at once for the processes table) stays, parts and all, until it is removed;
+/// a table that never made one has nothing to remove.
+#[test]
+fn a_finished_tables_parts_directory_stays_until_it_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = ProcessTable::processes(dir.path()).unwrap();
+    table.push(full_process()).unwrap();
+    table.flush().unwrap();
+    table.push(full_process()).unwrap();
+    let (rows, left) = table.finish_leaving_parts(Durability::Unsynced).unwrap();
+    assert_eq!(rows, 2);
+    let parts = dir.path().join("processes.parts");
+    assert_eq!(names_in(&parts), ["processes-000000.parquet"]);
+    let (_, batches) = read(&dir.path().join(schema::PROCESSES_FILE), processes_schema());
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+    left.remove().unwrap();
+    assert_eq!(names_in(dir.path()), ["processes.parquet"]);
+
+    let mut events = EventTable::events(dir.path()).unwrap();
+    events.push(event(1)).unwrap();
+    let (rows, left) = events.finish_leaving_parts(Durability::Unsynced).unwrap();
+    assert_eq!(rows, 1);
+    left.remove().unwrap();
+    assert_eq!(
+        names_in(dir.path()),
+        ["events.parquet", "processes.parquet"]
+    );
+}

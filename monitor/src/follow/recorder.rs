@@ -171,6 +171,8 @@ impl Closer {
         crate::kernel::privilege::spawn_without_capabilities("montrace-close", move || {
             let writers = schemas.iter().map(writer::small_writer).collect();
             let _ = ready_tx.send(writers);
+            // For the end (run.json's capacity), beside the command rather than before it.
+            crate::sampling::capacity::read_limits();
             // Ends without work when the closer is dropped (a recording that failed).
             if let Ok(close) = to_close.recv() {
                 let _ = closed_tx.send(close());
@@ -284,8 +286,10 @@ pub struct Recorder<'g> {
     /// The command's first exec was streamed (it starts it: it has no fork event).
     root_streamed: bool,
     created: std::time::Instant,
-    /// What 100 % of CPU and memory is for this run (a container's limits, or the host).
-    capacity: crate::sampling::capacity::Capacity,
+    /// What 100 % of CPU and memory is for this run (a container's limits, or the host): read
+    /// when first needed (a `--stream` sweep's line, the end), not before the command starts;
+    /// the closer's thread reads the limits beside the command (`capacity::read_limits`).
+    capacity: Option<crate::sampling::capacity::Capacity>,
     /// Every ended process, as the critical-path analysis needs it.
     spans: Vec<crate::analysis::critical::Span>,
     /// The tree's busy processes between sweeps, from every sample row, since the command's
@@ -384,7 +388,7 @@ impl<'g> Recorder<'g> {
             stream,
             root_streamed: false,
             created: std::time::Instant::now(),
-            capacity: crate::sampling::capacity::Capacity::read(),
+            capacity: None,
             spans: Vec::new(),
             load: crate::analysis::critical::Load::new(host::realtime_ns()),
             waits: None,
@@ -1060,6 +1064,10 @@ impl<'g> Recorder<'g> {
 
     /// The stream's line of a sweep (`--stream`).
     fn stream_sweep(&mut self, sweep: &[SampleRecord], memory: &SweepMemory, now: i64) {
+        let capacity = self
+            .capacity
+            .get_or_insert_with(crate::sampling::capacity::Capacity::read)
+            .clone();
         let sum =
             |f: fn(&SampleRecord) -> Option<u64>| sweep.iter().filter_map(f).reduce(|a, b| a + b);
         let line = crate::follow::stream::Line::Sweep {
@@ -1068,12 +1076,10 @@ impl<'g> Recorder<'g> {
             live: self.tracker.live_count(),
             started: self.tracker.processes_started(),
             cpu_percent: self.last_sweep_cpu_percent.unwrap_or(0.0),
-            cpu_percent_of_capacity: self
-                .capacity
+            cpu_percent_of_capacity: capacity
                 .cpu_share_percent(self.last_sweep_cpu_percent.unwrap_or(0.0)),
             rss_bytes: self.last_sweep_rss.unwrap_or(0),
-            rss_percent_of_capacity: self
-                .capacity
+            rss_percent_of_capacity: capacity
                 .memory_share_percent(self.last_sweep_rss.unwrap_or(0)),
             uss_bytes: memory.uss,
             pss_bytes: memory.pss,
@@ -1277,7 +1283,9 @@ impl<'g> Recorder<'g> {
             exec_time_boot_ns: self.exec_time_boot_ns,
             exec_time_wall_ns,
             recording_error: failure,
-            capacity: self.capacity,
+            capacity: self
+                .capacity
+                .unwrap_or_else(crate::sampling::capacity::Capacity::read),
             spans: self.spans,
             load: self.load,
             samples_from: if self.task_iter.is_some() {

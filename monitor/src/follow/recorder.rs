@@ -136,6 +136,33 @@ fn close_tables(
     }
 }
 
+/// The closings of the five tables every run has. The first goes to the closer: the processes
+/// table, then the marks, and only then `processes.parts/`, whose removal holds the run
+/// directory's lock while it waits for the disk (see [`Closer`]), by when the main thread has
+/// written most of its files.
+fn table_closings(
+    (processes, events, samples, system, marks): (
+        writer::ProcessTable,
+        writer::EventTable,
+        writer::SampleTable,
+        writer::SystemTable,
+        writer::MarkTable,
+    ),
+    durability: Durability,
+) -> Vec<Closing> {
+    vec![
+        Box::new(move || {
+            let processes = processes.finish_leaving_parts(durability);
+            let marks = marks.finish_with(durability).map(drop);
+            let (_, left) = processes?;
+            marks.and(left.remove())
+        }),
+        Box::new(move || events.finish_with(durability).map(drop)),
+        Box::new(move || samples.finish_with(durability).map(drop)),
+        Box::new(move || system.finish_with(durability).map(drop)),
+    ]
+}
+
 fn panicked() -> writer::WriteError {
     writer::WriteError::Panicked("closing a table".into())
 }
@@ -1236,20 +1263,8 @@ impl<'g> Recorder<'g> {
                 && system.is_small()
                 && marks.is_small()
                 && gpu_table.as_ref().is_none_or(|t| t.is_small());
-            // The first goes to the closer: the processes table, then the marks, and only then
-            // `processes.parts/`, whose removal holds the run directory's lock while it waits
-            // for the disk (see `Closer`), by when this thread has written most of its files.
-            let mut closings: Vec<Closing> = vec![
-                Box::new(move || {
-                    let processes = processes.finish_leaving_parts(durability);
-                    let marks = marks.finish_with(durability).map(drop);
-                    let (_, left) = processes?;
-                    marks.and(left.remove())
-                }),
-                Box::new(move || events.finish_with(durability).map(drop)),
-                Box::new(move || samples.finish_with(durability).map(drop)),
-                Box::new(move || system.finish_with(durability).map(drop)),
-            ];
+            let mut closings =
+                table_closings((processes, events, samples, system, marks), durability);
             if let (Some(devices), Some(mut gpu_processes)) = (gpu_table, gpu_processes) {
                 closings.push(Box::new(move || {
                     for row in gpu_rows.into_iter().flatten() {

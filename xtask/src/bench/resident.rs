@@ -3,9 +3,10 @@
 //! `montrace run -- /bin/true` less `/bin/true` alone, started the same way), for root loading
 //! its own programs, root through the agent, and an ordinary user's copy of the binary without
 //! any capability through the agent: the release build, and the static binary of the release
-//! tarball (`cargo xtask dist`), which is what a user who installs the tarball runs. The four and
-//! the two bare runs they are compared with are interleaved, run after run, so that a
-//! neighbour's load falls on all alike.
+//! tarball (`cargo xtask dist`), which is what a user who installs the tarball runs; each
+//! started outside any git checkout, and the user's release build also in one (a run there waits
+//! for git's status at its end). The five and the two bare runs they are compared with are
+//! interleaved, run after run, so that a neighbour's load falls on all alike.
 use super::report::{met_word, Figure, Section};
 use super::stats::{median, min_max, sig};
 use super::tools::{self, opt_num, read_json};
@@ -31,15 +32,30 @@ enum Way {
     UserAgent,
     /// The user's copy is the release tarball's static (musl) binary.
     UserAgentStatic,
+    /// As `UserAgent`, started in a git checkout (this repository's).
+    UserAgentCheckout,
 }
 
 impl Way {
     fn is_user(self) -> bool {
-        matches!(self, Way::UserAgent | Way::UserAgentStatic)
+        matches!(
+            self,
+            Way::UserAgent | Way::UserAgentStatic | Way::UserAgentCheckout
+        )
+    }
+
+    /// Where the run is started: outside any git checkout, but for `UserAgentCheckout`. A run
+    /// in a checkout asks git's status at its end (run.json's `context.git.dirty`), and waits
+    /// for it: a cost of the user's checkout, shown apart.
+    fn cwd(self) -> &'static Path {
+        match self {
+            Way::UserAgentCheckout => Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap(),
+            _ => Path::new("/"),
+        }
     }
 }
 
-const WAYS: [(Way, &str); 4] = [
+const WAYS: [(Way, &str); 5] = [
     (
         Way::Standalone,
         "root, programs loaded by the run (standalone)",
@@ -52,6 +68,10 @@ const WAYS: [(Way, &str); 4] = [
     (
         Way::UserAgentStatic,
         "ordinary user, the release tarball's static binary, through the agent",
+    ),
+    (
+        Way::UserAgentCheckout,
+        "ordinary user, uncapable copy, through the agent, in a git checkout",
     ),
 ];
 
@@ -205,6 +225,8 @@ fn bare_argv(user: bool, socket: &Path) -> Vec<String> {
     }
     argv.extend([
         "env".into(),
+        "-C".into(),
+        "/".into(),
         format!("MONTRACE_AGENT_SOCKET={}", socket.display()),
         "/bin/true".into(),
     ]);
@@ -233,13 +255,14 @@ fn argv(way: Way, copies: &Copies<'_>, socket: &Path, out: &Path) -> Vec<String>
     if way.is_user() {
         argv.extend(SETPRIV.iter().map(|a| a.to_string()));
     }
+    argv.extend(["env".into(), "-C".into(), way.cwd().display().to_string()]);
     match way {
-        Way::Standalone => argv.extend(["env".into(), "MONTRACE_AGENT_SOCKET=".into()]),
-        _ => argv.extend(["env".into(), format!("MONTRACE_AGENT_SOCKET={socket}")]),
+        Way::Standalone => argv.push("MONTRACE_AGENT_SOCKET=".into()),
+        _ => argv.push(format!("MONTRACE_AGENT_SOCKET={socket}")),
     }
     let bin = match way {
         Way::Standalone | Way::RootAgent => copies.root,
-        Way::UserAgent => copies.plain,
+        Way::UserAgent | Way::UserAgentCheckout => copies.plain,
         Way::UserAgentStatic => copies.static_copy,
     };
     argv.extend([
@@ -266,12 +289,16 @@ fn section(ctx: &Ctx, reps: usize, spaced: &Measured, back_to_back: &Measured) -
         id: "resident".into(),
         title: "13. The resident agent beside the standalone mode".into(),
         method: format!(
-            "`montrace run -q --no-report -- /bin/true`, {reps} times each way, the four ways \
+            "`montrace run -q --no-report -- /bin/true`, {reps} times each way, the five ways \
              and `/bin/true` alone interleaved run after run: root loading its own programs; \
              root through `montrace agent` (`MONTRACE_AGENT_SOCKET`); user `nobody` running a \
              copy of the binary with no capability through the agent, the release build \
              (glibc) and the release tarball's static (musl) binary, which is what a user who \
-             installs the tarball runs. Twice: each run {GAP_MS} ms after the one before \
+             installs the tarball runs. Each started in `/`, outside any git checkout, and the \
+             user's release build also in this repository's checkout: a run in a checkout asks \
+             git's status once its tree is done (run.json's `context.git.dirty`) and waits for \
+             it, a cost of the checkout (here one of root's, which git, started as `nobody`, \
+             refuses), shown apart. Twice: each run {GAP_MS} ms after the one before \
              ended (spaced, as runs by hand or from a script are), and back to back. Back to \
              back flatters: the machine's caches and CPUs stay warm, and a root run's move of \
              its command into the run cgroup (cgroup v1 here; on cgroup v2 the command is made \
@@ -327,8 +354,8 @@ fn section(ctx: &Ctx, reps: usize, spaced: &Measured, back_to_back: &Measured) -
         "Through the agent, for an ordinary user, spaced: start-up {} ({} the \
          {STARTUP_TARGET_MS} ms target), added wall {} ({} the {ADDED_WALL_TARGET_MS} ms \
          target); back to back: start-up {}, added wall {}. With the release tarball's static \
-         binary, spaced: start-up {}, added wall {}. Standalone, as root, spaced: start-up {}, \
-         added wall {}.",
+         binary, spaced: start-up {}, added wall {}. In a git checkout, spaced: start-up {}, \
+         added wall {}. Standalone, as root, spaced: start-up {}, added wall {}.",
         ms(user_startup),
         met_word(startup_met),
         ms(user_added),
@@ -337,6 +364,8 @@ fn section(ctx: &Ctx, reps: usize, spaced: &Measured, back_to_back: &Measured) -
         ms(median(&back_to_back.walls.added[2])),
         ms(median(&spaced.startup[3])),
         ms(median(&spaced.walls.added[3])),
+        ms(median(&spaced.startup[4])),
+        ms(median(&spaced.walls.added[4])),
         ms(median(&spaced.startup[0])),
         ms(median(&spaced.walls.added[0])),
     ));
@@ -359,6 +388,7 @@ fn figures(m: &Measured, suffix: &str, targets: Option<(bool, bool)>) -> Vec<Fig
         (1, "root_agent"),
         (2, "user_agent"),
         (3, "user_agent_static"),
+        (4, "user_agent_checkout"),
     ];
     for (i, key) in keys {
         let mut figure = Figure::new(

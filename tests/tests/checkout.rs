@@ -5,19 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use tests::{montrace_bin, read_json, require_root, run_timeout, run_with_timeout};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
+use tests::{git, montrace_bin, read_json, require_root, run_timeout, run_with_timeout};
 
 /// `montrace run` of `script` in `checkout`: its run.json's `context.git`.
 fn run_in(checkout: &Path, out: &Path, script: &str) -> serde_json::Value {

@@ -1093,8 +1093,13 @@ impl<'g> Recorder<'g> {
     fn stream_sweep(&mut self, sweep: &[SampleRecord], memory: &SweepMemory, now: i64) {
         let capacity = self
             .capacity
-            .get_or_insert_with(crate::sampling::capacity::Capacity::read)
-            .clone();
+            .get_or_insert_with(crate::sampling::capacity::Capacity::read);
+        let cpu_percent = self.last_sweep_cpu_percent.unwrap_or(0.0);
+        let rss_bytes = self.last_sweep_rss.unwrap_or(0);
+        let (cpu_of_capacity, rss_of_capacity) = (
+            capacity.cpu_share_percent(cpu_percent),
+            capacity.memory_share_percent(rss_bytes),
+        );
         let sum =
             |f: fn(&SampleRecord) -> Option<u64>| sweep.iter().filter_map(f).reduce(|a, b| a + b);
         let line = crate::follow::stream::Line::Sweep {
@@ -1102,12 +1107,10 @@ impl<'g> Recorder<'g> {
             elapsed_s: self.created.elapsed().as_secs_f64(),
             live: self.tracker.live_count(),
             started: self.tracker.processes_started(),
-            cpu_percent: self.last_sweep_cpu_percent.unwrap_or(0.0),
-            cpu_percent_of_capacity: capacity
-                .cpu_share_percent(self.last_sweep_cpu_percent.unwrap_or(0.0)),
-            rss_bytes: self.last_sweep_rss.unwrap_or(0),
-            rss_percent_of_capacity: capacity
-                .memory_share_percent(self.last_sweep_rss.unwrap_or(0)),
+            cpu_percent,
+            cpu_percent_of_capacity: cpu_of_capacity,
+            rss_bytes,
+            rss_percent_of_capacity: rss_of_capacity,
             uss_bytes: memory.uss,
             pss_bytes: memory.pss,
             read_bytes: sum(|s| s.read_bytes).unwrap_or(0),

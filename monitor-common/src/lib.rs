@@ -140,14 +140,16 @@ pub struct TaskSample {
     pub tid: u32,
     /// The thread's own `start_boottime` (the process's when `tid == tgid`).
     pub start_ns: u64,
+    /// When the program read this thread (`bpf_ktime_get_boot_ns`), before its figures.
+    pub read_ns: u64,
     /// `se.sum_exec_runtime`, exact; `utime`/`stime` (tick-sampled) split it as /proc does.
     pub runtime_ns: u64,
     pub utime_ns: u64,
     pub stime_ns: u64,
-    /// Resident pages (file + anon + shmem) and the high-water mark of the address space,
-    /// which its threads share; 0 without one.
+    /// Resident pages (file + anon + shmem) of the address space, which its threads share; 0
+    /// without one. (No high-water mark: the sweeps have no use for it, and the 512-byte stack
+    /// of Linux 6.1's verifier, the record and the descriptor words together, has no room.)
     pub rss_pages: u64,
-    pub peak_rss_pages: u64,
     /// `mm->total_vm`: the virtual size in pages.
     pub vm_pages: u64,
     pub min_flt: u64,

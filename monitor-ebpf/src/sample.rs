@@ -62,8 +62,13 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     if waits_so_far.is_none() && unsafe { TRACKED.get(&tgid) }.is_none() {
         return 0;
     }
+    // When this thread was read, before any of its figures (its state included): a thread seen
+    // alive here sends its exit event later, so the recorder's exit row, stamped then, comes
+    // after this row (the pass's own end, stamped in user space, can come after both).
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_boot_ns() };
     let ioac = off!(task_ioac);
-    let (peak, rss) = task::mm_rss_pages::<Direct>(mm);
+    let (_, rss) = task::mm_rss_pages::<Direct>(mm);
     // Its waiting times so far, the interval in progress up to now (as `TaskWaits::close` would).
     let mut waits = [0u64; 4];
     let mut runtime_ns: u64 = get(task, off!(task_sum_exec_runtime));
@@ -71,8 +76,6 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
     // stack holds the sample and the descriptor words already).
     if let Some(w) = waits_so_far.map(|w| unsafe { &mut *w }) {
         waits = w.total_ns;
-        // SAFETY: plain helper call.
-        let now = unsafe { bpf_ktime_get_boot_ns() };
         let state = (w.state & 3) as usize;
         if w.since_ns != 0 && now > w.since_ns {
             if state != wait_state::RUNNING as usize {
@@ -94,11 +97,11 @@ pub fn sample_tasks(ctx: *const IterTask) -> i32 {
         tgid,
         tid,
         start_ns,
+        read_ns: now,
         runtime_ns,
         utime_ns: get(task, off!(task_utime)),
         stime_ns: get(task, off!(task_stime)),
         rss_pages: rss,
-        peak_rss_pages: peak,
         vm_pages: get(mm, off!(mm_total_vm)),
         min_flt: get(task, off!(task_min_flt)),
         maj_flt: get(task, off!(task_maj_flt)),

@@ -807,7 +807,10 @@ impl<'g> Recorder<'g> {
     pub fn sample(&mut self) {
         self.take_opened_gpu();
         let clock = self.tracker.clock();
-        let now = host::realtime_ns();
+        // On the clock of the kernel's events (the wall clock as the run began, advanced by the
+        // boot clock), so that a sweep's rows and the exit rows keep their order however the
+        // wall clock is slewed or stepped meanwhile.
+        let now = clock.wall(host::boottime_ns());
         self.load.sweep(now);
         // Rows reach back one interval, or a few for a process left unread: a run of days
         // keeps 256 to 512 intervals, not one per sweep.
@@ -886,6 +889,12 @@ impl<'g> Recorder<'g> {
             want
         };
         let from_kernel = at.kernel.and_then(|k| k.of(pid));
+        // When the CPU figure was read, on the clock of the kernel's events: the iterator's
+        // read of the process, or the moment before /proc/PID/stat (the first file read) is
+        // opened. A lower bound, never later than the process's exit, so that its exit row
+        // comes after this one even when the sweep is preempted between a read and a clock.
+        let measured = at.boot_to_wall_ns
+            + from_kernel.map_or_else(host::boottime_ns, |live| live.read_ns) as i64;
         let tracker = &self.tracker;
         let reader = &mut self.reader;
         let reading = match self.handles.take(key) {
@@ -895,16 +904,13 @@ impl<'g> Recorder<'g> {
         .and_then(|mut handle| {
             let reading = reader.read_merged(
                 &mut handle,
-                from_kernel.map(|(live, _)| live),
+                from_kernel,
                 || tracker.exited_threads(pid),
                 start_boot_ns,
                 want_smaps,
             )?;
             Ok((handle, reading))
         });
-        // When the CPU figure was read: the iterator's pass, or /proc/PID/stat, the first
-        // file read.
-        let measured = from_kernel.map_or_else(host::realtime_ns, |(_, at)| at);
         let (handle, mut reading) = match reading {
             Ok(read) => read,
             // It exited since the last drain; its exit event brings its last figures.
@@ -943,12 +949,7 @@ impl<'g> Recorder<'g> {
             start_time_ns,
             self.previous.get(&key),
         );
-        let live = waits.live(
-            self.waits.as_ref(),
-            from_kernel.map(|(live, _)| live),
-            pid,
-            reading.threads,
-        );
+        let live = waits.live(self.waits.as_ref(), from_kernel, pid, reading.threads);
         self.add_waits(&mut sample, key, live, measured);
         self.account(key, &sample, measured);
         Some(sample)
@@ -1622,6 +1623,52 @@ mod tests {
             !arrow_array::Array::is_null(&cpu, 0),
             "the exit row has a CPU share"
         );
+    }
+
+    /// The wall clock moved 5 ms ahead of the boot clock since the run began (slewed by NTP, or
+    /// stepped): a sweep that reads a live process just before it exits still stamps its row
+    /// before the exit row, and the exit row has a CPU share. Sweeps stamped with the wall clock
+    /// itself wrote the exit row 5 ms before the sweep's, with no time passed between them.
+    #[test]
+    fn a_wall_clock_moved_since_the_start_keeps_the_exit_row_last() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let clock = Clock {
+            boot_to_wall_ns: host::realtime_ns() - host::boottime_ns() as i64 - 5_000_000,
+        };
+        let start_boot_ns = crate::sampling::procstat::proc_start_boot_ns(pid).unwrap();
+        let mut tracker = Tracker::new(clock);
+        tracker.add_root(pid, start_boot_ns, "sleep");
+        let dir = tempfile::tempdir().unwrap();
+        let mut recorder =
+            Recorder::create(dir.path(), tracker, pid, MemoryDetail::Basic, None, None).unwrap();
+        recorder.sample();
+        assert_eq!(recorder.sample_rows, 1, "the live process's row");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        recorder.on_event(&KernelEvent::Exit {
+            time_ns: host::boottime_ns(),
+            pid,
+            start_ns: start_boot_ns,
+            whole_process: true,
+            comm: "sleep".into(),
+            stats: crate::kernel::decode::ExitStats::default(),
+        });
+        assert_eq!(recorder.sample_rows, 2, "and its exit row");
+        recorder.finish(Durability::Unsynced);
+        let batches = crate::analysis::report::load::read_file(
+            &dir.path().join(crate::store::schema::SAMPLES_FILE),
+        )
+        .unwrap();
+        let column = |name: &str| batches[0].column_by_name(name).unwrap().clone();
+        let time = crate::store::read::times_ns(column("time").as_ref()).unwrap();
+        let cpu = crate::store::read::numbers(column("cpu_percent").as_ref()).unwrap();
+        assert_eq!(time.len(), 2);
+        assert!(time[1] > time[0], "the exit row comes last: {time:?}");
+        assert_eq!(cpu[1], Some(0.0), "the exit row's CPU share");
     }
 
     /// A process still running at the end has no exit figures: the totals count, apart, the CPU

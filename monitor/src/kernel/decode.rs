@@ -310,6 +310,9 @@ pub fn decode(bytes: &[u8], page_size: u64) -> Result<KernelEvent, DecodeError> 
 pub struct LiveFigures {
     /// The process's start (its leader's `start_boottime`), when its leader was among them.
     pub start_ns: Option<u64>,
+    /// When the pass read its last thread (boot clock, ns): after its start, and before the exit
+    /// of any of the threads read.
+    pub read_ns: u64,
     pub cpu_user_ns: u64,
     pub cpu_system_ns: u64,
     pub rss_pages: u64,
@@ -354,6 +357,7 @@ pub fn live_figures(samples: &[TaskSample]) -> std::collections::HashMap<u32, Li
         p.rss_pages = p.rss_pages.max(t.rss_pages);
         p.vm_pages = p.vm_pages.max(t.vm_pages);
         p.threads += 1;
+        p.read_ns = p.read_ns.max(t.read_ns);
         p.minor_faults += t.min_flt;
         p.major_faults += t.maj_flt;
         p.read_bytes += t.read_bytes;
@@ -436,11 +440,12 @@ mod tests {
             tgid,
             tid,
             start_ns: 1000 + tid as u64,
+            // The pass reads thread 8 after thread 7.
+            read_ns: 5000 + tid as u64,
             runtime_ns,
             utime_ns: 3,
             stime_ns: 1,
             rss_pages,
-            peak_rss_pages: rss_pages,
             vm_pages: 2 * rss_pages,
             min_flt: 1,
             maj_flt: 2,
@@ -482,6 +487,7 @@ mod tests {
         let live = live_figures(&samples);
         let p = live[&7];
         assert_eq!(p.start_ns, Some(1007), "the leader's start");
+        assert_eq!(p.read_ns, 5008, "read when its last thread was");
         assert_eq!((p.cpu_user_ns, p.cpu_system_ns), (300 + 600, 100 + 200));
         assert_eq!((p.rss_pages, p.vm_pages, p.threads), (50, 100, 2));
         assert_eq!(p.state, 'D', "the leader's state");

@@ -7,27 +7,23 @@ use std::collections::HashMap;
 use crate::kernel::decode::{LiveFigures, WaitTotals};
 use crate::kernel::ebpf::{TaskIter, WaitsMap};
 
-/// The task iterator's figures of every live process of the tree, by pid, and when they were
-/// read (wall clock, ns).
+/// The task iterator's figures of every live process of the tree, by pid, each with when the
+/// pass read it (`LiveFigures::read_ns`).
 pub struct KernelSweep {
     pub figures: HashMap<u32, LiveFigures>,
-    pub at: i64,
 }
 
 impl KernelSweep {
-    /// One pass of the iterator over every task, stamped as it returns.
+    /// One pass of the iterator over every task.
     pub fn read(iter: &mut TaskIter) -> std::io::Result<KernelSweep> {
-        let samples = iter.sweep();
-        let at = crate::host::realtime_ns();
         Ok(KernelSweep {
-            figures: crate::kernel::decode::live_figures(&samples?),
-            at,
+            figures: crate::kernel::decode::live_figures(&iter.sweep()?),
         })
     }
 
-    /// `pid`'s figures and when they were read, where the pass saw it.
-    pub fn of(&self, pid: u32) -> Option<(&LiveFigures, i64)> {
-        Some((self.figures.get(&pid)?, self.at))
+    /// `pid`'s figures, where the pass saw it.
+    pub fn of(&self, pid: u32) -> Option<&LiveFigures> {
+        self.figures.get(&pid)
     }
 }
 

@@ -15,10 +15,15 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A kernel the tier boots: a name for people and `--kernel`, and the Debian package that
-/// holds it. Adding a kernel is one line here (then `cargo xtask setup`).
+/// holds it. Adding a kernel is one entry here, with the features it must give (then `cargo
+/// xtask setup`).
 pub struct Kernel {
     pub name: &'static str,
     pub package: &'static str,
+    /// The rows of `montrace doctor` this kernel must say yes to: a program that stops loading
+    /// on it (its verifier's limits are older than this machine's) fails the tier, where runs
+    /// would only fall back, quietly, to less.
+    pub gives: &'static [&'static str],
 }
 
 pub const KERNELS: &[Kernel] = &[
@@ -27,6 +32,14 @@ pub const KERNELS: &[Kernel] = &[
     Kernel {
         name: "debian-12-6.1",
         package: "linux-image-6.1.0-51-amd64",
+        gives: &[
+            "tree",
+            "exit_figures",
+            "waits",
+            "task_iterator",
+            "psi",
+            "run_cgroup",
+        ],
     },
 ];
 
@@ -310,6 +323,10 @@ pub fn test(only: Option<&str>) -> Result<()> {
             if *status != Status::Pass {
                 failed.push(format!("{}: {test} ({status:?})", k.name));
             }
+        }
+        for missing in missing_features(k, &outcome.features) {
+            eprintln!("  Missing {missing}");
+            failed.push(format!("{}: {missing}", k.name));
         }
         print_logs(k, &outcome);
         eprintln!(
@@ -822,6 +839,21 @@ fn write_doc(outcomes: &[Outcome]) -> Result<()> {
     Ok(())
 }
 
+/// What `k` must give ([`Kernel::gives`]) and its VM's doctor did not: each with the reason it
+/// gave, or that it printed no such row.
+pub fn missing_features(k: &Kernel, features: &[(String, bool, String)]) -> Vec<String> {
+    k.gives
+        .iter()
+        .filter_map(|name| match features.iter().find(|(f, _, _)| f == name) {
+            Some((_, true, _)) => None,
+            Some((_, false, why)) => Some(format!("feature {name}: {why}")),
+            None => Some(format!(
+                "feature {name}: montrace doctor printed no row for it"
+            )),
+        })
+        .collect()
+}
+
 /// The feature rows of `montrace doctor`'s output (after its "What a run gets" line):
 /// `name yes|no detail`.
 pub fn parse_features(doctor: &str) -> Vec<(String, bool, String)> {
@@ -873,7 +905,8 @@ pub fn render_doc(outcomes: &[Outcome]) -> String {
           filesystem and runs `montrace doctor` and an exactness subset of the end-to-end tests \
           inside (`xtask/src/kernels.rs`), against the static release binary users install \
           (`cargo xtask dist`). The machine's own kernel is covered by the end-to-end \
-          tier. Add a kernel with one line in `KERNELS`.\n\n\
+          tier. Add a kernel with one entry in `KERNELS`: its package, and the features it must \
+          give (the tier fails where one of them is missing).\n\n\
           Each kernel gets what it can give, feature by feature: montrace reads the tracepoints' \
           prototypes and the structs' layouts from the kernel's BTF, and leaves out one by one \
           the programs a kernel lacks, saying why (`montrace doctor` prints the same table, run.json \
@@ -942,6 +975,22 @@ mod tests {
         assert_eq!(
             stable(&f[2].2),
             "cgroup V2 at /sys/fs/cgroup/montrace/doctor-PID"
+        );
+    }
+
+    #[test]
+    fn a_feature_the_kernel_must_give_and_did_not_fails_the_tier() {
+        let k = Kernel {
+            name: "k",
+            package: "linux-image-k",
+            gives: &["tree", "socket_bytes", "task_iterator"],
+        };
+        assert_eq!(
+            missing_features(&k, &parse_features(DOCTOR)),
+            [
+                "feature socket_bytes: not available on this kernel: unknown",
+                "feature task_iterator: montrace doctor printed no row for it",
+            ]
         );
     }
 

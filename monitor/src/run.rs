@@ -715,8 +715,9 @@ fn load_probes(
 /// Inside a limited cgroup that is not the top of its hierarchy (a batch job's, a slice's), a
 /// run cgroup at the top would take the command out of its limits: it stays where it is. Root
 /// looks at the limits before it makes anything. Without root a run cgroup can only be made in
-/// the user's own delegated subtree: it is made first, and removed again where the limits
-/// confine montrace; where none can be made (most users without a systemd session), the limits
+/// the user's own delegated subtree: it is made first, and removed again where it is not below
+/// the limited cgroup (a limit on montrace's own cgroup, the run cgroup made beside it); below
+/// a job's or a user slice's limit it holds the command within it. Where none can be made (most users without a systemd session), the limits
 /// (some 20 files, 0.26 ms of such a user's start-up on the 2-core test machine) are read
 /// beside the command instead, for run.json's capacity.
 fn create_cgroup(started_wall_ns: i64, quiet: bool) -> (Option<RunCgroup>, run_json::CgroupReport) {
@@ -737,7 +738,7 @@ fn create_cgroup(started_wall_ns: i64, quiet: bool) -> (Option<RunCgroup>, run_j
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if let Some(limit) = root
-        .then(crate::sampling::capacity::confining_cgroup)
+        .then(|| crate::sampling::capacity::confining_cgroup(None))
         .flatten()
     {
         let why = confined(limit);
@@ -747,7 +748,7 @@ fn create_cgroup(started_wall_ns: i64, quiet: bool) -> (Option<RunCgroup>, run_j
     }
     match RunCgroup::create(&format!("run-{}-{started_wall_ns}", std::process::id())) {
         Ok(cgroup) => match (!root)
-            .then(crate::sampling::capacity::confining_cgroup)
+            .then(|| crate::sampling::capacity::confining_cgroup(Some(&cgroup.dirs())))
             .flatten()
         {
             None => (Some(cgroup), report),

@@ -60,10 +60,12 @@ pub fn read_limits() {
     Limits::get();
 }
 
-/// The cgroup limit that confines montrace below the top of its cgroup hierarchy (the top is the
-/// host's root, or a container's own cgroup), if one does: moving the command into a run cgroup
-/// at the top would lift it, so montrace then leaves the command where it is.
-pub fn confining_cgroup() -> Option<String> {
+/// The cgroup limit on montrace (one that decides its capacity, set below the top of its cgroup
+/// hierarchy: the top is the host's root, or a container's own cgroup) that moving the command
+/// into the run cgroup would lift, if one would: montrace then leaves the command where it is.
+/// `run_dirs`: the run cgroup's directories, one per hierarchy it has; None for one at the top
+/// of every hierarchy (root's), which lifts every such limit.
+pub fn confining_cgroup(run_dirs: Option<&[PathBuf]>) -> Option<String> {
     let limits = Limits::get();
     let capacity = decide(
         limits.host_cores,
@@ -74,8 +76,21 @@ pub fn confining_cgroup() -> Option<String> {
     limits
         .below_top
         .iter()
-        .find(|basis| **basis == capacity.cpu_basis || **basis == capacity.memory_basis)
-        .cloned()
+        .find(|(at, basis)| {
+            (*basis == capacity.cpu_basis || *basis == capacity.memory_basis) && lifts(at, run_dirs)
+        })
+        .map(|(_, basis)| basis.clone())
+}
+
+/// Whether moving the command into `run_dirs` (see [`confining_cgroup`]) takes it out from
+/// under the limit set at `at`: one of them is in that limit's hierarchy, and not below it.
+/// A run cgroup made inside the limited cgroup (an ordinary user's, in a delegated subtree below
+/// a job's or a user slice's limit) keeps the limit over the command.
+pub fn lifts(at: &CgroupDir, run_dirs: Option<&[PathBuf]>) -> bool {
+    run_dirs.is_none_or(|runs| {
+        runs.iter()
+            .any(|run| run.starts_with(&at.mount) && !run.starts_with(&at.dir))
+    })
 }
 
 /// The host's figures and every limit found, with those set below the top of a hierarchy.
@@ -84,7 +99,8 @@ struct Limits {
     host_memory: u64,
     cpu: Vec<(f64, String)>,
     memory: Vec<(u64, String)>,
-    below_top: Vec<String>,
+    /// The limits set below the top of a hierarchy: where, and their basis.
+    below_top: Vec<(CgroupDir, String)>,
 }
 
 impl Limits {
@@ -124,13 +140,14 @@ impl Limits {
         let mounts = crate::host::read_small_file("/proc/self/mountinfo")
             .map(|t| super::cgroup::parse_mountinfo_cgroups(&t))
             .unwrap_or_default();
-        for (files, dir, top) in cgroup_dirs(&own, &mounts) {
+        for at in cgroup_dirs(&own, &mounts) {
             let (cpu, memory) = (limits.cpu.len(), limits.memory.len());
-            collect_limits(files, &dir, &mut limits.cpu, &mut limits.memory);
-            if !top {
+            collect_limits(at.files, &at.dir, &mut limits.cpu, &mut limits.memory);
+            if !at.is_top() {
                 let found = limits.cpu[cpu..].iter().map(|(_, b)| b.clone());
-                let found: Vec<String> = found
+                let found: Vec<(CgroupDir, String)> = found
                     .chain(limits.memory[memory..].iter().map(|(_, b)| b.clone()))
+                    .map(|basis| (at.clone(), basis))
                     .collect();
                 limits.below_top.extend(found);
             }
@@ -206,14 +223,26 @@ pub enum LimitFiles {
     V1 { cpu: bool, memory: bool },
 }
 
+/// A cgroup directory that may hold a limit on this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupDir {
+    pub files: LimitFiles,
+    pub dir: PathBuf,
+    /// Its hierarchy's mount point.
+    pub mount: PathBuf,
+}
+
+impl CgroupDir {
+    /// The top of what this process sees of the hierarchy.
+    pub fn is_top(&self) -> bool {
+        self.dir == self.mount
+    }
+}
+
 /// The directories that may hold a limit on this process: its cgroup in the v2 hierarchy and in
 /// the v1 `cpu` and `memory` hierarchies, then each ancestor up to the mount point (the top of
-/// what this process sees: a container's own cgroup when it has a cgroup namespace). The flag is
-/// true for the top.
-pub fn cgroup_dirs(
-    proc_self_cgroup: &str,
-    mounts: &[CgroupMount],
-) -> Vec<(LimitFiles, PathBuf, bool)> {
+/// what this process sees: a container's own cgroup when it has a cgroup namespace).
+pub fn cgroup_dirs(proc_self_cgroup: &str, mounts: &[CgroupMount]) -> Vec<CgroupDir> {
     let mut dirs = Vec::new();
     for line in proc_self_cgroup.lines() {
         let mut fields = line.splitn(3, ':');
@@ -247,7 +276,11 @@ pub fn cgroup_dirs(
             .to_path_buf();
         let mut dir = mount.mount_point.join(relative);
         loop {
-            dirs.push((files, dir.clone(), dir == mount.mount_point));
+            dirs.push(CgroupDir {
+                files,
+                dir: dir.clone(),
+                mount: mount.mount_point.clone(),
+            });
             if dir == mount.mount_point || !dir.pop() || !dir.starts_with(&mount.mount_point) {
                 break;
             }
@@ -401,7 +434,10 @@ mod tests {
         let own = "9:pids:/a\n4:memory:/jobs/42\n2:cpu,cpuacct:/jobs\n0::/user.slice/s.scope\n";
         let dirs: Vec<String> = cgroup_dirs(own, &mounts)
             .into_iter()
-            .map(|(v, d, top)| format!("{v:?} {}{}", d.display(), if top { " (top)" } else { "" }))
+            .map(|d| {
+                let top = if d.is_top() { " (top)" } else { "" };
+                format!("{:?} {}{top}", d.files, d.dir.display())
+            })
             .collect();
         let memory = "V1 { cpu: false, memory: true }";
         let cpu = "V1 { cpu: true, memory: false }";
@@ -423,8 +459,58 @@ mod tests {
         let dirs = cgroup_dirs("0::/\n", &container);
         assert_eq!(
             dirs,
-            [(LimitFiles::V2, PathBuf::from("/sys/fs/cgroup"), true)]
+            [CgroupDir {
+                files: LimitFiles::V2,
+                dir: "/sys/fs/cgroup".into(),
+                mount: "/sys/fs/cgroup".into(),
+            }]
         );
+        assert!(dirs[0].is_top());
+    }
+
+    /// A limit on a job's or a user slice's cgroup holds the user's run cgroup made below it (in
+    /// the delegated subtree); one on montrace's own cgroup does not hold the run cgroup made
+    /// beside it, and root's, at the top, is below no limit. A v1 limit stays over a command
+    /// moved in v2 only.
+    #[test]
+    fn a_run_cgroup_below_the_limited_cgroup_keeps_its_limit() {
+        let v2 = |dir: &str| CgroupDir {
+            files: LimitFiles::V2,
+            dir: dir.into(),
+            mount: "/sys/fs/cgroup".into(),
+        };
+        let slice = v2("/sys/fs/cgroup/user.slice/user-1000.slice");
+        let own =
+            v2("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope");
+        let run: &[PathBuf] = &[
+            "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice/montrace/run-1"
+                .into(),
+        ];
+        assert!(!lifts(&slice, Some(run)), "below the slice's limit");
+        assert!(
+            lifts(&own, Some(run)),
+            "beside montrace's own limited cgroup"
+        );
+        assert!(lifts(&slice, None), "root's, at the top");
+        let v1 = CgroupDir {
+            files: LimitFiles::V1 {
+                cpu: false,
+                memory: true,
+            },
+            dir: "/sys/fs/cgroup/memory/jobs/42".into(),
+            mount: "/sys/fs/cgroup/memory".into(),
+        };
+        assert!(!lifts(&v1, Some(run)), "another hierarchy");
+        assert!(lifts(
+            &v1,
+            Some(&["/sys/fs/cgroup/memory/montrace/run-1".into()])
+        ));
+        // Components, not characters: montrace/run-10 is not below montrace/run-1.
+        let run1 = v2("/sys/fs/cgroup/montrace/run-1");
+        assert!(lifts(
+            &run1,
+            Some(&["/sys/fs/cgroup/montrace/run-10".into()])
+        ));
     }
 
     #[test]

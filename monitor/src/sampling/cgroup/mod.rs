@@ -248,6 +248,11 @@ impl RunCgroup {
         self.version
     }
 
+    /// Its directories, one per hierarchy (v2: one).
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.hierarchies.iter().map(|h| h.dir.clone()).collect()
+    }
+
     /// The directory whose `*.pressure` files are the run's own stall totals: a v2 run cgroup's
     /// (cgroup v1 keeps none per cgroup).
     pub fn pressure_dir(&self) -> Option<PathBuf> {

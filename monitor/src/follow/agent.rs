@@ -912,6 +912,13 @@ impl Stream {
                 Ok(_) => {}
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                // The agent answered this run (its end frame, read before the error: the kernel
+                // hands over what was queued first) and closed the stream with a nudge of ours
+                // unread, which makes its close a reset: that is its end, not a failure.
+                Err(err) if err.kind() == io::ErrorKind::ConnectionReset && self.end.is_some() => {
+                    open = false;
+                    break;
+                }
                 Err(err) => return Err(err),
             }
             self.take_pending(&mut each)?;
@@ -1337,6 +1344,41 @@ mod tests {
     /// Protocol 4: the end frame comes with the tree's last exit, before the client ends. The
     /// client takes it in as it comes, and its end then asks nothing more (it shuts nothing:
     /// the agent would see its writing half still open).
+    /// The agent closes a run's stream after its end frame; a nudge the client sent meanwhile
+    /// (its command reaped) lies unread in the agent's socket, and the kernel then makes the
+    /// close a reset (ECONNRESET on the client's next read, after what was queued). That ends
+    /// the run as a plain close does; a reset before any end frame is still an error.
+    #[test]
+    fn a_reset_after_the_end_frame_is_the_end_and_before_it_an_error() {
+        for answered in [true, false] {
+            let (ours, mut theirs) = UnixStream::pair().unwrap();
+            let mut stream = client_stream(ours);
+            let mut out = Vec::new();
+            frame(b"exit", &mut out);
+            if answered {
+                frame_end(
+                    &FollowEnd {
+                        lost: ring_full(2).unwrap(),
+                    },
+                    &mut out,
+                );
+            }
+            theirs.write_all(&out).unwrap();
+            stream.nudge();
+            drop(theirs);
+            let mut records = Vec::new();
+            let read = stream.take_in(|r| records.push(r.to_vec()));
+            assert_eq!(records, vec![b"exit".to_vec()], "queued records first");
+            if answered {
+                assert!(!read.unwrap(), "closed");
+                assert_eq!(stream.ended(), ring_full(2));
+            } else {
+                let err = read.unwrap_err();
+                assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+            }
+        }
+    }
+
     #[test]
     fn an_end_frame_sent_with_the_last_exit_ends_the_client_without_asking() {
         let (ours, mut theirs) = UnixStream::pair().unwrap();

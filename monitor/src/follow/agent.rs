@@ -20,6 +20,10 @@
 //!  <──────────── (closed)
 //! ```
 //!
+//! The nudge can reach the agent after its last read of the stream: closed with that byte
+//! unread, the stream is reset, and the client reads ECONNRESET after the frames queued before
+//! it. Once the end frame is in, that is the agent's close ([`Stream::take_in`]).
+//!
 //! A tree the agent does not see end (an `attach`'s, a protocol 2 or 3 client's, or one whose
 //! exit records the ring lost) is ended by its client: its writing half shut
 //! (`shutdown(SHUT_WR)`), answered at the agent's next drain with the same end frame. Answering

@@ -172,3 +172,99 @@ impl Drop for TestUser {
         let _ = Command::new("userdel").args(["-r", &self.name]).output();
     }
 }
+
+/// A cgroup v2 subtree delegated to a user, as systemd gives a user session: root makes a
+/// directory in the cgroup2 hierarchy (at its top, or in `parent`), hands it the controllers its
+/// parent gives (as `Delegate=yes` does), and gives the directory and its files to the user; the
+/// user's montrace starts in its leaf `session`. Removed on drop, with the run cgroups montrace
+/// left in it.
+pub struct Delegated {
+    pub dir: PathBuf,
+}
+
+impl Delegated {
+    /// At the top of the cgroup2 hierarchy.
+    pub fn new(user: &TestUser) -> Delegated {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mount = mountinfo
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let sep = f.iter().position(|x| *x == "-")?;
+                (f.get(sep + 1) == Some(&"cgroup2")).then(|| PathBuf::from(f[4]))
+            })
+            .expect("this host has no cgroup2 mount to delegate from");
+        Delegated::within(&mount, user)
+    }
+
+    /// In `parent`, a cgroup2 directory of root's.
+    pub fn within(parent: &Path, user: &TestUser) -> Delegated {
+        let dir = parent.join(format!("montrace-test-delegated-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir(dir.join("session")).unwrap();
+        let offered = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap();
+        for c in offered.split_whitespace() {
+            let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+        }
+        let chown = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", user.uid, user.gid))
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        Delegated { dir }
+    }
+
+    /// The leaf the user's montrace starts in.
+    pub fn session(&self) -> PathBuf {
+        self.dir.join("session")
+    }
+
+    /// `BIN run --no-report -q ARGS --out OUT -- sh -c SCRIPT` as `user`, started in the leaf
+    /// `session`.
+    pub fn run(
+        &self,
+        bin: &Path,
+        user: &TestUser,
+        out: &Path,
+        args: &[&str],
+        script: &str,
+    ) -> crate::Finished {
+        let go = user.home.join("go");
+        let _ = std::fs::remove_file(&go);
+        // The user's shell waits until root has moved it into the delegated leaf, then becomes
+        // montrace.
+        let mut cmd = user.command("sh");
+        cmd.current_dir(&user.home)
+            .arg("-c")
+            .arg("while [ ! -e \"$GO\" ]; do sleep 0.01; done; exec \"$@\"")
+            .arg("sh")
+            .arg(bin)
+            .args(["run", "--no-report", "-q"])
+            .args(args)
+            .arg("--out")
+            .arg(out)
+            .args(["--", "sh", "-c", script])
+            .env("GO", &go);
+        let session = self.session().join("cgroup.procs");
+        crate::run_with_timeout_and(&mut cmd, crate::run_timeout(), |pid| {
+            std::fs::write(&session, pid.to_string()).unwrap();
+            std::fs::write(&go, "").unwrap();
+        })
+    }
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        let montrace = self.dir.join("montrace");
+        if let Ok(entries) = std::fs::read_dir(&montrace) {
+            for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        for d in [montrace, self.session(), self.dir.clone()] {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}

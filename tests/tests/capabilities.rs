@@ -13,7 +13,9 @@ use std::{
 use arrow_array::{Array, StringArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tests::{
-    montrace_bin, read_json, require_root, run_timeout, run_with_timeout, users::TestUser, Finished,
+    montrace_bin, read_json, require_root, run_timeout, run_with_timeout,
+    users::{Delegated, TestUser},
+    Finished,
 };
 
 /// A root-owned copy of montrace (mode 0755) under /tmp, granted with its own `setcap`.
@@ -221,92 +223,6 @@ fn the_granted_binary_tracks_an_ordinary_users_command_exactly() {
     }
 }
 
-/// A delegated cgroup v2 subtree, as systemd gives a user session: root makes a directory in
-/// the cgroup2 hierarchy, hands the controllers it has to its children (as `Delegate=yes` does),
-/// and gives the directory and its files to the user; the user's montrace starts in its leaf
-/// `session`. Removed on drop.
-struct Delegated {
-    dir: PathBuf,
-}
-
-impl Delegated {
-    fn new(user: &TestUser) -> Delegated {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let mount = mountinfo
-            .lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                let sep = f.iter().position(|x| *x == "-")?;
-                (f.get(sep + 1) == Some(&"cgroup2")).then(|| PathBuf::from(f[4]))
-            })
-            .expect("this host has no cgroup2 mount to delegate from");
-        let dir = mount.join(format!("montrace-test-delegated-{}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::create_dir(dir.join("session")).unwrap();
-        let offered = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap();
-        for c in offered.split_whitespace() {
-            let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
-        }
-        let chown = Command::new("chown")
-            .arg("-R")
-            .arg(format!("{}:{}", user.uid, user.gid))
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(chown.success());
-        Delegated { dir }
-    }
-}
-
-impl Drop for Delegated {
-    fn drop(&mut self) {
-        let montrace = self.dir.join("montrace");
-        if let Ok(entries) = std::fs::read_dir(&montrace) {
-            for e in entries.flatten().filter(|e| e.path().is_dir()) {
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
-        for d in [montrace, self.dir.join("session"), self.dir.clone()] {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
-impl Delegated {
-    /// `montrace run ARGS --out OUT -- sh -c SCRIPT` as `user`, with the granted `copy`,
-    /// started in the delegated leaf.
-    fn run(
-        &self,
-        copy: &CapableCopy,
-        user: &TestUser,
-        out: &Path,
-        args: &[&str],
-        script: &str,
-    ) -> Finished {
-        let go = user.home.join("go");
-        let _ = std::fs::remove_file(&go);
-        // The user's shell waits until root has moved it into the delegated leaf, then becomes
-        // montrace.
-        let mut cmd = user.command("sh");
-        cmd.current_dir(&user.home)
-            .arg("-c")
-            .arg("while [ ! -e \"$GO\" ]; do sleep 0.01; done; exec \"$@\"")
-            .arg("sh")
-            .arg(&copy.bin)
-            .args(["run", "--no-report", "-q"])
-            .args(args)
-            .arg("--out")
-            .arg(out)
-            .args(["--", "sh", "-c", script])
-            .env("GO", &go);
-        let session = self.dir.join("session/cgroup.procs");
-        tests::run_with_timeout_and(&mut cmd, run_timeout(), |pid| {
-            std::fs::write(&session, pid.to_string()).unwrap();
-            std::fs::write(&go, "").unwrap();
-        })
-    }
-}
-
 #[test]
 fn a_delegated_cgroup_v2_subtree_gives_an_ordinary_users_run_kernel_totals() {
     let copy = CapableCopy::new();
@@ -315,7 +231,7 @@ fn a_delegated_cgroup_v2_subtree_gives_an_ordinary_users_run_kernel_totals() {
     let out = user.home.join("run");
     // The command burns CPU in a few processes.
     let run = delegated.run(
-        &copy,
+        &copy.bin,
         &user,
         &out,
         &[],
@@ -389,7 +305,7 @@ fn a_v2_run_cgroup_gives_the_trees_own_pressure_per_sweep() {
         "for i in $(seq {burners}); do timeout 1.5 sh -c 'while :; do :; done' & done; wait; \
          sleep 1.2"
     );
-    let run = delegated.run(&copy, &user, &out, &["--interval", "250ms"], &script);
+    let run = delegated.run(&copy.bin, &user, &out, &["--interval", "250ms"], &script);
     assert_eq!(run.code(), 0, "{run:?}");
     let dir = out.display();
     // Rows whose whole interval (since the previous row) lies in the burners' time, or in the

@@ -5,7 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tests::{montrace_bin, read_json, require_root, run_with_timeout, TIMEOUT};
+use tests::{
+    montrace_bin, read_json, require_root, run_with_timeout,
+    users::{Delegated, TestUser},
+    TIMEOUT,
+};
 
 const MEMORY_LIMIT: u64 = 256 << 20;
 
@@ -224,18 +228,13 @@ fn a_run_outside_any_limit_is_measured_against_the_host() {
     }
 }
 
-/// A cgroup v2 subtree delegated to a test user, as systemd gives a user session: `BASE` (a
-/// job's or a user slice's cgroup, root's) holds `BASE/user` (the user's: its directory and
-/// `cgroup.procs`, `cgroup.subtree_control`, `cgroup.threads` chowned, memory and cpu handed to
-/// its children), which holds `BASE/user/session`, where montrace starts. Removed on drop.
-struct Delegated {
-    base: PathBuf,
-    user_dir: PathBuf,
-    session: PathBuf,
-}
+/// A cgroup v2 directory of root's at the top of the hierarchy (a batch job's, a user slice's)
+/// that hands cpu and memory to its children, for a subtree delegated below it. Removed on drop
+/// (after the subtree: declared before it).
+struct Parent(PathBuf);
 
-impl Delegated {
-    fn create(user: &tests::users::TestUser) -> Delegated {
+impl Parent {
+    fn create() -> Parent {
         let top = Path::new("/sys/fs/cgroup");
         let controllers = std::fs::read_to_string(top.join("cgroup.controllers")).unwrap();
         assert!(
@@ -243,78 +242,29 @@ impl Delegated {
             "this test needs cgroup v2 with the cpu and memory controllers at {}: {controllers}",
             top.display()
         );
-        let base = top.join(format!("montrace-delegated-{}", std::process::id()));
-        let (user_dir, session) = (base.join("user"), base.join("user/session"));
+        let dir = top.join(format!("montrace-parent-{}", std::process::id()));
         let enable = |dir: &Path| {
             std::fs::write(dir.join("cgroup.subtree_control"), "+cpu +memory").unwrap();
         };
         enable(top);
-        std::fs::create_dir(&base).unwrap();
-        enable(&base);
-        std::fs::create_dir(&user_dir).unwrap();
-        enable(&user_dir);
-        std::fs::create_dir(&session).unwrap();
-        let theirs = |path: &Path| {
-            std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).unwrap();
-        };
-        for dir in [&user_dir, &session] {
-            theirs(dir);
-            for file in ["cgroup.procs", "cgroup.subtree_control", "cgroup.threads"] {
-                theirs(&dir.join(file));
-            }
-        }
-        Delegated {
-            base,
-            user_dir,
-            session,
-        }
-    }
-
-    /// The user's `montrace run` (a plain copy: no capability, no agent) of `cat
-    /// /proc/self/cgroup`, started in the session cgroup: a root shell moves itself there,
-    /// then becomes the user.
-    fn run(&self, user: &tests::users::TestUser, out: &Path) -> tests::Finished {
-        let bin = user.plain_montrace();
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(format!(
-                "echo $$ > '{}/cgroup.procs' && exec setpriv --reuid={} --regid={} \
-                 --clear-groups \"$@\"",
-                self.session.display(),
-                user.uid,
-                user.gid
-            ))
-            .arg("sh")
-            .arg(&bin)
-            .args(["run", "--no-report", "-q", "--out"])
-            .arg(out)
-            .args(["--", "cat", "/proc/self/cgroup"])
-            .current_dir(&user.home)
-            .env("HOME", &user.home);
-        run_with_timeout(&mut cmd, TIMEOUT)
-    }
-
-    /// The cgroup v2 path (as /proc/PID/cgroup shows it) of `dir`.
-    fn shown(dir: &Path) -> String {
-        format!(
-            "0::/{}",
-            dir.strip_prefix("/sys/fs/cgroup").unwrap().display()
-        )
+        std::fs::create_dir(&dir).unwrap();
+        enable(&dir);
+        Parent(dir)
     }
 }
 
-impl Drop for Delegated {
+impl Drop for Parent {
     fn drop(&mut self) {
-        let montrace = self.user_dir.join("montrace");
-        if let Ok(runs) = std::fs::read_dir(&montrace) {
-            for run in runs.flatten().filter(|e| e.path().is_dir()) {
-                let _ = std::fs::remove_dir(run.path());
-            }
-        }
-        for dir in [&montrace, &self.session, &self.user_dir, &self.base] {
-            let _ = std::fs::remove_dir(dir);
-        }
+        let _ = std::fs::remove_dir(&self.0);
     }
+}
+
+/// The cgroup v2 path of `dir`, as /proc/PID/cgroup shows it.
+fn shown(dir: &Path) -> String {
+    format!(
+        "0::/{}",
+        dir.strip_prefix("/sys/fs/cgroup").unwrap().display()
+    )
 }
 
 /// An ordinary user's run in a delegated subtree below a limited cgroup (a batch job's, a user
@@ -325,17 +275,20 @@ impl Drop for Delegated {
 #[test]
 #[ignore = "needs cgroup v2 with cpu and memory (a delegated subtree): the kernel tier runs it"]
 fn a_users_run_cgroup_below_a_limit_is_used_and_one_beside_it_is_not() {
-    let user = tests::users::TestUser::create("dlg");
+    let user = TestUser::create("dlg");
+    let bin = user.plain_montrace();
     for limited_own in [false, true] {
-        let cgroups = Delegated::create(&user);
+        let parent = Parent::create();
+        let delegated = Delegated::within(&parent.0, &user);
         let limited = if limited_own {
-            &cgroups.session
+            delegated.session()
         } else {
-            &cgroups.base
+            parent.0.clone()
         };
         std::fs::write(limited.join("memory.max"), MEMORY_LIMIT.to_string()).unwrap();
         let out = user.home.join(format!("run-{limited_own}"));
-        let run = cgroups.run(&user, &out);
+        // A plain copy, no agent: the cgroup is the point, not the tracking.
+        let run = delegated.run(&bin, &user, &out, &[], "cat /proc/self/cgroup");
         assert_eq!(run.code(), 0, "{run:?}");
         let info = read_json(&out.join("run.json")).unwrap();
         let (cgroup, capacity) = (&info["cgroup"], &info["capacity"]);
@@ -353,8 +306,8 @@ fn a_users_run_cgroup_below_a_limit_is_used_and_one_beside_it_is_not() {
             assert!(cgroup["version"].is_null(), "{cgroup}");
             let why = cgroup["error"].as_str().unwrap();
             assert!(why.contains("limited cgroup"), "{why}");
-            assert_eq!(line, Some(Delegated::shown(&cgroups.session).as_str()));
-            let left: Vec<_> = std::fs::read_dir(cgroups.user_dir.join("montrace"))
+            assert_eq!(line, Some(shown(&delegated.session()).as_str()));
+            let left: Vec<_> = std::fs::read_dir(delegated.dir.join("montrace"))
                 .map(|d| d.flatten().filter(|e| e.path().is_dir()).collect())
                 .unwrap_or_default();
             assert!(
@@ -364,11 +317,11 @@ fn a_users_run_cgroup_below_a_limit_is_used_and_one_beside_it_is_not() {
         } else {
             assert_eq!(cgroup["version"], "v2", "{cgroup}");
             let path = cgroup["path"].as_str().unwrap();
-            let montrace = cgroups.user_dir.join("montrace");
+            let montrace = delegated.dir.join("montrace");
             assert!(path.starts_with(montrace.to_str().unwrap()), "{cgroup}");
             assert_eq!(
                 line,
-                Some(Delegated::shown(Path::new(path)).as_str()),
+                Some(shown(Path::new(path)).as_str()),
                 "the command ran in the run cgroup: {run:?}"
             );
             assert!(

@@ -803,14 +803,18 @@ impl<'g> Recorder<'g> {
         self.waits = waits;
     }
 
+    /// Now, on the clock of the kernel's events (the wall clock as the run began, advanced by
+    /// the boot clock): a sweep's rows, the GPUs' and the exit rows keep their order however the
+    /// wall clock is slewed or stepped meanwhile.
+    fn now(&self) -> i64 {
+        self.tracker.clock().wall(host::boottime_ns())
+    }
+
     /// One sweep: every live process of the tree and the system, stamped with one time.
     pub fn sample(&mut self) {
         self.take_opened_gpu();
         let clock = self.tracker.clock();
-        // On the clock of the kernel's events (the wall clock as the run began, advanced by the
-        // boot clock), so that a sweep's rows and the exit rows keep their order however the
-        // wall clock is slewed or stepped meanwhile.
-        let now = clock.wall(host::boottime_ns());
+        let now = self.now();
         self.load.sweep(now);
         // Rows reach back one interval, or a few for a process left unread: a run of days
         // keeps 256 to 512 intervals, not one per sweep.
@@ -1060,7 +1064,7 @@ impl<'g> Recorder<'g> {
             return;
         }
         self.take_opened_gpu();
-        self.sample_gpu(host::realtime_ns());
+        self.sample_gpu(self.now());
     }
 
     fn end_sweep(&mut self, sweep: Vec<SampleRecord>, shares: &HashMap<u32, u32>, now: i64) {
@@ -1231,11 +1235,12 @@ impl<'g> Recorder<'g> {
                 );
             }
         }
+        let now = self.now();
         let gpu_rows = self
             .gpu
             .as_deref_mut()
             .filter(|_| !self.broken)
-            .map(|gpu| gpu.finish(host::realtime_ns()));
+            .map(|gpu| gpu.finish(now));
         let gpu_summary = self.gpu_summary();
         let Recorder {
             mut events,

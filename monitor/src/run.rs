@@ -717,9 +717,10 @@ fn load_probes(
 /// looks at the limits before it makes anything. Without root a run cgroup can only be made in
 /// the user's own delegated subtree: it is made first, and removed again where it is not below
 /// the limited cgroup (a limit on montrace's own cgroup, the run cgroup made beside it); below
-/// a job's or a user slice's limit it holds the command within it. Where none can be made (most users without a systemd session), the limits
-/// (some 20 files, 0.26 ms of such a user's start-up on the 2-core test machine) are read
-/// beside the command instead, for run.json's capacity.
+/// a job's or a user slice's limit it holds the command within it. Where none can be made
+/// (most users without a systemd session), the limits (some 20 files, 0.26 ms of such a user's
+/// start-up on the 2-core test machine) are read beside the command instead, for run.json's
+/// capacity.
 fn create_cgroup(started_wall_ns: i64, quiet: bool) -> (Option<RunCgroup>, run_json::CgroupReport) {
     let mut report = run_json::CgroupReport::default();
     let say = |why: &str| {

@@ -300,7 +300,8 @@ int main(void) {
 /// CPU time in whole 10 ms ticks (rounded down) and the exit row has the exact figure, so an
 /// exit row soon after a sweep divides up to 10 ms of CPU the /proc row did not show by a
 /// short time: a burner that exits 1 ms after a sweep shows 1000% and more. (The same happens,
-/// less, to the first row of a process a few ms old: the sweep is stamped before its reads.)
+/// less, to the first row of a process a few ms old.) Each row has a share: a process is read
+/// after its start and before its exit, on the clock of its exit row.
 #[test]
 fn one_thread_never_shows_more_than_one_cpu() {
     let program = compile_c("one_after_another", ONE_AFTER_ANOTHER);
@@ -341,7 +342,7 @@ fn one_thread_never_shows_more_than_one_cpu() {
     assert!(
         over.is_empty(),
         "a single-threaded process keeps at most one CPU busy (the schema: above 100 only with \
-         several busy threads), yet these rows say more:\n{}",
+         several busy threads), and every row has a share, yet these rows say more or none:\n{}",
         over.join("\n")
     );
 }

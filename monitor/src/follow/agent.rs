@@ -1345,9 +1345,6 @@ mod tests {
         assert_eq!(lost.unwrap(), None);
     }
 
-    /// Protocol 4: the end frame comes with the tree's last exit, before the client ends. The
-    /// client takes it in as it comes, and its end then asks nothing more (it shuts nothing:
-    /// the agent would see its writing half still open).
     /// The agent closes a run's stream after its end frame; a nudge the client sent meanwhile
     /// (its command reaped) lies unread in the agent's socket, and the kernel then makes the
     /// close a reset (ECONNRESET on the client's next read, after what was queued). That ends
@@ -1383,6 +1380,9 @@ mod tests {
         }
     }
 
+    /// Protocol 4: the end frame comes with the tree's last exit, before the client ends. The
+    /// client takes it in as it comes, and its end then asks nothing more (it shuts nothing:
+    /// the agent would see its writing half still open).
     #[test]
     fn an_end_frame_sent_with_the_last_exit_ends_the_client_without_asking() {
         let (ours, mut theirs) = UnixStream::pair().unwrap();

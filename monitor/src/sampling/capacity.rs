@@ -86,7 +86,7 @@ pub fn confining_cgroup(run_dirs: Option<&[PathBuf]>) -> Option<String> {
 /// under the limit set at `at`: one of them is in that limit's hierarchy, and not below it.
 /// A run cgroup made inside the limited cgroup (an ordinary user's, in a delegated subtree below
 /// a job's or a user slice's limit) keeps the limit over the command.
-pub fn lifts(at: &CgroupDir, run_dirs: Option<&[PathBuf]>) -> bool {
+fn lifts(at: &CgroupDir, run_dirs: Option<&[PathBuf]>) -> bool {
     run_dirs.is_none_or(|runs| {
         runs.iter()
             .any(|run| run.starts_with(&at.mount) && !run.starts_with(&at.dir))

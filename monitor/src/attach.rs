@@ -43,7 +43,7 @@ pub fn attach(args: AttachArgs) -> Exit {
             "montrace: there is no process {pid} (it may have exited): nothing to attach to"
         ))
     };
-    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+    let Ok(comm) = crate::host::read_small_file(format!("/proc/{pid}/comm")) else {
         return Err(no_process());
     };
     // A handle on the process from before any check: whatever is checked and then followed is
@@ -125,7 +125,7 @@ fn may_attach(pid: u32) -> Result<(), String> {
     if uid == 0 {
         return Ok(());
     }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+    let status = crate::host::read_small_file(format!("/proc/{pid}/status"))
         .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
     let (uids, gids) =
         status_ids(&status).ok_or_else(|| format!("malformed /proc/{pid}/status"))?;

@@ -12,13 +12,24 @@
 /// sampler's `read_whole`, which stops at a short read: a file of many seq_file records
 /// (mountinfo, one a mount) can come short of its end in one read.
 pub fn read_small_file(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    String::from_utf8(read_small(path)?)
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidData, err))
+}
+
+/// [`read_small_file`]'s bytes (a /proc/PID/stat: 3 calls where `std::fs::read` makes 8).
+pub fn read_small(path: impl AsRef<std::path::Path>) -> std::io::Result<Vec<u8>> {
+    read_start(path, usize::MAX)
+}
+
+/// At most the first `limit` bytes of a small file, read as [`read_small_file`] does.
+pub fn read_start(path: impl AsRef<std::path::Path>, limit: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     let mut file = std::fs::File::open(path)?;
-    let mut bytes = vec![0u8; 4096];
+    let mut bytes = vec![0u8; 4096.min(limit)];
     let mut len = 0;
-    loop {
+    while len < limit {
         if len == bytes.len() {
-            bytes.resize(len * 2, 0);
+            bytes.resize(len.saturating_mul(2).min(limit), 0);
         }
         match file.read(&mut bytes[len..]) {
             Ok(0) => break,
@@ -28,8 +39,7 @@ pub fn read_small_file(path: impl AsRef<std::path::Path>) -> std::io::Result<Str
         }
     }
     bytes.truncate(len);
-    String::from_utf8(bytes)
-        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidData, err))
+    Ok(bytes)
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -76,7 +86,7 @@ pub fn page_size() -> u64 {
 /// The kernel's `pid_max` (`/proc/sys/kernel/pid_max`): no more tasks can live at once than
 /// there are pid numbers below it. None when it cannot be read.
 pub fn pid_max() -> Option<u32> {
-    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+    read_small_file("/proc/sys/kernel/pid_max")
         .ok()
         .and_then(|text| text.trim().parse().ok())
 }
@@ -177,7 +187,7 @@ pub fn same_start_ns(from_proc_ns: u64, start_boot_ns: u64) -> bool {
 /// Whether this process may load tracing eBPF programs: root, or CAP_BPF + CAP_PERFMON, or
 /// CAP_SYS_ADMIN in its effective set.
 pub fn can_load_ebpf() -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+    let Ok(status) = read_small_file("/proc/self/status") else {
         return false;
     };
     let Some(caps) = status
@@ -253,6 +263,13 @@ mod tests {
         std::fs::write(dir.path().join("empty"), "").unwrap();
         assert_eq!(read_small_file(dir.path().join("empty")).unwrap(), "");
         assert!(read_small_file(dir.path().join("missing")).is_err());
+        // The start of a file, whatever its length against the buffer's.
+        let path = dir.path().join("long");
+        for limit in [0, 10, 4096, 4097, 9000, long.len(), long.len() + 1] {
+            let start = read_start(&path, limit).unwrap();
+            assert_eq!(start, long.as_bytes()[..limit.min(long.len())], "{limit}");
+        }
+        assert_eq!(read_small(&path).unwrap(), long.as_bytes());
     }
 
     #[test]

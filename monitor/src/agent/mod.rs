@@ -1060,7 +1060,7 @@ fn ns_pids(status: &str) -> Vec<u32> {
 
 /// /proc/PID/status as it is now; empty when it cannot be read (a process gone).
 fn status_of(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
+    crate::host::read_small_file(format!("/proc/{pid}/status")).unwrap_or_default()
 }
 
 fn ns_pids_of(pid: u32) -> Vec<u32> {
@@ -1089,7 +1089,7 @@ fn client_level(
             let pidfd = crate::host::pidfd_open(client).map_err(|_| GONE)?;
             // Its start, to the clock tick (10 ms) below it: later than the accept, then later
             // than the connection.
-            let started = std::fs::read_to_string(format!("/proc/{client}/stat"))
+            let started = crate::host::read_small_file(format!("/proc/{client}/stat"))
                 .ok()
                 .and_then(|stat| crate::sampling::procstat::parse_stat_start_ticks(&stat))
                 .map(|ticks| ticks * crate::host::tick_ns());
@@ -1233,7 +1233,7 @@ fn may_follow(
     // Read once, for both checks that need it.
     let status = match (named, uid) {
         (None, 0) => String::new(),
-        _ => std::fs::read_to_string(format!("/proc/{pid}/status"))
+        _ => crate::host::read_small_file(format!("/proc/{pid}/status"))
             .map_err(|e| format!("pid {pid}: {e}"))?,
     };
     if let Some((depth, asked)) = named {
@@ -1289,7 +1289,7 @@ impl ProcessFacts {
 }
 
 fn yama_ptrace_scope() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+    crate::host::read_small_file("/proc/sys/kernel/yama/ptrace_scope")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)

@@ -307,10 +307,8 @@ fn machine_inputs() -> Inputs {
 
 /// The first `limit` bytes of `path` (all of a shorter file), lossily as text; empty when it
 /// cannot be read.
-fn read_start(path: &str, limit: u64) -> String {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    let _ = std::fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut bytes));
+fn read_start(path: &str, limit: usize) -> String {
+    let bytes = crate::host::read_start(path, limit).unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 

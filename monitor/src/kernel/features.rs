@@ -201,7 +201,7 @@ pub fn table(s: &Setting) -> Vec<Feature> {
 
 /// Whether the kernel's pressure stall information can be read here.
 pub fn psi_readable() -> Result<(), String> {
-    match std::fs::read_to_string("/proc/pressure/cpu") {
+    match crate::host::read_small_file("/proc/pressure/cpu") {
         Ok(_) => Ok(()),
         Err(e) => Err(format!(
             "/proc/pressure/cpu: {e} (a kernel without CONFIG_PSI, or booted without psi=1): null"

@@ -109,7 +109,7 @@ pub fn parse_u64(digits: &[u8]) -> Option<u64> {
 
 /// Start time of a process, ns since boot, from /proc/PID/stat (clock-tick resolution).
 pub fn proc_start_boot_ns(pid: u32) -> std::io::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let stat = crate::host::read_small_file(format!("/proc/{pid}/stat"))?;
     parse_stat_start_ticks(&stat)
         .map(|ticks| ticks * 1_000_000_000 / crate::host::ticks_per_second())
         .ok_or_else(|| {
@@ -135,7 +135,7 @@ pub fn each_process(mut visit: impl FnMut(u32, &[u8], &Stat)) {
         else {
             continue;
         };
-        let Ok(text) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        let Ok(text) = crate::host::read_small(format!("/proc/{pid}/stat")) else {
             continue;
         };
         if let Some(stat) = parse(&text) {

@@ -99,7 +99,7 @@ impl Poller {
     /// `attach`: makes a running process the top of the tree, and returns what it runs as an
     /// exec event (None if it is gone). Its descendants are then found by `scan`.
     pub fn adopt(&mut self, root: u32, now_boot_ns: u64) -> Option<KernelEvent> {
-        let stat = std::fs::read_to_string(format!("/proc/{root}/stat")).ok()?;
+        let stat = crate::host::read_small_file(format!("/proc/{root}/stat")).ok()?;
         let entry = parse_stat(root, &stat, self.tick_ns, self.page_size)?;
         let exe = read_exe(root);
         let event = exec_event(
@@ -249,7 +249,7 @@ fn exec_event(
     entry: &ProcEntry,
     exe: Option<String>,
 ) -> KernelEvent {
-    let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+    let argv: Vec<String> = crate::host::read_small(format!("/proc/{pid}/cmdline"))
         .map(|bytes| {
             bytes
                 .split(|&b| b == 0)

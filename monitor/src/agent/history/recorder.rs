@@ -251,7 +251,7 @@ struct CgroupNames {
 /// Where the cgroup2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a
 /// hybrid machine), from /proc/self/mounts; None without one.
 fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let mounts = crate::host::read_small_file("/proc/self/mounts").ok()?;
     mount_of_type(&mounts, "cgroup2")
 }
 

@@ -1209,7 +1209,7 @@ fn children_of(pid: u32) -> Vec<u32> {
     };
     threads
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .filter_map(|t| crate::host::read_small_file(t.path().join("children")).ok())
         .flat_map(|text| {
             text.split_whitespace()
                 .filter_map(|p| p.parse().ok())

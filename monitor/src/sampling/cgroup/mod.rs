@@ -438,7 +438,7 @@ pub struct ResidentReader {
 
 impl ResidentReader {
     pub fn read(&self) -> Result<u64, CgroupError> {
-        let text = fs::read_to_string(&self.path).map_err(|e| io_err(&self.path, e))?;
+        let text = crate::host::read_small_file(&self.path).map_err(|e| io_err(&self.path, e))?;
         parse_resident(self.version, &text).map_err(|m| parse_err(&self.path, m))
     }
 }
@@ -484,7 +484,7 @@ fn choose(fs_root: &Path, mounts: &[CgroupMount]) -> Result<Layout, CgroupError>
     let mut found = Vec::new();
     for m in mounts.iter().filter(|m| m.version == CgroupVersion::V2) {
         let root = under(fs_root, &m.mount_point);
-        match fs::read_to_string(root.join("cgroup.controllers")) {
+        match crate::host::read_small_file(root.join("cgroup.controllers")) {
             Ok(text) => {
                 let offered: Vec<String> = text.split_whitespace().map(String::from).collect();
                 if ["cpu", "memory"]
@@ -631,7 +631,7 @@ fn enable_controllers(
     must: &[&str],
 ) -> Result<(), CgroupError> {
     let path = dir.join("cgroup.subtree_control");
-    let current = fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+    let current = crate::host::read_small_file(&path).map_err(|e| io_err(&path, e))?;
     let missing: Vec<&str> = wanted
         .iter()
         .copied()
@@ -779,7 +779,7 @@ fn write_file(path: &Path, text: &str) -> Result<(), CgroupError> {
 
 /// The file's text, or None when the kernel does not provide it.
 fn read_optional(path: &Path) -> Result<Option<String>, CgroupError> {
-    match fs::read_to_string(path) {
+    match crate::host::read_small_file(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err(path, e)),

@@ -689,7 +689,7 @@ struct PressureLine {
 /// `psi=0`). procfs's `CpuPressure` is not used: it requires the `full` line, which the cpu
 /// file lacks before Linux 5.13.
 fn read_pressure(path: &Path) -> Result<Option<(PressureLine, Option<PressureLine>)>, ReadError> {
-    match fs::read_to_string(path) {
+    match crate::host::read_small_file(path) {
         Ok(text) => parse_pressure(&text, path).map(Some),
         Err(e) if pressure_unsupported(&e) => Ok(None),
         Err(e) => Err(io_error(path, proc_error(e, path.to_path_buf()))),
